@@ -1,0 +1,1 @@
+"""Engine adapters: one module per engine; nothing outside this package branches on an engine's name."""
