@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -1,0 +1,270 @@
+"""Run a LaunchSpec as a managed background process: start, wait until healthy, stop, switch.
+
+State (pid, port, argv, model, log path, start time) lives in one JSON file under
+``paths.state_dir()`` so ``status``, ``logs`` and ``down`` work from another shell. The
+engine-specific parts (health semantics, failure classification) come from the adapter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import httpx
+import psutil
+
+from . import paths
+from .engines import adapter
+from .engines.base import LaunchSpec
+from .errors import BadInput, EngineFailed, NotFound
+
+STATE_FILE = "server.json"
+
+
+@dataclass
+class ServerState:
+    pid: int
+    port: int
+    host: str
+    engine: str
+    argv: list[str]
+    model: str
+    model_path: str
+    log_path: str
+    started_at: float
+    ready_at: float | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    health_path: str = "/health"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def state_path() -> Path:
+    return paths.state_dir() / STATE_FILE
+
+
+def read_state() -> ServerState | None:
+    path = state_path()
+    if not path.is_file():
+        return None
+    try:
+        return ServerState(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        path.unlink(missing_ok=True)   # a damaged state file describes nothing we can manage
+        return None
+
+
+def _write_state(state: ServerState) -> None:
+    path = state_path()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(state), indent=2))
+    os.replace(tmp, path)
+
+
+def _clear_state() -> None:
+    state_path().unlink(missing_ok=True)
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def tail(path: Path | str, n: int = 20) -> list[str]:
+    try:
+        with open(path, errors="replace") as fh:
+            return [line.rstrip("\n") for line in deque(fh, maxlen=n)]
+    except OSError:
+        return []
+
+
+def kill_tree(pid: int, timeout: float = 10.0) -> None:
+    """Stop a process and all its descendants: SIGTERM, wait, then SIGKILL what is left."""
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    procs = [root, *root.children(recursive=True)]
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _gone, alive = psutil.wait_procs(procs, timeout=timeout)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+
+
+def probe_health(url: str, health_path: str, timeout: float = 2.0) -> int | None:
+    try:
+        return httpx.get(f"{url}{health_path}", timeout=timeout).status_code
+    except httpx.HTTPError:
+        return None
+
+
+# --------------------------------------------------------------------------- up / down
+def up(
+    spec: LaunchSpec,
+    *,
+    timeout: float = 300.0,
+    on_wait: Callable[[str, float], None] | None = None,
+    poll: float = 0.25,
+) -> ServerState:
+    """Start ``spec`` in the background and return once its health endpoint says ready.
+
+    Refuses when a managed server is already running or the port is taken. If the engine
+    exits while loading, the health wait times out, or the user presses Ctrl-C, the whole
+    process tree is stopped and the state file removed before the error propagates.
+    """
+    current = read_state()
+    if current and is_alive(current.pid):
+        raise BadInput(
+            f"a managed server is already running ({current.model} on port {current.port}, pid "
+            f"{current.pid}); use `engineroom switch` or `engineroom down` first."
+        )
+    _clear_state()
+    if port_in_use(spec.host, spec.port):
+        raise BadInput(f"port {spec.port} on {spec.host} is already in use; pick another with --port.")
+    engine = adapter(spec.engine)
+    log_path = Path(spec.log_path or paths.state_dir() / "server.log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    with open(log_path, "wb") as log:
+        try:
+            proc = subprocess.Popen(
+                list(spec.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, **spec.env}, start_new_session=True,
+            )
+        except OSError as exc:
+            raise NotFound(f"cannot start {spec.argv[0]}: {exc.strerror}.") from None
+    state = ServerState(
+        pid=proc.pid, port=spec.port, host=spec.host, engine=spec.engine, argv=list(spec.argv),
+        model=spec.model, model_path=spec.model_path, log_path=str(log_path), started_at=started,
+        env=dict(spec.env), health_path=spec.health_path,
+    )
+    _write_state(state)
+    try:
+        while True:
+            code = proc.poll()
+            if code is not None:
+                lines = tail(log_path, 20)
+                reason = engine.classify_failure("\n".join(tail(log_path, 200)))
+                _clear_state()
+                raise EngineFailed(
+                    f"{spec.engine} exited with code {code} while loading ({reason}); log: {log_path}",
+                    detail="\n".join(lines),
+                )
+            status = probe_health(spec.url, spec.health_path)
+            phase = engine.health_state(status)
+            elapsed = time.time() - started
+            if phase == "ready":
+                state.ready_at = time.time()
+                _write_state(state)
+                return state
+            if on_wait:
+                on_wait(phase, elapsed)
+            if elapsed > timeout:
+                kill_tree(proc.pid)
+                _clear_state()
+                raise EngineFailed(
+                    f"{spec.engine} was not healthy after {timeout:.0f} s (last state: {phase}); stopped it. "
+                    f"Raise --timeout for slow loads; log: {log_path}",
+                    detail="\n".join(tail(log_path, 20)),
+                )
+            time.sleep(poll)
+    except BaseException:
+        # KeyboardInterrupt or any error above: leave nothing running.
+        if proc.poll() is None:
+            kill_tree(proc.pid)
+        _clear_state()
+        raise
+
+
+def down(timeout: float = 10.0) -> ServerState | None:
+    """Stop the managed server's whole process tree; None when nothing was running."""
+    state = read_state()
+    if state is None:
+        return None
+    if is_alive(state.pid):
+        kill_tree(state.pid, timeout=timeout)
+    _clear_state()
+    return state
+
+
+@dataclass(frozen=True)
+class Status:
+    running: bool
+    state: ServerState | None
+    health: str            # ready | loading | starting | error | stopped
+    uptime_s: float | None
+
+
+def status() -> Status:
+    state = read_state()
+    if state is None:
+        return Status(False, None, "stopped", None)
+    if not is_alive(state.pid):
+        _clear_state()
+        return Status(False, state, "stopped (process gone)", None)
+    phase = adapter(state.engine).health_state(probe_health(state.url, state.health_path))
+    return Status(True, state, phase, time.time() - state.started_at)
+
+
+def managed_url() -> str:
+    st = status()
+    if not st.running or st.state is None:
+        raise NotFound("no managed server is running; start one with `engineroom up MODEL` or pass --url.")
+    return st.state.url
+
+
+def follow(path: Path, poll: float = 0.5) -> Iterator[str]:
+    """Yield new log lines as they are written (``logs -f``); stops when the server is gone."""
+    with open(path, errors="replace") as fh:
+        fh.seek(0, os.SEEK_END)
+        while True:
+            line = fh.readline()
+            if line:
+                yield line.rstrip("\n")
+                continue
+            st = read_state()
+            if st is None or not is_alive(st.pid):
+                return
+            time.sleep(poll)
+
+
+__all__ = [
+    "ServerState", "Status", "down", "follow", "free_port", "kill_tree", "managed_url",
+    "port_in_use", "read_state", "status", "tail", "up",
+]

