@@ -251,11 +251,278 @@ def logs(
         for line in launch.follow(Path(state.log_path)):
             console.print(line, markup=False, highlight=False)
 
+_URL = typer.Option(None, "--url", help="OpenAI-compatible server URL (default: the managed server).")
+_STATUS_STYLE = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}
+
+
+def _print_check(result) -> None:
+    style = _STATUS_STYLE.get(result.status, "white")
+    console.print(f"[{style}]{result.status:4}[/] {result.name:<20} {result.seconds:6.2f} s  {result.reason}",
+                  highlight=False)
+
+
+@app.command()
+def verify(url: Optional[str] = _URL, json_out: bool = JsonOpt) -> None:
+    """API conformance (smoke): reachable, answer, streaming, tool call, json_schema.
+
+    Exit code = number of failed checks. SKIP only where the server declares a feature absent.
+    """
+    from . import flows
+    from .store import Store
+
+    info = flows.connect(url)
+    with Store() as store:
+        outcome = flows.verify(info, store, on_result=None if json_out else _print_check)
+    if json_out:
+        print_json({"run_id": outcome.run_id, "engine": info.engine, "model": info.model_id,
+                    "results": outcome.results, "failed": outcome.failed})
+    else:
+        passed = sum(1 for r in outcome.results if r.status == "PASS")
+        ran = sum(1 for r in outcome.results if r.status != "SKIP")
+        console.print(f"verify {passed}/{ran} passed on {info.engine} {info.engine_version} "
+                      f"(run {outcome.run_id}; `engineroom report {outcome.run_id}`)")
+    raise typer.Exit(min(outcome.failed, 125))
+
+
+def _progress_bar():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err_console, transient=True)
+
+
+@app.command()
+def bench(
+    url: Optional[str] = _URL,
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Tokens per request (default: each workload's own)."),
+    warmup: int = typer.Option(3, "--warmup", help="Unscored warm-up requests per workload."),
+    runs: int = typer.Option(5, "--runs", help="Measured requests per workload."),
+    full_length: bool = typer.Option(True, "--full-length/--natural-stop",
+                                     help="Ask the engine to ignore end-of-sequence (when it supports it) so every run reaches max tokens."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Per-stream speed: TTFT, decode and wall tokens/s (client clock) beside the engine's own timings."""
+    from . import flows
+    from .bench import BenchPlan, default_workloads
+    from .report import render_card
+    from .store import Store
+
+    info = flows.connect(url)
+    plan = BenchPlan(workloads=default_workloads(max_tokens), warmup=warmup, measured=runs, full_length=full_length)
+    with Store() as store, _progress_bar() as bar:
+        task = bar.add_task("bench", total=None)
+        outcome = flows.bench(info, store, plan,
+                              progress=lambda done, total, label: bar.update(task, completed=done, total=total,
+                                                                             description=label))
+        card = render_card(store.get_run(outcome.run_id), store.records(outcome.run_id))
+    if json_out:
+        print_json({"run_id": outcome.run_id, "summary": outcome.summary})
+    else:
+        console.print(card, markup=False, highlight=False)
+    if outcome.summary.get("status") != "OK":
+        raise typer.Exit(1)
+
+
+@app.command("runs")
+def runs_cmd(limit: int = typer.Option(20, "--limit", "-n"), json_out: bool = JsonOpt) -> None:
+    """Stored verify / bench / demo runs, newest first."""
+    from .store import Store
+
+    with Store() as store:
+        rows = store.runs(limit)
+    if json_out:
+        print_json(rows)
+        return
+    from rich.table import Table
+
+    table = Table("run", "kind", "status", "created", "engine", "model", "label")
+    for r in rows:
+        cond = r.get("conditions") or {}
+        table.add_row(str(r["id"]), r["kind"], str(r.get("status") or "running/interrupted"), str(r["created"]),
+                      str(cond.get("engine", "")), str(cond.get("model") or cond.get("model_id") or ""), r.get("label") or "")
+    console.print(table if rows else "no runs stored yet.")
+
+
+@app.command()
+def report(run: int = typer.Argument(..., help="Run id (see `engineroom runs`)."),
+           output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the card to this file."),
+           json_out: bool = JsonOpt) -> None:
+    """A markdown card for RUN, recomputed from its raw records (redacted for sharing)."""
+    from .report import render_card
+    from .store import Store
+
+    with Store() as store:
+        run_row = store.get_run(run)
+        records = store.records(run)
+    card = render_card(run_row, records)
+    if output:
+        output.write_text(card)
+    if json_out:
+        print_json({"run": run_row["id"], "card": card})
+    elif not output:
+        console.print(card, markup=False, highlight=False)
+
+
+@app.command()
+def demo(
+    model: str = typer.Option("smollm2-135m", "--model", help="Model reference."),
+    port: Optional[int] = typer.Option(None, "--port", help="Port (default: a free one)."),
+    ctx: int = typer.Option(4096, "--ctx"),
+    threads: Optional[int] = _THREADS,
+    max_tokens: int = typer.Option(128, "--max-tokens"),
+    warmup: int = typer.Option(3, "--warmup"),
+    runs: int = typer.Option(5, "--runs"),
+    keep: bool = typer.Option(False, "--keep", help="Leave the server running afterwards."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """pull smollm2-135m -> up -> verify -> bench -> card -> down, in one stored run."""
+    from . import flows
+    from .store import Store
+
+    with Store() as store, _progress_bar() as bar:
+        task = bar.add_task("demo", total=None)
+        outcome = flows.demo(
+            store, model=model, port=port, ctx=ctx, threads=threads, max_tokens=max_tokens,
+            warmup=warmup, measured=runs, keep=keep,
+            say=lambda msg: bar.update(task, description=msg),
+            on_wait=lambda phase, t: bar.update(task, description=f"{model}: {phase} ({t:.0f} s)"),
+            on_result=None if json_out else _print_check,
+            progress=lambda done, total, label: bar.update(task, completed=done, total=total, description=label),
+        )
+    if json_out:
+        print_json({"run_id": outcome.run_id, "verify_failed": outcome.failed, "bench_status": outcome.bench_status,
+                    "card": outcome.card})
+    else:
+        console.print(outcome.card, markup=False, highlight=False)
+    raise typer.Exit(min(outcome.failed, 125) if outcome.failed else (0 if outcome.bench_status == "OK" else 1))
+
+
 # --- commands: issue 3 (plan / fit / hardware) are registered below --------------------------
+
+_RIG = typer.Option(None, "--rig", help="Rig spec: 2x3090, 1xH200, 3090+4090, cpu:64GB, m3max:128GB (default: this machine).")
+
+
+def _gb1(n: int | float | None) -> str:
+    return "?" if n is None else f"{n / 1e9:.1f} GB"
+
+
+def _print_rig_notes(rig) -> None:
+    for note in getattr(rig, "notes", ()):
+        err_console.print(f"[yellow]note:[/] {note}")
+
+
+@app.command()
+def plan(
+    model: str = typer.Argument(..., help="Catalog model id, alias or HF repo (e.g. qwen3.6-27b)."),
+    rig: Optional[str] = _RIG,
+    priority: Optional[str] = typer.Option(None, "--priority", "-p", help="balanced, full-features, max-context, leanest-vram, concurrent-throughput, non-nvidia, fastest-cold-start, multi-tenant."),
+    ctx: Optional[int] = typer.Option(None, "--ctx", help="Required context (tokens); default: the priority's."),
+    engine: Optional[str] = typer.Option(None, "--engine", "-e", help="Only this engine."),
+    top: int = typer.Option(5, "--top", "-n", help="How many ranked configs to show."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Ranked engine/quant/KV/context configs for MODEL on a rig, with one-line reasons."""
+    from .hardware import resolve_rig
+    from .plan import plan as make_plan, plans_as_rows
+
+    the_rig = resolve_rig(rig)
+    plans = make_plan(model, the_rig, priority, ctx=ctx, engine=engine, limit=max(1, top), detail=3)
+    if json_out:
+        print_json({"model": model, "rig": the_rig.label, "rig_notes": list(the_rig.notes),
+                    "priority": plans[0].priority, "plans": plans_as_rows(plans)})
+        return
+    from rich.table import Table
+
+    _print_rig_notes(the_rig)
+    table = Table("#", "engine", "quant", "KV", "ctx", "seqs", "spec", "layout", "GB / device", "decode t/s",
+                  "aggregate t/s", title=f"{model} on {the_rig.label} — priority {plans[0].priority}")
+    for p in plans:
+        table.add_row(str(p.rank), p.engine, p.quant, p.kv_dtype, f"{p.ctx:,}", str(p.n_seqs), p.spec or "-",
+                      p.layout, " / ".join(f"{b / 1e9:.1f}" for b in p.per_gpu_bytes),
+                      f"{p.decode.low:.0f}-{p.decode.high:.0f}" if p.decode else "?",
+                      f"{p.aggregate_tps:.0f}" if p.aggregate_tps else "?")
+    console.print(table)
+    for p in plans[:3]:
+        console.print(f"[bold]#{p.rank} {p.engine} {p.quant} {p.kv_dtype}[/]")
+        for line in p.reasons:
+            console.print(f"  - {line}", markup=False)
+        for line in p.tradeoffs:
+            console.print(f"  ! {line}", markup=False)
+
+
+@app.command("fit")
+def fit_cmd(
+    model: str = typer.Argument(..., help="Catalog model id, alias or HF repo."),
+    engine: str = typer.Option(..., "--engine", "-e", help="llama.cpp, ik_llama.cpp, vllm or sglang."),
+    quant: str = typer.Option(..., "--quant", "-q", help="Catalog quant id (e.g. Q4_K_M, autoround-int4)."),
+    kv: str = typer.Option(..., "--kv", help="KV cache type as the engine names it (q4_0, fp8, ...)."),
+    ctx: int = typer.Option(..., "--ctx", help="Context length (tokens)."),
+    seqs: int = typer.Option(1, "--seqs", help="Parallel sequences."),
+    tp: int = typer.Option(1, "--tp", help="GPUs for one instance (tensor parallel or layer split)."),
+    rig: str = typer.Option(..., "--rig", help="Rig spec: 2x3090, 1xH200, cpu:64GB, m3max:128GB, or 'auto'."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """One memory breakdown: per-device components, verdict and the largest fillable context."""
+    from .hardware import resolve_rig
+    from .plan import fit_one
+
+    the_rig = resolve_rig(rig)
+    m, f = fit_one(model, the_rig, engine, quant, kv, ctx, n_seqs=seqs, tp=tp)
+    if json_out:
+        print_json({"model": m.id, "rig": the_rig.label, "fit": f})
+        return
+    from rich.table import Table
+
+    _print_rig_notes(the_rig)
+    for g in f.per_gpu:
+        dev = f"GPU{g.index}" if the_rig.gpus else "RAM"
+        table = Table("component", "size", "how", title=f"{m.name} · {engine} · {quant} · KV {kv} · {ctx:,} ctx on {the_rig.label} — {dev}")
+        for c in g.components:
+            table.add_row(c.name, _gb1(c.bytes), c.note)
+        table.add_row("[bold]total[/]", f"[bold]{_gb1(g.used_bytes)}[/]", f"of {_gb1(g.capacity_bytes)}")
+        console.print(table)
+    for c in f.host:
+        console.print(f"host: {c.name} {_gb1(c.bytes)} ({c.note})", markup=False)
+    color = {"fits": "green", "tight": "yellow"}.get(f.verdict, "red")
+    console.print(f"verdict: [{color}]{f.verdict}[/] — {f.binding}")
+    console.print(f"max fillable context at {seqs} seq(s): {f.max_ctx:,} tokens (fit.max_context)")
+    if f.verdict == "does_not_fit":
+        raise typer.Exit(1)
+
+
+@app.command()
+def hardware(json_out: bool = JsonOpt) -> None:
+    """What this machine has: NVIDIA GPUs (NVML), CPU cores and RAM (psutil)."""
+    from .hardware import detect_rig
+
+    rig = detect_rig()
+    if json_out:
+        print_json(rig)
+        return
+    from rich.table import Table
+
+    _print_rig_notes(rig)
+    if rig.gpus:
+        table = Table("#", "GPU", "VRAM", "free", "SM", "bandwidth", "class", title=f"driver {rig.driver or '?'}")
+        for i, g in enumerate(rig.gpus):
+            table.add_row(str(i), g.name, _gb1(g.vram_bytes), _gb1(g.free_bytes), g.compute_capability or "?",
+                          f"{g.bandwidth_gbs:g} GB/s" if g.bandwidth_gbs else "?", g.hw_class or "-")
+        console.print(table)
+        if rig.n_gpus > 1:
+            console.print(f"P2P: {rig.p2p if rig.p2p is not None else 'unknown'}; NVLink: {rig.nvlink if rig.nvlink is not None else 'unknown'}")
+    console.print(f"CPU: {rig.cpu_cores} cores; RAM {_gb1(rig.cpu_ram_bytes)}")
+
+
+def _terminate(_signum, _frame) -> None:
+    """SIGTERM behaves like Ctrl-C, so the same cleanup runs (no orphaned engine, runs kept)."""
+    raise KeyboardInterrupt
 
 
 def main() -> None:
     """Console entry point: one clear sentence and a non-zero exit code for user errors."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         # standalone_mode=False: click hands back typer.Exit codes instead of exiting itself.
         rc = app(standalone_mode=False)

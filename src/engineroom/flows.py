@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from . import engines, launch, models
 from .engines import llamacpp
 from .engines.base import ServerInfo
 from .errors import BadInput
+from .store import Store
 
 DEFAULT_PORT = 8080
 
@@ -70,23 +72,166 @@ def connect(url: str | None) -> ServerInfo:
     return engines.detect(target)
 
 
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def host_summary() -> dict[str, object]:
-    """CPU / RAM / GPU of this machine for a run's conditions (names, not identities)."""
+    """CPU / RAM / GPU of this machine for a run's conditions (hardware names, no identities)."""
     import psutil
 
-    from .hardware import detect as detect_hw  # type: ignore[attr-defined]
+    from .hardware import detect_rig
 
     summary: dict[str, object] = {
         "os": f"{platform.system()} {platform.release()}",
-        "machine": platform.machine(),
-        "cpu": platform.processor() or platform.machine(),
+        "arch": platform.machine(),
+        "cpu": _cpu_name(),
         "cpu_cores": os.cpu_count(),
-        "ram_gb": round(psutil.virtual_memory().total / 1e9, 1),
+        "ram_bytes": psutil.virtual_memory().total,
     }
     try:
-        rig = detect_hw()
-        summary["gpus"] = [g.name for g in rig.gpus]
+        rig = detect_rig()
+        summary["gpus"] = [{"name": g.name, "vram_bytes": g.vram_bytes} for g in rig.gpus]
     except Exception as exc:  # hardware detection must never break a run
         summary["gpus"] = []
-        summary["gpu_note"] = f"detection failed: {type(exc).__name__}"
+        summary["gpu_note"] = f"GPU detection failed: {type(exc).__name__}"
     return summary
+
+
+def run_conditions(info: ServerInfo) -> dict[str, object]:
+    """What a measurement depends on: engine + version, model file, argv, host."""
+    cond: dict[str, object] = {
+        "engine": info.engine, "engine_version": info.engine_version, "model_id": info.model_id,
+        "url": info.url, "n_ctx": info.n_ctx, "total_slots": info.total_slots, "host": host_summary(),
+    }
+    state = launch.read_state()
+    if state is not None and state.url == info.url:
+        cond.update(model=state.model, model_path=state.model_path, argv=state.argv)
+        model_file = Path(state.model_path)
+        if model_file.is_file():
+            cond["model_size_bytes"] = model_file.stat().st_size
+            packaged = models.PACKAGED.get(state.model)
+            if packaged and packaged.size == cond["model_size_bytes"]:
+                cond["model_sha256"] = packaged.sha256          # checked when it was pulled
+            elif cond["model_size_bytes"] <= 4 * 1024**3:
+                cond["model_sha256"] = models.sha256_file(model_file)
+    return cond
+
+
+# --------------------------------------------------------------------------- verify / bench
+@dataclass
+class VerifyOutcome:
+    run_id: int
+    results: list
+    failed: int
+
+
+def verify(info: ServerInfo, store: Store, *, run_id: int | None = None,
+           on_result: Callable[[object], None] | None = None) -> VerifyOutcome:
+    """Run the smoke suite, storing each check as it finishes."""
+    from dataclasses import asdict
+
+    from .checks import run_smoke
+    from .client import OpenAIClient
+
+    own_run = run_id is None
+    if own_run:
+        run_id = store.start_run("verify", run_conditions(info))
+
+    def record(result) -> None:
+        store.add_record(run_id, "check", asdict(result))
+        if on_result:
+            on_result(result)
+
+    try:
+        results = run_smoke(OpenAIClient(info.url), info, on_result=record)
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "INTERRUPTED")
+        raise
+    failed = sum(1 for r in results if r.status == "FAIL")
+    if own_run:
+        counts = {s: sum(1 for r in results if r.status == s) for s in ("PASS", "FAIL", "SKIP")}
+        store.finish_run(run_id, "OK" if failed == 0 else "FAILED", counts)
+    return VerifyOutcome(run_id, results, failed)
+
+
+@dataclass
+class BenchOutcome:
+    run_id: int
+    summary: dict
+
+
+def bench(info: ServerInfo, store: Store, plan, *, run_id: int | None = None,
+          progress: Callable[[int, int, str], None] | None = None) -> BenchOutcome:
+    """Run the bench plan, storing each request as it finishes; summary from the records."""
+    from .bench import bench_conditions, run_bench
+    from .client import OpenAIClient
+
+    conditions = {**run_conditions(info), **bench_conditions(info, plan)}
+    own_run = run_id is None
+    if own_run:
+        run_id = store.start_run("bench", conditions)
+    try:
+        result = run_bench(OpenAIClient(info.url), info, plan, progress=progress,
+                           on_record=lambda rec: store.add_record(run_id, "bench_request", rec))
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "INTERRUPTED")
+        raise
+    if own_run:
+        store.finish_run(run_id, result.status, result.summary)
+    return BenchOutcome(run_id, result.summary)
+
+
+@dataclass
+class DemoOutcome:
+    run_id: int
+    card: str
+    failed: int
+    bench_status: str
+
+
+def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, ctx: int = 4096,
+         threads: int | None = None, max_tokens: int = 128, warmup: int = 3, measured: int = 5,
+         tools_template: bool = True, keep: bool = False,
+         say: Callable[[str], None] | None = None,
+         on_wait: Callable[[str, float], None] | None = None,
+         on_result: Callable[[object], None] | None = None,
+         progress: Callable[[int, int, str], None] | None = None) -> DemoOutcome:
+    """pull -> up -> verify -> bench -> card -> down, all in one stored run."""
+    from .bench import BenchPlan, default_workloads
+    from .report import render_card
+
+    say = say or (lambda _m: None)
+    models.pull(model, say)
+    state = start(model, ctx=ctx, port=port or launch.free_port(), threads=threads,
+                  tools_template=tools_template and models.resolve(model).tool_template is not None,
+                  say=say, on_wait=on_wait)
+    try:
+        info = connect(state.url)
+        plan = BenchPlan(workloads=default_workloads(max_tokens), warmup=warmup, measured=measured,
+                         full_length=True)
+        from .bench import bench_conditions
+
+        run_id = store.start_run("demo", {**run_conditions(info), **bench_conditions(info, plan)},
+                                 label=f"engineroom demo: {model}")
+        try:
+            say("verify")
+            checked = verify(info, store, run_id=run_id, on_result=on_result)
+            say("bench")
+            benched = bench(info, store, plan, run_id=run_id, progress=progress)
+        except KeyboardInterrupt:
+            store.finish_run(run_id, "INTERRUPTED")
+            raise
+        status = "OK" if checked.failed == 0 and benched.summary.get("status") == "OK" else "FAILED"
+        store.finish_run(run_id, status, {"verify_failed": checked.failed, "bench": benched.summary})
+    finally:
+        if not keep:
+            launch.down()
+    card = render_card(store.get_run(run_id), store.records(run_id))
+    return DemoOutcome(run_id, card, checked.failed, benched.summary.get("status", "?"))

@@ -1,0 +1,126 @@
+"""verify / bench / runs / report / demo through the real CLI against the real llama-server."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import run_cli
+from engineroom import paths
+
+pytestmark = pytest.mark.integration
+
+
+def _checks(out: dict) -> dict[str, dict]:
+    return {r["name"]: r for r in out["results"]}
+
+
+def test_verify_managed_server_with_its_own_template(managed_server):
+    """SmolLM2's own template declares no tool support: tool checks SKIP with that reason."""
+    proc = run_cli("verify", "--json", timeout=600)
+    out = json.loads(proc.stdout)
+    checks = _checks(out)
+    assert checks["reachable"]["status"] == "PASS"
+    assert checks["basic_answer"]["status"] == "PASS", checks["basic_answer"]
+    assert checks["streaming"]["status"] == "PASS", checks["streaming"]
+    assert checks["json_schema"]["status"] == "PASS", checks["json_schema"]
+    assert checks["tool_call"]["status"] == "SKIP"
+    assert "supports_tool_calls" in checks["tool_call"]["reason"]
+    assert proc.returncode == out["failed"]
+    assert out["engine"] == "llama.cpp"
+
+
+def test_verify_tools_template_passes_tool_call(tools_server):
+    proc = run_cli("verify", "--url", tools_server, "--json", timeout=600)
+    checks = _checks(json.loads(proc.stdout))
+    assert checks["tool_call"]["status"] == "PASS", checks["tool_call"]
+
+
+def test_bench_stores_records_and_report_recomputes(managed_server):
+    proc = run_cli("bench", "--warmup", "1", "--runs", "2", "--max-tokens", "24", "--json", timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    run_id = out["run_id"]
+    with sqlite3.connect(paths.db_path()) as db:
+        n = db.execute("select count(*) from records where run_id = ?", (run_id,)).fetchone()[0]
+    assert n == 2 * (1 + 2)              # two workloads x (warm-up + measured), each stored
+    card = run_cli("report", str(run_id), check=True).stdout
+    assert "llama.cpp" in card and "smollm2-135m" in card
+    assert "ignore_eos" in card          # full-length runs say so
+    assert "/root/" not in card and "/home/" not in card
+    listed = json.loads(run_cli("runs", "--json", check=True).stdout)
+    assert any(r["id"] == run_id and r["kind"] == "bench" for r in listed)
+
+
+def test_ctrl_c_during_bench_keeps_measured_records(managed_server):
+    cli = subprocess.Popen([sys.executable, "-m", "engineroom.cli", "bench", "--warmup", "0", "--runs", "50",
+                            "--max-tokens", "32", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    stored = 0
+    while time.time() < deadline and stored < 2:
+        time.sleep(0.5)
+        try:
+            with sqlite3.connect(paths.db_path()) as db:
+                row = db.execute("select max(id) from runs where kind = 'bench'").fetchone()
+                stored = db.execute("select count(*) from records where run_id = ?", (row[0],)).fetchone()[0]
+        except sqlite3.Error:
+            stored = 0
+    assert stored >= 2, "bench stored nothing while running"
+    cli.send_signal(signal.SIGINT)
+    _out, err = cli.communicate(timeout=60)
+    assert cli.returncode == 130 and "interrupted" in err
+    runs = json.loads(run_cli("runs", "--json", check=True).stdout)
+    last = max((r for r in runs if r["kind"] == "bench"), key=lambda r: r["id"])
+    assert last["status"] == "INTERRUPTED"
+    card = run_cli("report", str(last["id"]), check=True).stdout
+    assert "INTERRUPTED" in card
+
+
+def test_verify_unreachable_url():
+    proc = run_cli("verify", "--url", "http://127.0.0.1:9")
+    assert proc.returncode != 0 and "no server answers at http://127.0.0.1:9" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_verify_non_openai_url(tmp_path):
+    handler = lambda *a, **kw: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path), **kw)  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        proc = run_cli("verify", "--url", f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+    assert proc.returncode != 0 and "not an OpenAI model list" in proc.stderr
+
+
+def test_verify_without_server_or_url():
+    proc = run_cli("verify", env={"ENGINEROOM_STATE_DIR": str(paths.state_dir() / "empty")})
+    assert proc.returncode != 0 and "no managed server is running" in proc.stderr
+
+
+def test_bad_url_scheme():
+    proc = run_cli("bench", "--url", "localhost:8080")
+    assert proc.returncode != 0 and "must start with http://" in proc.stderr
+
+
+def test_demo_end_to_end(llama_server_binary, smollm2, er_home):
+    """The README's main job, small: pull -> up -> verify -> bench -> card -> down."""
+    proc = run_cli("demo", "--warmup", "1", "--runs", "2", "--max-tokens", "24", "--json",
+                   env={"ENGINEROOM_STATE_DIR": str(er_home / "demo-state")}, timeout=900)
+    out = json.loads(proc.stdout)
+    card = out["card"]
+    assert "## Verify" in card and "verify" in card
+    assert "tool_call | PASS" in card.replace("  ", " ")
+    assert "decode" in card.lower() and "engine" in card.lower()
+    assert out["verify_failed"] == 0 and out["bench_status"] == "OK", card
+    assert proc.returncode == 0
+    status = run_cli("status", env={"ENGINEROOM_STATE_DIR": str(er_home / "demo-state")})
+    assert status.returncode == 1      # demo leaves nothing running
