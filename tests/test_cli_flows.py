@@ -60,27 +60,36 @@ def test_bench_stores_records_and_report_recomputes(managed_server):
     assert any(r["id"] == run_id and r["kind"] == "bench" for r in listed)
 
 
+def _last_bench_run() -> tuple[int, int]:
+    """(id of the newest bench run, number of its records); (0, 0) when there is none."""
+    try:
+        with sqlite3.connect(paths.db_path()) as db:
+            row = db.execute("select max(id) from runs where kind = 'bench'").fetchone()
+            if not row or row[0] is None:
+                return 0, 0
+            n = db.execute("select count(*) from records where run_id = ?", (row[0],)).fetchone()[0]
+            return row[0], n
+    except sqlite3.Error:
+        return 0, 0
+
+
 def test_ctrl_c_during_bench_keeps_measured_records(managed_server):
+    before, _ = _last_bench_run()
     cli = subprocess.Popen([sys.executable, "-m", "engineroom.cli", "bench", "--warmup", "0", "--runs", "50",
                             "--max-tokens", "32", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    stored = 0
-    while time.time() < deadline and stored < 2:
+    deadline = time.time() + 180
+    run_id, stored = 0, 0
+    while time.time() < deadline and not (run_id > before and stored >= 2):
         time.sleep(0.5)
-        try:
-            with sqlite3.connect(paths.db_path()) as db:
-                row = db.execute("select max(id) from runs where kind = 'bench'").fetchone()
-                stored = db.execute("select count(*) from records where run_id = ?", (row[0],)).fetchone()[0]
-        except sqlite3.Error:
-            stored = 0
-    assert stored >= 2, "bench stored nothing while running"
+        run_id, stored = _last_bench_run()
+    assert run_id > before and stored >= 2, "bench stored nothing while running"
     cli.send_signal(signal.SIGINT)
     _out, err = cli.communicate(timeout=60)
     assert cli.returncode == 130 and "interrupted" in err
-    runs = json.loads(run_cli("runs", "--json", check=True).stdout)
-    last = max((r for r in runs if r["kind"] == "bench"), key=lambda r: r["id"])
-    assert last["status"] == "INTERRUPTED"
-    card = run_cli("report", str(last["id"]), check=True).stdout
+    run = next(r for r in json.loads(run_cli("runs", "--json", check=True).stdout) if r["id"] == run_id)
+    assert run["status"] == "INTERRUPTED"
+    assert _last_bench_run()[1] >= stored          # what was measured is still there
+    card = run_cli("report", str(run_id), check=True).stdout
     assert "INTERRUPTED" in card
 
 

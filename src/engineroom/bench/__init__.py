@@ -1,0 +1,35 @@
+"""Throughput bench: workloads, a streamed runner that emits raw records, and statistics
+recomputed from those records only."""
+
+from engineroom.bench.runner import (
+    BenchPlan,
+    BenchRequest,
+    BenchResult,
+    Sampler,
+    bench_conditions,
+    decode_rate,
+    ignore_eos_decision,
+    measure_request,
+    run_bench,
+)
+from engineroom.bench.statistics import BENCH_RECORD_KIND, summarize
+from engineroom.bench.workloads import CODE, DEFAULT_WORKLOADS, NARRATIVE, Workload, default_workloads
+
+__all__ = [
+    "BENCH_RECORD_KIND",
+    "BenchPlan",
+    "BenchRequest",
+    "BenchResult",
+    "CODE",
+    "DEFAULT_WORKLOADS",
+    "NARRATIVE",
+    "Sampler",
+    "Workload",
+    "bench_conditions",
+    "decode_rate",
+    "default_workloads",
+    "ignore_eos_decision",
+    "measure_request",
+    "run_bench",
+    "summarize",
+]

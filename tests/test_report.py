@@ -1,0 +1,211 @@
+"""The run card (recomputed from stored records) and redaction."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from engineroom.report import redact, render_card
+from engineroom.store import Store
+
+HF_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+
+
+def bench_rec(workload, index, decode, *, warmup=False, engine_pps=None, tokens=64, ttft=0.2):
+    wall = ttft + tokens / decode
+    return {
+        "workload": workload, "index": index, "warmup": warmup, "max_tokens": 64, "ignore_eos": True,
+        "status": 200, "error": None, "ttft_s": ttft, "wall_s": wall, "last_token_s": wall - 0.001,
+        "completion_tokens": tokens, "prompt_tokens": 40, "wall_tps": tokens / wall,
+        "decode_tps": decode, "decode_window_s": wall - ttft, "decode_na_reason": None,
+        "finish_reason": "length", "chunks": tokens + 2, "content_chars": 300, "reasoning_chars": 0,
+        "engine_timings": None if engine_pps is None else {"predicted_per_second": engine_pps,
+                                                            "predicted_n": tokens},
+        "started_unix": 0.0,
+    }
+
+
+CONDITIONS = {
+    "engine": "llama.cpp",
+    "engine_version": "b4567",
+    "model": "smollm2-135m",
+    "model_path": "/home/alice/models/smol/SmolLM2-135M-Instruct.Q4_1.gguf",
+    "model_size_bytes": 90_000_000,
+    "model_sha256": "0123456789abcdef" * 4,
+    "model_id": "SmolLM2-135M-Instruct.Q4_1.gguf",
+    "argv": ["/root/llama-bin/llama-server", "-m",
+             "/home/alice/models/smol/SmolLM2-135M-Instruct.Q4_1.gguf", "--port", "18201",
+             "--api-key", "s3cr3t-value", "--hf-token", HF_TOKEN],
+    "host": {"os": "Linux", "kernel": "6.8.0", "arch": "x86_64", "cpu": "AMD EPYC 7B13",
+             "cpu_cores": 2, "cpu_ram_bytes": 8 * 1024**3, "gpus": [], "hostname": "build-box-7"},
+    "bench": {"warmup": 1, "measured": 3, "full_length": True, "ignore_eos": True,
+              "ignore_eos_reason": "full length requested; server supports ignore_eos",
+              "sampler": {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0, "seed": 1234}},
+}
+
+
+@pytest.fixture
+def stored_run(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    run_id = store.start_run("demo", CONDITIONS, label="card test")
+    checks = [
+        {"name": "reachable", "status": "PASS", "reason": "GET /v1/models 200", "seconds": 0.012},
+        {"name": "basic answer", "status": "PASS", "reason": "mentions Paris", "seconds": 0.8},
+        {"name": "tool call", "status": "FAIL", "reason": "no tool_calls; <tool_call> inlined in content",
+         "seconds": 1.5},
+        {"name": "thinking split", "status": "SKIP", "reason": "server declares reasoning: false",
+         "seconds": 0.0},
+    ]
+    for c in checks:
+        store.add_record(run_id, "check", c)
+    store.add_record(run_id, "bench_request", bench_rec("narrative", 0, 500.0, warmup=True))
+    for i, d in enumerate((40.0, 42.0, 44.0)):
+        store.add_record(run_id, "bench_request", bench_rec("narrative", i, d, engine_pps=d * 1.2))
+    store.add_record(run_id, "bench_request", bench_rec("code", 0, 30.0, warmup=True))
+    for i, d in enumerate((30.0, 30.0, 33.0)):
+        store.add_record(run_id, "bench_request", bench_rec("code", i, d, engine_pps=d * 1.01))
+    # a stale stored summary must not be what the card prints
+    store.finish_run(run_id, "FAIL", {"workloads": {"narrative": {"decode_tps": {"mean": 9999}}}})
+    return store.get_run(run_id), store.records(run_id)
+
+
+def test_card_header(stored_run):
+    card = render_card(*stored_run)
+    assert card.startswith("# engineroom demo #1: FAIL")
+    assert "card test" in card
+    assert "llama.cpp b4567" in card
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf (85.8 MiB, sha256 0123456789ab)" in card
+    assert "llama-server -m" in card and "--port 18201" in card
+    assert "Linux 6.8.0, x86_64, AMD EPYC 7B13 (2 cores), 8.0 GiB RAM, no GPU" in card
+    assert "fingerprint " + stored_run[0]["fingerprint"][:12] in card
+
+
+def test_card_verify_section(stored_run):
+    card = render_card(*stored_run)
+    assert "**verify 2/3** passed (1 failed, 1 skipped)" in card
+    assert "| reachable | PASS | 0.01 | GET /v1/models 200 |" in card
+    assert "| tool call | FAIL | 1.50 |" in card
+    assert "| thinking split | SKIP | 0.00 | server declares reasoning: false |" in card
+
+
+def test_card_bench_section_recomputed_from_records(stored_run):
+    card = render_card(*stored_run)
+    assert "9999" not in card                       # the stored summary is not trusted
+    # narrative: 40, 42, 44 -> mean 42, sample std 2, CV 4.8%; warm-up (500) excluded
+    row = next(line for line in card.splitlines() if line.startswith("| narrative |"))
+    assert "| 3 / 3 |" in row
+    assert "42.00 ± 2.00 (4.8%)" in row
+    assert "40.00–44.00" in row
+    assert "500" not in row
+    code_row = next(line for line in card.splitlines() if line.startswith("| code |"))
+    assert "31.00 ± 1.73 (5.6%)" in code_row
+    # agreement: narrative engine +20% -> warning; code +1% -> fine
+    assert re.search(r"⚠ narrative: WARNING: engine-reported decode 50\.40 tok/s differs from the "
+                     r"client-measured 42\.00 tok/s by \+20\.0%", card)
+    assert "- code: client 31.00 tok/s vs engine 31.31 tok/s (+1.0%, within 5%; n=3)." in card
+    assert card.count("differs from the client-measured") == 1   # not repeated in the notes
+    assert "ignore_eos: on" in card
+    assert "temperature 0.6, top_p 0.95, top_k 20, min_p 0.0, seed 1234" in card
+    assert "Status: **OK**" in card
+
+
+def test_card_provenance_line(stored_run):
+    card = render_card(*stored_run)
+    prov = next(line for line in card.splitlines() if line.startswith("_Provenance:"))
+    assert "client clock" in prov and "usage.completion_tokens" in prov
+    assert "timings.predicted_per_second" in prov
+    assert "12 raw records" in prov                  # 4 checks + 8 bench requests
+
+
+def test_card_redacts_everything_it_prints(stored_run):
+    card = render_card(*stored_run)
+    assert "/home/alice" not in card and "alice" not in card
+    assert "/root" not in card
+    assert "~/llama-bin/llama-server" in card
+    assert "<model-dir>/SmolLM2-135M-Instruct.Q4_1.gguf" in card
+    assert "s3cr3t-value" not in card and "--api-key *** --hf-token ***`" in card
+    assert HF_TOKEN not in card
+    assert "--hf-token ***" in card
+
+
+def test_card_of_unfinished_run_without_records(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    run_id = store.start_run("bench", {"engine": "vllm"})
+    card = render_card(store.get_run(run_id), store.records(run_id))
+    assert "unfinished" in card
+    assert "No checks or bench requests were recorded" in card
+    assert "## Bench" not in card and "## Verify" not in card
+
+
+def test_card_bench_only_with_na_decode_and_no_engine_timings(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    run_id = store.start_run("bench", {"bench": {"full_length": True, "ignore_eos": False,
+                                                 "ignore_eos_reason": "server does not say"}})
+    r = bench_rec("code", 0, 30.0)
+    r.update(decode_tps=None, decode_na_reason="decode window under 5%")
+    store.add_record(run_id, "bench_request", r)
+    store.finish_run(run_id, "OK")
+    card = render_card(store.get_run(run_id), store.records(run_id))
+    assert "## Verify" not in card
+    row = next(line for line in card.splitlines() if line.startswith("| code |"))
+    assert "| n/a | n/a |" in row                   # decode mean and min-max
+    assert "the engine reported no decode timings; no cross-check" in card
+    assert "ignore_eos: off (server does not say)" in card
+    assert "decode TPS n/a for 1 request(s)" in card
+
+
+# -- redact -------------------------------------------------------------------------
+
+
+def test_redact_home_paths():
+    text = "model at /home/alice/models/x.gguf, bin /root/llama/llama-server, mac /Users/bob/m"
+    out = redact(text, hostname="", username="", home="/nonexistent-home")
+    assert out == "model at ~/models/x.gguf, bin ~/llama/llama-server, mac ~/m"
+    assert redact("cd /root", hostname="", username="", home="/x") == "cd ~"
+    assert redact("/rootfs/a", hostname="", username="", home="/x") == "/rootfs/a"
+    assert redact(r"C:\Users\carol\models", hostname="", username="", home="/x") == r"~\models"
+
+
+def test_redact_this_machines_home_host_and_user():
+    out = redact("/srv/users/dave/x on gpu-node-3.lab.example (gpu-node-3) by dave; llama-server ok",
+                 hostname="gpu-node-3.lab.example", username="dave", home="/srv/users/dave")
+    assert out == "~/x on <host> (<host>) by <user>; llama-server ok"
+
+
+def test_redact_defaults_to_this_machines_names(monkeypatch):
+    """Without arguments, redact() uses the machine's own hostname, user name and home."""
+    import engineroom.report.redaction as redact_module
+
+    monkeypatch.setattr(redact_module.socket, "gethostname", lambda: "build-box-7.corp")
+    monkeypatch.setattr(redact_module.getpass, "getuser", lambda: "erin")
+    monkeypatch.setenv("HOME", "/srv/erin-home")
+    out = redact("erin@build-box-7:/srv/erin-home/models on build-box-7.corp")
+    assert out == "<user>@<host>:~/models on <host>"
+
+
+def test_redact_tokens_and_keys():
+    text = (
+        f"token {HF_TOKEN} and HF_TOKEN={HF_TOKEN}\n"
+        "llama-server --api-key abc123 --api-key=def456\n"
+        '["--api-key", "ghi789"]\n'
+        "Authorization: Bearer xyz-secret\n"
+        '{"Authorization": "Bearer jkl-secret"}\n'
+        "OPENAI_API_KEY=sk-abcdefghijklmnopqrstuvwx\n"
+        "max_tokens=64 MAX_TOKENS=64 hf_short"
+    )
+    out = redact(text, hostname="", username="", home="/x")
+    for secret in (HF_TOKEN, "abc123", "def456", "ghi789", "xyz-secret", "jkl-secret",
+                   "sk-abcdefghijklmnopqrstuvwx"):
+        assert secret not in out
+    assert "token hf_***" in out
+    assert "--api-key *** --api-key=***" in out
+    assert "Authorization: Bearer ***" in out
+    assert "max_tokens=64 MAX_TOKENS=64 hf_short" in out     # not secrets: left alone
+
+
+def test_redact_named_paths_and_literal_secrets():
+    out = redact("/data/models/a.gguf /data/models-old/b pw=hunter22",
+                 paths={"/data/models": "<model-dir>"}, secrets=["hunter22"],
+                 hostname="", username="", home="/x")
+    assert out == "<model-dir>/a.gguf /data/models-old/b pw=***"
