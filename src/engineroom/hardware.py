@@ -7,7 +7,13 @@ hardware classes (VRAM, bandwidth, compute capability) come from the catalog.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field, replace
+
+from .errors import BadInput
+
+GB = 1_000_000_000
+MAX_GPUS_PER_CLASS = 16
 
 
 @dataclass(frozen=True)
@@ -18,6 +24,9 @@ class GpuSpec:
     compute_capability: str | None    # "8.6"; None for non-NVIDIA
     vendor: str = "nvidia"            # nvidia | amd | apple | intel
     free_bytes: int | None = None     # detected free memory (None for a rig spec)
+    hw_class: str | None = None       # catalog hardware class id ("3090"), when known
+    unified: bool = False             # shares memory with the CPU (Apple M-series)
+    uuid: str | None = None           # detected devices only
 
 
 @dataclass(frozen=True)
@@ -28,7 +37,220 @@ class Rig:
     cpu_bandwidth_gbs: float | None = None
     p2p: bool | None = None           # NVLink/P2P between GPUs when known
     label: str = ""                   # the spec string or "this machine"
+    driver: str | None = None         # NVIDIA driver version (detected rigs)
+    nvlink: bool | None = None        # any active NVLink between the GPUs (detected rigs)
+    notes: tuple[str, ...] = ()       # e.g. "no NVIDIA GPU detected (...)"
+    source: str = "spec"              # "spec" | "detected"
 
     @property
     def n_gpus(self) -> int:
         return len(self.gpus)
+
+    @property
+    def vendor(self) -> str:
+        """The accelerator vendor, or "cpu" for a CPU-only rig."""
+        return self.gpus[0].vendor if self.gpus else "cpu"
+
+
+# ---- rig spec strings -----------------------------------------------------------------
+
+_ITEM = re.compile(
+    r"^(?:(?P<count>\d+)\s*[x×*]\s*)?(?P<cls>[a-z][a-z0-9._-]*|\d{4}[a-z0-9._-]*)"
+    r"(?::(?P<size>\d+(?:\.\d+)?)\s*(?P<unit>gb|gib|g|tb)?)?$"
+)
+
+
+def _known(cat) -> str:
+    return ", ".join(h.id for h in cat.hardware)
+
+
+def _bad(spec: str, why: str, cat) -> BadInput:
+    return BadInput(
+        f"rig spec '{spec}' {why}; write e.g. 2x3090, 1xH200, 3090+4090, cpu:64GB or "
+        f"m3max:128GB with a known class: {_known(cat)}."
+    )
+
+
+def parse_rig(spec: str, catalog=None) -> Rig:
+    """Turn "2x3090", "3090+4090", "cpu:64GB", "m3max:128GB" into a Rig from catalog classes."""
+    from .catalog import load_catalog
+
+    cat = catalog or load_catalog()
+    text = (spec or "").strip().lower().replace(" ", "")
+    if not text:
+        raise _bad(spec, "is empty", cat)
+    gpus: list[GpuSpec] = []
+    cpu_ram = cpu_bw = None
+    for item in text.split("+"):
+        m = _ITEM.match(item)
+        if not m:
+            raise _bad(spec, f"has an item '{item}' that is not COUNTxCLASS or CLASS:SIZE", cat)
+        hw = cat.hardware_class(m["cls"])
+        if hw is None:
+            raise _bad(spec, f"names an unknown hardware class '{m['cls']}'", cat)
+        count = int(m["count"]) if m["count"] is not None else 1
+        if count < 1 or count > MAX_GPUS_PER_CLASS:
+            raise _bad(spec, f"asks for {count} x {hw.id} (1 to {MAX_GPUS_PER_CLASS} allowed)", cat)
+        size_gb = None
+        if m["size"] is not None:
+            size_gb = float(m["size"]) * (1.073741824 if m["unit"] == "gib" else 1000.0 if m["unit"] == "tb" else 1.0)
+            if size_gb <= 0:
+                raise _bad(spec, "gives a memory size that is not positive", cat)
+        if hw.kind == "gpu":
+            if size_gb is not None:
+                raise _bad(spec, f"gives a memory size for {hw.id}, whose VRAM is fixed at {hw.vram_gb:g} GB", cat)
+            gpus.extend(
+                GpuSpec(name=hw.name, vram_bytes=int(hw.vram_gb * GB), bandwidth_gbs=hw.bandwidth_gbs,
+                        compute_capability=hw.compute_capability, vendor=hw.vendor, hw_class=hw.id)
+                for _ in range(count)
+            )
+            continue
+        if count != 1 or cpu_ram is not None:
+            raise _bad(spec, f"repeats {hw.id}; a rig has one system memory", cat)
+        mem = size_gb if size_gb is not None else hw.default_memory_gb
+        if not mem:
+            raise _bad(spec, f"needs a memory size for {hw.id} (e.g. {hw.id}:64GB)", cat)
+        cpu_ram = int(mem * GB)
+        if hw.kind == "unified":
+            gpus.append(GpuSpec(name=hw.name, vram_bytes=int(mem * GB * hw.gpu_memory_fraction),
+                                bandwidth_gbs=hw.bandwidth_gbs, compute_capability=None,
+                                vendor=hw.vendor, hw_class=hw.id, unified=True))
+        else:
+            cpu_bw = hw.bandwidth_gbs
+    vendors = {g.vendor for g in gpus}
+    if len(vendors) > 1:
+        raise _bad(spec, f"mixes accelerator vendors ({', '.join(sorted(vendors))})", cat)
+    if cpu_bw is None:
+        cpu = cat.hardware_class("cpu")
+        cpu_bw = cpu.bandwidth_gbs if cpu else None
+    return Rig(gpus=tuple(gpus), cpu_ram_bytes=cpu_ram, cpu_bandwidth_gbs=cpu_bw, label=spec.strip())
+
+
+# ---- this machine ---------------------------------------------------------------------
+
+
+def _match_class(name: str, cat) -> object | None:
+    norm = re.sub(r"[^a-z0-9]", "", name.lower())
+    best = None
+    for h in cat.hardware:
+        if h.kind != "gpu":
+            continue
+        for cand in (h.name, h.id, *h.aliases):
+            key = re.sub(r"[^a-z0-9]", "", cand.lower())
+            if key and key in norm and (best is None or len(key) > best[0]):
+                best = (len(key), h)
+    return best[1] if best else None
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _nvml_gpus(cat) -> tuple[list[GpuSpec], str | None, bool | None, bool | None, list[str]]:
+    """GPUs through NVML; raises on any NVML failure (the caller turns it into a note)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    notes: list[str] = []
+    try:
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        n = pynvml.nvmlDeviceGetCount()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
+        gpus = []
+        for h in handles:
+            name = _text(pynvml.nvmlDeviceGetName(h))
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            try:
+                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+                cc = f"{major}.{minor}"
+            except pynvml.NVMLError:
+                cc = None
+            try:
+                uuid = _text(pynvml.nvmlDeviceGetUUID(h))
+            except pynvml.NVMLError:
+                uuid = None
+            hw = _match_class(name, cat)
+            if hw is None:
+                notes.append(f"{name}: not in the hardware catalog, memory bandwidth unknown")
+            gpus.append(GpuSpec(name=name, vram_bytes=int(mem.total), free_bytes=int(mem.free),
+                                bandwidth_gbs=hw.bandwidth_gbs if hw else None,
+                                compute_capability=cc or (hw.compute_capability if hw else None),
+                                vendor="nvidia", hw_class=hw.id if hw else None, uuid=uuid))
+        p2p = nvlink = None
+        if n > 1:
+            p2p = True
+            for i in range(n):
+                for j in range(n):
+                    if i == j:
+                        continue
+                    try:
+                        st = pynvml.nvmlDeviceGetP2PStatus(handles[i], handles[j], pynvml.NVML_P2P_CAPS_INDEX_READ)
+                        p2p = p2p and st == pynvml.NVML_P2P_STATUS_OK
+                    except (pynvml.NVMLError, AttributeError):
+                        p2p = None
+                        break
+                if p2p is None:
+                    break
+            nvlink = False
+            for h in handles:
+                for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+                    try:
+                        if pynvml.nvmlDeviceGetNvLinkState(h, link) == pynvml.NVML_FEATURE_ENABLED:
+                            nvlink = True
+                    except pynvml.NVMLError:
+                        break
+        return gpus, driver, p2p, nvlink, notes
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def detect_rig(catalog=None) -> Rig:
+    """This machine: NVIDIA GPUs through NVML, cores and RAM through psutil; never raises.
+
+    Without an NVIDIA GPU or driver the Rig is CPU-only and ``notes`` says why, so nothing
+    downstream silently plans a GPU that is not there.
+    """
+    import os
+
+    import psutil
+
+    from .catalog import load_catalog
+
+    cat = catalog or load_catalog()
+    cpu = cat.hardware_class("cpu")
+    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or os.cpu_count()
+    ram = int(psutil.virtual_memory().total)
+    notes: list[str] = []
+    gpus: list[GpuSpec] = []
+    driver = p2p = nvlink = None
+    try:
+        gpus, driver, p2p, nvlink, more = _nvml_gpus(cat)
+        notes.extend(more)
+        if not gpus:
+            notes.append("no NVIDIA GPU detected (NVML found 0 devices); planning for the CPU")
+    except ImportError:
+        notes.append("no NVIDIA GPU detected (the pynvml module is not installed); planning for the CPU")
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        reason = _text(exc) or type(exc).__name__
+        notes.append(f"no NVIDIA GPU detected (NVML: {reason}); planning for the CPU")
+    return Rig(gpus=tuple(gpus), cpu_ram_bytes=ram, cpu_cores=cores,
+               cpu_bandwidth_gbs=cpu.bandwidth_gbs if cpu else None, p2p=p2p, label="this machine",
+               driver=driver, nvlink=nvlink, notes=tuple(notes), source="detected")
+
+
+def resolve_rig(spec: str | None, catalog=None) -> Rig:
+    """A rig spec string, or this machine when ``spec`` is None / "auto" / "this"."""
+    if spec is None or spec.strip().lower() in ("", "auto", "this", "local", "this-machine"):
+        return detect_rig(catalog)
+    return parse_rig(spec, catalog)
+
+
+def with_free_memory_ignored(rig: Rig) -> Rig:
+    """The same rig with detected free memory dropped (plan for an idle machine)."""
+    return replace(rig, gpus=tuple(replace(g, free_bytes=None) for g in rig.gpus))
+
+
+__all__ = ["GpuSpec", "Rig", "detect_rig", "parse_rig", "resolve_rig", "with_free_memory_ignored", "field"]

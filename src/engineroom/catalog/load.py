@@ -1,0 +1,227 @@
+"""Read the catalog YAML files and validate them, with one-sentence errors.
+
+Layout (all under this package):
+
+    models/*.yaml       one model per file (its quants inside)
+    engines/*.yaml      one engine per file
+    hardware/*.yaml     a list of hardware classes per file (grouped by vendor)
+    drafters.yaml       speculative-decoding drafters (built-in MTP, DFlash, ...)
+    priorities.yaml     "how to choose": each priority as an objective plus constraints
+
+A pydantic error becomes a ``BadInput`` naming the file and the key, and for an unknown key
+the closest allowed key ("did you mean ...").
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from ..errors import BadInput
+from .schema import Catalog, Drafter, Engine, HardwareClass, Model, Priority
+
+CATALOG_DIR = Path(__file__).resolve().parent
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise BadInput(f"catalog file {path.name} is not valid YAML{where}.") from None
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Walk the pydantic model along ``loc`` to the model that owns the last key."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return []
+        current = _inner_model(fields[part].annotation)
+        if current is None:
+            return []
+    fields = getattr(current, "model_fields", None)
+    return list(fields) if fields else []
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _explain(exc: ValidationError, model: type[BaseModel], file: str, data: Any) -> BadInput:
+    err = exc.errors()[0]
+    loc = tuple(err.get("loc", ()))
+    key = ".".join(str(p) for p in loc) or "(top level)"
+    owner = _owner_label(data, loc)
+    if err.get("type") == "extra_forbidden":
+        bad = str(loc[-1])
+        allowed = _allowed_keys(model, loc)
+        close = difflib.get_close_matches(bad, allowed, n=1, cutoff=0.5)
+        hint = f"; did you mean '{close[0]}'?" if close else f"; allowed keys: {', '.join(allowed)}."
+        return BadInput(f"catalog file {file}{owner}: unknown key '{key}'{hint}")
+    msg = err.get("msg", "invalid value").rstrip(".")
+    return BadInput(f"catalog file {file}{owner}: key '{key}': {msg}.")
+
+
+def _owner_label(data: Any, loc: tuple[Any, ...]) -> str:
+    """Name the list entry an error sits in (" (quant IQ4_KS)") so the key is findable."""
+    node, label = data, ""
+    for part in loc:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            break
+        if isinstance(part, int) and isinstance(node, dict) and "id" in node:
+            label = f" (entry '{node['id']}')"
+    return label
+
+
+def _validate(model: type[BaseModel], data: Any, file: str) -> Any:
+    if not isinstance(data, dict):
+        raise BadInput(f"catalog file {file} must hold a mapping, not {type(data).__name__}.")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _explain(exc, model, file, data) from None
+
+
+def _validate_list(model: type[BaseModel], data: Any, file: str, key: str) -> list[Any]:
+    if not isinstance(data, dict) or key not in data or not isinstance(data[key], list):
+        raise BadInput(f"catalog file {file} must hold a list under the key '{key}'.")
+    extra = [k for k in data if k != key]
+    if extra:
+        close = difflib.get_close_matches(extra[0], [key], n=1, cutoff=0.5)
+        hint = f"; did you mean '{close[0]}'?" if close else f"; the only key allowed is '{key}'."
+        raise BadInput(f"catalog file {file}: unknown key '{extra[0]}'{hint}")
+    out = []
+    for i, item in enumerate(data[key]):
+        if not isinstance(item, dict):
+            raise BadInput(f"catalog file {file}: entry {i} of '{key}' must be a mapping.")
+        try:
+            out.append(model.model_validate(item))
+        except ValidationError as exc:
+            bad = _explain(exc, model, file, item)
+            label = f" (entry '{item.get('id', i)}')"
+            raise BadInput(str(bad).replace(f"catalog file {file}", f"catalog file {file}{label}", 1)) from None
+    return out
+
+
+def read_raw(root: Path | None = None) -> dict[str, Any]:
+    """The catalog as plain data (file name -> parsed YAML), for tools and mutation tests."""
+    root = root or CATALOG_DIR
+    raw: dict[str, Any] = {}
+    for sub in ("models", "engines", "hardware"):
+        for path in sorted((root / sub).glob("*.yaml")):
+            raw[f"{sub}/{path.name}"] = _read_yaml(path)
+    for name in ("drafters.yaml", "priorities.yaml"):
+        path = root / name
+        if not path.exists():
+            raise BadInput(f"catalog file {name} is missing from {root}.")
+        raw[name] = _read_yaml(path)
+    return raw
+
+
+def catalog_from_raw(raw: dict[str, Any]) -> Catalog:
+    """Validate plain data (as returned by ``read_raw``) into a Catalog, with cross checks."""
+    models: list[Model] = []
+    engines: list[Engine] = []
+    hardware: list[HardwareClass] = []
+    for name, data in raw.items():
+        if name.startswith("models/"):
+            models.append(_validate(Model, data, name))
+        elif name.startswith("engines/"):
+            engines.append(_validate(Engine, data, name))
+        elif name.startswith("hardware/"):
+            hardware.extend(_validate_list(HardwareClass, data, name, "hardware"))
+    drafters = _validate_list(Drafter, raw.get("drafters.yaml"), "drafters.yaml", "drafters")
+    priorities = _validate_list(Priority, raw.get("priorities.yaml"), "priorities.yaml", "priorities")
+    models.sort(key=lambda m: (0 if m.id == "qwen3.6-27b" else 1, m.id))
+    cat = Catalog(models=tuple(models), engines=tuple(engines), hardware=tuple(hardware),
+                  drafters=tuple(drafters), priorities=tuple(priorities))
+    _cross_check(cat)
+    return cat
+
+
+def _cross_check(cat: Catalog) -> None:
+    engine_ids = [e.id for e in cat.engines]
+    for m in cat.models:
+        for q in m.quants:
+            for e in q.engines:
+                if e not in engine_ids:
+                    close = difflib.get_close_matches(e, engine_ids, n=1)
+                    hint = f"; did you mean '{close[0]}'?" if close else "."
+                    raise BadInput(f"catalog file models/{m.id}.yaml: quant {q.id} names unknown engine '{e}'{hint}")
+                eng = cat.engine(e)
+                if eng is not None and q.format not in eng.quant_formats:
+                    raise BadInput(f"catalog file models/{m.id}.yaml: quant {q.id} ({q.format}) lists engine {e}, "
+                                   f"whose quant_formats do not include {q.format}.")
+    for d in cat.drafters:
+        for e in d.engines:
+            if e not in engine_ids:
+                raise BadInput(f"catalog file drafters.yaml: drafter {d.id} names unknown engine '{e}'.")
+        for t in d.target_models:
+            if cat.model(t) is None:
+                raise BadInput(f"catalog file drafters.yaml: drafter {d.id} targets unknown model '{t}'.")
+    for p in cat.priorities:
+        q = p.constraints.quality_at_least_quant
+        if q and not any(m.quant(q) for m in cat.models):
+            raise BadInput(f"catalog file priorities.yaml: priority {p.id} refers to unknown quant '{q}'.")
+    for kind, ids in (("model", [m.id for m in cat.models]), ("engine", engine_ids),
+                      ("hardware class", [h.id for h in cat.hardware]),
+                      ("priority", [p.id for p in cat.priorities])):
+        dupes = {i for i in ids if ids.count(i) > 1}
+        if dupes:
+            raise BadInput(f"the catalog defines {kind} '{sorted(dupes)[0]}' more than once.")
+
+
+@lru_cache(maxsize=4)
+def _load_cached(root: str) -> Catalog:
+    return catalog_from_raw(read_raw(Path(root)))
+
+
+def load_catalog(root: Path | None = None) -> Catalog:
+    """The validated catalog (cached per folder; the Catalog is immutable)."""
+    return _load_cached(str((root or CATALOG_DIR).resolve()))
+
+
+def model_names(cat: Catalog) -> str:
+    return ", ".join(m.id for m in cat.models)
+
+
+def find_model(cat: Catalog, ref: str) -> Model:
+    m = cat.model(ref)
+    if m is None:
+        ids = [x.id for x in cat.models] + [a for x in cat.models for a in x.aliases]
+        close = difflib.get_close_matches(ref.lower(), [i.lower() for i in ids], n=1, cutoff=0.5)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise BadInput(f"model '{ref}' is not in the catalog; {hint}known models: {model_names(cat)}.")
+    return m
+
+
+def find_priority(cat: Catalog, ref: str) -> Priority:
+    p = cat.priority(ref)
+    if p is None:
+        raise BadInput(f"unknown priority '{ref}'; choose one of: {', '.join(x.id for x in cat.priorities)}.")
+    return p
+
+
+def find_engine(cat: Catalog, ref: str) -> Engine:
+    e = cat.engine(ref)
+    if e is None:
+        raise BadInput(f"unknown engine '{ref}'; choose one of: {', '.join(x.id for x in cat.engines)}.")
+    return e

@@ -1,0 +1,755 @@
+"""(model, rig, priority) -> ranked Plans, each with its reasons, computed from data.
+
+Nothing here knows an answer in advance. ``plan`` enumerates every candidate config
+(engine x compatible quant x KV dtype x speculative-decoding drafter x TP group or
+independent instances), sizes each with ``fit`` (``fit.max_context`` / ``fit.max_concurrency``
+where the priority needs them), drops those that break the priority's constraints (from
+catalog/priorities.yaml), and ranks the rest by the priority's rank keys. Speeds come from
+the bandwidth roofline (bytes read per token / memory bandwidth) times the engine's measured
+efficiency band and the drafter's acceptance length. Every reason line names the catalog
+field or fit number it rests on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable
+
+from .arch import LayerKind, ModelArch
+from .catalog import (Catalog, Drafter, Engine, Model, Priority, Quant, arch_from_catalog,
+                      find_engine, find_model, find_priority, load_catalog)
+from .catalog.schema import GB, KvDtype, RankKey
+from .errors import BadInput, NotFound
+from .fit import Fit, FitRequest, fit, max_concurrency, max_context
+from .hardware import GpuSpec, Rig
+
+SPEED_DEPTH = 4096          # decode speed is quoted at this KV depth (tokens already in context)
+STATUS_ORDER = {"validated": 3, "mainline": 2, "fork": 1, "retest-pending": 0}
+# rank metrics known before any fit: planning can size candidates lazily in rank order
+STATIC_METRICS = {"decode_tps", "quality", "quant_portability", "engine_status",
+                  "engine_non_nvidia_vendors", "cold_start_s"}
+
+
+@dataclass(frozen=True)
+class SpeedBand:
+    """Expected single-stream decode speed: roofline x efficiency band x spec multiplier."""
+
+    low: float
+    high: float
+    roofline_tps: float
+    bytes_per_token: int
+    bandwidth_gbs: float
+    efficiency: tuple[float, float]
+    efficiency_source: str
+    spec_multiplier: tuple[float, float] = (1.0, 1.0)
+    spec_source: str = ""
+
+    @property
+    def mid(self) -> float:
+        return (self.low + self.high) / 2
+
+
+@dataclass(frozen=True)
+class Plan:
+    rank: int
+    priority: str
+    model: str
+    engine: str
+    quant: str
+    quant_format: str
+    kv_dtype: str
+    ctx: int
+    max_ctx: int | None
+    n_seqs: int
+    spec: str | None                 # drafter id ("mtp", "dflash-qwen3.6-27b") or None
+    spec_tokens: int
+    tp: int                          # GPUs per instance (tensor parallel or layer split)
+    instances: int                   # independent copies on the rig
+    multi_gpu_mode: str
+    per_gpu_bytes: tuple[int, ...]   # predicted use on each GPU (device) of the rig
+    capacity_bytes: tuple[int, ...]
+    breakdown: tuple[tuple[str, int, str], ...]   # (component, bytes, how) on the busiest device
+    verdict: str
+    binding: str
+    decode: SpeedBand | None
+    aggregate_tps: float | None
+    metrics: dict[str, float]
+    reasons: tuple[str, ...]
+    tradeoffs: tuple[str, ...] = ()
+    fit: Fit | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def layout(self) -> str:
+        if self.instances > 1:
+            return f"{self.instances} instances" + (f" x TP={self.tp}" if self.tp > 1 else "")
+        if self.tp > 1:
+            return f"TP={self.tp}" if self.multi_gpu_mode == "tensor_parallel" else f"split x{self.tp}"
+        return "1 device"
+
+
+# ---------------------------------------------------------------------------------------
+# helpers over catalog data
+# ---------------------------------------------------------------------------------------
+
+
+def _gb(b: float) -> str:
+    return f"{b / GB:.1f} GB"
+
+
+def _cc(v: str | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split(".")) if v else (0,)
+
+
+def kv_bytes_per_token(arch: ModelArch, kv: KvDtype, depth: int) -> int:
+    """KV bytes read per decoded token at ``depth`` (full layers read all, sliding their window)."""
+    total = 0.0
+    for kind in arch.layer_kinds:
+        if kind in (LayerKind.FULL, LayerKind.SLIDING):
+            toks = min(depth, arch.sliding_window) if kind == LayerKind.SLIDING and arch.sliding_window else depth
+            total += arch.n_kv_heads * arch.head_dim * 2 * kv.bytes_per_elem * toks
+    return int(total)
+
+
+def weights_read_per_token(model: Model, arch: ModelArch, quant: Quant) -> int:
+    """Weight bytes a decode step reads: the file minus the input-embedding lookup; MoE:
+    only the active share of the non-embedding weights."""
+    w = quant.weight_bytes
+    params = (model.architecture.param_count if model.architecture else None) or arch.param_count
+    if not params:
+        return w
+    emb = int(arch.vocab_size * arch.hidden_size * w / params)
+    body = w - (0 if arch.tie_embeddings else emb)
+    active = model.architecture.active_param_count if model.architecture else None
+    if active and active < params:
+        nonemb = max(0, body - (emb if not arch.tie_embeddings else 0))
+        body = int(nonemb * active / params) + (emb if not arch.tie_embeddings else 0)
+    return max(body, 1)
+
+
+def quality_cmp(a: Quant, b: Quant) -> int:
+    """>0 if ``a`` is better than ``b``, 0 equal, <0 worse (kld when both have one, else tier)."""
+    if a.quality.kld is not None and b.quality.kld is not None:
+        return (a.quality.kld < b.quality.kld) - (a.quality.kld > b.quality.kld)
+    return (a.quality.tier > b.quality.tier) - (a.quality.tier < b.quality.tier)
+
+
+def quality_value(q: Quant) -> float:
+    """A sortable quality: tier first, lower KLD breaks ties within a tier."""
+    return q.quality.tier - (q.quality.kld or 0.0)
+
+
+# ---------------------------------------------------------------------------------------
+# candidates
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Cand:
+    engine: Engine
+    quant: Quant
+    kv: KvDtype
+    drafter: Drafter | None
+    tp: int
+    instances: int
+    groups: tuple[Rig, ...]          # one sub-rig per instance
+    ctx: int = 0
+    n_seqs: int = 1
+    max_ctx: int | None = None
+    fits: tuple[Fit, ...] = ()
+    decode: SpeedBand | None = None
+    aggregate: float | None = None
+    notes: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def request(self, arch: ModelArch, ctx: int, n_seqs: int, vision: bool) -> FitRequest:
+        d = self.drafter
+        return FitRequest(
+            engine=self.engine.id, ctx=ctx, quant=self.quant.id, weight_bytes=self.quant.weight_bytes,
+            kv_dtype=self.kv.id, n_seqs=n_seqs, tp=self.tp,
+            spec_method=d.method if d else None, spec_tokens=d.spec_tokens if d else 0,
+            draft_bytes=int(d.size_gb * GB) if d else 0, vision=vision,
+            mem_fraction=self.engine.default_mem_fraction,
+        )
+
+
+def _max_seqs(arch: ModelArch, req: FitRequest, rig: Rig, cap: int = 256) -> int:
+    """fit.max_concurrency, capped (a plan never proposes more than ``cap`` sequences)."""
+    try:
+        return max_concurrency(arch, req, rig, limit=cap)  # type: ignore[call-arg]
+    except TypeError:  # the contract's three-argument form
+        return min(cap, max_concurrency(arch, req, rig))
+
+
+def _rig_groups(rig: Rig, engine: Engine, arch: ModelArch) -> list[tuple[int, int, tuple[Rig, ...]]]:
+    """(tp, instances, sub-rigs): every way to use all of the rig's devices."""
+    if not rig.gpus:
+        return [(1, 1, (rig,))]
+    n = rig.n_gpus
+    out = []
+    for tp in range(1, n + 1):
+        if n % tp:
+            continue
+        if engine.multi_gpu.mode == "tensor_parallel" and arch.n_heads % tp:
+            continue
+        groups = tuple(replace(rig, gpus=rig.gpus[i:i + tp], label=f"{rig.label}[{i}:{i + tp}]" if n > 1 else rig.label)
+                       for i in range(0, n, tp))
+        if tp > 1 and engine.multi_gpu.mode == "tensor_parallel" and len({g.vram_bytes for g in rig.gpus}) > 1:
+            continue  # mixed VRAM: TP shards evenly, the smallest card binds (spec: use TP=1 x instances)
+        out.append((tp, n // tp, groups))
+    return out
+
+
+def _engine_runs_on(engine: Engine, rig: Rig) -> str | None:
+    """None when the engine can run on the rig, else why not."""
+    if rig.vendor not in engine.vendors:
+        return f"{engine.id} does not run on {rig.vendor} (vendors: {', '.join(engine.vendors)})"
+    if rig.gpus and rig.vendor == "nvidia" and engine.min_compute_capability:
+        low = min((_cc(g.compute_capability) for g in rig.gpus), default=(0,))
+        if low < _cc(engine.min_compute_capability):
+            return f"{engine.id} needs compute capability >= {engine.min_compute_capability}"
+    return None
+
+
+def _quant_runs_on(quant: Quant, engine: Engine, rig: Rig) -> str | None:
+    if engine.id not in quant.engines:
+        return f"{quant.id} does not load in {engine.id} (loads in: {', '.join(quant.engines)})"
+    if quant.format not in engine.quant_formats:
+        return f"{engine.id} does not read {quant.format}"
+    if quant.min_compute_capability:
+        if not rig.gpus or rig.vendor != "nvidia":
+            return f"{quant.id} needs NVIDIA compute capability >= {quant.min_compute_capability}"
+        low = min(_cc(g.compute_capability) for g in rig.gpus)
+        if low < _cc(quant.min_compute_capability):
+            return f"{quant.id} needs compute capability >= {quant.min_compute_capability}"
+    return None
+
+
+def _capacity(rig: Rig) -> int:
+    return sum(g.free_bytes if g.free_bytes is not None else g.vram_bytes for g in rig.gpus) if rig.gpus else (rig.cpu_ram_bytes or 0)
+
+
+def _bandwidth(rig: Rig) -> float | None:
+    if rig.gpus:
+        vals = [g.bandwidth_gbs for g in rig.gpus]
+        return None if any(v is None for v in vals) else min(vals)  # type: ignore[type-var]
+    return rig.cpu_bandwidth_gbs
+
+
+# ---------------------------------------------------------------------------------------
+# the planner
+# ---------------------------------------------------------------------------------------
+
+
+class _Planner:
+    def __init__(self, cat: Catalog, model: Model, arch: ModelArch, rig: Rig, prio: Priority,
+                 ctx: int | None, engine: str | None):
+        self.cat, self.model, self.arch, self.rig, self.prio = cat, model, arch, rig, prio
+        self.user_ctx = ctx
+        self.engines = [find_engine(cat, engine)] if engine else list(cat.engines)
+        self.rejected: list[str] = []
+        self.layout_misses: dict[tuple, str] = {}   # (engine, quant, kv, tp, instances) -> why not
+        self.pool: list[_Cand] = []
+        c = prio.constraints
+        self.vision = "vision" in c.features
+        self.ref_quant = model.quant(c.quality_at_least_quant) if c.quality_at_least_quant else None
+        max_pos = arch.max_position or (1 << 20)
+        if ctx is not None:
+            if ctx <= 0:
+                raise BadInput(f"context {ctx} must be a positive number of tokens.")
+            if ctx > max_pos:
+                raise BadInput(f"context {ctx} is beyond {model.name}'s {max_pos} positions.")
+            self.target_ctx = ctx
+        else:
+            self.target_ctx = max_pos if prio.ctx == "max" else min(int(prio.ctx), max_pos)
+        self.min_ctx = ctx if ctx is not None else min(c.min_ctx or 1, self.target_ctx)
+
+    # -- static filters ------------------------------------------------------------------
+    def _engine_ok(self, e: Engine) -> str | None:
+        why = _engine_runs_on(e, self.rig)
+        if why:
+            return why
+        c = self.prio.constraints
+        if c.engine_status and e.status not in c.engine_status:
+            return f"{e.id} status is {e.status} (priority wants {'/'.join(c.engine_status)})"
+        if c.api_parity == "full" and e.api_parity != "full":
+            return f"{e.id} API parity is {e.api_parity} ({e.api_parity_source})"
+        if c.non_nvidia_vendor and not any(v != "nvidia" for v in e.vendors):
+            return f"{e.id} runs on NVIDIA only"
+        for feat in c.features:
+            if feat not in self.model.features:
+                return f"{self.model.name} lacks {feat}"
+            if feat == "vision" and not e.vision:
+                return f"{e.id} has no vision support"
+            if feat == "tools" and not e.tools:
+                return f"{e.id} has no tool calling"
+            if feat == "reasoning" and not e.reasoning_parsers:
+                return f"{e.id} has no reasoning parser"
+        return None
+
+    def _quant_ok(self, q: Quant, e: Engine) -> str | None:
+        why = _quant_runs_on(q, e, self.rig)
+        if why:
+            return why
+        if self.ref_quant is not None and quality_cmp(q, self.ref_quant) < 0:
+            return (f"{q.id} quality (tier {q.quality.tier}{f', KLD {q.quality.kld}' if q.quality.kld is not None else ''})"
+                    f" is below {self.ref_quant.id}'s")
+        return None
+
+    def _drafters(self, q: Quant, e: Engine) -> list[Drafter | None]:
+        c = self.prio.constraints
+        out: list[Drafter | None] = []
+        if self.prio.spec == "any" or c.spec_method:
+            for d in self.cat.drafters_for(self.model, e.id):
+                if d.method not in e.spec_methods:
+                    continue
+                if d.builtin and not q.mtp:
+                    continue
+                if c.spec_method and d.method != c.spec_method:
+                    continue
+                out.append(d)
+        if not c.spec_method:
+            out.insert(0, None)
+        return out
+
+    def candidates(self) -> list[_Cand]:
+        out = []
+        for e in self.engines:
+            why = self._engine_ok(e)
+            if why:
+                self.rejected.append(why)
+                continue
+            layouts = _rig_groups(self.rig, e, self.arch)
+            for q in self.model.quants:
+                why = self._quant_ok(q, e)
+                if why:
+                    self.rejected.append(why)
+                    continue
+                drafters = self._drafters(q, e)
+                if not drafters:
+                    self.rejected.append(f"{e.id} + {q.id}: no drafter for {self.prio.constraints.spec_method}")
+                    continue
+                for tp, inst, groups in layouts:
+                    if q.weight_bytes > min(_capacity(g) for g in groups) * 1.0:
+                        self.rejected.append(f"{e.id} + {q.id}: {q.size_gb:g} GB of weights exceed "
+                                             f"{_gb(min(_capacity(g) for g in groups))} per instance")
+                        continue
+                    for kv in e.kv_dtypes:
+                        for d in drafters:
+                            out.append(_Cand(e, q, kv, d, tp, inst, groups))
+        return out
+
+    # -- sizing --------------------------------------------------------------------------
+    def _fit_all(self, c: _Cand, ctx: int, n_seqs: int) -> tuple[Fit, ...]:
+        req = c.request(self.arch, ctx, n_seqs, self.vision)
+        first = fit(self.arch, req, c.groups[0])
+        if all(g.gpus == c.groups[0].gpus for g in c.groups[1:]):
+            return (first,) + tuple(replace(first, rig_label=g.label) for g in c.groups[1:])
+        return (first,) + tuple(fit(self.arch, req, g) for g in c.groups[1:])
+
+    def _groups(self, c: _Cand) -> tuple[Rig, ...]:
+        """Distinct sub-rigs (identical instances need one fit)."""
+        if all(g.gpus == c.groups[0].gpus for g in c.groups[1:]):
+            return c.groups[:1]
+        return c.groups
+
+    def _servable(self, c: _Cand, fits: tuple[Fit, ...]) -> bool:
+        for f in fits:
+            if f.verdict == "does_not_fit":
+                return False
+            if c.engine.concurrency.model == "continuous_batching" and "caps" in f.binding:
+                return False
+        return True
+
+    def _max_ctx(self, c: _Cand, n_seqs: int = 1) -> int:
+        if c.max_ctx is None:
+            max_pos = self.arch.max_position or 0
+            if c.fits and c.ctx == max_pos and n_seqs == 1 and c.n_seqs == 1:
+                c.max_ctx = max_pos        # already served at the model's full context
+            else:
+                req = c.request(self.arch, self.min_ctx, n_seqs, self.vision)
+                c.max_ctx = min(max_context(self.arch, req, g) for g in self._groups(c))
+        return c.max_ctx
+
+    def size(self, c: _Cand) -> bool:
+        """Choose ctx and sequences for ``c``; False (with a reason) when it cannot serve."""
+        label = f"{c.engine.id} + {c.quant.id} + {c.kv.id}" + (f" + {c.drafter.id}" if c.drafter else "")
+        needs_max = self.prio.ctx == "max" or any(k.metric == "max_ctx" for k in self.prio.rank[:1])
+        fits = self._fit_all(c, self.target_ctx, 1)
+        if self._servable(c, fits):
+            ctx = self.target_ctx
+            if needs_max:
+                c.ctx, c.fits = ctx, fits
+                self._max_ctx(c)
+        else:
+            lay = (f"{c.instances} independent instance(s)" if c.instances > 1 else f"TP={c.tp}" if c.tp > 1 else "one device")
+            if self.user_ctx is not None:
+                self.rejected.append(f"{label}: does not fit at {self.user_ctx} tokens ({fits[0].binding})")
+                self.layout_misses[(c.engine.id, c.quant.id, c.kv.id, c.tp, c.instances)] = \
+                    f"({lay}) does not fit at {self.user_ctx:,} tokens: {fits[0].binding}"
+                return False
+            low = self._fit_all(c, self.min_ctx, 1) if self.min_ctx < self.target_ctx else fits
+            mc = self._max_ctx(c) if self._servable(c, low) else 0
+            if mc < self.min_ctx or mc <= 0:
+                self.rejected.append(f"{label}: fills only {mc} tokens, below {self.min_ctx} ({fits[0].binding})")
+                self.layout_misses[(c.engine.id, c.quant.id, c.kv.id, c.tp, c.instances)] = \
+                    f"({lay}) fills only {mc:,} tokens: {fits[0].binding}"
+                return False
+            self.layout_misses.setdefault((c.engine.id, c.quant.id, c.kv.id, c.tp, c.instances),
+                                          f"({lay}) does not fit {self.target_ctx:,} tokens ({fits[0].binding}); it fills {mc:,}")
+            ctx = mc
+            fits = self._fit_all(c, ctx, 1)
+        n_seqs = 1
+        if self.prio.seqs == "max":
+            req = c.request(self.arch, ctx, 1, self.vision)
+            n_seqs = max(1, min(_max_seqs(self.arch, req, g) for g in self._groups(c)))
+            if n_seqs > 1:
+                fits = self._fit_all(c, ctx, n_seqs)
+        elif isinstance(self.prio.seqs, int) and self.prio.seqs > 1:
+            n_seqs = self.prio.seqs
+            fits = self._fit_all(c, ctx, n_seqs)
+            if not self._servable(c, fits):
+                self.rejected.append(f"{label}: cannot hold {n_seqs} sequences")
+                return False
+        if n_seqs < self.prio.constraints.min_seqs:
+            self.rejected.append(f"{label}: holds {n_seqs} sequence(s), priority wants {self.prio.constraints.min_seqs}")
+            return False
+        c.ctx, c.n_seqs, c.fits = ctx, n_seqs, fits
+        return True
+
+    # -- speed ---------------------------------------------------------------------------
+    def speed(self, c: _Cand) -> None:
+        bw = _bandwidth(c.groups[0])
+        if not bw:
+            c.decode = None
+            c.aggregate = None
+            return
+        e = c.engine
+        w = weights_read_per_token(self.model, self.arch, c.quant)
+        kv = kv_bytes_per_token(self.arch, c.kv, min(SPEED_DEPTH, c.ctx))
+        scale = 1.0 + (c.tp - 1) * e.multi_gpu.scaling
+        roof = bw * GB * scale / (w + kv)
+        m_lo = m_hi = 1.0
+        src = ""
+        if c.drafter is not None:
+            d = c.drafter
+            m_lo = d.acceptance_length.low / (1 + d.overhead.value)
+            m_hi = d.acceptance_length.high / (1 + d.overhead.value)
+            src = f"{d.id}: acceptance {d.acceptance_length.low:g}-{d.acceptance_length.high:g} ({d.acceptance_length.source}); overhead {d.overhead.value:g} ({d.overhead.source})"
+        eff = e.decode_efficiency
+        c.decode = SpeedBand(low=roof * eff.low * m_lo, high=roof * eff.high * m_hi, roofline_tps=roof,
+                             bytes_per_token=w + kv, bandwidth_gbs=bw * scale,
+                             efficiency=(eff.low, eff.high), efficiency_source=eff.source,
+                             spec_multiplier=(m_lo, m_hi), spec_source=src)
+        # batched decode: one weight read serves every sequence in the step; each reads its KV
+        n = c.n_seqs
+        per_inst = n * bw * GB * scale * (eff.low + eff.high) / 2 / (w + n * kv)
+        if n > 1:
+            per_inst *= e.concurrency.batch_efficiency
+        else:
+            per_inst = c.decode.mid
+        c.aggregate = per_inst * c.instances
+
+    # -- metrics and ranking -------------------------------------------------------------
+    def static_metrics(self, c: _Cand) -> None:
+        e = c.engine
+        c.metrics = {
+            "decode_tps": c.decode.mid if c.decode else 0.0,
+            "quality": quality_value(c.quant),
+            "quant_portability": float(len(c.quant.engines)),
+            "engine_status": float(STATUS_ORDER[e.status]),
+            "engine_non_nvidia_vendors": float(sum(1 for v in e.vendors if v != "nvidia")),
+            "cold_start_s": e.cold_start_s.value if e.cold_start_s else math.inf,
+        }
+
+    def metrics(self, c: _Cand) -> dict[str, float]:
+        used = [g.used_bytes for f in c.fits for g in f.per_gpu]
+        head = [g.headroom_bytes for f in c.fits for g in f.per_gpu]
+        e = c.engine
+        m = {
+            "decode_tps": c.decode.mid if c.decode else 0.0,
+            "aggregate_tps": c.aggregate or 0.0,
+            "shared_prefix_tps": (c.aggregate or 0.0) * e.concurrency.multi_tenant_factor,
+            "max_ctx": float(c.max_ctx if c.max_ctx is not None else c.ctx),
+            "gpu_bytes": float(max(used)),
+            "headroom_bytes": float(min(head)),
+            "quality": quality_value(c.quant),
+            "quant_portability": float(len(c.quant.engines)),
+            "engine_status": float(STATUS_ORDER[e.status]),
+            "engine_non_nvidia_vendors": float(sum(1 for v in e.vendors if v != "nvidia")),
+            "cold_start_s": e.cold_start_s.value if e.cold_start_s else math.inf,
+        }
+        c.metrics = m
+        return m
+
+    def rank(self, cands: list[_Cand]) -> list[_Cand]:
+        # the catalog's rank keys decide; engine maturity, then less memory, break exact ties
+        keys = list(self.prio.rank)
+        used = {k.metric for k in keys}
+        keys += [k for k in (RankKey(metric="engine_status", goal="max"), RankKey(metric="gpu_bytes", goal="min"))
+                 if k.metric not in used]
+        if not all(k.metric in (c.metrics or {}) for c in cands for k in keys):
+            keys = [k for k in keys if k.metric in STATIC_METRICS]
+        return _rank(cands, keys)
+
+
+def _rank(cands: list[_Cand], keys: list) -> list[_Cand]:
+    if len(cands) <= 1 or not keys:
+        return cands
+    key, rest = keys[0], keys[1:]
+    sign = -1.0 if key.goal == "max" else 1.0
+    ordered = sorted(cands, key=lambda c: sign * c.metrics[key.metric])
+    out: list[_Cand] = []
+    while ordered:
+        best = ordered[0].metrics[key.metric]
+        group = [c for c in ordered if _close(c.metrics[key.metric], best, key.tolerance)]
+        ordered = [c for c in ordered if not _close(c.metrics[key.metric], best, key.tolerance)]
+        out.extend(_rank(group, rest))
+    return out
+
+
+def _groups(cands: list[_Cand], keys: list) -> list[list[_Cand]]:
+    """Candidates in rank order, as groups that tie on every key in ``keys``."""
+    if not cands:
+        return []
+    if not keys:
+        return [cands]
+    key, rest = keys[0], keys[1:]
+    sign = -1.0 if key.goal == "max" else 1.0
+    ordered = sorted(cands, key=lambda c: sign * c.metrics[key.metric])
+    out: list[list[_Cand]] = []
+    while ordered:
+        best = ordered[0].metrics[key.metric]
+        group = [c for c in ordered if _close(c.metrics[key.metric], best, key.tolerance)]
+        ordered = [c for c in ordered if not _close(c.metrics[key.metric], best, key.tolerance)]
+        out.extend(_groups(group, rest))
+    return out
+
+
+def _close(a: float, b: float, tol: float) -> bool:
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= tol
+
+
+# ---------------------------------------------------------------------------------------
+# reasons
+# ---------------------------------------------------------------------------------------
+
+_METRIC_TEXT = {
+    "decode_tps": lambda c: f"{c.metrics['decode_tps']:.0f} t/s single-stream (band middle)",
+    "aggregate_tps": lambda c: f"{c.metrics['aggregate_tps']:.0f} t/s aggregate over {c.n_seqs * c.instances} sequence(s)",
+    "shared_prefix_tps": lambda c: f"{c.metrics['shared_prefix_tps']:.0f} t/s shared-prefix aggregate (x{c.engine.concurrency.multi_tenant_factor:g} {c.engine.concurrency.prefix_cache} prefix cache)",
+    "max_ctx": lambda c: f"{int(c.metrics['max_ctx']):,} tokens fillable",
+    "gpu_bytes": lambda c: f"{_gb(c.metrics['gpu_bytes'])} on the busiest device",
+    "headroom_bytes": lambda c: f"{_gb(c.metrics['headroom_bytes'])} spare",
+    "quality": lambda c: f"quality tier {c.quant.quality.tier}" + (f", KLD {c.quant.quality.kld:g}" if c.quant.quality.kld is not None else ""),
+    "quant_portability": lambda c: f"{c.quant.id} loads in {len(c.quant.engines)} engine(s)",
+    "engine_status": lambda c: f"engine status {c.engine.status}",
+    "engine_non_nvidia_vendors": lambda c: f"{c.engine.id} runs on {', '.join(v for v in c.engine.vendors if v != 'nvidia')} besides NVIDIA",
+    "cold_start_s": lambda c: (f"cold start {c.engine.cold_start_s.value:g} s ({c.engine.cold_start_s.source})"
+                               if c.engine.cold_start_s else "cold start not published"),
+}
+
+
+def _label(c: _Cand) -> str:
+    lay = f"{c.instances}x" if c.instances > 1 else ""
+    tp = f" TP={c.tp}" if c.tp > 1 else ""
+    return f"{lay}{c.engine.id} {c.quant.id} {c.kv.id}{tp}" + (f" +{c.drafter.id}" if c.drafter else "")
+
+
+def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list[str], list[str]]:
+    e, q, kv = c.engine, c.quant, c.kv
+    f = c.fits[0]
+    busiest = max(f.per_gpu, key=lambda g: g.used_bytes)
+    comps = sorted(busiest.components, key=lambda x: -x.bytes)[:4]
+    reasons = [
+        f"priority {p.prio.id}: {p.prio.maximise}; here " +
+        "; ".join(_METRIC_TEXT[k.metric](c) for k in p.prio.rank[:2]) + ".",
+        f"quant {q.id} ({q.format}): {q.size_gb:g} GB on disk ({q.size_source or 'catalog'}); quality tier {q.quality.tier}"
+        + (f", mean KLD {q.quality.kld:g}" if q.quality.kld is not None else "") + f" — {q.quality.source}.",
+        f"fit: {_gb(busiest.used_bytes)} of {_gb(busiest.capacity_bytes)} on the busiest device ({f.verdict}); "
+        + ", ".join(f"{x.name} {_gb(x.bytes)}" for x in comps) + ".",
+        f"context {c.ctx:,} tokens" + (f" (max fillable {c.max_ctx:,}, fit.max_context)" if c.max_ctx else "")
+        + f", KV {kv.id} at {kv.bytes_per_elem:g} B/elem"
+        + (f", {c.n_seqs} sequences (fit.max_concurrency)" if c.n_seqs > 1 else "") + ".",
+    ]
+    if c.decode:
+        d = c.decode
+        line = (f"decode {d.low:.0f}-{d.high:.0f} t/s: {d.bandwidth_gbs:.0f} GB/s / {_gb(d.bytes_per_token)} read per token"
+                f" = {d.roofline_tps:.0f} t/s roofline x efficiency {d.efficiency[0]:g}-{d.efficiency[1]:g}"
+                f" ({d.efficiency_source})")
+        if c.drafter:
+            line += f" x spec {d.spec_multiplier[0]:.2f}-{d.spec_multiplier[1]:.2f} ({c.drafter.id}, acceptance length {c.drafter.acceptance_length.low:g}-{c.drafter.acceptance_length.high:g}: {c.drafter.acceptance_length.source})"
+        reasons.append(line + ".")
+    else:
+        reasons.append("decode speed unknown: the rig's memory bandwidth is not in the catalog.")
+    if c.n_seqs > 1 or c.instances > 1:
+        reasons.append(f"aggregate {c.aggregate or 0:.0f} t/s = {c.instances} instance(s) x {c.n_seqs} sequence(s), "
+                       f"batch efficiency {e.concurrency.batch_efficiency:g} ({e.concurrency.source}).")
+    if c.tp > 1:
+        reasons.append(f"{c.tp} GPUs per instance by {e.multi_gpu.mode} (per-stream scaling {e.multi_gpu.scaling:g}: {e.multi_gpu.source}).")
+    reasons.append(f"engine {e.id}: status {e.status}, API parity {e.api_parity}, cold start "
+                   + (f"{e.cold_start_s.value:g} s ({e.cold_start_s.source})" if e.cold_start_s else "not published") + ".")
+    # compare with the best alternative of a different layout / engine, with numbers
+    if idx == 0 and len(ranked) > 1:
+        alt = next((r for r in ranked[1:] if (r.engine.id, r.quant.id) != (e.id, q.id)), ranked[1])
+        keys = [k for k in p.prio.rank if not _close(c.metrics.get(k.metric, 0), alt.metrics.get(k.metric, 0), k.tolerance)]
+        if keys:
+            k = keys[0]
+            tied = [t.metric for t in p.prio.rank[:p.prio.rank.index(k)]]
+            reasons.append(f"beats {_label(alt)} on {k.metric}: {_METRIC_TEXT[k.metric](c)} vs {_METRIC_TEXT[k.metric](alt)}"
+                           + (f" (tied on {', '.join(tied)})" if tied else "") + ".")
+        else:
+            reasons.append(f"ties {_label(alt)} on every rank key; engine maturity and memory break the tie.")
+        if p.rig.n_gpus > 1:
+            other = next((r for r in ranked if r.engine.id == e.id and r.quant.id == q.id
+                          and (r.tp, r.instances) != (c.tp, c.instances)), None)
+            if other is None:  # size the same config in its other layout(s) to show the numbers
+                for r in p.pool:
+                    if (r.engine, r.quant, r.kv, r.drafter) == (e, q, kv, c.drafter) and (r.tp, r.instances) != (c.tp, c.instances):
+                        if r.fits or p.size(r):
+                            p.speed(r)
+                            p.metrics(r)
+                            other = r
+                            break
+            if other is None:
+                miss = next((why for key, why in p.layout_misses.items()
+                             if key[:3] == (e.id, q.id, kv.id) and key[3:] != (c.tp, c.instances)), None)
+                if miss:
+                    reasons.append(f"layout: {_label(c)} gives {c.metrics['aggregate_tps']:.0f} t/s aggregate at "
+                                   f"{c.ctx:,} ctx x {c.n_seqs} seq; the other layout {miss}.")
+            if other is not None:
+                reasons.append(
+                    f"layout: {_label(c)} gives {c.metrics['aggregate_tps']:.0f} t/s aggregate, {c.metrics['decode_tps']:.0f} t/s per stream at "
+                    f"{c.ctx:,} ctx x {c.n_seqs} seq; {_label(other)} gives {other.metrics['aggregate_tps']:.0f} t/s aggregate, "
+                    f"{other.metrics['decode_tps']:.0f} t/s per stream at {other.ctx:,} ctx x {other.n_seqs} seq."
+                )
+    trade = []
+    if len(q.engines) == 1:
+        trade.append(f"{q.id} loads only in {q.engines[0]}.")
+    if e.status in ("fork", "retest-pending"):
+        trade.append(f"{e.id} is {e.status}: {e.status_note}.")
+    if e.api_parity != "full":
+        trade.append(f"API parity partial: {e.api_parity_source}.")
+    if f.verdict == "tight":
+        trade.append(f"tight fit: {f.binding}.")
+    if q.quality.tier < 4:
+        trade.append(f"quality below 4-bit class (tier {q.quality.tier}).")
+    return reasons, trade
+
+
+# ---------------------------------------------------------------------------------------
+# public entry point
+# ---------------------------------------------------------------------------------------
+
+
+def plan(model_ref: str, rig: Rig, priority: str | None = None, ctx: int | None = None,
+         engine: str | None = None, *, catalog: Catalog | None = None, limit: int | None = None,
+         arch: ModelArch | None = None, detail: int = 1) -> list[Plan]:
+    """Ranked configs for serving ``model_ref`` on ``rig`` under ``priority`` (default: the
+    catalog's default priority). Raises NotFound with the closest miss when nothing fits.
+
+    ``limit`` caps how many plans come back (None: all that fit); ``detail`` is how many of
+    the top plans get their largest fillable context (fit.max_context) when the priority did
+    not need it for every candidate; the others keep ``max_ctx=None``."""
+    cat = catalog or load_catalog()
+    model = find_model(cat, model_ref)
+    arch = arch or arch_from_catalog(model)
+    prio = find_priority(cat, priority) if priority else cat.default_priority()
+    p = _Planner(cat, model, arch, rig, prio, ctx, engine)
+    pool = p.pool = p.candidates()
+    prefix = []
+    for k in prio.rank:
+        if k.metric not in STATIC_METRICS:
+            break
+        prefix.append(k)
+    if prefix and limit is not None and prio.seqs != "max":
+        # The leading rank keys need no fit (speed at the target context, catalog fields):
+        # group candidates by them, then size whole groups in rank order until ``limit``
+        # can serve; the remaining keys (memory, context) order within those groups.
+        for c in pool:
+            c.ctx = p.target_ctx
+            p.speed(c)
+            p.static_metrics(c)
+        cands = []
+        for group in _groups(pool, prefix):
+            cands.extend(c for c in group if p.size(c))
+            if len(cands) >= limit + 1:
+                break
+    else:
+        cands = [c for c in pool if p.size(c)]
+    if not cands:
+        why = p.rejected[-1] if p.rejected else "no engine in the catalog can load it"
+        raise NotFound(f"no configuration of {model.name} fits {rig.label or 'this rig'} for priority "
+                       f"{prio.id}; closest miss: {why}.")
+    for c in cands:
+        p.speed(c)
+        p.metrics(c)
+    ranked = p.rank(cands)
+    shown = ranked if limit is None else ranked[:limit]
+    # fill in fillable context for shown plans when the priority did not need it
+    for c in shown[:max(0, detail)]:
+        if c.max_ctx is None:
+            p._max_ctx(c)
+            c.metrics["max_ctx"] = float(c.max_ctx or c.ctx)
+    out = []
+    for i, c in enumerate(shown):
+        reasons, trade = _reasons(p, c, ranked, i)
+        f = c.fits[0]
+        busiest = max(f.per_gpu, key=lambda g: g.used_bytes)
+        out.append(Plan(
+            rank=i + 1, priority=prio.id, model=model.id, engine=c.engine.id, quant=c.quant.id,
+            quant_format=c.quant.format, kv_dtype=c.kv.id, ctx=c.ctx, max_ctx=c.max_ctx, n_seqs=c.n_seqs,
+            spec=c.drafter.id if c.drafter else None, spec_tokens=c.drafter.spec_tokens if c.drafter else 0,
+            tp=c.tp, instances=c.instances, multi_gpu_mode=c.engine.multi_gpu.mode,
+            per_gpu_bytes=tuple(g.used_bytes for ff in c.fits for g in ff.per_gpu),
+            capacity_bytes=tuple(g.capacity_bytes for ff in c.fits for g in ff.per_gpu),
+            breakdown=tuple((x.name, x.bytes, x.note) for x in busiest.components),
+            verdict=max((ff.verdict for ff in c.fits), key=["fits", "tight", "does_not_fit"].index),
+            binding=f.binding, decode=c.decode, aggregate_tps=c.aggregate, metrics=dict(c.metrics),
+            reasons=tuple(reasons), tradeoffs=tuple(trade), fit=f,
+        ))
+    return out
+
+
+def fit_one(model_ref: str, rig: Rig, engine: str, quant: str, kv_dtype: str, ctx: int,
+            n_seqs: int = 1, tp: int = 1, *, catalog: Catalog | None = None) -> tuple[Model, Fit]:
+    """One fit from catalog ids (the `engineroom fit` command): the quant's catalog size is the
+    weight bytes."""
+    cat = catalog or load_catalog()
+    model = find_model(cat, model_ref)
+    e = find_engine(cat, engine)
+    q = model.quant(quant)
+    if q is None:
+        raise BadInput(f"{model.name} has no quant '{quant}' in the catalog; known: {', '.join(x.id for x in model.quants)}.")
+    why = _quant_runs_on(q, e, rig) if rig.gpus else (None if e.id in q.engines else f"{q.id} does not load in {e.id}")
+    if why:
+        raise BadInput(f"cannot fit {model.name} {q.id} on {e.id}: {why}.")
+    if e.kv(kv_dtype) is None and kv_dtype not in ("auto",):
+        raise BadInput(f"KV type '{kv_dtype}' is not in {e.id}'s catalog entry; choose one of: {', '.join(k.id for k in e.kv_dtypes)}.")
+    if ctx <= 0 or n_seqs <= 0 or tp <= 0:
+        raise BadInput("--ctx, --seqs and --tp must be positive.")
+    if rig.gpus and tp > rig.n_gpus:
+        raise BadInput(f"--tp {tp} needs {tp} GPUs but the rig {rig.label} has {rig.n_gpus}.")
+    arch = arch_from_catalog(model)
+    req = FitRequest(engine=e.id, ctx=ctx, quant=q.id, weight_bytes=q.weight_bytes, kv_dtype=kv_dtype,
+                     n_seqs=n_seqs, tp=tp, mem_fraction=e.default_mem_fraction)
+    f = fit(arch, req, rig)
+    mc = max_context(arch, req, rig)
+    return model, replace(f, max_ctx=mc)
+
+
+def plans_as_rows(plans: Iterable[Plan]) -> list[dict[str, Any]]:
+    """Flat rows for tables and JSON (the Fit object is summarised, not nested)."""
+    rows = []
+    for p in plans:
+        rows.append({
+            "rank": p.rank, "engine": p.engine, "quant": p.quant, "kv": p.kv_dtype, "ctx": p.ctx,
+            "max_ctx": p.max_ctx, "seqs": p.n_seqs, "spec": p.spec, "layout": p.layout,
+            "per_gpu_gb": [round(b / GB, 2) for b in p.per_gpu_bytes],
+            "decode_tps": [round(p.decode.low, 1), round(p.decode.high, 1)] if p.decode else None,
+            "aggregate_tps": round(p.aggregate_tps, 1) if p.aggregate_tps else None,
+            "verdict": p.verdict, "reasons": list(p.reasons), "tradeoffs": list(p.tradeoffs),
+        })
+    return rows

