@@ -33,7 +33,9 @@ def _no_server_left(pid: int) -> bool:
 def _hanging_engine_stand_in(tmp_path: Path) -> Path:
     """HangingEngineStandIn: accepts any llama-server argv, prints a line, never serves HTTP."""
     script = tmp_path / "hanging-llama-server"
-    script.write_text("#!/bin/sh\necho 'stand-in: loading forever'\nexec sleep 600\n")
+    script.write_text("#!/bin/sh\n"
+                      "if [ \"$1\" = --version ]; then echo 'version: stand-in'; exit 0; fi\n"
+                      "echo 'stand-in: loading forever'\nexec sleep 600\n")
     script.chmod(0o755)
     return script
 

@@ -113,6 +113,8 @@ def run_conditions(info: ServerInfo) -> dict[str, object]:
     state = launch.read_state()
     if state is not None and state.url == info.url:
         cond.update(model=state.model, model_path=state.model_path, argv=state.argv)
+        if state.engine_version:   # the binary's own --version beats a server's "b0-unknown"
+            cond.update(engine_version=state.engine_version, engine_build_info=info.engine_version)
         model_file = Path(state.model_path)
         if model_file.is_file():
             cond["model_size_bytes"] = model_file.stat().st_size

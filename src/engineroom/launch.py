@@ -42,6 +42,7 @@ class ServerState:
     ready_at: float | None = None
     env: dict[str, str] = field(default_factory=dict)
     health_path: str = "/health"
+    engine_version: str = ""
 
     @property
     def url(self) -> str:
@@ -172,7 +173,7 @@ def up(
     state = ServerState(
         pid=proc.pid, port=spec.port, host=spec.host, engine=spec.engine, argv=list(spec.argv),
         model=spec.model, model_path=spec.model_path, log_path=str(log_path), started_at=started,
-        env=dict(spec.env), health_path=spec.health_path,
+        env=dict(spec.env), health_path=spec.health_path, engine_version=spec.engine_version,
     )
     _write_state(state)
     try:

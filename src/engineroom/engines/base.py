@@ -28,6 +28,7 @@ class LaunchSpec:
     model: str = ""                   # the model reference as the user gave it
     model_path: str = ""              # resolved file / dir
     health_path: str = "/health"
+    engine_version: str = ""          # what the binary says of itself (`--version`)
 
     @property
     def url(self) -> str:
