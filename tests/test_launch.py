@@ -26,6 +26,12 @@ from engineroom.engines import llamacpp
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture(autouse=True)
+def own_state_dir(tmp_path_factory, monkeypatch):
+    """These tests manage servers themselves: keep them apart from the session's managed server."""
+    monkeypatch.setenv("ENGINEROOM_STATE_DIR", str(tmp_path_factory.mktemp("launch-state")))
+
+
 def _no_server_left(pid: int) -> bool:
     return not launch.is_alive(pid)
 
