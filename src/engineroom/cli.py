@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from . import __version__
 from .errors import EngineroomError
@@ -117,6 +118,8 @@ def models_list(
             return
         table = Table("name", "source", "size", "description")
         for name, pm in packaged.items():
+            if name != pm.name:
+                continue  # an alias
             table.add_row(name, f"PyPI {pm.package}", _bytes(pm.size), pm.description)
         console.print(table)
         return
@@ -269,7 +272,7 @@ _STATUS_STYLE = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}
 
 def _print_check(result) -> None:
     style = _STATUS_STYLE.get(result.status, "white")
-    console.print(f"[{style}]{result.status:4}[/] {result.name:<20} {result.seconds:6.2f} s  {result.reason}",
+    console.print(f"[{style}]{result.status:4}[/] {result.name:<20} {result.seconds:6.2f} s  {escape(result.reason)}",
                   highlight=False)
 
 
@@ -420,7 +423,7 @@ def _gb1(n: int | float | None) -> str:
 
 def _print_rig_notes(rig) -> None:
     for note in getattr(rig, "notes", ()):
-        err_console.print(f"[yellow]note:[/] {note}")
+        err_console.print(f"[yellow]note:[/] {escape(note)}")
 
 
 @app.command()
@@ -496,7 +499,7 @@ def fit_cmd(
     for c in f.host:
         console.print(f"host: {c.name} {_gb1(c.bytes)} ({c.note})", markup=False)
     color = {"fits": "green", "tight": "yellow"}.get(f.verdict, "red")
-    console.print(f"verdict: [{color}]{f.verdict}[/] — {f.binding}")
+    console.print(f"verdict: [{color}]{f.verdict}[/] — {escape(f.binding)}")
     console.print(f"max fillable context at {seqs} seq(s): {f.max_ctx:,} tokens (fit.max_context)")
     if f.verdict == "does_not_fit":
         raise typer.Exit(1)
@@ -542,7 +545,7 @@ def main() -> None:
             raise KeyboardInterrupt
         sys.exit(rc if isinstance(rc, int) else 0)
     except EngineroomError as err:
-        err_console.print(f"[bold red]error:[/] {err}")
+        err_console.print(f"[bold red]error:[/] {escape(str(err))}")
         if err.detail:
             err_console.print(err.detail, markup=False)
         sys.exit(err.exit_code)
