@@ -22,7 +22,7 @@ from .catalog import (Catalog, Drafter, Engine, Model, Priority, Quant, arch_fro
 from .catalog.schema import GB, KvDtype, RankKey
 from .errors import BadInput, NotFound
 from .fit import Fit, FitRequest, fit, max_concurrency, max_context
-from .hardware import GpuSpec, Rig
+from .hardware import Rig
 
 SPEED_DEPTH = 4096          # decode speed is quoted at this KV depth (tokens already in context)
 STATUS_ORDER = {"validated": 3, "mainline": 2, "fork": 1, "retest-pending": 0}
