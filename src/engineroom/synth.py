@@ -1,0 +1,454 @@
+"""Random-weight GGUF files of an exact architecture and quant that the real llama-server loads.
+
+Random weights give realistic memory and (for dense models) speed, because neither depends
+on weight values. The file carries every metadata key llama.cpp requires for the arch, the
+tensor names/shapes its loader creates (src/models/<arch>.cpp of llama.cpp build 11434), a
+real tokenizer (SmolLM2's gpt2 BPE vocab, padded to the arch's vocab size), and quantized
+blocks of the right byte size whose fp16 scales are small and finite.
+
+    write_synthetic_gguf(arch, quant, path) -> Path
+    tensor_layout(arch, quant) -> list[TensorSpec]     # what would be written, no I/O
+    arch_with_tensors(arch, quant) -> ModelArch        # arch + tensor_bytes/tensor_types in file order
+    SHAPES: dict[str, ModelArch]                       # small test shapes (benchmarks, tests)
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from .arch import LayerKind, LinearAttnSpec, MLASpec, ModelArch, MoESpec
+from .errors import BadInput
+
+try:
+    import gguf
+    from gguf import GGMLQuantizationType as T
+except ImportError:  # pragma: no cover
+    gguf = None  # type: ignore[assignment]
+    T = None  # type: ignore[assignment]
+
+ALIGN = 32
+def default_tokenizer_source() -> Path | None:
+    """The GGUF whose tokenizer synthetic models copy: $ENGINEROOM_TOKENIZER_GGUF, else the
+    cached SmolLM2 (``engineroom models pull smollm2-135m``), else None (a byte-level vocab)."""
+    explicit = os.environ.get("ENGINEROOM_TOKENIZER_GGUF")
+    if explicit:
+        return Path(explicit)
+    from .models import resolve
+
+    cached = resolve("smollm2-135m").path
+    return cached if cached is not None and cached.is_file() else None
+
+# catalog/quant id -> ggml type used for the big matrices
+_QUANT_ALIASES = {
+    "q4_k_m": "Q4_K", "q4_k_s": "Q4_K", "q5_k_m": "Q5_K", "q5_k_s": "Q5_K", "q3_k_m": "Q3_K",
+    "q3_k_s": "Q3_K", "q3_k_l": "Q3_K", "q2_k": "Q2_K", "q6_k": "Q6_K", "bf16": "BF16", "f16": "F16",
+    "f32": "F32", "fp16": "F16",
+}
+# where the fp16 scale fields sit inside one block: (offset, count)
+_F16_FIELDS = {
+    "Q4_0": [(0, 1)], "Q4_1": [(0, 2)], "Q5_0": [(0, 1)], "Q5_1": [(0, 2)], "Q8_0": [(0, 1)],
+    "IQ4_NL": [(0, 1)], "IQ4_XS": [(0, 1)], "Q4_K": [(0, 2)], "Q5_K": [(0, 2)],
+    "Q6_K": [(208, 1)], "Q3_K": [(108, 1)], "Q2_K": [(80, 2)],
+}
+
+GGUF_ARCH = {
+    "llama": "llama", "qwen3": "qwen3", "qwen3moe": "qwen3moe", "qwen3_moe": "qwen3moe",
+    "gemma3": "gemma3", "gemma3_text": "gemma3", "qwen35": "qwen35", "qwen3_5": "qwen35",
+    "qwen3_5_text": "qwen35", "deepseek2": "deepseek2", "deepseek_v2": "deepseek2", "deepseek_v3": "deepseek2",
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]   # GGUF order: ne0, ne1, ...
+    type: str                # ggml type name ("Q4_0", "F32", ...)
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        blk, size = gguf.GGML_QUANT_SIZES[T[self.type]]
+        return self.n_elements // blk * size
+
+
+def ggml_type_for(quant: str) -> str:
+    q = _QUANT_ALIASES.get(quant.lower(), quant.upper())
+    if gguf is None or q not in T.__members__:
+        raise BadInput(f"Quant {quant!r} cannot be synthesized; use a ggml type such as Q4_0, Q8_0, Q4_K, F16.")
+    if q not in ("F32", "F16", "BF16") and q not in _F16_FIELDS:
+        raise BadInput(f"Quant {quant!r} cannot be synthesized; supported: F32, F16, BF16, {', '.join(_F16_FIELDS)}.")
+    return q
+
+
+def _matrix_type(qt: str, ne0: int) -> str:
+    blk = gguf.GGML_QUANT_SIZES[T[qt]][0]
+    if ne0 % blk == 0:
+        return qt
+    return "Q8_0" if ne0 % 32 == 0 and qt not in ("F32", "F16", "BF16") else "F16"
+
+
+def gguf_arch_name(arch: ModelArch) -> str:
+    a = GGUF_ARCH.get(arch.architecture.lower())
+    if a is None:
+        raise BadInput(f"Cannot synthesize architecture {arch.architecture!r}; supported: {', '.join(sorted(set(GGUF_ARCH.values())))}.")
+    return a
+
+
+def tensor_layout(arch: ModelArch, quant: str) -> list[TensorSpec]:
+    """Tensors llama.cpp creates for ``arch`` in the order we write them."""
+    qt = ggml_type_for(quant)
+    a = gguf_arch_name(arch)
+    E, V = arch.hidden_size, arch.vocab_size
+    H, KV, hd = arch.n_heads, arch.n_kv_heads, arch.head_dim
+    out: list[TensorSpec] = []
+
+    def mat(name: str, ne0: int, ne1: int, *more: int) -> None:
+        out.append(TensorSpec(name, (ne0, ne1, *more), _matrix_type(qt, ne0)))
+
+    def vec(name: str, n: int) -> None:
+        out.append(TensorSpec(name, (n,), "F32"))
+
+    mat("token_embd.weight", E, V)
+    for i, kind in enumerate(arch.layer_kinds):
+        p = f"blk.{i}."
+        vec(p + "attn_norm.weight", E)
+        if a == "qwen35":
+            vec(p + "post_attention_norm.weight", E)
+            if kind == LayerKind.LINEAR:
+                la = arch.linear
+                assert la is not None
+                vd = la.n_value_heads * la.value_head_dim
+                mat(p + "attn_qkv.weight", E, la.conv_dim)
+                mat(p + "attn_gate.weight", E, vd)
+                out.append(TensorSpec(p + "ssm_conv1d.weight", (la.conv_kernel, la.conv_dim), "F32"))
+                vec(p + "ssm_dt.bias", la.n_value_heads)
+                vec(p + "ssm_a", la.n_value_heads)
+                # F32 like the converter writes them (the measured 27B oracle's CUDA buffer
+                # of 13,832.13 MiB only adds up with these two in F32)
+                out.append(TensorSpec(p + "ssm_beta.weight", (E, la.n_value_heads), "F32"))
+                out.append(TensorSpec(p + "ssm_alpha.weight", (E, la.n_value_heads), "F32"))
+                vec(p + "ssm_norm.weight", la.value_head_dim)
+                mat(p + "ssm_out.weight", vd, E)
+            else:
+                mat(p + "attn_q.weight", E, 2 * H * hd)
+                mat(p + "attn_k.weight", E, KV * hd)
+                mat(p + "attn_v.weight", E, KV * hd)
+                mat(p + "attn_output.weight", H * hd, E)
+                vec(p + "attn_q_norm.weight", hd)
+                vec(p + "attn_k_norm.weight", hd)
+        elif a == "deepseek2":
+            m = arch.mla
+            assert m is not None
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            if m.q_lora_rank:
+                vec(p + "attn_q_a_norm.weight", m.q_lora_rank)
+            vec(p + "attn_kv_a_norm.weight", m.kv_lora_rank)
+            if m.q_lora_rank:
+                mat(p + "attn_q_a.weight", E, m.q_lora_rank)
+                mat(p + "attn_q_b.weight", m.q_lora_rank, H * qk)
+            else:
+                mat(p + "attn_q.weight", E, H * qk)
+            mat(p + "attn_kv_a_mqa.weight", E, m.kv_lora_rank + m.qk_rope_head_dim)
+            mat(p + "attn_k_b.weight", m.qk_nope_head_dim, m.kv_lora_rank, H)
+            mat(p + "attn_v_b.weight", m.kv_lora_rank, m.v_head_dim, H)
+            mat(p + "attn_output.weight", H * m.v_head_dim, E)
+        else:
+            mat(p + "attn_q.weight", E, H * hd)
+            mat(p + "attn_k.weight", E, KV * hd)
+            mat(p + "attn_v.weight", E, KV * hd)
+            mat(p + "attn_output.weight", H * hd, E)
+            if a in ("qwen3", "qwen3moe", "gemma3"):
+                vec(p + "attn_q_norm.weight", hd)
+                vec(p + "attn_k_norm.weight", hd)
+            if a == "gemma3":
+                vec(p + "post_attention_norm.weight", E)
+        if a != "qwen35":
+            vec(p + "ffn_norm.weight", E)
+        moe = arch.moe
+        if moe and i >= moe.first_dense_layers:
+            ff = moe.expert_intermediate_size
+            out.append(TensorSpec(p + "ffn_gate_inp.weight", (E, moe.n_experts), "F32"))
+            mat(p + "ffn_gate_exps.weight", E, ff, moe.n_experts)
+            mat(p + "ffn_down_exps.weight", ff, E, moe.n_experts)
+            mat(p + "ffn_up_exps.weight", E, ff, moe.n_experts)
+            if moe.n_shared_experts:
+                sff = (moe.shared_intermediate_size or ff) * moe.n_shared_experts
+                mat(p + "ffn_gate_shexp.weight", E, sff)
+                mat(p + "ffn_down_shexp.weight", sff, E)
+                mat(p + "ffn_up_shexp.weight", E, sff)
+        else:
+            ff = arch.intermediate_size or 4 * E
+            mat(p + "ffn_gate.weight", E, ff)
+            mat(p + "ffn_down.weight", ff, E)
+            mat(p + "ffn_up.weight", E, ff)
+        if a == "gemma3":
+            vec(p + "post_ffw_norm.weight", E)
+    vec("output_norm.weight", E)
+    if not arch.tie_embeddings:
+        mat("output.weight", E, V)
+    return out
+
+
+def arch_with_tensors(arch: ModelArch, quant: str) -> ModelArch:
+    """``arch`` with tensor_bytes / tensor_types filled (file order) as write_synthetic_gguf writes them."""
+    lay = tensor_layout(arch, quant)
+    return replace(arch, tensor_bytes={t.name: t.nbytes for t in lay},
+                   tensor_types={t.name: t.type for t in lay}, file_type=ggml_type_for(quant))
+
+
+# ---------------------------------------------------------------------------------------
+# Tokenizer
+# ---------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=4)
+def _read_tokenizer(source: Path) -> tuple:
+    """Tokens, types, merges, pre, ids, template of a GGUF's tokenizer (cached: ~4 s to parse)."""
+    r = gguf.GGUFReader(str(source))
+
+    def strings(key: str) -> list[str]:
+        f = r.fields[key]
+        return [bytes(f.parts[i]).decode("utf-8", errors="replace") for i in f.data]
+
+    tokens = strings("tokenizer.ggml.tokens")
+    types = [int(r.fields["tokenizer.ggml.token_type"].parts[i][0]) for i in r.fields["tokenizer.ggml.token_type"].data]
+    merges = strings("tokenizer.ggml.merges")
+    pre = bytes(r.fields["tokenizer.ggml.pre"].parts[-1]).decode()
+    ids = {k: int(r.fields[f"tokenizer.ggml.{k}_token_id"].parts[-1][0]) for k in ("bos", "eos", "unknown", "padding")}
+    tmpl_f = r.fields.get("tokenizer.chat_template")
+    tmpl = bytes(tmpl_f.parts[-1]).decode() if tmpl_f else None
+    return tuple(tokens), tuple(types), tuple(merges), pre, ids, tmpl
+
+
+def _tokenizer(vocab_size: int, source: Path | None) -> dict:
+    if source is not None and source.exists():
+        tokens_t, types_t, merges_t, pre, ids, tmpl = _read_tokenizer(Path(source))
+        tokens, types, merges, ids = list(tokens_t), list(types_t), list(merges_t), dict(ids)
+    else:  # a tiny byte-level vocab: 256 byte tokens + specials
+        byte_map = _bytes_to_unicode()
+        tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + [byte_map[b] for b in range(256)]
+        types = [3, 3, 3] + [1] * 256
+        merges, pre, tmpl = [], "default", None
+        ids = {"bos": 1, "eos": 2, "unknown": 0, "padding": 0}
+    if vocab_size < len(tokens):
+        keep = set(tokens[:vocab_size])
+        tokens, types = tokens[:vocab_size], types[:vocab_size]
+        merges = [m for m in merges if "".join(m.split(" ", 1)) in keep and all(p in keep for p in m.split(" ", 1))]
+        ids = {k: (v if v < vocab_size else 0) for k, v in ids.items()}
+    else:
+        extra = vocab_size - len(tokens)
+        tokens = tokens + [f"<|synthetic_pad_{i}|>" for i in range(extra)]
+        types = types + [4] * extra  # USER_DEFINED
+    return {"tokens": tokens, "types": types, "merges": merges, "pre": pre, "ids": ids, "template": tmpl}
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+# ---------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------
+
+def _tensor_data(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
+    """Numpy array in the layout GGUFWriter expects (rows x bytes for quantized types)."""
+    np_shape = tuple(reversed(spec.shape))
+    if spec.type == "F32":
+        if spec.name.endswith("norm.weight"):
+            return np.ones(np_shape, dtype=np.float32)
+        if spec.name.endswith("ssm_a"):
+            return -np.ones(np_shape, dtype=np.float32)
+        return (rng.standard_normal(np_shape, dtype=np.float32) * 0.02).astype(np.float32)
+    if spec.type == "F16":
+        return (rng.standard_normal(np_shape, dtype=np.float32) * 0.02).astype(np.float16)
+    blk, size = gguf.GGML_QUANT_SIZES[T[spec.type]]
+    n_blocks = spec.n_elements // blk
+    # a pool of random blocks tiled over the tensor (fast for big tensors; values do not matter)
+    pool_n = min(n_blocks, 4096)
+    pool = rng.integers(0, 256, size=(pool_n, size), dtype=np.uint8)
+    if spec.type == "BF16":
+        pool = (rng.standard_normal(pool_n, dtype=np.float32) * 0.02).view(np.uint32).__rshift__(16).astype(np.uint16).view(np.uint8).reshape(pool_n, 2)
+    else:
+        scale = np.frombuffer(np.float16(0.002).tobytes(), dtype=np.uint8)
+        for off, cnt in _F16_FIELDS[spec.type]:
+            for j in range(cnt):
+                pool[:, off + 2 * j: off + 2 * j + 2] = scale
+    data = np.resize(pool, (n_blocks, size))
+    row_bytes = spec.shape[0] // blk * size
+    return data.reshape(*np_shape[:-1], row_bytes)
+
+
+def _file_type(qt: str) -> int:
+    ft = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10,
+          "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18, "IQ4_NL": 25, "IQ4_XS": 30, "BF16": 32}
+    return ft.get(qt, 7)
+
+
+def write_synthetic_gguf(arch: ModelArch, quant: str, path: str | os.PathLike, *, seed: int = 0,
+                         tokenizer_gguf: Path | None = None) -> Path:
+    """Write a random-weight GGUF of ``arch`` at ``quant`` to ``path`` and return the path."""
+    if gguf is None:
+        raise BadInput("The gguf package is needed to write GGUF files (pip install gguf).")
+    a = gguf_arch_name(arch)
+    qt = ggml_type_for(quant)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), a)
+    w.add_name(f"synthetic {arch.name}")
+    w.add_type("model")
+    w.add_file_type(_file_type(qt))
+    w.add_quantization_version(2)
+    w.add_context_length(arch.max_position or 131072)
+    w.add_embedding_length(arch.hidden_size)
+    w.add_block_count(arch.n_layers)
+    w.add_head_count(arch.n_heads)
+    if a != "deepseek2":
+        w.add_head_count_kv(arch.n_kv_heads)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1e6)
+    w.add_vocab_size(arch.vocab_size)
+    if arch.intermediate_size:
+        w.add_feed_forward_length(arch.intermediate_size)
+    if a != "deepseek2":
+        w.add_key_length(arch.head_dim)
+        w.add_value_length(arch.head_dim)
+        w.add_rope_dimension_count(arch.rope_dim or arch.head_dim)
+    if arch.moe:
+        w.add_expert_count(arch.moe.n_experts)
+        w.add_expert_used_count(arch.moe.n_experts_active)
+        w.add_expert_feed_forward_length(arch.moe.expert_intermediate_size)
+        if a == "qwen3moe" and not arch.intermediate_size:
+            w.add_feed_forward_length(arch.moe.expert_intermediate_size * arch.moe.n_experts_active)
+    if a == "gemma3":
+        w.add_sliding_window(arch.sliding_window or 512)
+        pattern = [k == LayerKind.SLIDING for k in arch.layer_kinds]
+        w.add_array(f"{a}.attention.sliding_window_pattern", pattern)
+    if a == "qwen35":
+        la = arch.linear
+        assert la is not None
+        w.add_ssm_conv_kernel(la.conv_kernel)
+        w.add_ssm_state_size(la.key_head_dim)
+        w.add_ssm_group_count(la.n_key_heads)
+        w.add_ssm_time_step_rank(la.n_value_heads)
+        w.add_ssm_inner_size(la.n_value_heads * la.value_head_dim)
+        kinds = arch.layer_kinds
+        interval = next((i + 1 for i, k in enumerate(kinds) if k == LayerKind.FULL), 4)
+        w.add_full_attention_interval(interval)
+        rd = arch.rope_dim or arch.head_dim // 4
+        half = rd // 2
+        w.add_rope_dimension_sections([half - 2 * (half // 3), half // 3, half // 3, 0])
+    if a == "deepseek2":
+        m = arch.mla
+        assert m is not None and arch.moe is not None
+        if m.q_lora_rank:
+            w.add_q_lora_rank(m.q_lora_rank)
+        w.add_kv_lora_rank(m.kv_lora_rank)
+        # MLA as llama.cpp sees it after the split of wkv_b: 1 KV head of kv_lora_rank + rope
+        w.add_head_count_kv(1)
+        w.add_key_length(m.kv_lora_rank + m.qk_rope_head_dim)
+        w.add_value_length(m.kv_lora_rank)
+        w.add_key_length_mla(m.qk_nope_head_dim + m.qk_rope_head_dim)
+        w.add_value_length_mla(m.v_head_dim)
+        w.add_rope_dimension_count(m.qk_rope_head_dim)
+        w.add_leading_dense_block_count(arch.moe.first_dense_layers)
+        w.add_expert_shared_count(arch.moe.n_shared_experts)
+        w.add_expert_weights_scale(1.0)
+        w.add_expert_weights_norm(True)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    tok = _tokenizer(arch.vocab_size, tokenizer_gguf or default_tokenizer_source())
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(tok["pre"])
+    w.add_token_list(tok["tokens"])
+    w.add_token_types(tok["types"])
+    if tok["merges"]:
+        w.add_token_merges(tok["merges"])
+    w.add_bos_token_id(tok["ids"]["bos"])
+    w.add_eos_token_id(tok["ids"]["eos"])
+    w.add_unk_token_id(tok["ids"]["unknown"])
+    w.add_pad_token_id(tok["ids"]["padding"])
+    w.add_add_bos_token(False)
+    if tok["template"]:
+        w.add_chat_template(tok["template"])
+    for spec in tensor_layout(arch, quant):
+        data = _tensor_data(spec, rng)
+        w.add_tensor(spec.name, data, raw_dtype=T[spec.type] if spec.type not in ("F32", "F16") else None)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+# ---------------------------------------------------------------------------------------
+# Shapes
+# ---------------------------------------------------------------------------------------
+
+def qwen36_27b(n_layers: int = 64, vocab_size: int = 248_320) -> ModelArch:
+    """The Qwen3.6-27B text layout (qwen35: [linear x3, full] repeated), optionally shallower."""
+    kinds = tuple(LayerKind.FULL if (i + 1) % 4 == 0 else LayerKind.LINEAR for i in range(n_layers))
+    return ModelArch(
+        name=f"Qwen3.6-27B-layout-{n_layers}L", source="catalog", architecture="qwen35",
+        n_layers=n_layers, hidden_size=5120, vocab_size=vocab_size, n_heads=24, n_kv_heads=4,
+        head_dim=256, layer_kinds=kinds, intermediate_size=17408, max_position=262_144, rope_dim=64,
+        mtp_layers=0, linear=LinearAttnSpec(n_key_heads=16, n_value_heads=48, key_head_dim=128,
+                                            value_head_dim=128, conv_kernel=4),
+    )
+
+
+def _dense(name: str, arch: str, L: int, E: int, H: int, KV: int, hd: int, ff: int, V: int = 49152) -> ModelArch:
+    return ModelArch(name=name, source="catalog", architecture=arch, n_layers=L, hidden_size=E, vocab_size=V,
+                     n_heads=H, n_kv_heads=KV, head_dim=hd, layer_kinds=(LayerKind.FULL,) * L,
+                     intermediate_size=ff, max_position=131072)
+
+
+def _shapes() -> dict[str, ModelArch]:
+    s: dict[str, ModelArch] = {}
+    s["dense-s"] = _dense("dense-s", "qwen3", 8, 512, 8, 2, 64, 1536)
+    s["dense-m"] = _dense("dense-m", "qwen3", 12, 1024, 16, 4, 64, 2816)
+    s["dense-mha"] = _dense("dense-mha", "qwen3", 6, 768, 12, 12, 64, 2048)
+    s["moe-s"] = replace(_dense("moe-s", "qwen3moe", 6, 512, 8, 2, 64, 0), intermediate_size=None,
+                         moe=MoESpec(n_experts=16, n_experts_active=4, expert_intermediate_size=256))
+    s["moe-m"] = replace(_dense("moe-m", "qwen3moe", 8, 768, 12, 4, 64, 0), intermediate_size=None,
+                         moe=MoESpec(n_experts=32, n_experts_active=8, expert_intermediate_size=384))
+    kinds = tuple(LayerKind.FULL if (i + 1) % 6 == 0 else LayerKind.SLIDING for i in range(12))
+    s["swa-s"] = replace(_dense("swa-s", "gemma3", 12, 640, 4, 1, 256, 2048, V=65536),
+                         layer_kinds=kinds, sliding_window=512)
+    hy = qwen36_27b(8, vocab_size=49152)
+    s["hybrid-s"] = replace(hy, name="hybrid-s", hidden_size=1024, n_heads=8, n_kv_heads=2, head_dim=128,
+                            intermediate_size=2816, rope_dim=32,
+                            linear=LinearAttnSpec(n_key_heads=8, n_value_heads=16, key_head_dim=64,
+                                                  value_head_dim=64, conv_kernel=4))
+    s["hybrid-m"] = replace(qwen36_27b(12, vocab_size=65536), name="hybrid-m", hidden_size=1536, n_heads=12,
+                            n_kv_heads=2, head_dim=128, intermediate_size=4096, rope_dim=32,
+                            linear=LinearAttnSpec(n_key_heads=8, n_value_heads=24, key_head_dim=64,
+                                                  value_head_dim=64, conv_kernel=4))
+    s["mla-s"] = ModelArch(name="mla-s", source="catalog", architecture="deepseek2", n_layers=4, hidden_size=512,
+                           vocab_size=49152, n_heads=8, n_kv_heads=8, head_dim=96,
+                           layer_kinds=(LayerKind.MLA,) * 4, intermediate_size=1024, max_position=131072,
+                           mla=MLASpec(kv_lora_rank=256, qk_rope_head_dim=32, qk_nope_head_dim=64,
+                                       v_head_dim=64, q_lora_rank=384),
+                           moe=MoESpec(n_experts=16, n_experts_active=4, expert_intermediate_size=256,
+                                       n_shared_experts=1, first_dense_layers=1))
+    return s
+
+
+SHAPES: dict[str, ModelArch] = _shapes()

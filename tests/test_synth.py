@@ -1,0 +1,124 @@
+"""Synthetic GGUFs: written with gguf.GGUFWriter, read back with gguf.GGUFReader (no server)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+gguf = pytest.importorskip("gguf")
+
+from engineroom.arch import LayerKind  # noqa: E402
+from engineroom.errors import BadInput  # noqa: E402
+from engineroom.synth import (  # noqa: E402
+    SHAPES,
+    arch_with_tensors,
+    gguf_arch_name,
+    qwen36_27b,
+    tensor_layout,
+    write_synthetic_gguf,
+)
+
+SMALL = ["dense-s", "moe-s", "swa-s", "hybrid-s", "mla-s"]
+
+
+def _field(r, key):
+    f = r.fields[key]
+    v = f.parts[f.data[0]]
+    return bytes(v).decode() if f.types[0] == gguf.GGUFValueType.STRING else v[0]
+
+
+@pytest.mark.parametrize("name", SMALL)
+@pytest.mark.parametrize("quant", ["Q4_0", "Q8_0"])
+def test_written_gguf_reads_back(tmp_path: Path, name: str, quant: str):
+    # a 1,024-token vocab keeps GGUFReader fast (it parses token arrays item by item);
+    # test_full_vocab_tokenizer covers the real 49,152-token SmolLM2 vocab
+    arch = replace(SHAPES[name], vocab_size=1024)
+    p = write_synthetic_gguf(arch, quant, tmp_path / f"{name}.gguf")
+    r = gguf.GGUFReader(str(p))
+    a = gguf_arch_name(arch)
+    assert _field(r, "general.architecture") == a
+    assert _field(r, f"{a}.block_count") == arch.n_layers
+    assert _field(r, f"{a}.embedding_length") == arch.hidden_size
+    assert len(r.fields["tokenizer.ggml.tokens"].data) == arch.vocab_size
+    expect = arch_with_tensors(arch, quant)
+    assert len(r.tensors) == len(expect.tensor_bytes)
+    got = {t.name: int(t.n_bytes) for t in r.tensors}
+    assert got == expect.tensor_bytes
+    types = {t.name: t.tensor_type.name for t in r.tensors}
+    assert types == expect.tensor_types
+    # file order is what fit's CPU_Mapped range assumes
+    assert [t.name for t in r.tensors] == list(expect.tensor_bytes)
+
+
+def test_quant_blocks_have_finite_scales(tmp_path: Path):
+    import numpy as np
+
+    p = write_synthetic_gguf(replace(SHAPES["dense-s"], vocab_size=1024), "Q4_0", tmp_path / "d.gguf")
+    r = gguf.GGUFReader(str(p))
+    t = next(t for t in r.tensors if t.name == "blk.0.ffn_up.weight")
+    deq = gguf.quants.dequantize(t.data, t.tensor_type)
+    assert np.isfinite(deq).all() and np.abs(deq).max() < 1.0
+
+
+def test_qwen35_layout_matches_spec():
+    a = qwen36_27b()
+    assert a.count(LayerKind.LINEAR) == 48 and a.count(LayerKind.FULL) == 16
+    lay = {t.name: t for t in tensor_layout(a, "Q4_0")}
+    assert lay["blk.0.attn_qkv.weight"].shape == (5120, 10240)
+    assert lay["blk.0.attn_gate.weight"].shape == (5120, 6144)
+    assert lay["blk.0.ssm_conv1d.weight"].shape == (4, 10240)
+    assert lay["blk.3.attn_q.weight"].shape == (5120, 2 * 24 * 256)
+    assert lay["blk.3.attn_k.weight"].shape == (5120, 4 * 256)
+    assert "blk.3.attn_qkv.weight" not in lay
+    assert lay["token_embd.weight"].nbytes / 2**20 == pytest.approx(682.03, abs=0.005)
+
+
+def test_full_vocab_tokenizer(tmp_path: Path, smollm2: Path):
+    arch = replace(SHAPES["dense-s"], vocab_size=49_160)  # 8 padding tokens past SmolLM2's 49,152
+    r = gguf.GGUFReader(str(write_synthetic_gguf(arch, "Q4_0", tmp_path / "v.gguf", tokenizer_gguf=smollm2)))
+    assert _field(r, "tokenizer.ggml.model") == "gpt2"
+    assert len(r.fields["tokenizer.ggml.tokens"].data) == 49_160
+    assert len(r.fields["tokenizer.ggml.merges"].data) > 40_000
+
+
+def test_metadata_for_hybrid_and_swa(tmp_path: Path):
+    p = write_synthetic_gguf(replace(SHAPES["hybrid-s"], vocab_size=1024), "Q4_0", tmp_path / "h.gguf")
+    r = gguf.GGUFReader(str(p))
+    la = SHAPES["hybrid-s"].linear
+    assert _field(r, "qwen35.ssm.time_step_rank") == la.n_value_heads
+    assert _field(r, "qwen35.ssm.group_count") == la.n_key_heads
+    assert _field(r, "qwen35.full_attention_interval") == 4
+    p = write_synthetic_gguf(replace(SHAPES["swa-s"], vocab_size=1024), "Q8_0", tmp_path / "s.gguf")
+    r = gguf.GGUFReader(str(p))
+    assert _field(r, "gemma3.attention.sliding_window") == 512
+
+
+def test_unsupported_inputs():
+    with pytest.raises(BadInput):
+        tensor_layout(SHAPES["dense-s"], "Q9_Z")
+    with pytest.raises(BadInput):
+        tensor_layout(replace(SHAPES["dense-s"], architecture="rwkv7"), "Q4_0")
+
+
+def test_roundtrip_through_arch_from_gguf(tmp_path: Path):
+    """synth -> GGUF -> arch.arch_from_gguf gives the same layer kinds, tensor bytes (in file
+    order, which fit's CPU_Mapped range needs) and therefore the same fit."""
+    arch_mod = pytest.importorskip("engineroom.arch")
+    if not hasattr(arch_mod, "arch_from_gguf"):
+        pytest.skip("arch_from_gguf not available")
+    from engineroom.fit import FitRequest, fit
+    from engineroom.hardware import Rig
+
+    rig = Rig(gpus=(), cpu_ram_bytes=24 * 1024**3)
+    req = FitRequest(engine="llama.cpp", ctx=16_384, kv_dtype="q8_0")
+    for name in ("hybrid-s", "mla-s", "swa-s"):
+        a = replace(SHAPES[name], vocab_size=1024)
+        back = arch_mod.arch_from_gguf(write_synthetic_gguf(a, "Q4_0", tmp_path / f"{name}.gguf"))
+        expect = arch_with_tensors(a, "Q4_0")
+        assert back.layer_kinds == a.layer_kinds
+        assert list(back.tensor_bytes.items()) == list(expect.tensor_bytes.items())
+        f1, f2 = fit(back, req, rig), fit(expect, req, rig)
+        assert [(c.name, c.bytes) for c in f1.per_gpu[0].components] == \
+               [(c.name, c.bytes) for c in f2.per_gpu[0].components]
