@@ -210,3 +210,19 @@ def test_cli_fit_and_hardware():
     assert r.returncode != 0 and "Traceback" not in r.stderr
     h = _cli("hardware", "--json")
     assert h.returncode == 0 and "cpu_cores" in json.loads(h.stdout)
+
+
+def test_plan_cli_without_priority_prints_how_to_choose():
+    """`engineroom plan MODEL --rig R` is the seed's "how to choose" table, computed."""
+    from conftest import run_cli
+
+    proc = run_cli("plan", "qwen3.6-27b", "--rig", "1x3090", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["priority"]: r for r in json.loads(proc.stdout)["how_to_choose"]}
+    from engineroom.catalog import load_catalog
+
+    assert set(rows) == {p.id for p in load_catalog().priorities}
+    full = rows["full-features"]["pick"]
+    assert (full["engine"], full["quant"], full["spec"]) == ("vllm", "autoround-int4", "mtp")
+    assert rows["max-context"]["pick"]["ctx"] == 262_144
+    assert rows["leanest-vram"]["pick"]["engine"] == "ik_llama.cpp"

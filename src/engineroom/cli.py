@@ -436,11 +436,17 @@ def plan(
     top: int = typer.Option(5, "--top", "-n", help="How many ranked configs to show."),
     json_out: bool = JsonOpt,
 ) -> None:
-    """Ranked engine/quant/KV/context configs for MODEL on a rig, with one-line reasons."""
+    """Ranked engine/quant/KV/context configs for MODEL on a rig, with one-line reasons.
+
+    Without --priority: the top pick for every priority (a computed "how to choose" table).
+    """
     from .hardware import resolve_rig
-    from .plan import plan as make_plan, plans_as_rows
+    from .plan import how_to_choose, plan as make_plan, plans_as_rows
 
     the_rig = resolve_rig(rig)
+    if priority is None:
+        _print_how_to_choose(model, the_rig, how_to_choose(model, the_rig, ctx=ctx, engine=engine), json_out)
+        return
     plans = make_plan(model, the_rig, priority, ctx=ctx, engine=engine, limit=max(1, top), detail=3)
     if json_out:
         print_json({"model": model, "rig": the_rig.label, "rig_notes": list(the_rig.notes),
@@ -463,6 +469,34 @@ def plan(
             console.print(f"  - {line}", markup=False)
         for line in p.tradeoffs:
             console.print(f"  ! {line}", markup=False)
+
+
+def _print_how_to_choose(model: str, the_rig, rows, json_out: bool) -> None:
+    from .plan import plans_as_rows
+
+    if json_out:
+        print_json({"model": model, "rig": the_rig.label, "rig_notes": list(the_rig.notes),
+                    "how_to_choose": [{"priority": r.priority, "label": r.label,
+                                       "pick": plans_as_rows([r.plan])[0] if r.plan else None,
+                                       "why_none": r.why_none} for r in rows]})
+        return
+    from rich.table import Table
+
+    _print_rig_notes(the_rig)
+    table = Table("your priority", "pick", "ctx x seqs", "GB / device", "decode t/s", "why",
+                  title=f"How to choose: {model} on {the_rig.label}", show_lines=True)
+    for r in rows:
+        p = r.plan
+        if p is None:
+            table.add_row(r.label, "[red]nothing fits[/]", "", "", "", escape(r.why_none))
+            continue
+        pick = f"{p.engine} {p.quant} + KV {p.kv_dtype}" + (f" + {p.spec}" if p.spec else "") + f" ({p.layout})"
+        table.add_row(r.label, escape(pick), f"{p.ctx:,} x {p.n_seqs}",
+                      " / ".join(f"{b / 1e9:.1f}" for b in p.per_gpu_bytes),
+                      f"{p.decode.low:.0f}-{p.decode.high:.0f}" if p.decode else "?",
+                      escape(p.reasons[0] if p.reasons else ""))
+    console.print(table)
+    console.print("Ranked alternatives and every reason: engineroom plan MODEL --priority ID", markup=False)
 
 
 @app.command("fit")

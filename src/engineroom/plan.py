@@ -713,6 +713,32 @@ def plan(model_ref: str, rig: Rig, priority: str | None = None, ctx: int | None 
     return out
 
 
+@dataclass(frozen=True)
+class Choice:
+    """One row of a "how to choose" table: a priority and its top plan (or why none fits)."""
+
+    priority: str
+    label: str
+    plan: Plan | None
+    why_none: str = ""
+
+
+def how_to_choose(model_ref: str, rig: Rig, ctx: int | None = None, engine: str | None = None,
+                  *, catalog: Catalog | None = None) -> list[Choice]:
+    """The top pick for every priority in the catalog: the seed's "how to choose" table, computed."""
+    cat = catalog or load_catalog()
+    rows: list[Choice] = []
+    for prio in cat.priorities:
+        try:
+            top = plan(model_ref, rig, prio.id, ctx=ctx, engine=engine, catalog=cat, limit=1, detail=1)
+            rows.append(Choice(prio.id, prio.label, top[0]))
+        except NotFound as err:
+            if "no configuration of" not in str(err):
+                raise          # an unknown model is the user's error, not a row
+            rows.append(Choice(prio.id, prio.label, None, str(err)))
+    return rows
+
+
 def fit_one(model_ref: str, rig: Rig, engine: str, quant: str, kv_dtype: str, ctx: int,
             n_seqs: int = 1, tp: int = 1, *, catalog: Catalog | None = None) -> tuple[Model, Fit]:
     """One fit from catalog ids (the `engineroom fit` command): the quant's catalog size is the
