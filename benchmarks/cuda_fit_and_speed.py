@@ -6,7 +6,7 @@ GDN 16k/48v heads x 128, attention 24/4 x 256) at reduced depths (8, 16 layers) 
 (64), all matrices Q4_0, random weights (engineroom.synth). For each file x ctx x KV type the CUDA
 llama-server is started (`-ngl 99 --fit off -lv 4 -c CTX -ctk T -ctv T -np 1`), the buffers it
 logs are parsed and compared per component with
-`fit(arch, FitRequest(engine="llama.cpp", ctx, kv_dtype), parse_rig("1xH200"))`; the GPU memory
+`fit(arch, FitRequest(engine="llama.cpp", ctx, kv_dtype), H200)`; the GPU memory
 nvidia-smi reports while the server is up is compared with fit()'s per-GPU total (which adds a
 300 MiB CUDA-runtime estimate). llama-bench (`-ngl 99 -fa 1 -p 512 -n 128 -d 0,8192`) gives
 prefill/decode t/s, compared with plan.py's decode band: catalog bandwidth / bytes read per
@@ -36,11 +36,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from engineroom.fit import FitRequest, fit  # noqa: E402
-from engineroom.hardware import parse_rig  # noqa: E402
-from engineroom.synth import arch_with_tensors, qwen36_27b, write_synthetic_gguf  # noqa: E402
+from engineroom.fit import FitRequest, fit
+from engineroom.hardware import GpuSpec, Rig
+from engineroom.synth import arch_with_tensors, qwen36_27b, write_synthetic_gguf
 
 MiB = 1024 * 1024
+# 1x H200 as the catalog gives it (hardware/nvidia.yaml: 141 GB, 4800 GB/s), built here so
+# the device needs no pydantic (the catalog loader's dependency)
+H200 = Rig(gpus=(GpuSpec("H200", 141 * 10**9, 4800.0, "9.0", hw_class="h200"),), label="1xH200")
 GB = 1_000_000_000
 QUANT = "Q4_0"
 LAYERS = (8, 16, 64)
@@ -70,7 +73,7 @@ def arch_for(layers: int):
 
 
 def predict(layers: int, ctx: int, kv: str) -> dict[str, float]:
-    f = fit(arch_for(layers), FitRequest(engine="llama.cpp", ctx=ctx, kv_dtype=kv), parse_rig("1xH200"))
+    f = fit(arch_for(layers), FitRequest(engine="llama.cpp", ctx=ctx, kv_dtype=kv), H200)
     p = {k: round(f.component(k) / MiB, 2) for k in COMPONENTS}
     p["cuda_runtime"] = round(f.component("cuda_runtime") / MiB, 2)
     p["gpu_total"] = round(f.per_gpu[0].used_bytes / MiB, 2)   # what fit() says GPU0 holds
@@ -109,7 +112,7 @@ def gen(workdir: Path, layers: tuple[int, ...], state: dict) -> None:
 
 def gpu_used_mib() -> float:
     out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True).stdout.split()
+                         capture_output=True, text=True, check=False).stdout.split()
     return float(out[0]) if out else float("nan")
 
 
@@ -175,7 +178,7 @@ def bench(bindir: Path, g: Path, depths: str, reps: int, logdir: Path) -> list[d
     cmd = [str(bindir / "llama-bench"), "-m", str(g), "-ngl", "99", "-fa", "1", "-p", "512", "-n", "128",
            "-d", depths, "-r", str(reps), "-o", "json"]
     t = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
     (logdir / f"{g.stem}-bench.log").write_text(r.stderr + "\n---\n" + r.stdout)
     rows = json.loads(r.stdout) if r.returncode == 0 else []
     out = []
@@ -206,7 +209,7 @@ def copy_bandwidth() -> float | None:
         del a, b
         torch.cuda.empty_cache()
         return round(bw, 1)
-    except Exception as ex:  # pragma: no cover
+    except Exception as ex:  # noqa: BLE001 - any failure only drops the optional number
         print("copy bandwidth failed:", ex)
         return None
 
@@ -222,7 +225,7 @@ def speed_band(layers: int, depth: int, kv: str = "f16", bandwidth_gbs: float | 
     cat = load_catalog()
     eng = find_engine(cat, "llama.cpp")
     eff = eng.decode_efficiency
-    bw = bandwidth_gbs or parse_rig("1xH200").gpus[0].bandwidth_gbs
+    bw = bandwidth_gbs or H200.gpus[0].bandwidth_gbs
     a = arch_for(layers)
     w = sum(b for n, b in a.tensor_bytes.items() if not n.startswith("token_embd"))
     n_full = sum(1 for k in a.layer_kinds if k.value == "full")
@@ -271,15 +274,15 @@ def worst_errors(res: dict) -> list[tuple[float, str]]:
         for c in COMPONENTS:
             e = err(p[c], r["meas"][c])
             if e is not None:
-                out.append((abs(e), f"{c} {r['layers']}L ctx {r['ctx']} {r['kv']}: pred {p[c]:.2f} meas "
-                            f"{r['meas'][c]:.2f} MiB ({e:+.2f}%, {p[c] - r['meas'][c]:+.2f} MiB)"))
+                out.append((abs(e), (f"{c} {r['layers']}L ctx {r['ctx']} {r['kv']}: pred {p[c]:.2f} meas "
+                            f"{r['meas'][c]:.2f} MiB ({e:+.2f}%, {p[c] - r['meas'][c]:+.2f} MiB)")))
     return sorted(out, reverse=True)
 
 
 def speed_table(res: dict) -> str:
     bw_meas = res.get("copy_bw_gbs")
-    lines = ["| layers | file GB | test | depth | measured t/s | plan band t/s (roofline @4800) | in band? "
-             "| tg / roofline | roofline @ measured copy bw |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| layers | file GB | test | depth | measured t/s | plan band t/s (roofline @4800) | in band? "
+             "| tg / roofline | roofline @ measured copy bw |"), "|---|---|---|---|---|---|---|---|---|"]
     for L, rows in sorted(res.get("bench", {}).items(), key=lambda kv: int(kv[0])):
         for x in rows:
             test = f"pp{x['n_prompt']}" if x["n_prompt"] else f"tg{x['n_gen']}"
@@ -362,10 +365,10 @@ def main() -> None:
         gen(wd, layers, res)
         save()
     if "mem" in phases or "bench" in phases:
-        v = subprocess.run([str(bindir / "llama-server"), "--version"], capture_output=True, text=True)
+        v = subprocess.run([str(bindir / "llama-server"), "--version"], capture_output=True, text=True, check=False)
         res["build"] = (v.stdout + v.stderr).strip().replace("\n", "; ")
         res["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                                            "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+                                            "--format=csv,noheader"], capture_output=True, text=True, check=False).stdout.strip()
         if "copy_bw_gbs" not in res:
             res["copy_bw_gbs"] = copy_bandwidth()
         save()

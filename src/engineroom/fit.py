@@ -387,7 +387,7 @@ _CUDA_FFN = (3.0, 4.0)       # (x ff, x n_embd) dense
 _CUDA_FFN_MOE = (4.0, 4.0)   # (x ff, x n_embd) MoE
 _CUDA_ATTN = (3.0, 2.0)      # (x q, x n_embd) beside the f16 K/V copies
 _CUDA_HOST_EMBD = 4.0
-_CUDA_RUNTIME = 300 * MiB  # CUDA context, cuBLAS workspace: outside llama.cpp's buffers; an estimate
+_CUDA_RUNTIME = 600 * MiB  # CUDA context + cuBLAS workspace beyond llama.cpp's buffers: 597-604 MiB by nvidia-smi in 32 H200 runs (benchmarks/cuda_fit_and_speed.md)
 
 
 def _ffn_width(arch: ModelArch) -> int:
@@ -596,7 +596,7 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig) -> tuple[list[GpuFit]
             share = (r + s) * len(lin) // max(n_rec, 1)
             comps.append(Component("recurrent_state", share, f"{len(lin)} recurrent layers"))
         comps.append(Component("compute", gpu_c, f"CUDA compute buffer, ub {_ubatch(req)}"))
-        comps.append(Component("cuda_runtime", _CUDA_RUNTIME, "CUDA context + cuBLAS workspace (estimate, not measured)"))
+        comps.append(Component("cuda_runtime", _CUDA_RUNTIME, "CUDA context + cuBLAS workspace (measured on an H200: ~600 MiB beyond the buffers)"))
         if gi == 0 and req.draft_bytes:
             comps.append(Component("draft", req.draft_bytes, "draft model"))
         if gi == 0 and req.vision:
