@@ -133,3 +133,14 @@ def test_demo_end_to_end(llama_server_binary, smollm2, er_home):
     assert proc.returncode == 0
     status = run_cli("status", env={"ENGINEROOM_STATE_DIR": str(er_home / "demo-state")})
     assert status.returncode == 1      # demo leaves nothing running
+
+
+def test_run_conditions_carry_the_binary_version(managed_server):
+    """A managed server's runs record the binary's own --version (the sdist build says b0-unknown in /props)."""
+    from engineroom import flows
+    from engineroom.engines import llamacpp
+
+    cond = flows.run_conditions(flows.connect(None))
+    assert cond["engine_version"] == llamacpp.binary_version(llamacpp.find_binary())
+    assert cond["model"] == "smollm2-135m" and cond["argv"][0].endswith("llama-server")
+    assert cond["model_sha256"] == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"

@@ -182,8 +182,16 @@ def render(
     return LaunchSpec(
         engine=ENGINE, argv=tuple(argv), port=port, host=host, env=dict(binary.env),
         log_path=log_path, model=model_ref or str(model_path), model_path=str(model_path),
-        health_path="/health",
+        health_path="/health", engine_version=_version_or_blank(binary),
     )
+
+
+def _version_or_blank(binary: Binary) -> str:
+    """The version for a run's conditions; a binary that cannot run is reported when it starts."""
+    try:
+        return binary_version(binary, timeout=10)
+    except NotFound:
+        return ""
 
 
 def health_state(status_code: int | None) -> str:
