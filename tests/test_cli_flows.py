@@ -53,7 +53,10 @@ def test_bench_stores_records_and_report_recomputes(managed_server):
         n = db.execute("select count(*) from records where run_id = ?", (run_id,)).fetchone()[0]
     assert n == 2 * (1 + 2)              # two workloads x (warm-up + measured), each stored
     card = run_cli("report", str(run_id), check=True).stdout
-    assert "llama.cpp" in card and "smollm2-135m" in card
+    from engineroom.engines import llamacpp
+
+    assert f"llama.cpp {llamacpp.binary_version(llamacpp.find_binary())}" in card
+    assert "smollm2-135m" in card
     assert "ignore_eos" in card          # full-length runs say so
     assert "/root/" not in card and "/home/" not in card
     listed = json.loads(run_cli("runs", "--json", check=True).stdout)

@@ -175,7 +175,7 @@ def bench(info: ServerInfo, store: Store, plan, *, run_id: int | None = None,
     from .bench import bench_conditions, run_bench
     from .client import OpenAIClient
 
-    conditions = {**run_conditions(info), **bench_conditions(info, plan)}
+    conditions = {**bench_conditions(info, plan), **run_conditions(info)}
     own_run = run_id is None
     if own_run:
         run_id = store.start_run("bench", conditions)
@@ -220,7 +220,7 @@ def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, 
                          full_length=True)
         from .bench import bench_conditions
 
-        run_id = store.start_run("demo", {**run_conditions(info), **bench_conditions(info, plan)},
+        run_id = store.start_run("demo", {**bench_conditions(info, plan), **run_conditions(info)},
                                  label=f"engineroom demo: {model}")
         try:
             say("verify")
