@@ -226,3 +226,18 @@ def test_plan_cli_without_priority_prints_how_to_choose():
     assert (full["engine"], full["quant"], full["spec"]) == ("vllm", "autoround-int4", "mtp")
     assert rows["max-context"]["pick"]["ctx"] == 262_144
     assert rows["leanest-vram"]["pick"]["engine"] == "ik_llama.cpp"
+
+
+def test_fit_cli_reports_max_context_and_max_concurrency():
+    from conftest import run_cli
+
+    proc = run_cli("fit", "qwen3.6-27b", "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q4_0",
+                   "--ctx", "32768", "--rig", "1x3090", "--json")
+    assert proc.returncode == 0, proc.stderr
+    f = json.loads(proc.stdout)["fit"]
+    assert f["max_ctx"] == 262_144
+    # eight 32K sequences hold as much KV as one 262K sequence, and the fit says so
+    assert f["max_seqs"] >= 7
+    bigger = run_cli("fit", "qwen3.6-27b", "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q4_0",
+                     "--ctx", "131072", "--rig", "1x3090", "--json")
+    assert json.loads(bigger.stdout)["fit"]["max_seqs"] < f["max_seqs"]

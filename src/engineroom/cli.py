@@ -535,6 +535,8 @@ def fit_cmd(
     color = {"fits": "green", "tight": "yellow"}.get(f.verdict, "red")
     console.print(f"verdict: [{color}]{f.verdict}[/] — {escape(f.binding)}")
     console.print(f"max fillable context at {seqs} seq(s): {f.max_ctx:,} tokens (fit.max_context)")
+    if f.max_seqs is not None:
+        console.print(f"max concurrent sequences at {ctx:,} tokens each: {f.max_seqs} (fit.max_concurrency)")
     if f.verdict == "does_not_fit":
         raise typer.Exit(1)
 

@@ -763,7 +763,8 @@ def fit_one(model_ref: str, rig: Rig, engine: str, quant: str, kv_dtype: str, ct
                      n_seqs=n_seqs, tp=tp, mem_fraction=e.default_mem_fraction)
     f = fit(arch, req, rig)
     mc = max_context(arch, req, rig)
-    return model, replace(f, max_ctx=mc)
+    ms = max_concurrency(arch, req, rig) if f.verdict != "does_not_fit" else 0
+    return model, replace(f, max_ctx=mc, max_seqs=ms)
 
 
 def plans_as_rows(plans: Iterable[Plan]) -> list[dict[str, Any]]:
