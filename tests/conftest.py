@@ -36,9 +36,18 @@ def pytest_configure(config):
     import tempfile
 
     home = Path(tempfile.mkdtemp(prefix="engineroom-test-"))
+    config._engineroom_home = home
     os.environ["ENGINEROOM_HOME"] = str(home)
     for var in ("ENGINEROOM_STATE_DIR", "ENGINEROOM_DATA_DIR"):
         os.environ.pop(var, None)
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    home = getattr(config, "_engineroom_home", None)
+    if home is not None:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

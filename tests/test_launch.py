@@ -171,3 +171,22 @@ def test_classify_failure_patterns():
     assert llamacpp.classify_failure("error: invalid argument: --bogus") == "bad flag"
     assert llamacpp.classify_failure("llama_model_load: error loading model architecture: unknown model architecture: 'foo'") == "unsupported model"
     assert llamacpp.classify_failure("nothing to see") .startswith("unknown")
+
+
+def test_reused_pid_is_never_stopped(tmp_path):
+    """A state file whose pid now belongs to another program: status says stopped, down kills nothing."""
+    stranger = subprocess.Popen(["sleep", "60"])
+    try:
+        launch._write_state(launch.ServerState(
+            pid=stranger.pid, port=1, host="127.0.0.1", engine="llama.cpp", argv=["llama-server"],
+            model="m", model_path="/x", log_path=str(tmp_path / "log"), started_at=0.0,
+            proc_created=psutil.Process(stranger.pid).create_time() - 3600,   # started an hour "earlier"
+        ))
+        down = json.loads(run_cli("down", "--json", check=True).stdout)
+        assert down["stopped"] is False          # nothing of ours was running ...
+        assert stranger.poll() is None           # ... and the stranger lives on
+        assert launch.read_state() is None       # the stale state is gone
+        assert run_cli("status").returncode == 1
+    finally:
+        stranger.kill()
+        stranger.wait()

@@ -6,6 +6,7 @@ non-zero exit code (see ``errors.py``); nothing here branches on an engine's nam
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Optional
@@ -62,15 +63,16 @@ def engines(
     json_out: bool = JsonOpt,
 ) -> None:
     """List the engines found on this machine, with versions."""
-    from .engines import llamacpp
+    from .engines import ADAPTERS
 
     rows = []
-    try:
-        binary = llamacpp.find_binary(engine_bin)
-        rows.append({"engine": llamacpp.ENGINE, "found": True, "path": str(binary.path),
-                     "origin": binary.origin, "version": llamacpp.binary_version(binary)})
-    except EngineroomError as err:
-        rows.append({"engine": llamacpp.ENGINE, "found": False, "error": str(err)})
+    for adapter in ADAPTERS:
+        try:
+            binary = adapter.find_binary(engine_bin)
+            rows.append({"engine": adapter.ENGINE, "found": True, "path": str(binary.path),
+                         "origin": binary.origin, "version": adapter.binary_version(binary)})
+        except EngineroomError as err:
+            rows.append({"engine": adapter.ENGINE, "found": False, "error": str(err)})
     if json_out:
         print_json(rows)
     else:
@@ -99,7 +101,7 @@ def models_pull(ref: str = typer.Argument(..., help="Model reference (see `engin
     if json_out:
         print_json({"ref": ref, "path": str(path), "size": size, "sha256": models.sha256_file(path)})
     else:
-        console.print(f"[green]ok[/] {ref} -> {path} ({_bytes(size)})")
+        console.print(f"[green]ok[/] {escape(ref)} -> {escape(str(path))} ({_bytes(size)})")
 
 
 @models_app.command("list")
@@ -142,7 +144,7 @@ def models_resolve(ref: str, json_out: bool = JsonOpt) -> None:
     if json_out:
         print_json(mref)
     else:
-        console.print(f"{ref}: {mref.kind} -> {mref.path or mref.repo} (local: {mref.is_local})")
+        console.print(f"{ref}: {mref.kind} -> {mref.path or mref.repo} (local: {mref.is_local})", markup=False)
 
 
 def _launch_options(ctx, port, threads, parallel, engine_bin, chat_template_file, tools_template, timeout,
@@ -163,8 +165,8 @@ def _start(fn, model: str, opts: dict, json_out: bool):
         print_json(state)
     else:
         took = (state.ready_at or state.started_at) - state.started_at
-        console.print(f"[green]ready[/] {state.model} at {state.url} (pid {state.pid}, healthy after {took:.1f} s)")
-        console.print(f"log: {state.log_path}")
+        console.print(f"[green]ready[/] {escape(state.model)} at {state.url} (pid {state.pid}, healthy after {took:.1f} s)")
+        console.print(f"log: {state.log_path}", markup=False)
     return state
 
 
@@ -221,7 +223,7 @@ def down(json_out: bool = JsonOpt) -> None:
     elif state is None:
         console.print("no managed server was running.")
     else:
-        console.print(f"stopped {state.model} (pid {state.pid}, port {state.port}).")
+        console.print(f"stopped {state.model} (pid {state.pid}, port {state.port}).", markup=False)
 
 
 @app.command()
@@ -232,14 +234,15 @@ def status(json_out: bool = JsonOpt) -> None:
     st = launch.status()
     if json_out:
         print_json(st)
-        return
-    if not st.running or st.state is None:
+    elif not st.running or st.state is None:
         console.print(f"no managed server running ({st.health}).")
-        raise typer.Exit(1)
-    s = st.state
-    console.print(f"{s.model} on {s.url}: [bold]{st.health}[/] (pid {s.pid}, up {st.uptime_s:.0f} s)")
-    console.print("argv: " + " ".join(s.argv), markup=False)
-    console.print(f"log: {s.log_path}")
+    else:
+        s = st.state
+        console.print(f"{escape(s.model)} on {s.url}: [bold]{st.health}[/] (pid {s.pid}, up {st.uptime_s:.0f} s)")
+        console.print("argv: " + " ".join(s.argv), markup=False)
+        console.print(f"log: {s.log_path}", markup=False)
+    if not st.running:
+        raise typer.Exit(1)   # scripts can test `engineroom status` alone
 
 
 @app.command()
@@ -259,6 +262,12 @@ def logs(
     last = launch.tail(state.log_path, lines)
     if json_out:
         print_json({"log_path": state.log_path, "lines": last})
+        if follow:   # then one JSON object per new line (JSON Lines)
+            import json as _json
+
+            for line in launch.follow(Path(state.log_path)):
+                sys.stdout.write(_json.dumps({"line": line}) + "\n")
+                sys.stdout.flush()
         return
     for line in last:
         console.print(line, markup=False, highlight=False)
@@ -371,7 +380,12 @@ def report(run: int = typer.Argument(..., help="Run id (see `engineroom runs`)."
         records = store.records(run)
     card = render_card(run_row, records)
     if output:
-        output.write_text(card)
+        try:
+            output.write_text(card)
+        except OSError as exc:
+            from .errors import BadInput
+
+            raise BadInput(f"cannot write the card to {output} ({exc.strerror}).") from None
     if json_out:
         print_json({"run": run_row["id"], "card": card})
     elif not output:
@@ -588,6 +602,12 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]: stopped; results measured so far are kept.")
         sys.exit(130)
+    except sqlite3.Error as exc:
+        from . import paths
+
+        err_console.print(f"[bold red]error:[/] the results database {escape(str(paths.db_path()))} failed: "
+                          f"{escape(str(exc))}.")
+        sys.exit(4)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:

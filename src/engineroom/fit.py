@@ -374,7 +374,9 @@ def _ubatch(req: FitRequest) -> int:
 #               (MoE: 4 ff + 4 n_embd, ff = n_active x expert width + shared)
 #   attention : the same masks + f16 copies of one layer's K and V over all cells (only when
 #               the cache is not f16: flash attention converts them) + ub x 4 B x (3 q + 2 n_embd)
-#               (q = n_head x head_dim, x2 for qwen35's gated query)
+#               (q = n_head x head_dim); qwen35 (gated query): from an allocator trace,
+#               ub x 4 B x (4 q + 4 n_embd) + the Hadamard-rotated Q (q) of a quantized cache
+#               when q > n_embd (same as 3 x 2q + 2 n_embd where q = n_embd)
 # CUDA_Host compute: the masks + ub x 4 B x 4 n_embd.
 # Constants FROZEN after calibration on the CUDA calibration set (benchmarks/fit_vs_llamacpp.py
 # --device cuda --set calibration: dense-s, moe-s, swa-s, hybrid-s x ctx 4096/16384/32768 x
@@ -441,11 +443,25 @@ def llama_cuda_compute(arch: ModelArch, req: FitRequest) -> tuple[int, int]:
     attn = 0
     if req.kv_dtype.lower() != "f16" and arch.n_kv_layers:
         kel, vel = kv_elems_per_token_layer(arch, LayerKind.FULL)
-        q = arch.n_heads * arch.head_dim * (2 if arch.architecture.lower() in ("qwen35", "qwen3_5", "qwen3_5_text") else 1)
+        q1 = arch.n_heads * arch.head_dim
         # the f16 copy covers one layer's whole cache tensor (every stream/slot, not just one);
         # only the layer being computed holds its copy, so a SWA layer's smaller copy never adds
         conv = n_kv * req.n_seqs * (kel + vel) * 2
-        attn = masks + conv + ub * 4 * (_CUDA_ATTN[0] * q + _CUDA_ATTN[1] * e)
+        if arch.architecture.lower() in ("qwen35", "qwen3_5", "qwen3_5_text"):
+            # From an allocator trace of the 27B layout (ggml-alloc AT_PRINTF, CUDA, q8_0 vs
+            # LLAMA_ATTN_ROT_DISABLE=1): below the FA node lie 4 n_embd-wide slots (residual,
+            # attn_norm, a freed n_embd hole, the DUP'd input) + the gated Qcur_full (2 q1) +
+            # the normed/roped Q (q1); the FA node adds its f32 output (q1) to the f16 copies.
+            # With a quantized cache llama.cpp also rotates Q (llama-graph.cpp:2959,
+            # llama_mul_mat_hadamard, llama-impl.h:70: a new f32 mul_mat output of q1 floats per
+            # token, allocated while Q is still live). Its only free slot below is the n_embd
+            # hole, so it stacks under the FA node when q1 > n_embd (27B: 6144 > 5120, +ub x 24
+            # KiB) and costs nothing when q1 <= n_embd (hybrid-s/-m: q1 = n_embd). Same values
+            # as the calibrated 3 x (2 q1) + 2 n_embd wherever q1 = n_embd.
+            rot_q = q1 if kv_rotation_bytes(arch, req) and q1 > e else 0
+            attn = masks + conv + ub * 4 * (4 * q1 + 4 * e + rot_q)
+        else:
+            attn = masks + conv + ub * 4 * (_CUDA_ATTN[0] * q1 + _CUDA_ATTN[1] * e)
     host = masks + ub * 4 * _CUDA_HOST_EMBD * e
     rot = kv_rotation_bytes(arch, req)
     return int(max(ffn, attn) + _CPU_CONST + rot), int(host + _CPU_CONST + rot)

@@ -7,14 +7,14 @@ Checks and bench never import the launcher; the flow gives them a ServerInfo.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from pathlib import Path
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from . import engines, launch, models
-from .engines import llamacpp
 from .engines.base import ServerInfo
 from .errors import BadInput
 from .store import Store
@@ -35,11 +35,13 @@ def start(
     tools_template: bool = False,
     extra_args: Sequence[str] = (),
     timeout: float = 300.0,
+    engine: str = engines.DEFAULT_ENGINE,
     say: Callable[[str], None] | None = None,
     on_wait: Callable[[str, float], None] | None = None,
 ) -> launch.ServerState:
     """Pull if needed, render the engine command line and start it; return once healthy."""
-    binary = llamacpp.find_binary(engine_bin)      # the embedded default engine
+    adapter = engines.adapter(engine)
+    binary = adapter.find_binary(engine_bin)
     mref, path = models.local_model(model_ref, say)
     template = chat_template_file
     if tools_template:
@@ -48,7 +50,7 @@ def start(
         if mref.tool_template is None:
             raise BadInput(f"{model_ref} has no tool-capable chat template in engineroom; pass --chat-template-file.")
         template = mref.tool_template
-    spec = llamacpp.render(
+    spec = adapter.render(
         binary, path, port=port or DEFAULT_PORT, host=host, ctx=ctx, threads=threads,
         parallel=parallel, chat_template_file=template, extra_args=extra_args,
         model_ref=mref.name,
@@ -127,6 +129,22 @@ def run_conditions(info: ServerInfo) -> dict[str, object]:
 
 
 # --------------------------------------------------------------------------- verify / bench
+@contextlib.contextmanager
+def _closing_run(store: Store, run_id: int) -> Iterator[None]:
+    """A run that ends by Ctrl-C or an error is closed as INTERRUPTED / ERROR, never left 'running'."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "INTERRUPTED")
+        raise
+    except Exception as exc:
+        try:
+            store.finish_run(run_id, "ERROR", {"error": f"{type(exc).__name__}: {exc}"})
+        except Exception:  # the store itself failed; the original error is the one to report
+            pass
+        raise
+
+
 @dataclass
 class VerifyOutcome:
     run_id: int
@@ -151,11 +169,8 @@ def verify(info: ServerInfo, store: Store, *, run_id: int | None = None,
         if on_result:
             on_result(result)
 
-    try:
-        results = run_smoke(OpenAIClient(info.url), info, on_result=record)
-    except KeyboardInterrupt:
-        store.finish_run(run_id, "INTERRUPTED")
-        raise
+    with _closing_run(store, run_id), OpenAIClient(info.url) as client:
+        results = run_smoke(client, info, on_result=record)
     failed = sum(1 for r in results if r.status == "FAIL")
     if own_run:
         counts = {s: sum(1 for r in results if r.status == s) for s in ("PASS", "FAIL", "SKIP")}
@@ -179,12 +194,9 @@ def bench(info: ServerInfo, store: Store, plan, *, run_id: int | None = None,
     own_run = run_id is None
     if own_run:
         run_id = store.start_run("bench", conditions)
-    try:
-        result = run_bench(OpenAIClient(info.url), info, plan, progress=progress,
+    with _closing_run(store, run_id), OpenAIClient(info.url) as client:
+        result = run_bench(client, info, plan, progress=progress,
                            on_record=lambda rec: store.add_record(run_id, "bench_request", rec))
-    except KeyboardInterrupt:
-        store.finish_run(run_id, "INTERRUPTED")
-        raise
     if own_run:
         store.finish_run(run_id, result.status, result.summary)
     return BenchOutcome(run_id, result.summary)
@@ -222,14 +234,11 @@ def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, 
 
         run_id = store.start_run("demo", {**bench_conditions(info, plan), **run_conditions(info)},
                                  label=f"engineroom demo: {model}")
-        try:
+        with _closing_run(store, run_id):
             say("verify")
             checked = verify(info, store, run_id=run_id, on_result=on_result)
             say("bench")
             benched = bench(info, store, plan, run_id=run_id, progress=progress)
-        except KeyboardInterrupt:
-            store.finish_run(run_id, "INTERRUPTED")
-            raise
         status = "OK" if checked.failed == 0 and benched.summary.get("status") == "OK" else "FAILED"
         store.finish_run(run_id, status, {"verify_failed": checked.failed, "bench": benched.summary})
     finally:

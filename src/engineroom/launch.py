@@ -43,6 +43,7 @@ class ServerState:
     env: dict[str, str] = field(default_factory=dict)
     health_path: str = "/health"
     engine_version: str = ""
+    proc_created: float | None = None   # the process's own start time: a reused pid is not ours
 
     @property
     def url(self) -> str:
@@ -75,12 +76,23 @@ def _clear_state() -> None:
     state_path().unlink(missing_ok=True)
 
 
-def is_alive(pid: int) -> bool:
+def is_alive(pid: int, created: float | None = None) -> bool:
+    """Is ``pid`` running — and, when ``created`` is given, is it still the process we started?
+
+    State files outlive reboots and pids are reused: comparing the process's start time
+    keeps `down` from stopping a stranger that inherited the number.
+    """
     try:
         proc = psutil.Process(pid)
+        if created is not None and abs(proc.create_time() - created) > 1.0:
+            return False
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
+
+
+def _ours(state: ServerState) -> bool:
+    return is_alive(state.pid, state.proc_created)
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -117,13 +129,13 @@ def kill_tree(pid: int, timeout: float = 10.0) -> None:
     for proc in procs:
         try:
             proc.terminate()
-        except psutil.NoSuchProcess:
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
     _gone, alive = psutil.wait_procs(procs, timeout=timeout)
     for proc in alive:
         try:
             proc.kill()
-        except psutil.NoSuchProcess:
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
     psutil.wait_procs(alive, timeout=5)
 
@@ -150,7 +162,7 @@ def up(
     process tree is stopped and the state file removed before the error propagates.
     """
     current = read_state()
-    if current and is_alive(current.pid):
+    if current and _ours(current):
         raise BadInput(
             f"a managed server is already running ({current.model} on port {current.port}, pid "
             f"{current.pid}); use `engineroom switch` or `engineroom down` first."
@@ -170,13 +182,18 @@ def up(
             )
         except OSError as exc:
             raise NotFound(f"cannot start {spec.argv[0]}: {exc.strerror}.") from None
-    state = ServerState(
-        pid=proc.pid, port=spec.port, host=spec.host, engine=spec.engine, argv=list(spec.argv),
-        model=spec.model, model_path=spec.model_path, log_path=str(log_path), started_at=started,
-        env=dict(spec.env), health_path=spec.health_path, engine_version=spec.engine_version,
-    )
-    _write_state(state)
     try:
+        try:
+            created = psutil.Process(proc.pid).create_time()
+        except psutil.Error:
+            created = None
+        state = ServerState(
+            pid=proc.pid, port=spec.port, host=spec.host, engine=spec.engine, argv=list(spec.argv),
+            model=spec.model, model_path=spec.model_path, log_path=str(log_path), started_at=started,
+            env=dict(spec.env), health_path=spec.health_path, engine_version=spec.engine_version,
+            proc_created=created,
+        )
+        _write_state(state)
         while True:
             code = proc.poll()
             if code is not None:
@@ -218,8 +235,10 @@ def down(timeout: float = 10.0) -> ServerState | None:
     state = read_state()
     if state is None:
         return None
-    if is_alive(state.pid):
-        kill_tree(state.pid, timeout=timeout)
+    if not _ours(state):
+        _clear_state()        # stale: the process is gone, or its pid now belongs to another program
+        return None
+    kill_tree(state.pid, timeout=timeout)
     _clear_state()
     return state
 
@@ -236,7 +255,7 @@ def status() -> Status:
     state = read_state()
     if state is None:
         return Status(False, None, "stopped", None)
-    if not is_alive(state.pid):
+    if not _ours(state):
         _clear_state()
         return Status(False, state, "stopped (process gone)", None)
     phase = adapter(state.engine).health_state(probe_health(state.url, state.health_path))
@@ -259,8 +278,14 @@ def follow(path: Path, poll: float = 0.5) -> Iterator[str]:
             if line:
                 yield line.rstrip("\n")
                 continue
+            try:
+                if os.stat(path).st_size < fh.tell():   # `switch` restarted the server: new log
+                    fh.seek(0)
+                    continue
+            except OSError:
+                return
             st = read_state()
-            if st is None or not is_alive(st.pid):
+            if st is None or not _ours(st):
                 return
             time.sleep(poll)
 

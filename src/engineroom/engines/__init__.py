@@ -14,6 +14,7 @@ from .base import Capabilities, LaunchSpec, ServerInfo
 
 ADAPTERS = (llamacpp,)   # probed in order; each returns ServerInfo or None
 BY_NAME = {a.ENGINE: a for a in ADAPTERS}
+DEFAULT_ENGINE = llamacpp.ENGINE   # the embedded default: runs on a fresh machine with no GPU
 
 
 def adapter(engine: str):
@@ -46,4 +47,4 @@ def detect(url: str, timeout: float = 5.0) -> ServerInfo:
     return ServerInfo(url=url, engine="unknown", model_id=model_id)
 
 
-__all__ = ["ADAPTERS", "Capabilities", "LaunchSpec", "ServerInfo", "adapter", "detect"]
+__all__ = ["ADAPTERS", "DEFAULT_ENGINE", "Capabilities", "LaunchSpec", "ServerInfo", "adapter", "detect"]

@@ -239,15 +239,17 @@ def probe(url: str, timeout: float = 5.0) -> ServerInfo | None:
             model_id = ""
             if models_resp.status_code == 200:
                 data = models_resp.json().get("data") or []
-                model_id = data[0].get("id", "") if data else ""
-    except (httpx.HTTPError, ValueError):
-        return None
-    caps = props.get("chat_template_caps") or {}
+                model_id = str(data[0].get("id", "")) if data else ""
+    except (httpx.HTTPError, ValueError, AttributeError, TypeError, KeyError, IndexError):
+        return None   # not a llama.cpp-shaped answer: another adapter (or "unknown") takes it
+    caps = props.get("chat_template_caps")
+    caps = caps if isinstance(caps, dict) else {}
     reasons = {}
     tools = caps.get("supports_tool_calls", caps.get("supports_tools"))
     if tools is not None:
         reasons["tools"] = f"/props chat_template_caps.supports_tool_calls = {str(tools).lower()}"
-    settings = props.get("default_generation_settings") or {}
+    settings = props.get("default_generation_settings")
+    settings = settings if isinstance(settings, dict) else {}
     return ServerInfo(
         url=url,
         engine=ENGINE,
@@ -262,7 +264,7 @@ def probe(url: str, timeout: float = 5.0) -> ServerInfo | None:
             parallel_tool_calls=caps.get("supports_parallel_tool_calls"),
             json_schema=True,       # llama-server turns json_schema into a grammar
             reasoning=None,
-            vision=("vision" in (props.get("modalities") or {}) and bool(props["modalities"]["vision"])) or None,
+            vision=(props.get("modalities") if isinstance(props.get("modalities"), dict) else {}).get("vision"),
             timings=True,
             ignore_eos=True,
             reasons={**reasons,
