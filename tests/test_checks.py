@@ -156,3 +156,19 @@ def test_declared_absent_json_schema_skips_with_its_source():
 
     result = check_json_schema(OpenAIClient(info.url), info, 1)
     assert (result.status, result.reason) == ("SKIP", "server declares no json schema support (from engine catalog)")
+
+
+def test_adapter_detects_what_the_real_server_declares(plain_server, tools_server):
+    """The ServerInfo `verify` really uses comes from engines.detect() on the server itself."""
+    from engineroom.engines import detect
+
+    plain = detect(plain_server)
+    assert plain.engine == "llama.cpp" and plain.model_id == "smollm2-135m"
+    assert plain.capabilities.tools is False
+    assert "supports_tool_calls = false" in plain.capabilities.reasons["tools"]
+    assert plain.n_ctx and plain.total_slots
+    tools = detect(tools_server)
+    assert tools.capabilities.tools is True
+    results = {r.name: r for r in run_smoke(OpenAIClient(plain_server), plain, timeout_scale=SLOW_CPU)}
+    assert results["tool_call"].status == "SKIP"
+    assert "supports_tool_calls = false" in results["tool_call"].reason
