@@ -34,6 +34,7 @@ import httpx
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, LlamaFileType
 
 from .errors import BadInput, EngineroomError, NotFound
+from .values import int_or_none
 
 
 class LayerKind(str, Enum):
@@ -202,15 +203,7 @@ def _read_config(cfg: dict[str, Any] | str | Path) -> tuple[dict[str, Any], str]
     return data, str(path)
 
 
-def _int(value: Any) -> int | None:
-    """An int from a JSON value, or None: bools and non-integral floats are not sizes."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
+_int = int_or_none
 
 
 def _first_int(cfg: dict[str, Any], *keys: str) -> int | None:

@@ -795,14 +795,7 @@ def max_context(arch: ModelArch, req: FitRequest, rig: Rig) -> int:
         return 0
     if ok(hi):
         return hi * step
-    lo = 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo * step
+    return _last_ok(ok, 1, hi) * step
 
 
 def max_concurrency(arch: ModelArch, req: FitRequest, rig: Rig, limit: int = 4096) -> int:
@@ -815,6 +808,11 @@ def max_concurrency(arch: ModelArch, req: FitRequest, rig: Rig, limit: int = 409
         lo, hi = hi, hi * 2
     if hi > limit:
         return lo
+    return _last_ok(ok, lo, hi)
+
+
+def _last_ok(ok, lo: int, hi: int) -> int:
+    """Largest n in [lo, hi) with ok(n), given ok(lo) and not ok(hi) (memory grows with n)."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if ok(mid):

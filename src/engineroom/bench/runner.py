@@ -39,6 +39,7 @@ from engineroom.bench import statistics
 from engineroom.bench.workloads import Workload, default_workloads
 from engineroom.engines.base import ServerInfo
 from engineroom.errors import BadInput
+from engineroom.values import int_or_none as _int
 
 # Decode TPS is reported only when the decode window (wall - TTFT) is at least this
 # fraction of the wall time; below it the division amplifies clock noise into nonsense.
@@ -168,14 +169,6 @@ class BenchRequest:
         return asdict(self)
 
 
-def _int_or_none(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
 
 
 def decode_rate(tokens: int | None, wall_s: float, ttft_s: float | None) -> tuple[float | None, float | None, str | None]:
@@ -204,8 +197,8 @@ def measure_request(result: Any, *, workload: Workload, index: int, warmup: bool
     token_times = list(getattr(result, "token_times", []) or [])
     last = float(token_times[-1] - result.t_request) if token_times else None
     usage = result.usage if isinstance(result.usage, Mapping) else {}
-    tokens = _int_or_none(usage.get("completion_tokens"))
-    prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
+    tokens = _int(usage.get("completion_tokens"))
+    prompt_tokens = _int(usage.get("prompt_tokens"))
     error = result.error
     if error is None and result.status == 200 and tokens is None:
         error = "the stream carried no usage.completion_tokens; token count unknown"

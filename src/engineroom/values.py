@@ -1,0 +1,16 @@
+"""Small readers for values that arrive as JSON (configs, server answers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def int_or_none(value: Any) -> int | None:
+    """An int from a JSON value, or None: bools and non-integral floats are not counts or sizes."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
