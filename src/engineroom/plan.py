@@ -494,18 +494,8 @@ class _Planner:
 
 
 def _rank(cands: list[_Cand], keys: list) -> list[_Cand]:
-    if len(cands) <= 1 or not keys:
-        return cands
-    key, rest = keys[0], keys[1:]
-    sign = -1.0 if key.goal == "max" else 1.0
-    ordered = sorted(cands, key=lambda c: sign * c.metrics[key.metric])
-    out: list[_Cand] = []
-    while ordered:
-        best = ordered[0].metrics[key.metric]
-        group = [c for c in ordered if _close(c.metrics[key.metric], best, key.tolerance)]
-        ordered = [c for c in ordered if not _close(c.metrics[key.metric], best, key.tolerance)]
-        out.extend(_rank(group, rest))
-    return out
+    """Candidates in rank order: the tie groups of ``_groups``, one after another."""
+    return [c for group in _groups(cands, keys) for c in group]
 
 
 def _groups(cands: list[_Cand], keys: list) -> list[list[_Cand]]:
