@@ -33,10 +33,14 @@ from engineroom.store import Store
 
 
 def rec(workload="w", *, decode=None, wall_tps=None, ttft=0.1, tokens=100, max_tokens=100,
-        warmup=False, status=200, error=None, engine_pps=None, index=0):
+        warmup=False, status=200, error=None, engine_pps=None, index=0, inter=None):
+    """A hand-built record; ``inter`` (default: ``decode``) sets the client inter-token
+    rate through last_token_s = ttft + (tokens - 1) / inter."""
+    inter = decode if inter is None else inter
+    last = ttft + (tokens - 1) / inter if (inter and tokens and tokens >= 2) else None
     return {
         "workload": workload, "index": index, "warmup": warmup, "max_tokens": max_tokens,
-        "status": status, "error": error, "ttft_s": ttft, "wall_s": 1.0,
+        "status": status, "error": error, "ttft_s": ttft, "wall_s": 1.0, "last_token_s": last,
         "completion_tokens": tokens, "prompt_tokens": 10, "decode_tps": decode,
         "wall_tps": wall_tps, "ignore_eos": False,
         "engine_timings": None if engine_pps is None else {"predicted_per_second": engine_pps,
@@ -88,13 +92,37 @@ def test_agreement_warns_above_five_percent_and_compares_same_requests():
                rec(decode=1000.0)]                       # no engine timing: not in the comparison
     a = summarize(records)["workloads"]["w"]["agreement"]
     assert a["n"] == 2
-    assert a["client_decode_tps"] == pytest.approx(15.0)
+    assert a["client_inter_token_tps"] == pytest.approx(15.0)
     assert a["engine_decode_tps"] == pytest.approx(16.5)
     assert a["diff_pct"] == pytest.approx(10.0)
     assert a["warning"] and "+10.0%" in a["warning"]
     # within tolerance
     ok = summarize([rec(decode=100.0, engine_pps=104.0)])["workloads"]["w"]["agreement"]
     assert ok["diff_pct"] == pytest.approx(4.0) and ok["warning"] is None
+
+
+def test_agreement_uses_the_engines_inter_token_definition():
+    """24 tokens, first at 0.10 s, last at 0.33 s: 23 gaps of 10 ms. llama.cpp says
+    (24 - 1) / 0.23 s = 100 tok/s; tokens / (wall - TTFT) reads 24 / 0.23 = 104.3 (+4.3%),
+    a definition gap that must not count as disagreement."""
+    r = rec(tokens=24, max_tokens=24, ttft=0.10, engine_pps=100.0, decode=24 / 0.23, inter=100.0)
+    a = st.agreement([r], min_window_s=0.2)
+    assert st.inter_token_tps(r) == pytest.approx(100.0)
+    assert a["n"] == 1 and a["diff_pct"] == pytest.approx(0.0, abs=1e-9) and a["warning"] is None
+
+
+def test_agreement_leaves_out_windows_too_short_to_judge():
+    # 24 tokens at ~150 tok/s: a 0.15 s window, where one 20 ms late chunk is 13%
+    short = rec(tokens=24, max_tokens=24, decode=160.0, inter=150.0, engine_pps=130.0)
+    a = st.agreement([short, short])
+    assert a["n"] == 0 and a["warning"] is None and a["diff_pct"] is None
+    assert "too short" in a["not_checked"] and "0.15 s" in a["not_checked"]
+    # one long request among short ones: only the long one is compared
+    long = rec(tokens=200, max_tokens=200, decode=101.0, inter=100.0, engine_pps=120.0)
+    b = st.agreement([short, long])
+    assert b["n"] == 1 and b["diff_pct"] == pytest.approx(20.0) and b["warning"]
+    # no engine timings at all: a different reason
+    assert st.agreement([rec(decode=100.0)])["not_checked"] == "the engine reported no decode timings"
 
 
 def test_run_status_rules():
@@ -230,8 +258,9 @@ class TimingsStandIn:
             if i == 0:
                 t_first = t_last
         elapsed = max(t_last - t_first, 1e-9)
+        # llama.cpp's definition: the first token is free, n - 1 decode steps
         timings = {"predicted_n": n, "predicted_ms": elapsed * 1000,
-                   "predicted_per_second": n / elapsed * self.timings_factor,
+                   "predicted_per_second": (n - 1) / elapsed * self.timings_factor,
                    "prompt_n": 12, "prompt_ms": self.prefill_s * 1000,
                    "prompt_per_second": 12 / self.prefill_s}
         finish = "length" if n == body["max_tokens"] else "stop"
@@ -324,7 +353,8 @@ def test_runner_flags_engine_timings_20_percent_too_fast():
     # the client figure is still the client's own: near the paced 20 tokens / 0.57 s, not the claim
     client = result.summary["workloads"]["narrative"]["decode_tps"]["mean"]
     assert 10 < client < 40
-    assert client == pytest.approx(a["client_decode_tps"])
+    # ...and the comparison used the client's inter-token rate, 19 gaps over the same window
+    assert a["client_inter_token_tps"] == pytest.approx(client * 19 / 20, rel=0.02)
 
 
 def test_ignore_eos_only_when_server_supports_it():
@@ -435,6 +465,13 @@ def test_bench_against_real_llama_server(plain_server, tmp_path):
         s = result.summary["workloads"][name]
         assert s["n"] == 2 and s["n_usable"] == 2
         assert s["decode_tps"]["n"] == 2 and s["decode_tps"]["std"] is not None
-        assert s["agreement"]["n"] == 2
-        assert math.isfinite(s["agreement"]["diff_pct"])
-        assert abs(s["agreement"]["diff_pct"]) < 50     # same ballpark; > 5% only warns
+        a = s["agreement"]
+        if a["n"]:                                      # windows of >= 0.5 s: compared
+            assert a["n"] == 2 and math.isfinite(a["diff_pct"])
+            assert abs(a["diff_pct"]) < 50              # same ballpark; > 5% only warns
+        else:                                           # a fast machine: 31 gaps in < 0.5 s
+            assert "too short" in a["not_checked"]
+    for r in result.records:
+        # the engine's (n - 1) / window and the client's, same request: same ballpark
+        ratio = st.inter_token_tps(r) / r["engine_timings"]["predicted_per_second"]
+        assert 0.5 < ratio < 2.0, r

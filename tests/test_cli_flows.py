@@ -125,14 +125,17 @@ def test_bad_url_scheme():
 
 def test_demo_end_to_end(llama_server_binary, smollm2, er_home):
     """The README's main job, small: pull -> up -> verify -> bench -> card -> down."""
-    proc = run_cli("demo", "--warmup", "1", "--runs", "2", "--max-tokens", "24", "--json",
+    proc = run_cli("demo", "--warmup", "1", "--runs", "2", "--max-tokens", "96", "--json",
                    env={"ENGINEROOM_STATE_DIR": str(er_home / "demo-state")}, timeout=900)
     out = json.loads(proc.stdout)
     card = out["card"]
     assert "**verify 6/6** passed" in card
     assert "| tool_call | PASS |" in card and "| tool_call_streamed | PASS |" in card
     assert "| narrative | 2 / 2 |" in card and "| code | 2 / 2 |" in card
-    assert "client" in card and "tok/s vs engine" in card          # the agreement lines
+    for name in ("narrative", "code"):                              # one cross-check line each
+        line = next(ln for ln in card.splitlines() if ln.startswith((f"- {name}:", f"- ⚠ {name}:")))
+        assert ("client inter-token" in line and "tok/s vs engine" in line) or "WARNING" in line \
+            or "not cross-checked: decode windows too short" in line, line
     assert "<model-dir>/SmolLM2-135M-Instruct.Q4_1.gguf" in card    # the model folder is redacted
     assert out["verify_failed"] == 0 and out["bench_status"] == "OK", card
     assert proc.returncode == 0

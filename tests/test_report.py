@@ -13,10 +13,11 @@ HF_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 
 
 def bench_rec(workload, index, decode, *, warmup=False, engine_pps=None, tokens=64, ttft=0.2):
-    wall = ttft + tokens / decode
+    last = ttft + (tokens - 1) / decode          # the client inter-token rate equals `decode`
+    wall = last + 0.001
     return {
         "workload": workload, "index": index, "warmup": warmup, "max_tokens": 64, "ignore_eos": True,
-        "status": 200, "error": None, "ttft_s": ttft, "wall_s": wall, "last_token_s": wall - 0.001,
+        "status": 200, "error": None, "ttft_s": ttft, "wall_s": wall, "last_token_s": last,
         "completion_tokens": tokens, "prompt_tokens": 40, "wall_tps": tokens / wall,
         "decode_tps": decode, "decode_window_s": wall - ttft, "decode_na_reason": None,
         "finish_reason": "length", "chunks": tokens + 2, "content_chars": 300, "reasoning_chars": 0,
@@ -102,8 +103,8 @@ def test_card_bench_section_recomputed_from_records(stored_run):
     assert "31.00 ± 1.73 (5.6%)" in code_row
     # agreement: narrative engine +20% -> warning; code +1% -> fine
     assert re.search(r"⚠ narrative: WARNING: engine-reported decode 50\.40 tok/s differs from the "
-                     r"client-measured 42\.00 tok/s by \+20\.0%", card)
-    assert "- code: client 31.00 tok/s vs engine 31.31 tok/s (+1.0%, within 5%; n=3)." in card
+                     r"client-measured inter-token rate 42\.00 tok/s by \+20\.0%", card)
+    assert "- code: client inter-token 31.00 tok/s vs engine 31.31 tok/s (+1.0%, within 5%; n=3)." in card
     assert card.count("differs from the client-measured") == 1   # not repeated in the notes
     assert "ignore_eos: on" in card
     assert "temperature 0.6, top_p 0.95, top_k 20, min_p 0.0, seed 1234" in card
@@ -150,7 +151,7 @@ def test_card_bench_only_with_na_decode_and_no_engine_timings(tmp_path):
     assert "## Verify" not in card
     row = next(line for line in card.splitlines() if line.startswith("| code |"))
     assert "| n/a | n/a |" in row                   # decode mean and min-max
-    assert "the engine reported no decode timings; no cross-check" in card
+    assert "- code: not cross-checked: the engine reported no decode timings." in card
     assert "ignore_eos: off (server does not say)" in card
     assert "decode TPS n/a for 1 request(s)" in card
 

@@ -21,9 +21,9 @@ the run open: its records are kept either way).
 
 Decode TPS follows tokens / (wall - TTFT). Because the first token arrives at TTFT, this
 counts one token more than the window strictly generated, reading n / (n-1) high: +3% at
-32 tokens, +0.1% at 1000. llama.cpp's ``predicted_per_second`` times all n tokens, so with
-tiny max_tokens the engine figure reads about that much lower (measured: -1.6% at 64
-tokens on SmolLM2) -- inside the 5% agreement tolerance, negligible at the default budgets.
+32 tokens, +0.1% at 1000. llama.cpp's ``predicted_per_second`` is (n - 1) / window, so the
+cross-check in ``statistics.agreement`` compares it with the client's inter-token rate
+(n - 1) / (last - first token), not with decode TPS.
 
 Sampler values are sent explicitly on every request because engine defaults differ
 (llama.cpp, vLLM and SGLang each pick their own temperature / top_k / min_p).
