@@ -139,3 +139,72 @@ def test_invalid_yaml_is_one_sentence(tmp_path):
     (root / "engines" / "vllm.yaml").write_text("id: [unclosed\n")
     with pytest.raises(BadInput, match="engines/vllm.yaml|vllm.yaml is not valid YAML"):
         catalog_from_raw(read_raw(root))
+
+
+# ---- engines: memory model and the KV-type table --------------------------------------
+
+
+def test_kv_pool_engine_needs_default_mem_fraction(raw):
+    data = mutated(raw, "engines/vllm.yaml", lambda e: e.pop("default_mem_fraction"))
+    with pytest.raises(BadInput, match=r"engines/vllm.yaml.*kv_pool engine needs default_mem_fraction"):
+        catalog_from_raw(data)
+    data = mutated(raw, "engines/llama.cpp.yaml", lambda e: e.__setitem__("default_mem_fraction", 0.9))
+    with pytest.raises(BadInput, match="kv_pool engines only"):
+        catalog_from_raw(data)
+    data = mutated(raw, "engines/sglang.yaml", lambda e: e.__setitem__("memory_model", "paged"))
+    with pytest.raises(BadInput, match=r"engines/sglang.yaml.*memory_model"):
+        catalog_from_raw(data)
+
+
+def test_unknown_key_in_a_kv_dtype_says_did_you_mean(raw):
+    data = mutated(raw, "engines/llama.cpp.yaml", lambda e: e["kv_dtypes"][0].__setitem__("bytes_per_elm", 1))
+    with pytest.raises(BadInput, match="did you mean 'bytes_per_elem'"):
+        catalog_from_raw(data)
+    data = mutated(raw, "engines/vllm.yaml", lambda e: e["kv_dtypes"][1].__setitem__("aliases", ["f16"]))
+    with pytest.raises(BadInput, match="'f16' is listed more than once"):
+        catalog_from_raw(data)
+
+
+def test_ggml_kv_dtypes_match_gguf_block_sizes(cat):
+    """Every ggml-type KV dtype in the catalog costs block bytes / block elements; the types
+    mainline ggml lacks (ik_llama.cpp's q6_0, q8_KV) say where their number comes from."""
+    gguf = pytest.importorskip("gguf")
+    checked = set()
+    for e in cat.engines:
+        if e.memory_model != "llama_buffers":
+            continue
+        for k in e.kv_dtypes:
+            t = gguf.GGMLQuantizationType.__members__.get(k.id.upper())
+            if t is None:
+                assert k.source, (e.id, k.id)
+                continue
+            elems, size = gguf.GGML_QUANT_SIZES[t]
+            assert k.bytes_per_elem == size / elems, (e.id, k.id)
+            checked.add(k.id)
+    assert checked >= {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
+
+
+def test_planner_searches_the_same_kv_dtypes(cat):
+    searched = {e.id: [k.id for k in e.plan_kv_dtypes] for e in cat.engines}
+    assert searched == {
+        "llama.cpp": ["f16", "q8_0", "q4_0"],
+        "ik_llama.cpp": ["f16", "q8_0", "q6_0", "q4_0"],
+        "vllm": ["auto", "fp8", "turboquant_k8v4", "turboquant_3bit_nc"],
+        "sglang": ["auto", "fp8_e4m3", "fp8_e5m2"],
+    }
+    ik = {k.id for k in cat.engine("ik_llama.cpp").kv_dtypes}
+    assert {k.id for k in cat.engine("llama.cpp").kv_dtypes} | {"q6_0", "q8_KV"} == ik
+
+
+def test_engine_memory_models_and_aliases(cat):
+    assert {e.id: e.memory_model for e in cat.engines} == {
+        "llama.cpp": "llama_buffers", "ik_llama.cpp": "llama_buffers", "vllm": "kv_pool", "sglang": "kv_pool"}
+    assert cat.engine("vllm").default_mem_fraction == 0.92 and cat.engine("sglang").default_mem_fraction == 0.85
+    assert cat.engine("llamacpp").id == "llama.cpp" and cat.engine("ik_llama").id == "ik_llama.cpp"
+    assert cat.engine("vllm").kv("f16").id == "auto" and cat.engine("vllm").kv("BF16").id == "bfloat16"
+
+
+def test_engine_alias_clash_is_rejected(raw):
+    data = mutated(raw, "engines/ik_llama.cpp.yaml", lambda e: e.__setitem__("aliases", ["llamacpp"]))
+    with pytest.raises(BadInput, match="'llamacpp' for more than one engine"):
+        catalog_from_raw(data)

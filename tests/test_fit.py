@@ -290,3 +290,73 @@ def test_quant_table_estimates_weights():
     f = fit(a, FitRequest(engine="llama.cpp", ctx=8192, quant="Q4_K_M"), H200)
     total = f.component("weights") + f.component("weights_embedding")
     assert 16.0 * GB < total < 17.6 * GB  # published Q4_K_M ~16.8 GB
+
+
+# ---- engines come from the catalog -------------------------------------------------------
+
+def _catalog_with(engine: dict):
+    """The packaged catalog plus one engine given as a YAML-shaped dict (nothing on disk)."""
+    from engineroom.catalog import catalog_from_raw, read_raw
+
+    raw = read_raw()
+    raw[f"engines/{engine['id']}.yaml"] = engine
+    return catalog_from_raw(raw)
+
+
+TOY_POOL_ENGINE = {
+    "id": "toyserve", "name": "ToyServe", "status": "mainline", "quant_formats": ["bf16", "fp8"],
+    "kv_dtypes": [{"id": "bf16", "bytes_per_elem": 2.0, "aliases": ["f16"]},
+                  {"id": "int8", "bytes_per_elem": 1.0}],
+    "vendors": ["nvidia"],
+    "concurrency": {"model": "continuous_batching", "batch_efficiency": 1.0, "source": "test"},
+    "multi_gpu": {"mode": "tensor_parallel", "scaling": 0.5, "source": "test"},
+    "decode_efficiency": {"low": 0.3, "high": 0.4, "source": "test"},
+    "memory_model": "kv_pool", "max_context_step": 512, "default_mem_fraction": 0.8,
+}
+
+
+def test_an_engine_defined_only_in_the_catalog_is_fittable():
+    cat = _catalog_with(TOY_POOL_ENGINE)
+    a = qwen36_27b()
+    req = FitRequest(engine="toyserve", ctx=32_768, weight_bytes=int(17.5e9), kv_dtype="int8")
+    f = fit(a, req, H200, catalog=cat)
+    assert f.verdict in ("fits", "tight")
+    assert "toyserve sizes its KV pool from 0.8 x VRAM" in f.notes   # the catalog's default fraction
+    # same memory model and numbers as vLLM's fp8 at the same fraction: the same breakdown
+    v = fit(a, replace(req, engine="vllm", kv_dtype="fp8", mem_fraction=0.8), H200)
+    assert f.per_gpu == v.per_gpu
+    # the alias and the context step come from the YAML dict too
+    assert kv_bytes_per_elem("toyserve", "f16", catalog=cat) == 2.0
+    small = Rig(gpus=(replace(R3090, vram_bytes=25_020_000_000),))
+    assert max_context(a, req, small, catalog=cat) == 27_136   # 53 x 512: not a 1024 step
+    # the packaged catalog does not know it: one sentence naming the known engines
+    with pytest.raises(BadInput, match=r"Unknown engine 'toyserve'; known: .*llama\.cpp.*vllm"):
+        fit(a, req, H200)
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "ik_llama.cpp", "vllm", "sglang"])
+def test_unknown_kv_dtype_lists_the_catalogs_ids(engine):
+    from engineroom.catalog import load_catalog
+
+    with pytest.raises(BadInput) as err:
+        fit(qwen36_27b(), FitRequest(engine=engine, ctx=4096, kv_dtype="q9_9", weight_bytes=10**9), H200)
+    msg = str(err.value)
+    assert msg.count(".") >= 1 and "\n" not in msg
+    for k in load_catalog().engine(engine).kv_dtypes:
+        assert k.id in msg
+
+
+def test_catalog_is_the_source_of_kv_sizes_fraction_and_aliases():
+    a = qwen36_27b()
+    # "f16" (FitRequest's default) reads as "auto" on the pool engines
+    assert kv_bytes_per_elem("vllm", "f16") == kv_bytes_per_elem("vllm", "auto") == 2.0
+    assert fit(a, FitRequest(engine="sglang", ctx=8192, weight_bytes=int(17.5e9)), H200).verdict == "fits"
+    # ik_llama.cpp's q8_KV: int8 rows with an 8-byte header per 256-element row
+    assert kv_bytes_per_elem("ik_llama.cpp", "q8_KV") == pytest.approx(1 + 8 / 256)
+    # no mem_fraction: the catalog's default_mem_fraction (vLLM 0.92)
+    req = FitRequest(engine="vllm", ctx=32_768, weight_bytes=int(17.5e9), kv_dtype="fp8")
+    default, explicit = fit(a, req, ONE_3090), fit(a, replace(req, mem_fraction=0.92), ONE_3090)
+    assert (default.per_gpu, default.notes) == (explicit.per_gpu, explicit.notes)
+    # engine aliases from the YAML
+    q = fit(a, FitRequest(engine="llamacpp", ctx=4096, quant="Q4_K_M"), H200)
+    assert q.per_gpu == fit(a, FitRequest(engine="llama.cpp", ctx=4096, quant="Q4_K_M"), H200).per_gpu

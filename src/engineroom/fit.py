@@ -1,25 +1,29 @@
-"""Memory fit per engine family: per-GPU breakdown, verdict, max context, max concurrency.
+"""Memory fit per engine memory model: per-GPU breakdown, verdict, max context, max concurrency.
 
 CONTRACT (used by plan.py and the CLI; extend with defaulted fields, never rename):
 
-    fit(arch: ModelArch, req: FitRequest, rig: Rig) -> Fit
-    max_context(arch, req, rig) -> int        # largest *fillable* ctx for req.n_seqs
-    max_concurrency(arch, req, rig) -> int    # most sequences at req.ctx
+    fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog=None) -> Fit
+    max_context(arch, req, rig, *, catalog=None) -> int        # largest *fillable* ctx for req.n_seqs
+    max_concurrency(arch, req, rig, *, catalog=None) -> int    # most sequences at req.ctx
 
 Verdicts: "fits" (>= 5% headroom on every GPU), "tight" (< 5%), "does_not_fit"
 (the binding constraint is named in Fit.binding, e.g. "GPU0: KV cache 9.13 GB > 6.2 GB free").
 
-Two engine families are modelled differently, because they allocate differently:
+Everything engine-specific comes from the engine's catalog entry (catalog/engines/*.yaml):
+its ``memory_model``, the KV types it accepts with their bytes per element, its default
+memory fraction and the step of the context search. ``req.engine`` is looked up in the
+packaged catalog, or in ``catalog=`` when the caller passes one (plan passes its own). Two
+memory models, because engines allocate differently:
 
-* llama.cpp / ik_llama.cpp allocate exactly what the graph needs: weights (split by
-  layers across GPUs, the input embedding stays on the host for CUDA), a KV cache of
-  ``ctx x n_seqs`` cells (padded to 256) for the layers whose cache grows with context,
-  fixed recurrent state per sequence, and compute buffers sized for the worst-case
+* ``llama_buffers`` (llama.cpp, ik_llama.cpp) allocate exactly what the graph needs:
+  weights (split by layers across GPUs, the input embedding stays on the host for CUDA), a
+  KV cache of ``ctx x n_seqs`` cells (padded to 256) for the layers whose cache grows with
+  context, fixed recurrent state per sequence, and compute buffers sized for the worst-case
   ubatch graph at a full cache. On a CPU-only rig the device is the RAM; Q4_0/Q4_K/IQ4_NL
   matrices are repacked into a CPU_REPACK buffer beside the mmapped file (CPU_Mapped).
-* vLLM / SGLang reserve ``mem_fraction x VRAM`` and hand what the weights, activations
-  and CUDA graphs leave over to a KV pool; the question is whether that pool holds the
-  requested ``ctx x n_seqs``.
+* ``kv_pool`` (vLLM, SGLang) reserve ``mem_fraction x VRAM`` and hand what the weights,
+  activations and CUDA graphs leave over to a KV pool; the question is whether that pool
+  holds the requested ``ctx x n_seqs``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from .arch import LayerKind, ModelArch
+from .catalog import Catalog, Engine, KvDtype, load_catalog
 from .errors import BadInput
 from .hardware import Rig
 
@@ -38,11 +43,11 @@ GB = 1_000_000_000
 
 @dataclass(frozen=True)
 class FitRequest:
-    engine: str                        # catalog engine id: llama.cpp | ik_llama.cpp | vllm | sglang
+    engine: str                        # catalog engine id or alias: llama.cpp | ik_llama.cpp | vllm | sglang
     ctx: int
     quant: str | None = None           # catalog quant id ("Q4_K_M", "autoround-int4", "bf16")
     weight_bytes: int | None = None    # exact weight bytes when known (GGUF file, catalog size)
-    kv_dtype: str = "f16"
+    kv_dtype: str = "f16"              # a catalog KV type of the engine, id or alias
     n_seqs: int = 1
     tp: int = 1
     spec_method: str | None = None     # "mtp" | "dflash" | "draft" | None
@@ -50,6 +55,7 @@ class FitRequest:
     draft_bytes: int = 0
     vision: bool = False
     mem_fraction: float | None = None  # vLLM gpu_memory_utilization / SGLang mem_fraction_static
+                                       # (None: the catalog's default_mem_fraction)
     ubatch: int = 512                  # llama.cpp -ub; vLLM/SGLang max batched tokens go in extra
     extra: dict[str, float] = field(default_factory=dict)
     # ---- added (defaulted) -----------------------------------------------------------
@@ -106,9 +112,6 @@ class Fit:
 # Tables
 # ---------------------------------------------------------------------------------------
 
-LLAMA_FAMILY = {"llama.cpp", "llamacpp", "llama-cpp", "ik_llama.cpp", "ik_llama", "ik-llama.cpp"}
-POOL_FAMILY = {"vllm", "sglang"}
-
 # Effective bits per weight over a whole checkpoint (embeddings and norms included) for
 # standard quant ids. GGUF k-quant mixes: llama.cpp's published averages; the int4 /
 # fp8 / nvfp4 entries are fitted to the published Qwen3.6-27B disk sizes (spec: AutoRound
@@ -127,71 +130,32 @@ BITS_PER_WEIGHT: dict[str, float] = {
     "nvfp4": 6.4, "mxfp4": 4.25,
 }
 
-# ggml type name -> (block elements, block bytes): the same numbers as gguf.GGML_QUANT_SIZES.
-GGML_BLOCKS: dict[str, tuple[int, int]] = {
-    "f32": (1, 4), "f16": (1, 2), "bf16": (1, 2),
-    "q8_0": (32, 34), "q5_0": (32, 22), "q5_1": (32, 24), "q4_0": (32, 18), "q4_1": (32, 20),
-    "iq4_nl": (32, 18), "q6_0": (32, 26),
-}
-try:  # keep the table honest against the installed gguf package when it is there
-    import gguf as _gguf
-
-    for _name in ("f32", "f16", "bf16", "q8_0", "q5_0", "q5_1", "q4_0", "q4_1", "iq4_nl"):
-        GGML_BLOCKS[_name] = tuple(_gguf.GGML_QUANT_SIZES[_gguf.GGMLQuantizationType[_name.upper()]])  # type: ignore[assignment]
-except Exception:  # pragma: no cover - gguf is optional for fit
-    pass
-
-LLAMA_KV = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
-IK_LLAMA_KV = LLAMA_KV + ("q6_0", "q8_KV")
-# vLLM: bytes per element (scale overhead folded in where the format carries one per
-# token-head of 128..256 elements: +4 B per head => ~+1.6-3%).
-VLLM_KV: dict[str, float] = {
-    "auto": 2.0, "bfloat16": 2.0, "bf16": 2.0, "float16": 2.0, "fp16": 2.0,
-    "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp8_inc": 1.0, "fp8_ds_mla": 1.0,
-    "turboquant_k8v4": 0.75, "turboquant_4bit_nc": 0.53, "turboquant_k3v4_nc": 0.47,
-    "turboquant_3bit_nc": 0.425, "int8_per_token_head": 1.016, "fp8_per_token_head": 1.016,
-    "nvfp4": 0.5625,
-    "f16": 2.0,  # FitRequest's default: read as "auto" (16-bit) for vLLM
-}
-SGLANG_KV: dict[str, float] = {"auto": 2.0, "bf16": 2.0, "fp8_e5m2": 1.0, "fp8_e4m3": 1.0, "fp4_e2m1": 0.5625,
-                               "f16": 2.0}  # f16: FitRequest's default, read as "auto"
-
-# vLLM activation coefficient per KV format (spec: "coef x 48 x ctx / TP" bytes).
+# kv_pool activation coefficient per KV bytes-per-element (the catalog's number; spec:
+# "coef x 48 x ctx / TP" bytes, measured on vLLM).
 _VLLM_ACT_COEF = {2.0: 135.0, 1.0: 130.0, 0.75: 155.0, 0.5625: 155.0}
 
 
-def kv_bytes_per_elem(engine: str, kv_dtype: str) -> float:
-    """Bytes per cached element for ``kv_dtype`` on ``engine``; BadInput names the valid ones."""
-    fam = _family(engine)
-    if fam == "llama":
-        valid = IK_LLAMA_KV if engine.startswith("ik") else LLAMA_KV
-        key = {v.lower(): v for v in valid}.get(kv_dtype.lower())
-        if key is None:
-            raise BadInput(f"KV type {kv_dtype!r} is not valid for {engine}; valid: {', '.join(valid)}.")
-        if key == "q8_KV":
-            return 1.0 + 8.0 / 256  # int8 rows with an 8-byte per-row header (row = head_dim ~256)
-        n, b = GGML_BLOCKS[key.lower()]
-        return b / n
-    table = VLLM_KV if fam == "vllm" else SGLANG_KV
-    if kv_dtype not in table:
-        raise BadInput(f"KV type {kv_dtype!r} is not valid for {engine}; valid: {', '.join(table)}.")
-    return table[kv_dtype]
+def engine_spec(engine: str, catalog: Catalog | None = None) -> Engine:
+    """The catalog entry of ``engine`` (id, name or alias); BadInput names the known ids."""
+    cat = catalog or load_catalog()
+    e = cat.engine(engine)
+    if e is None:
+        raise BadInput(f"Unknown engine {engine!r}; known: {', '.join(x.id for x in cat.engines)}.")
+    return e
 
 
-def _family(engine: str) -> str:
-    e = engine.lower()
-    if e in LLAMA_FAMILY or "llama" in e:
-        return "llama"
-    if e == "vllm":
-        return "vllm"
-    if e == "sglang":
-        return "sglang"
-    raise BadInput(f"Unknown engine {engine!r}; known: llama.cpp, ik_llama.cpp, vllm, sglang.")
+def kv_dtype_spec(engine: str, kv_dtype: str, catalog: Catalog | None = None) -> KvDtype:
+    """The catalog KV type ``kv_dtype`` (id or alias) of ``engine``; BadInput names the valid ones."""
+    e = engine_spec(engine, catalog)
+    k = e.kv(kv_dtype)
+    if k is None:
+        raise BadInput(f"KV type {kv_dtype!r} is not valid for {e.id}; valid: {e.kv_names()}.")
+    return k
 
 
-def _gguf_row_bytes(ggml_type: str, n: int) -> int:
-    blk, size = GGML_BLOCKS[ggml_type.lower()]
-    return (n // blk) * size
+def kv_bytes_per_elem(engine: str, kv_dtype: str, catalog: Catalog | None = None) -> float:
+    """Bytes per cached element for ``kv_dtype`` on ``engine`` (the catalog's number)."""
+    return kv_dtype_spec(engine, kv_dtype, catalog).bytes_per_elem
 
 
 # ---------------------------------------------------------------------------------------
@@ -326,7 +290,7 @@ def weight_split(arch: ModelArch, req: FitRequest) -> WeightSplit:
 
 
 # ---------------------------------------------------------------------------------------
-# llama.cpp family
+# memory_model: llama_buffers (llama.cpp, ik_llama.cpp)
 # ---------------------------------------------------------------------------------------
 
 def _pad(x: int, to: int) -> int:
@@ -341,8 +305,9 @@ def llama_kv_cells(arch: ModelArch, kind: LayerKind, ctx: int, n_seqs: int, ubat
     return per_seq * n_seqs
 
 
-def llama_kv_bytes(arch: ModelArch, req: FitRequest, layers: range | None = None) -> tuple[int, str]:
-    bk = kv_bytes_per_elem(req.engine, req.kv_dtype)
+def llama_kv_bytes(arch: ModelArch, req: FitRequest, layers: range | None = None, *,
+                   catalog: Catalog | None = None) -> tuple[int, str]:
+    bk = kv_bytes_per_elem(req.engine, req.kv_dtype, catalog)
     total = 0.0
     kinds = arch.layer_kinds
     idx = layers if layers is not None else range(len(kinds))
@@ -556,10 +521,11 @@ def _llama_layer_split(split: WeightSplit, caps: list[int]) -> list[range]:
     return ranges
 
 
-def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig) -> tuple[list[GpuFit], list[Component], list[str]]:
+def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
+               catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str]]:
     notes: list[str] = []
     split = weight_split(arch, req)
-    kv_total, kv_note = llama_kv_bytes(arch, req)
+    kv_total, kv_note = llama_kv_bytes(arch, req, catalog=catalog)
     r, s = recurrent_state_bytes(arch, req.n_seqs)
     output_buf = arch.vocab_size * 4 * req.n_seqs
     if not rig.gpus:  # CPU device: the RAM holds everything
@@ -602,9 +568,9 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig) -> tuple[list[GpuFit]
         comps = []
         w = sum(split.per_layer[i] for i in rg) + (split.head if gi == n_use - 1 else 0)
         comps.append(Component("weights", w, f"layers {rg.start}-{rg.stop - 1}" + (" + output head" if gi == n_use - 1 else "")))
-        kv, _ = llama_kv_bytes(arch, req, range(rg.start, min(rg.stop, n_trunk)))
+        kv, _ = llama_kv_bytes(arch, req, range(rg.start, min(rg.stop, n_trunk)), catalog=catalog)
         if gi == n_use - 1 and req.spec_method == "mtp" and arch.mtp_layers:
-            kv += kv_total - llama_kv_bytes(arch, req, range(n_trunk))[0]
+            kv += kv_total - llama_kv_bytes(arch, req, range(n_trunk), catalog=catalog)[0]
         comps.append(Component("kv_cache", kv, kv_note if n_use == 1 else f"share of: {kv_note}"))
         if r + s:
             lin = [i for i in range(rg.start, min(rg.stop, n_trunk)) if arch.layer_kinds[i] in (LayerKind.LINEAR, LayerKind.MAMBA)]
@@ -630,7 +596,7 @@ def _vision_bytes(arch: ModelArch) -> int:
 
 
 # ---------------------------------------------------------------------------------------
-# vLLM / SGLang family
+# memory_model: kv_pool (vLLM, SGLang)
 # ---------------------------------------------------------------------------------------
 
 def valid_tp(arch: ModelArch, max_tp: int = 8) -> list[int]:
@@ -643,8 +609,8 @@ def valid_tp(arch: ModelArch, max_tp: int = 8) -> list[int]:
     return [t for t in range(1, max_tp + 1) if all(h % t == 0 for h in heads)]
 
 
-def pool_kv_grow_per_card(arch: ModelArch, req: FitRequest) -> tuple[int, str]:
-    bpe = kv_bytes_per_elem(req.engine, req.kv_dtype)
+def pool_kv_grow_per_card(arch: ModelArch, req: FitRequest, *, catalog: Catalog | None = None) -> tuple[int, str]:
+    bpe = kv_bytes_per_elem(req.engine, req.kv_dtype, catalog)
     div = kv_shard(arch.n_kv_heads, req.tp)
     per_tok = 0.0
     for k in arch.layer_kinds:
@@ -664,21 +630,22 @@ def pool_kv_grow_per_card(arch: ModelArch, req: FitRequest) -> tuple[int, str]:
                                      f"{per_tok:.0f} B/token/card x ({req.ctx} + 32 x {n_mtp}) x {req.n_seqs}")
 
 
-def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig) -> tuple[list[GpuFit], list[Component], list[str], dict]:
-    fam = _family(req.engine)
+def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
+              catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str], dict]:
+    eng = engine_spec(req.engine, catalog)
     tp = max(1, req.tp)
     if tp not in valid_tp(arch, max(8, tp)):
         raise BadInput(f"TP={tp} does not divide the {arch.n_heads} attention heads of {arch.name}; "
                        f"valid TP: {', '.join(map(str, valid_tp(arch)))}.")
     if rig.gpus and tp > len(rig.gpus):
         raise BadInput(f"TP={tp} needs {tp} GPUs but the rig {rig.label or ''} has {len(rig.gpus)}.")
-    frac = req.mem_fraction if req.mem_fraction is not None else (0.9 if fam == "vllm" else 0.85)
+    frac = req.mem_fraction if req.mem_fraction is not None else eng.default_mem_fraction
     split = weight_split(arch, req)
     w = split.total // tp
-    kv_need, kv_note = pool_kv_grow_per_card(arch, req)
+    kv_need, kv_note = pool_kv_grow_per_card(arch, req, catalog=catalog)
     r, s = recurrent_state_bytes(arch, req.n_seqs)
     kv_fixed = (r + s) // tp
-    bpe = kv_bytes_per_elem(req.engine, req.kv_dtype)
+    bpe = kv_bytes_per_elem(req.engine, req.kv_dtype, catalog)
     coef = _VLLM_ACT_COEF.get(bpe, 165.0 if bpe < 0.5 else 135.0)
     act = int(coef * 48 * req.ctx / tp)
     b = int(req.extra.get("max_num_batched_tokens", 0))
@@ -713,7 +680,7 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig) -> tuple[list[GpuFit],
             comps.append(Component("kv_pool_spare", pool - kv_need, f"pool sized from {frac} x VRAM"))
         out.append(GpuFit(gi, cap, tuple(comps)))
         info[gi] = (pool, kv_need, budget)
-    return out, [], [f"{fam} sizes its KV pool from {frac} x VRAM"], info
+    return out, [], [f"{eng.id} sizes its KV pool from {frac} x VRAM"], info
 
 
 # ---------------------------------------------------------------------------------------
@@ -724,14 +691,15 @@ def _gb(b: float) -> str:
     return f"{b / GB:.2f} GB"
 
 
-def fit(arch: ModelArch, req: FitRequest, rig: Rig) -> Fit:
-    """Per-device memory breakdown and a verdict for serving ``arch`` with ``req`` on ``rig``."""
+def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None = None) -> Fit:
+    """Per-device memory breakdown and a verdict for serving ``arch`` with ``req`` on ``rig``
+    (engine facts from ``catalog``, default: the packaged catalog)."""
     if req.ctx <= 0 or req.n_seqs <= 0:
         raise BadInput("Context and number of sequences must be positive.")
-    fam = _family(req.engine)
-    kv_bytes_per_elem(req.engine, req.kv_dtype)  # validates the dtype first
-    if fam == "llama":
-        gpus, host, notes = _fit_llama(arch, req, rig)
+    eng = engine_spec(req.engine, catalog)
+    kv_dtype_spec(req.engine, req.kv_dtype, catalog)  # validates the dtype first
+    if eng.memory_model == "llama_buffers":
+        gpus, host, notes = _fit_llama(arch, req, rig, catalog)
         verdict, binding = "fits", ""
         worst = None
         for g in gpus:
@@ -751,7 +719,7 @@ def fit(arch: ModelArch, req: FitRequest, rig: Rig) -> Fit:
             if frac < 0.05:
                 verdict = "tight"
         return Fit(req, rig.label, tuple(gpus), tuple(host), verdict, binding, notes=tuple(notes))
-    gpus, host, notes, info = _fit_pool(arch, req, rig)
+    gpus, host, notes, info = _fit_pool(arch, req, rig, catalog)
     verdict, binding = "fits", ""
     for gi, (pool, need, budget) in info.items():
         per_seq = need // req.n_seqs
@@ -776,21 +744,23 @@ def need_bytes(f: Fit) -> int:
     return max(sum(c.bytes for c in g.components if c.name != "kv_pool_spare") for g in f.per_gpu)
 
 
-def _ok(arch: ModelArch, req: FitRequest, rig: Rig) -> bool:
-    """Servable: llama.cpp when it fits; vLLM/SGLang only when the pool holds all of ctx x seqs."""
-    f = fit(arch, req, rig)
+def _ok(arch: ModelArch, req: FitRequest, rig: Rig, catalog: Catalog | None) -> bool:
+    """Servable: a llama_buffers engine when it fits; a kv_pool engine only when the pool
+    holds all of ctx x seqs."""
+    f = fit(arch, req, rig, catalog=catalog)
     if f.verdict == "does_not_fit":
         return False
-    return _family(req.engine) == "llama" or "caps" not in f.binding
+    return engine_spec(req.engine, catalog).memory_model != "kv_pool" or "caps" not in f.binding
 
 
-def max_context(arch: ModelArch, req: FitRequest, rig: Rig) -> int:
+def max_context(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None = None) -> int:
     """Largest ctx that can be *filled* by req.n_seqs sequences (compute scratch at that fill
-    included); 0 when even the smallest context does not fit. Binary search in 256-token
-    (llama.cpp) or 1024-token (vLLM/SGLang) steps up to the model's max positions."""
-    step = 256 if _family(req.engine) == "llama" else 1024
+    included); 0 when even the smallest context does not fit. Binary search in the engine's
+    max_context_step (catalog: 256 tokens for llama.cpp, 1024 for vLLM/SGLang) up to the
+    model's max positions."""
+    step = engine_spec(req.engine, catalog).max_context_step
     hi = (arch.max_position or (1 << 21)) // step
-    ok = lambda n: _ok(arch, replace(req, ctx=n * step), rig)  # noqa: E731
+    ok = lambda n: _ok(arch, replace(req, ctx=n * step), rig, catalog)  # noqa: E731
     if not ok(1):
         return 0
     if ok(hi):
@@ -798,9 +768,10 @@ def max_context(arch: ModelArch, req: FitRequest, rig: Rig) -> int:
     return _last_ok(ok, 1, hi) * step
 
 
-def max_concurrency(arch: ModelArch, req: FitRequest, rig: Rig, limit: int = 4096) -> int:
+def max_concurrency(arch: ModelArch, req: FitRequest, rig: Rig, limit: int = 4096, *,
+                    catalog: Catalog | None = None) -> int:
     """Most sequences that fit at req.ctx each (0 when one does not)."""
-    ok = lambda n: _ok(arch, replace(req, n_seqs=n), rig)  # noqa: E731
+    ok = lambda n: _ok(arch, replace(req, n_seqs=n), rig, catalog)  # noqa: E731
     if not ok(1):
         return 0
     lo, hi = 1, 2

@@ -21,7 +21,7 @@ from .catalog import (Catalog, Drafter, Engine, Model, Priority, Quant, arch_fro
                       find_engine, find_model, find_priority, load_catalog)
 from .catalog.schema import GB, KvDtype, RankKey
 from .errors import BadInput, NotFound
-from .fit import Fit, FitRequest, fit, max_concurrency, max_context
+from .fit import Fit, FitRequest, fit, kv_dtype_spec, max_concurrency, max_context
 from .hardware import Rig
 
 SPEED_DEPTH = 4096          # decode speed is quoted at this KV depth (tokens already in context)
@@ -173,12 +173,9 @@ class _Cand:
         )
 
 
-def _max_seqs(arch: ModelArch, req: FitRequest, rig: Rig, cap: int = 256) -> int:
+def _max_seqs(arch: ModelArch, req: FitRequest, rig: Rig, cat: Catalog, cap: int = 256) -> int:
     """fit.max_concurrency, capped (a plan never proposes more than ``cap`` sequences)."""
-    try:
-        return max_concurrency(arch, req, rig, limit=cap)  # type: ignore[call-arg]
-    except TypeError:  # the contract's three-argument form
-        return min(cap, max_concurrency(arch, req, rig))
+    return max_concurrency(arch, req, rig, limit=cap, catalog=cat)
 
 
 def _rig_groups(rig: Rig, engine: Engine, arch: ModelArch) -> list[tuple[int, int, tuple[Rig, ...]]]:
@@ -334,7 +331,7 @@ class _Planner:
                         self.rejected.append(f"{e.id} + {q.id}: {q.size_gb:g} GB of weights exceed "
                                              f"{_gb(min(_capacity(g) for g in groups))} per instance")
                         continue
-                    for kv in e.kv_dtypes:
+                    for kv in e.plan_kv_dtypes:
                         for d in drafters:
                             out.append(_Cand(e, q, kv, d, tp, inst, groups))
         return out
@@ -342,10 +339,10 @@ class _Planner:
     # -- sizing --------------------------------------------------------------------------
     def _fit_all(self, c: _Cand, ctx: int, n_seqs: int) -> tuple[Fit, ...]:
         req = c.request(self.arch, ctx, n_seqs, self.vision)
-        first = fit(self.arch, req, c.groups[0])
+        first = fit(self.arch, req, c.groups[0], catalog=self.cat)
         if all(g.gpus == c.groups[0].gpus for g in c.groups[1:]):
             return (first,) + tuple(replace(first, rig_label=g.label) for g in c.groups[1:])
-        return (first,) + tuple(fit(self.arch, req, g) for g in c.groups[1:])
+        return (first,) + tuple(fit(self.arch, req, g, catalog=self.cat) for g in c.groups[1:])
 
     def _groups(self, c: _Cand) -> tuple[Rig, ...]:
         """Distinct sub-rigs (identical instances need one fit)."""
@@ -368,7 +365,7 @@ class _Planner:
                 c.max_ctx = max_pos        # already served at the model's full context
             else:
                 req = c.request(self.arch, self.min_ctx, n_seqs, self.vision)
-                c.max_ctx = min(max_context(self.arch, req, g) for g in self._groups(c))
+                c.max_ctx = min(max_context(self.arch, req, g, catalog=self.cat) for g in self._groups(c))
         return c.max_ctx
 
     def size(self, c: _Cand) -> bool:
@@ -402,7 +399,7 @@ class _Planner:
         n_seqs = 1
         if self.prio.seqs == "max":
             req = c.request(self.arch, ctx, 1, self.vision)
-            n_seqs = max(1, min(_max_seqs(self.arch, req, g) for g in self._groups(c)))
+            n_seqs = max(1, min(_max_seqs(self.arch, req, g, self.cat) for g in self._groups(c)))
             if n_seqs > 1:
                 fits = self._fit_all(c, ctx, n_seqs)
         elif isinstance(self.prio.seqs, int) and self.prio.seqs > 1:
@@ -742,8 +739,7 @@ def fit_one(model_ref: str, rig: Rig, engine: str, quant: str, kv_dtype: str, ct
     why = _quant_runs_on(q, e, rig) if rig.gpus else (None if e.id in q.engines else f"{q.id} does not load in {e.id}")
     if why:
         raise BadInput(f"cannot fit {model.name} {q.id} on {e.id}: {why}.")
-    if e.kv(kv_dtype) is None and kv_dtype not in ("auto",):
-        raise BadInput(f"KV type '{kv_dtype}' is not in {e.id}'s catalog entry; choose one of: {', '.join(k.id for k in e.kv_dtypes)}.")
+    kv_dtype_spec(e.id, kv_dtype, catalog=cat)   # BadInput names the catalog's KV types
     if ctx <= 0 or n_seqs <= 0 or tp <= 0:
         raise BadInput("--ctx, --seqs and --tp must be positive.")
     if rig.gpus and tp > rig.n_gpus:
@@ -751,9 +747,9 @@ def fit_one(model_ref: str, rig: Rig, engine: str, quant: str, kv_dtype: str, ct
     arch = arch_from_catalog(model)
     req = FitRequest(engine=e.id, ctx=ctx, quant=q.id, weight_bytes=q.weight_bytes, kv_dtype=kv_dtype,
                      n_seqs=n_seqs, tp=tp, mem_fraction=e.default_mem_fraction)
-    f = fit(arch, req, rig)
-    mc = max_context(arch, req, rig)
-    ms = max_concurrency(arch, req, rig) if f.verdict != "does_not_fit" else 0
+    f = fit(arch, req, rig, catalog=cat)
+    mc = max_context(arch, req, rig, catalog=cat)
+    ms = max_concurrency(arch, req, rig, catalog=cat) if f.verdict != "does_not_fit" else 0
     return model, replace(f, max_ctx=mc, max_seqs=ms)
 
 

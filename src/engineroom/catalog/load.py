@@ -187,6 +187,10 @@ def _cross_check(cat: Catalog) -> None:
         dupes = {i for i in ids if ids.count(i) > 1}
         if dupes:
             raise BadInput(f"the catalog defines {kind} '{sorted(dupes)[0]}' more than once.")
+    names = [n for e in cat.engines for n in {x.lower() for x in (e.id, e.name, *e.aliases)}]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise BadInput(f"the catalog uses engine name or alias '{clash[0]}' for more than one engine.")
 
 
 @lru_cache(maxsize=4)
@@ -196,7 +200,7 @@ def _load_cached(root: str) -> Catalog:
 
 def load_catalog(root: Path | None = None) -> Catalog:
     """The validated catalog (cached per folder; the Catalog is immutable)."""
-    return _load_cached(str((root or CATALOG_DIR).resolve()))
+    return _load_cached(str(CATALOG_DIR) if root is None else str(root.resolve()))
 
 
 def model_names(cat: Catalog) -> str:

@@ -157,9 +157,21 @@ class Model(Strict):
 
 
 class KvDtype(Strict):
+    """One KV-cache type an engine accepts: the only table of KV sizes (``fit`` reads it).
+
+    ``bytes_per_elem`` is what one cached K or V element costs: for ggml block types the
+    block bytes over the block elements (gguf.GGML_QUANT_SIZES, checked by the tests); for
+    formats with a per-block or per-token-head scale, the scale folded in (``source`` says
+    how). ``aliases`` are other spellings ``fit`` reads as this type. ``plan: false`` keeps
+    a type out of the planner's search (``fit`` still accepts it).
+    """
+
     id: str                                  # the engine's own flag value
     bytes_per_elem: float = Field(gt=0)
     label: str = ""
+    aliases: tuple[str, ...] = ()
+    plan: bool = True                        # searched by the planner
+    source: str = ""                         # where bytes_per_elem comes from, when not obvious
 
 
 class Sourced(Strict):
@@ -187,9 +199,23 @@ class MultiGpu(Strict):
     source: str
 
 
+MemoryModel = Literal["llama_buffers", "kv_pool"]
+
+
 class Engine(Strict):
+    """One inference engine. ``memory_model`` says how ``fit`` sizes it:
+
+    * ``llama_buffers``: llama.cpp-style fixed buffers (weights split by layers, a KV cache
+      of ctx x seqs cells, compute buffers for the worst-case graph);
+    * ``kv_pool``: vLLM/SGLang-style: ``default_mem_fraction`` x VRAM is reserved and what
+      weights, activations and CUDA graphs leave over becomes the KV pool (required here).
+
+    ``max_context_step`` is the granularity of ``fit.max_context``'s search (tokens).
+    """
+
     id: str
     name: str
+    aliases: tuple[str, ...] = ()            # other names fit and the CLI accept
     status: Literal["validated", "mainline", "fork", "retest-pending"]
     status_note: str = ""
     quant_formats: tuple[QuantFormat, ...]
@@ -209,13 +235,40 @@ class Engine(Strict):
     concurrency: Concurrency
     multi_gpu: MultiGpu
     decode_efficiency: Band                  # decode speed as a fraction of the bandwidth roofline
-    default_mem_fraction: float | None = None
+    memory_model: MemoryModel
+    max_context_step: int = Field(gt=0)
+    default_mem_fraction: float | None = Field(default=None, gt=0, le=1)  # kv_pool engines only
+
+    @model_validator(mode="after")
+    def _memory_model_facts(self) -> "Engine":
+        if self.memory_model == "kv_pool" and self.default_mem_fraction is None:
+            raise ValueError("a kv_pool engine needs default_mem_fraction (the share of VRAM it reserves)")
+        if self.memory_model != "kv_pool" and self.default_mem_fraction is not None:
+            raise ValueError(f"default_mem_fraction applies to kv_pool engines only, not {self.memory_model}")
+        names = [n.lower() for k in self.kv_dtypes for n in (k.id, *k.aliases)]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"KV type '{dupes[0]}' is listed more than once (ids and aliases)")
+        return self
 
     def kv(self, kv_id: str) -> KvDtype | None:
+        """The KV type called ``kv_id`` (id or alias, any case), or None."""
+        key = kv_id.strip().lower()
         for k in self.kv_dtypes:
-            if k.id == kv_id:
+            if key == k.id.lower() or key in (a.lower() for a in k.aliases):
                 return k
         return None
+
+    @property
+    def plan_kv_dtypes(self) -> tuple[KvDtype, ...]:
+        """The KV types the planner searches (``plan: true``), in catalog order."""
+        return tuple(k for k in self.kv_dtypes if k.plan)
+
+    def kv_names(self) -> str:
+        """Accepted KV types for an error message: the ids, then the aliases."""
+        names = ", ".join(k.id for k in self.kv_dtypes)
+        aliases = ", ".join(f"{a} = {k.id}" for k in self.kv_dtypes for a in k.aliases)
+        return names + (f" (aliases: {aliases})" if aliases else "")
 
 
 # ---- hardware -------------------------------------------------------------------------
@@ -312,7 +365,7 @@ class Catalog(Strict):
     def engine(self, engine_id: str) -> Engine | None:
         key = engine_id.strip().lower()
         for e in self.engines:
-            if key in (e.id.lower(), e.name.lower()):
+            if key in (e.id.lower(), e.name.lower(), *(a.lower() for a in e.aliases)):
                 return e
         return None
 
