@@ -211,7 +211,7 @@ class DemoOutcome:
 
 
 def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, ctx: int = 4096,
-         threads: int | None = None, max_tokens: int = 128, warmup: int = 3, measured: int = 5,
+         threads: int | None = None, max_tokens: int = 256, warmup: int = 3, measured: int = 5,
          tools_template: bool = True, keep: bool = False,
          say: Callable[[str], None] | None = None,
          on_wait: Callable[[str, float], None] | None = None,
