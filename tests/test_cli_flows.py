@@ -118,6 +118,19 @@ def test_verify_without_server_or_url():
     assert proc.returncode != 0 and "no managed server is running" in proc.stderr
 
 
+@pytest.mark.parametrize("argv, says", [
+    (("fit", "qwen3.6-27b", "--engine", "llama.cpp", "--kv", "q4_0", "--ctx", "1000"), "Missing option '--quant'"),
+    (("bench", "--runs", "abc"), "Invalid value for '--runs'"),
+    (("nosuch",), "No such command 'nosuch'"),
+])
+def test_usage_errors_are_one_clear_line_not_a_traceback(argv, says):
+    """typer vendors click: its usage errors are not the click package's classes, and once
+    escaped main()'s handler as a traceback."""
+    proc = run_cli(*argv)
+    assert proc.returncode == 2
+    assert says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_bad_url_scheme():
     proc = run_cli("bench", "--url", "localhost:8080")
     assert proc.returncode != 0 and "must start with http://" in proc.stderr

@@ -616,13 +616,15 @@ def main() -> None:
     except typer.Abort:
         err_console.print("aborted.")
         sys.exit(1)
-    except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
+    except typer.TyperException as exc:
+        # usage errors (missing option, unknown option, a value of the wrong type): typer
+        # vendors click, so these are TyperExceptions, not the click package's classes
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show()
+        else:
+            err_console.print(f"[bold red]error:[/] {escape(exc.format_message())}")
+        sys.exit(exc.exit_code)
 
 
 if __name__ == "__main__":
