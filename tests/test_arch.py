@@ -205,3 +205,24 @@ def test_fetch_hf_config_offline_is_one_sentence(monkeypatch, tmp_path):
     assert ". " not in msg   # one sentence
     with pytest.raises(EngineroomError):
         load_arch("Qwen/Qwen3.6-27B")
+
+
+def test_hf_file_reference_shares_the_model_grammar_and_reads_a_pulled_copy(tmp_path, monkeypatch):
+    """``hf:ORG/REPO/FILE.gguf[@REV]`` means the same to `plan` as to `models pull`; a file
+    pulled before is read from the cache, with no network."""
+    from dataclasses import replace as dc_replace
+
+    from engineroom import paths
+    from engineroom.synth import SHAPES, write_synthetic_gguf
+
+    monkeypatch.setenv("ENGINEROOM_TOKENIZER_GGUF", str(tmp_path / "absent.gguf"))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")      # any network use would fail
+    cached = paths.models_dir() / "hf" / "some-org" / "some-repo" / "tiny-Q4_K_M.gguf"
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    write_synthetic_gguf(dc_replace(SHAPES["dense-m"], vocab_size=4096), "Q4_K_M", cached)
+    for ref in ("hf:some-org/some-repo/tiny-Q4_K_M.gguf", "hf:some-org/some-repo/tiny-Q4_K_M.gguf@main"):
+        arch = load_arch(ref)
+        assert arch.source == "gguf" and arch.name == "some-org/some-repo/tiny-Q4_K_M.gguf"
+        assert arch.weight_bytes_exact == load_arch(str(cached)).weight_bytes_exact > 0
+    with pytest.raises(BadInput, match="hf:ORG/REPO/FILE.gguf"):
+        load_arch("hf:some-org/some-repo/config.json")

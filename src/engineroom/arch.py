@@ -492,6 +492,13 @@ def arch_from_config(cfg: dict[str, Any] | str | Path, name: str | None = None) 
 
     mtp = _first_int(t, "mtp_num_hidden_layers", "num_nextn_predict_layers", "n_mtp_layers") or 0
     dtype = t.get("torch_dtype") or t.get("dtype") or data.get("torch_dtype") or data.get("dtype")
+    qcfg = data.get("quantization_config") or t.get("quantization_config")
+    qmethod = qcfg.get("quant_method") if isinstance(qcfg, dict) else None
+    if qmethod == "fp8":
+        dtype = "fp8"   # the published weights are fp8; torch_dtype names the unquantized type
+    elif qmethod:
+        estimated.append(f"torch_dtype: the weights are quantized with {qmethod}, which is not read; "
+                         f"sizes from torch_dtype overstate them")
 
     shapes = _Shapes(
         model_type=model_type, hidden=hidden, vocab=vocab, n_heads=n_heads, n_kv=n_kv,
@@ -1218,12 +1225,35 @@ def arch_from_gguf(path_or_url: str | Path) -> ModelArch:
 # Fetching and dispatch
 # =======================================================================================
 
+def _hub_unreachable(repo_id: str, revision: str | None) -> str | None:
+    """One HEAD request for config.json, no retries: why the hub cannot be reached, or None.
+
+    ``hf_hub_download`` retries a failed connection with backoff for ~20 s before it gives
+    up; this probe answers at once when there is no network (HTTP errors such as a missing
+    repo are left for ``hf_hub_download`` to raise)."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+
+    if constants.is_offline_mode():
+        return "offline mode is on (HF_HUB_OFFLINE)"
+    try:
+        get_hf_file_metadata(hf_hub_url(repo_id, "config.json", revision=revision),
+                             timeout=constants.HF_HUB_ETAG_TIMEOUT)
+    except Exception as exc:  # noqa: BLE001 - httpx or httpx2 transport errors, by name
+        if any(c.__name__ in ("TransportError", "OSError") for c in type(exc).__mro__):
+            return f"cannot reach Hugging Face at {constants.ENDPOINT}: {_first_sentence(exc)}"
+    return None
+
+
 def fetch_hf_config(repo_id: str, revision: str | None = None) -> dict[str, Any]:
     """Download config.json alone from the Hugging Face hub (cached by huggingface_hub),
-    so a model can be planned before any weight is pulled."""
+    so a model can be planned before any weight is pulled. When the hub cannot be reached,
+    a cached copy is used, else the error says so at once."""
+    unreachable = None
     try:
         from huggingface_hub import hf_hub_download
-        local = hf_hub_download(repo_id=repo_id, filename="config.json", revision=revision)
+        unreachable = _hub_unreachable(repo_id, revision)
+        local = hf_hub_download(repo_id=repo_id, filename="config.json", revision=revision,
+                                local_files_only=unreachable is not None)
     except Exception as exc:  # noqa: BLE001 - the hub raises many types; the user needs one sentence
         kind = exc.__class__.__name__
         if "RepositoryNotFound" in kind:
@@ -1234,7 +1264,9 @@ def fetch_hf_config(repo_id: str, revision: str | None = None) -> dict[str, Any]
             raise NotFound(f"{repo_id} has no revision {revision!r} on Hugging Face.") from None
         if "EntryNotFound" in kind and "Local" not in kind:
             raise NotFound(f"{repo_id} on Hugging Face has no config.json.") from None
-        if "LocalEntryNotFound" in kind or "Offline" in kind:
+        if unreachable is not None:
+            reason = f"{unreachable}, and no cached copy exists"
+        elif "LocalEntryNotFound" in kind or "Offline" in kind:
             reason = "the hub is unreachable or offline mode is on, and no cached copy exists"
         else:
             reason = f"{kind}: {_first_sentence(exc)}"
@@ -1252,26 +1284,31 @@ def load_arch(ref: str) -> ModelArch:
     - ``path/to/config.json`` or a directory holding one (or holding exactly one .gguf)
     - ``path/to/model.gguf``
     - ``https://host/.../model.gguf`` (header read with range requests)
-    - ``hf:org/repo/file.gguf`` (the same, on the Hugging Face hub)
+    - ``hf:ORG/REPO/FILE.gguf[@REVISION]`` (models.py grammar: a pulled copy, else the header on the hub)
     - ``org/repo`` (config.json downloaded alone)
     """
     ref = ref.strip()
     if not ref:
         raise BadInput("An empty model reference was given.")
     if ref.startswith("hf:"):
-        rest = ref[3:].strip("/")
-        parts = rest.split("/")
-        if len(parts) < 3 or not parts[-1].endswith(".gguf"):
-            raise BadInput(f"{ref!r} is not of the form hf:org/repo/file.gguf.")
-        from huggingface_hub import hf_hub_url
-        repo_id, filename = "/".join(parts[:2]), "/".join(parts[2:])
-        revision = None
-        if "@" in repo_id:
-            repo_id, revision = repo_id.split("@", 1)
-        arch = arch_from_gguf(hf_hub_url(repo_id, filename, revision=revision))
-        return replace(arch, name=f"{repo_id}/{filename}")
+        from . import models  # the one grammar for model references
+
+        if not models.is_hf_file(ref) or not ref.split("@")[0].endswith(".gguf"):
+            raise BadInput(f"{ref!r} is not of the form hf:ORG/REPO/FILE.gguf[@REVISION].")
+        mref = models.resolve(ref)
+        if mref.is_local:  # pulled before: read the cached copy
+            arch = arch_from_gguf(mref.path)
+        else:
+            from huggingface_hub import hf_hub_url
+
+            arch = arch_from_gguf(hf_hub_url(mref.repo, mref.filename, revision=mref.revision))
+        return replace(arch, name=f"{mref.repo}/{mref.filename}")
     if ref.startswith(("http://", "https://")):
-        if httpx.URL(ref).path.endswith(".gguf"):
+        try:
+            url = httpx.URL(ref)
+        except httpx.InvalidURL as exc:
+            raise BadInput(f"{ref} is not a valid URL ({_first_sentence(exc)}).") from None
+        if url.path.endswith(".gguf"):
             return arch_from_gguf(ref)
         raise BadInput(f"{ref} is a URL that does not end in .gguf; only GGUF files are read over HTTP.")
     path = Path(ref).expanduser()

@@ -443,9 +443,34 @@ def _print_rig_notes(rig) -> None:
         err_console.print(f"[yellow]note:[/] {escape(note)}")
 
 
+_MODEL_HELP = ("Catalog model id, alias, name or HF repo (e.g. qwen3.6-27b); or a model not in the catalog: "
+               "a config.json or a folder holding one (or exactly one .gguf), a .gguf file (header only), "
+               "an https URL to a .gguf, hf:ORG/REPO/FILE.gguf[@REVISION] (a pulled copy, or the "
+               "header read over HTTP), or ORG/REPO (its config.json from Hugging Face).")
+
+
+def _model_facts(subject) -> dict:
+    """JSON keys for a model outside the catalog (none for a catalog model)."""
+    if subject.in_catalog:
+        return {}
+    return {"model_source": subject.source, "estimates": list(subject.estimates)}
+
+
+def _print_model_notes(subject) -> None:
+    if subject.in_catalog:
+        return
+    console.print(f"note: {subject.model.id} is not in the catalog; read from the {subject.source}.", markup=False)
+    for line in subject.estimates:
+        console.print(f"  - {line}", markup=False)
+
+
+def _not_in_catalog(subject) -> str:
+    return "" if subject.in_catalog else " (not in the catalog)"
+
+
 @app.command()
 def plan(
-    model: str = typer.Argument(..., help="Catalog model id, alias or HF repo (e.g. qwen3.6-27b)."),
+    model: str = typer.Argument(..., help=_MODEL_HELP),
     rig: Optional[str] = _RIG,
     priority: Optional[str] = typer.Option(None, "--priority", "-p", help="balanced, full-features, max-context, leanest-vram, concurrent-throughput, non-nvidia, fastest-cold-start, multi-tenant."),
     ctx: Optional[int] = typer.Option(None, "--ctx", help="Required context (tokens); default: the priority's."),
@@ -458,28 +483,31 @@ def plan(
     Without --priority: the top pick for every priority (a computed "how to choose" table).
     """
     from .hardware import resolve_rig
-    from .plan import how_to_choose, plan as make_plan, plans_as_rows
+    from .plan import how_to_choose, plan as make_plan, plans_as_rows, resolve_model
 
     the_rig = resolve_rig(rig)
+    subject = resolve_model(model)
     if priority is None:
-        _print_how_to_choose(model, the_rig, how_to_choose(model, the_rig, ctx=ctx, engine=engine), json_out)
+        _print_how_to_choose(model, subject, the_rig, how_to_choose(subject, the_rig, ctx=ctx, engine=engine), json_out)
         return
-    plans = make_plan(model, the_rig, priority, ctx=ctx, engine=engine, limit=max(1, top), detail=3)
+    plans = make_plan(subject, the_rig, priority, ctx=ctx, engine=engine, limit=max(1, top), detail=3)
     if json_out:
-        print_json({"model": model, "rig": the_rig.label, "rig_notes": list(the_rig.notes),
+        print_json({"model": model, **_model_facts(subject), "rig": the_rig.label, "rig_notes": list(the_rig.notes),
                     "priority": plans[0].priority, "plans": plans_as_rows(plans)})
         return
     from rich.table import Table
 
     _print_rig_notes(the_rig)
     table = Table("#", "engine", "quant", "KV", "ctx", "seqs", "spec", "layout", "GB / device", "decode t/s",
-                  "aggregate t/s", title=f"{model} on {the_rig.label} — priority {plans[0].priority}")
+                  "aggregate t/s",
+                  title=f"{escape(model)}{_not_in_catalog(subject)} on {the_rig.label} — priority {plans[0].priority}")
     for p in plans:
         table.add_row(str(p.rank), p.engine, p.quant, p.kv_dtype, f"{p.ctx:,}", str(p.n_seqs), p.spec or "-",
                       p.layout, " / ".join(f"{b / 1e9:.1f}" for b in p.per_gpu_bytes),
                       f"{p.decode.low:.0f}-{p.decode.high:.0f}" if p.decode else "?",
                       f"{p.aggregate_tps:.0f}" if p.aggregate_tps else "?")
     console.print(table)
+    _print_model_notes(subject)
     for p in plans[:3]:
         console.print(f"[bold]#{p.rank} {p.engine} {p.quant} {p.kv_dtype}[/]")
         for line in p.reasons:
@@ -488,11 +516,11 @@ def plan(
             console.print(f"  ! {line}", markup=False)
 
 
-def _print_how_to_choose(model: str, the_rig, rows, json_out: bool) -> None:
+def _print_how_to_choose(model: str, subject, the_rig, rows, json_out: bool) -> None:
     from .plan import plans_as_rows
 
     if json_out:
-        print_json({"model": model, "rig": the_rig.label, "rig_notes": list(the_rig.notes),
+        print_json({"model": model, **_model_facts(subject), "rig": the_rig.label, "rig_notes": list(the_rig.notes),
                     "how_to_choose": [{"priority": r.priority, "label": r.label,
                                        "pick": plans_as_rows([r.plan])[0] if r.plan else None,
                                        "why_none": r.why_none} for r in rows]})
@@ -501,7 +529,7 @@ def _print_how_to_choose(model: str, the_rig, rows, json_out: bool) -> None:
 
     _print_rig_notes(the_rig)
     table = Table("your priority", "pick", "ctx x seqs", "GB / device", "decode t/s", "why",
-                  title=f"How to choose: {model} on {the_rig.label}", show_lines=True)
+                  title=f"How to choose: {escape(model)}{_not_in_catalog(subject)} on {the_rig.label}", show_lines=True)
     for r in rows:
         p = r.plan
         if p is None:
@@ -513,14 +541,17 @@ def _print_how_to_choose(model: str, the_rig, rows, json_out: bool) -> None:
                       f"{p.decode.low:.0f}-{p.decode.high:.0f}" if p.decode else "?",
                       escape(p.reasons[0] if p.reasons else ""))
     console.print(table)
+    _print_model_notes(subject)
     console.print("Ranked alternatives and every reason: engineroom plan MODEL --priority ID", markup=False)
 
 
 @app.command("fit")
 def fit_cmd(
-    model: str = typer.Argument(..., help="Catalog model id, alias or HF repo."),
+    model: str = typer.Argument(..., help=_MODEL_HELP),
     engine: str = typer.Option(..., "--engine", "-e", help="llama.cpp, ik_llama.cpp, vllm or sglang."),
-    quant: str = typer.Option(..., "--quant", "-q", help="Catalog quant id (e.g. Q4_K_M, autoround-int4)."),
+    quant: str = typer.Option(..., "--quant", "-q", help="Catalog quant id (e.g. Q4_K_M, autoround-int4); "
+                              "for a model not in the catalog: a .gguf's own type (e.g. Q4_K_M), or for a "
+                              "config.json its dtype (bf16, fp8), Q8_0, Q4_K_M, fp8 or awq-int4."),
     kv: str = typer.Option(..., "--kv", help="KV cache type as the engine names it (q4_0, fp8, ...)."),
     ctx: int = typer.Option(..., "--ctx", help="Context length (tokens)."),
     seqs: int = typer.Option(1, "--seqs", help="Parallel sequences."),
@@ -530,25 +561,28 @@ def fit_cmd(
 ) -> None:
     """One memory breakdown: per-device components, verdict and the largest fillable context."""
     from .hardware import resolve_rig
-    from .plan import fit_one
+    from .plan import fit_one, resolve_model
 
     the_rig = resolve_rig(rig)
-    m, f = fit_one(model, the_rig, engine, quant, kv, ctx, n_seqs=seqs, tp=tp)
+    subject = resolve_model(model)
+    m, f = fit_one(subject, the_rig, engine, quant, kv, ctx, n_seqs=seqs, tp=tp)
     if json_out:
-        print_json({"model": m.id, "rig": the_rig.label, "fit": f})
+        print_json({"model": m.id, **_model_facts(subject), "rig": the_rig.label, "fit": f})
         return
     from rich.table import Table
 
     _print_rig_notes(the_rig)
     for g in f.per_gpu:
         dev = f"GPU{g.index}" if the_rig.gpus else "RAM"
-        table = Table("component", "size", "how", title=f"{m.name} · {engine} · {quant} · KV {kv} · {ctx:,} ctx on {the_rig.label} — {dev}")
+        table = Table("component", "size", "how", title=f"{escape(m.name)}{_not_in_catalog(subject)} · {engine} · {quant} · "
+                                                        f"KV {kv} · {ctx:,} ctx on {the_rig.label} — {dev}")
         for c in g.components:
             table.add_row(c.name, _gb1(c.bytes), c.note)
         table.add_row("[bold]total[/]", f"[bold]{_gb1(g.used_bytes)}[/]", f"of {_gb1(g.capacity_bytes)}")
         console.print(table)
     for c in f.host:
         console.print(f"host: {c.name} {_gb1(c.bytes)} ({c.note})", markup=False)
+    _print_model_notes(subject)
     color = {"fits": "green", "tight": "yellow"}.get(f.verdict, "red")
     console.print(f"verdict: [{color}]{f.verdict}[/] — {escape(f.binding)}")
     console.print(f"max fillable context at {seqs} seq(s): {f.max_ctx:,} tokens (fit.max_context)")

@@ -253,10 +253,12 @@ class WeightSplit:
 
 
 def weight_split(arch: ModelArch, req: FitRequest) -> WeightSplit:
-    """Exact tensor bytes when the arch came from a GGUF; else a bits-per-weight estimate."""
+    """Exact tensor bytes when the arch came from a GGUF (and the request is that file: no
+    other quant named, or exactly its bytes given); else a bits-per-weight estimate."""
     n_layers = arch.n_layers + arch.mtp_layers
-    if arch.tensor_bytes and (req.quant is None or arch.file_type is None
-                              or req.quant.lower() == str(arch.file_type).lower()) and req.weight_bytes is None:
+    same_file = req.weight_bytes == arch.weight_bytes_exact if req.weight_bytes is not None else (
+        req.quant is None or arch.file_type is None or req.quant.lower() == str(arch.file_type).lower())
+    if arch.tensor_bytes and same_file:
         per = [0] * max(n_layers, 1 + max((int(m.group(1)) for n in arch.tensor_bytes if (m := _BLK.match(n))), default=0))
         emb = head = 0
         for name, b in arch.tensor_bytes.items():

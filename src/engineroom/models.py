@@ -81,6 +81,11 @@ _HF_FILE = re.compile(r"^hf:(?P<repo>[\w.-]+/[\w.-]+)/(?P<file>[^@]+?)(?:@(?P<re
 _HF_REPO = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
+def is_hf_file(ref: str) -> bool:
+    """``hf:ORG/REPO/FILE[@REVISION]``: the grammar every reader of model references shares."""
+    return _HF_FILE.match(ref.strip()) is not None
+
+
 @dataclass(frozen=True)
 class ModelRef:
     raw: str

@@ -13,15 +13,22 @@ field or fit number it rests on.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Iterable
 
-from .arch import LayerKind, ModelArch
+from pydantic import ValidationError
+
+from .arch import LayerKind, ModelArch, load_arch
 from .catalog import (Catalog, Drafter, Engine, Model, Priority, Quant, arch_from_catalog,
                       find_engine, find_model, find_priority, load_catalog)
-from .catalog.schema import GB, KvDtype, RankKey
-from .errors import BadInput, NotFound
-from .fit import Fit, FitRequest, fit, kv_dtype_spec, max_concurrency, max_context
+from .catalog.load import closest_model
+from .catalog.schema import (GB, ArchBlock, KvDtype, LinearBlock, MoEBlock, Quality, RankKey,
+                             VisionBlock)
+from .errors import BadInput, EngineroomError, NotFound
+from .fit import (BITS_PER_WEIGHT, Fit, FitRequest, fit, kv_dtype_spec, max_concurrency,
+                  max_context)
 from .hardware import Rig
 
 SPEED_DEPTH = 4096          # decode speed is quoted at this KV depth (tokens already in context)
@@ -240,8 +247,9 @@ def _bandwidth(rig: Rig) -> float | None:
 
 class _Planner:
     def __init__(self, cat: Catalog, model: Model, arch: ModelArch, rig: Rig, prio: Priority,
-                 ctx: int | None, engine: str | None):
+                 ctx: int | None, engine: str | None, source: str = "catalog"):
         self.cat, self.model, self.arch, self.rig, self.prio = cat, model, arch, rig, prio
+        self.source = source          # "catalog", or where a model outside it was read from
         self.user_ctx = ctx
         self.engines = [find_engine(cat, engine)] if engine else list(cat.engines)
         self.rejected: list[str] = []
@@ -275,6 +283,8 @@ class _Planner:
             return f"{e.id} runs on NVIDIA only"
         for feat in c.features:
             if feat not in self.model.features:
+                if self.source != "catalog":
+                    return f"{self.model.name} is not in the catalog and its {feat} support is not known"
                 return f"{self.model.name} lacks {feat}"
             if feat == "vision" and not e.vision:
                 return f"{e.id} has no vision support"
@@ -623,7 +633,204 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
         trade.append(f"tight fit: {f.binding}.")
     if q.quality.tier < 4:
         trade.append(f"quality below 4-bit class (tier {q.quality.tier}).")
+    if p.source != "catalog":
+        trade.append(f"not in the catalog: read from the {p.source}; "
+                     + ("its size is the file's exact bytes" if q.size_bytes else "its size is an estimate")
+                     + ", its quality a class tier.")
     return reasons, trade
+
+
+# ---------------------------------------------------------------------------------------
+# models outside the catalog: a Model built from a GGUF header or a config.json
+# ---------------------------------------------------------------------------------------
+
+# The quality tier of a quant the catalog has no entry (and no KLD) for, by its class: the
+# tiers the catalog gives these classes. (tier, class, pattern searched in the lower-case
+# quant id); the first match wins.
+QUANT_CLASS_TIERS: tuple[tuple[int, str, str], ...] = (
+    (6, "16-bit", r"^(bf16|f16|fp16|f32|fp32)$"),
+    (5, "8-bit", r"q8_|fp8|int8"),
+    (5, "6/5-bit", r"q6_|q5_"),
+    (4, "4-bit", r"q4_|awq|gptq|autoround|int4|nvfp4|mxfp4"),
+    (3, "3-bit", r"q3_"),
+    (2, "2-bit or below", r"q2_|iq1_|tq1_"),
+)
+# the quants people usually make of a published model: (id, format); the engines that load
+# each are the catalog engines listing the format in quant_formats
+_USUAL_QUANTS = (("Q8_0", "gguf"), ("Q4_K_M", "gguf"), ("fp8", "fp8"), ("awq-int4", "awq"))
+
+
+def _engines_loading(cat: Catalog, fmt: str) -> tuple[str, ...]:
+    return tuple(e.id for e in cat.engines if fmt in e.quant_formats)
+
+
+def class_quality(quant_id: str) -> Quality | None:
+    """The class tier of ``quant_id`` (``QUANT_CLASS_TIERS``), or None for an unknown class."""
+    key = quant_id.lower()
+    for tier, label, pattern in QUANT_CLASS_TIERS:
+        if re.search(pattern, key):
+            return Quality(tier=tier, source=f"{label} class tier for {quant_id} (no KLD known for this file)")
+    return None
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """The model a plan or fit is about: a catalog entry (``source`` "catalog", ``arch`` None:
+    the catalog's inline block), or one built from a file or repo by ``model_from_arch``."""
+
+    model: Model
+    arch: ModelArch | None = None
+    source: str = "catalog"               # else e.g. "GGUF header of x.gguf"
+    estimates: tuple[str, ...] = ()       # what the output must call a guess
+
+    @property
+    def in_catalog(self) -> bool:
+        return self.source == "catalog"
+
+
+def _names_file_or_repo(ref: str) -> bool:
+    """A path, URL, hf:/org/repo reference, a .gguf/.json name, or anything on disk."""
+    ref = ref.strip()
+    return bool(ref) and ("/" in ref or ref.endswith((".gguf", ".json")) or Path(ref).expanduser().exists())
+
+
+def resolve_model(ref: str | ResolvedModel, catalog: Catalog | None = None) -> ResolvedModel:
+    """A catalog model (id, alias, name or HF repo); else, when ``ref`` names a file or repo,
+    the model ``arch.load_arch`` reads from it. One BadInput/NotFound sentence says why
+    neither worked; a plain name that is not in the catalog gets the catalog's error."""
+    if isinstance(ref, ResolvedModel):
+        return ref
+    cat = catalog or load_catalog()
+    if cat.model(ref) is not None or not _names_file_or_repo(ref):
+        return ResolvedModel(find_model(cat, ref))
+    try:
+        arch = load_arch(ref)
+    except (EngineroomError, OSError) as err:
+        close = closest_model(cat, ref)
+        hint = f" (did you mean '{close}'?)" if close else ""
+        cls = NotFound if isinstance(err, NotFound) else BadInput
+        raise cls(f"model '{ref}' is not in the catalog{hint} and cannot be read as a model file or repo: {err}") from None
+    return model_from_arch(ref.strip(), arch, cat)
+
+
+def _sized(qid: str, fmt: str, engines: tuple[str, ...], params: int, hf_repo: str | None = None) -> Quant:
+    bits = BITS_PER_WEIGHT[qid.lower()]
+    size = params * bits / 8
+    return Quant(id=qid, format=fmt, size_gb=float(f"{size / GB:.3g}"), engines=engines, hf_repo=hf_repo,
+                 size_source=f"estimate: {params:,} params x {bits:g} bits/weight; no such file checked",
+                 quality=class_quality(qid))
+
+
+def _gguf_quant(arch: ModelArch, ref: str, cat: Catalog) -> tuple[Quant, list[str]]:
+    """The file itself: its type (general.file_type, else the tensor type holding most bytes)
+    and its exact tensor bytes."""
+    if not arch.tensor_bytes:
+        raise BadInput(f"{ref} holds no weight tensors (a vocab-only GGUF?), so there is nothing to plan.")
+    notes = []
+    qid = (arch.file_type or "").removesuffix(" (guessed)")
+    if arch.file_type and qid != arch.file_type:
+        notes.append(f"quant id: the header's general.file_type is '{arch.file_type}'")
+    if not qid or class_quality(qid) is None:
+        by_type: dict[str, int] = {}
+        for name, b in arch.tensor_bytes.items():
+            by_type[arch.tensor_types[name]] = by_type.get(arch.tensor_types[name], 0) + b
+        qid = max(by_type, key=lambda t: by_type[t])
+        notes.append(f"quant id: no usable general.file_type; named after its largest tensor type, {qid}")
+    quality = class_quality(qid) or Quality(tier=2, source=f"unknown quant class {qid}: lowest tier assumed (no KLD known)")
+    exact = arch.weight_bytes_exact or 0
+    notes.append(f"quality: {quality.source}")
+    return Quant(id=qid, format="gguf", size_gb=float(f"{exact / GB:.3g}"), size_bytes=exact,
+                 size_source=f"exact: {exact:,} bytes of tensors in the GGUF header", engines=_engines_loading(cat, "gguf"),
+                 file=Path(ref).name, quality=quality), notes
+
+
+def _published_and_usual_quants(arch: ModelArch, hf_repo: str | None, cat: Catalog) -> tuple[list[Quant], list[str]]:
+    """The published dtype (bf16, fp8...) for vLLM/SGLang, then the usual GGUF and
+    vLLM/SGLang quants, each sized as parameters x bits per weight."""
+    params = arch.total_param_count
+    if not params:
+        raise BadInput(f"{arch.name} has no parameter count, so its weights cannot be sized.")
+    sizes = f"quant sizes: {params:,} parameters counted from the config's shapes x bits/weight per quant"
+    notes = [f"{sizes}; no such file was checked", "quality tiers: class tiers by quant type (no KLD known)"]
+    dtype = (arch.torch_dtype or "").lower()
+    if dtype not in BITS_PER_WEIGHT:
+        notes.append(f"published dtype: {arch.torch_dtype or 'not stated'} in the config; bf16 assumed")
+        dtype = "bf16"
+    published = "fp8" if dtype.startswith("fp8") else "bf16"
+    quants = [_sized(dtype, published, _engines_loading(cat, published), params, hf_repo)]
+    quants += [_sized(qid, fmt, _engines_loading(cat, fmt), params) for qid, fmt in _USUAL_QUANTS if qid != dtype]
+    return quants, notes
+
+
+def _active_param_count(arch: ModelArch) -> int | None:
+    """MoE: the parameters one token reads, i.e. all but the idle experts' three matrices in
+    each sparse layer (the shapes ``arch`` counted ``param_count`` from); None for dense."""
+    m = arch.moe
+    if m is None or not arch.param_count or not m.n_experts_active:
+        return None
+    layers = m.n_moe_layers if m.n_moe_layers is not None else arch.n_layers - m.first_dense_layers
+    idle = layers * (m.n_experts - m.n_experts_active) * 3 * arch.hidden_size * m.expert_intermediate_size
+    return arch.param_count - idle if 0 < idle < arch.param_count else None
+
+
+def _arch_block(arch: ModelArch, source: str) -> ArchBlock:
+    """``arch`` as the catalog's inline block (plan and fit use ``arch`` itself: this keeps
+    the ad-hoc Model valid and self-describing)."""
+    return ArchBlock(
+        architecture=arch.architecture, n_layers=arch.n_layers, hidden_size=arch.hidden_size,
+        vocab_size=arch.vocab_size, n_heads=arch.n_heads, n_kv_heads=arch.n_kv_heads, head_dim=arch.head_dim,
+        layer_pattern=tuple(k.value for k in arch.layer_kinds), intermediate_size=arch.intermediate_size,
+        sliding_window=arch.sliding_window, max_position=arch.max_position, rope_dim=arch.rope_dim,
+        tie_embeddings=arch.tie_embeddings, mtp_layers=arch.mtp_layers, param_count=arch.param_count,
+        active_param_count=_active_param_count(arch), torch_dtype=arch.torch_dtype, source=source,
+        linear=LinearBlock(n_key_heads=arch.linear.n_key_heads, n_value_heads=arch.linear.n_value_heads,
+                           key_head_dim=arch.linear.key_head_dim, value_head_dim=arch.linear.value_head_dim,
+                           conv_kernel=arch.linear.conv_kernel) if arch.linear else None,
+        moe=MoEBlock(n_experts=arch.moe.n_experts, n_experts_active=arch.moe.n_experts_active,
+                     expert_intermediate_size=arch.moe.expert_intermediate_size,
+                     n_shared_experts=arch.moe.n_shared_experts,
+                     shared_intermediate_size=arch.moe.shared_intermediate_size) if arch.moe else None,
+        vision=VisionBlock(depth=arch.vision.depth, hidden_size=arch.vision.hidden_size, n_heads=arch.vision.n_heads,
+                           patch_size=arch.vision.patch_size, param_count=arch.vision.param_count)
+        if arch.vision else None,
+    )
+
+
+def model_from_arch(ref: str, arch: ModelArch, catalog: Catalog | None = None) -> ResolvedModel:
+    """A catalog-shaped Model for a model that is not in the catalog, validated like one.
+
+    From a GGUF (``arch.source == "gguf"``): one quant, the file itself, at its exact tensor
+    bytes, for the catalog engines that load GGUF. From a config.json: the published dtype
+    plus the usual quants (GGUF Q8_0 / Q4_K_M, fp8, AWQ int4), each an estimate, each for
+    the catalog engines whose quant_formats list its format.
+    Quality is the quant's class tier; features are only what the arch proves (vision)."""
+    cat = catalog or load_catalog()
+    on_hub = arch.source == "config.json" and not Path(ref).expanduser().exists()
+    gguf = arch.source == "gguf"
+    source = (f"GGUF header of {ref}" if gguf else f"config.json of {ref} on Hugging Face" if on_hub
+              else f"config.json at {ref}")
+    try:
+        if gguf:
+            quant, notes = _gguf_quant(arch, ref, cat)
+            quants = [quant]
+        else:
+            quants, notes = _published_and_usual_quants(arch, ref if on_hub else None, cat)
+        notes.append("features: tool calling and reasoning cannot be read from "
+                     f"{'a GGUF header' if gguf else 'a config.json'}, so none is assumed")
+        notes += [f"architecture: {e}" for e in arch.estimated]
+        active = _active_param_count(arch)
+        if active and arch.moe:
+            notes.append(f"decode speed: {active:,} of {arch.param_count:,} parameters read per token "
+                         f"({arch.moe.n_experts_active} of {arch.moe.n_experts} experts), counted from the expert shapes")
+        model = Model(id=ref, name=arch.name or ref, hf_repo=ref if on_hub else None,
+                      architecture=_arch_block(arch, source), features=("vision",) if arch.vision else (),
+                      quants=tuple(quants), notes=f"not in the catalog: read from the {source}")
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err.get("loc", ())) or "model"
+        raise BadInput(f"the {source} does not describe a model engineroom can plan "
+                       f"({where}: {err.get('msg', 'invalid').rstrip('.')}).") from None
+    return ResolvedModel(model=model, arch=arch, source=source, estimates=tuple(notes))
 
 
 # ---------------------------------------------------------------------------------------
@@ -631,20 +838,22 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
 # ---------------------------------------------------------------------------------------
 
 
-def plan(model_ref: str, rig: Rig, priority: str | None = None, ctx: int | None = None,
+def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, ctx: int | None = None,
          engine: str | None = None, *, catalog: Catalog | None = None, limit: int | None = None,
          arch: ModelArch | None = None, detail: int = 1) -> list[Plan]:
     """Ranked configs for serving ``model_ref`` on ``rig`` under ``priority`` (default: the
     catalog's default priority). Raises NotFound with the closest miss when nothing fits.
+    ``model_ref``: anything ``resolve_model`` accepts (a catalog model, or a file or repo).
 
     ``limit`` caps how many plans come back (None: all that fit); ``detail`` is how many of
     the top plans get their largest fillable context (fit.max_context) when the priority did
     not need it for every candidate; the others keep ``max_ctx=None``."""
     cat = catalog or load_catalog()
-    model = find_model(cat, model_ref)
-    arch = arch or arch_from_catalog(model)
+    subject = resolve_model(model_ref, cat)
+    model = subject.model
+    arch = arch or subject.arch or arch_from_catalog(model)
     prio = find_priority(cat, priority) if priority else cat.default_priority()
-    p = _Planner(cat, model, arch, rig, prio, ctx, engine)
+    p = _Planner(cat, model, arch, rig, prio, ctx, engine, source=subject.source)
     pool = p.pool = p.candidates()
     prefix = []
     for k in prio.rank:
@@ -710,14 +919,15 @@ class Choice:
     why_none: str = ""
 
 
-def how_to_choose(model_ref: str, rig: Rig, ctx: int | None = None, engine: str | None = None,
+def how_to_choose(model_ref: str | ResolvedModel, rig: Rig, ctx: int | None = None, engine: str | None = None,
                   *, catalog: Catalog | None = None) -> list[Choice]:
     """The top pick for every priority in the catalog: the seed's "how to choose" table, computed."""
     cat = catalog or load_catalog()
+    subject = resolve_model(model_ref, cat)     # once: a remote GGUF header is read once
     rows: list[Choice] = []
     for prio in cat.priorities:
         try:
-            top = plan(model_ref, rig, prio.id, ctx=ctx, engine=engine, catalog=cat, limit=1, detail=1)
+            top = plan(subject, rig, prio.id, ctx=ctx, engine=engine, catalog=cat, limit=1, detail=1)
             rows.append(Choice(prio.id, prio.label, top[0]))
         except NotFound as err:
             if "no configuration of" not in str(err):
@@ -726,16 +936,18 @@ def how_to_choose(model_ref: str, rig: Rig, ctx: int | None = None, engine: str 
     return rows
 
 
-def fit_one(model_ref: str, rig: Rig, engine: str, quant: str, kv_dtype: str, ctx: int,
+def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, kv_dtype: str, ctx: int,
             n_seqs: int = 1, tp: int = 1, *, catalog: Catalog | None = None) -> tuple[Model, Fit]:
     """One fit from catalog ids (the `engineroom fit` command): the quant's catalog size is the
-    weight bytes."""
+    weight bytes. ``model_ref``: anything ``resolve_model`` accepts."""
     cat = catalog or load_catalog()
-    model = find_model(cat, model_ref)
+    subject = resolve_model(model_ref, cat)
+    model = subject.model
     e = find_engine(cat, engine)
     q = model.quant(quant)
     if q is None:
-        raise BadInput(f"{model.name} has no quant '{quant}' in the catalog; known: {', '.join(x.id for x in model.quants)}.")
+        where = " in the catalog" if subject.in_catalog else f" (read from the {subject.source})"
+        raise BadInput(f"{model.name} has no quant '{quant}'{where}; known: {', '.join(x.id for x in model.quants)}.")
     why = _quant_runs_on(q, e, rig) if rig.gpus else (None if e.id in q.engines else f"{q.id} does not load in {e.id}")
     if why:
         raise BadInput(f"cannot fit {model.name} {q.id} on {e.id}: {why}.")
@@ -744,7 +956,7 @@ def fit_one(model_ref: str, rig: Rig, engine: str, quant: str, kv_dtype: str, ct
         raise BadInput("--ctx, --seqs and --tp must be positive.")
     if rig.gpus and tp > rig.n_gpus:
         raise BadInput(f"--tp {tp} needs {tp} GPUs but the rig {rig.label} has {rig.n_gpus}.")
-    arch = arch_from_catalog(model)
+    arch = subject.arch or arch_from_catalog(model)
     req = FitRequest(engine=e.id, ctx=ctx, quant=q.id, weight_bytes=q.weight_bytes, kv_dtype=kv_dtype,
                      n_seqs=n_seqs, tp=tp, mem_fraction=e.default_mem_fraction)
     f = fit(arch, req, rig, catalog=cat)

@@ -207,12 +207,18 @@ def model_names(cat: Catalog) -> str:
     return ", ".join(m.id for m in cat.models)
 
 
+def closest_model(cat: Catalog, ref: str) -> str | None:
+    """The catalog model id or alias closest to ``ref`` (a "did you mean"), or None."""
+    ids = [x.id for x in cat.models] + [a for x in cat.models for a in x.aliases]
+    close = difflib.get_close_matches(ref.lower(), [i.lower() for i in ids], n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
 def find_model(cat: Catalog, ref: str) -> Model:
     m = cat.model(ref)
     if m is None:
-        ids = [x.id for x in cat.models] + [a for x in cat.models for a in x.aliases]
-        close = difflib.get_close_matches(ref.lower(), [i.lower() for i in ids], n=1, cutoff=0.5)
-        hint = f"did you mean '{close[0]}'? " if close else ""
+        close = closest_model(cat, ref)
+        hint = f"did you mean '{close}'? " if close else ""
         raise BadInput(f"model '{ref}' is not in the catalog; {hint}known models: {model_names(cat)}.")
     return m
 
