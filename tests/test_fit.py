@@ -360,3 +360,23 @@ def test_catalog_is_the_source_of_kv_sizes_fraction_and_aliases():
     # engine aliases from the YAML
     q = fit(a, FitRequest(engine="llamacpp", ctx=4096, quant="Q4_K_M"), H200)
     assert q.per_gpu == fit(a, FitRequest(engine="llama.cpp", ctx=4096, quant="Q4_K_M"), H200).per_gpu
+
+
+def test_vision_tower_counted_once():
+    """A vLLM/SGLang checkpoint carries its vision tower (the catalog's AutoRound 17.5-19 GB
+    keeps it in bf16): enabling vision adds nothing to the weights there. A GGUF ships the
+    tower as a separate mmproj file, so llama.cpp adds it."""
+    from engineroom.catalog import arch_from_catalog, load_catalog
+
+    arch = arch_from_catalog(load_catalog().model("qwen3.6-27b"))
+    assert arch.vision is not None
+    pool = FitRequest(engine="vllm", ctx=32_768, weight_bytes=int(17.5e9), kv_dtype="fp8", mem_fraction=0.92)
+    text, vis = fit(arch, pool, ONE_3090), fit(arch, replace(pool, vision=True), ONE_3090)
+    assert [c.name for c in vis.per_gpu[0].components] == [c.name for c in text.per_gpu[0].components]
+    assert need_bytes(vis) == need_bytes(text)
+    assert any("vision tower is part of the checkpoint" in n for n in vis.notes)
+    gguf = FitRequest(engine="llama.cpp", ctx=32_768, weight_bytes=int(16e9), kv_dtype="q8_0")
+    with_mmproj = fit(arch, replace(gguf, vision=True), ONE_3090)
+    extra = need_bytes(with_mmproj) - need_bytes(fit(arch, gguf, ONE_3090))
+    assert any(c.name == "vision" for c in with_mmproj.per_gpu[0].components)
+    assert 0.5e9 < extra < 1.5e9       # a 27-layer, 1152-wide tower in f16: ~0.9 GB

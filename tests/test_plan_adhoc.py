@@ -13,6 +13,7 @@ from conftest import run_cli
 
 from engineroom.catalog import load_catalog
 from engineroom.errors import BadInput
+from engineroom.fit import BITS_PER_WEIGHT
 from engineroom.hardware import parse_rig
 from engineroom.plan import class_quality, fit_one, how_to_choose, plan, resolve_model
 
@@ -83,6 +84,36 @@ def test_fp8_config_publishes_fp8_and_vision_is_a_feature():
     assert gemma.model.features == ("vision",)
     # what the config reader guessed is labelled as such
     assert any(e.startswith("architecture: tie_embeddings: not stated") for e in gemma.estimates)
+
+
+@pytest.mark.parametrize("method, qid, fmt", [("awq", "awq-int4", "awq"), ("gptq", "gptq-int4", "gptq"),
+                                               ("auto-round", "autoround-int4", "autoround")])
+def test_int4_checkpoint_config_publishes_its_quant(tmp_path: Path, method, qid, fmt):
+    cfg = json.loads((CONFIGS / "llama-3.1-8b.json").read_text())
+    cfg["quantization_config"] = {"quant_method": method, "bits": 4, "group_size": 128}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    subject = resolve_model(str(path))
+    published = subject.model.quants[0]
+    assert (published.id, published.format) == (qid, fmt)
+    assert published.weight_bytes == pytest.approx(LLAMA_PARAMS * BITS_PER_WEIGHT[qid] / 8, rel=0.005)
+    assert "bf16" not in [q.id for q in subject.model.quants]     # the checkpoint is not 16-bit
+    # 8-bit GPTQ is not read: sized at torch_dtype, and said so
+    cfg["quantization_config"] = {"quant_method": "gptq", "bits": 8}
+    path.write_text(json.dumps(cfg))
+    eight = resolve_model(str(path))
+    assert eight.model.quants[0].id == "bf16"
+    assert any("quantized with gptq" in e and "overstate" in e for e in eight.estimates)
+
+
+def test_vision_tower_is_in_safetensors_sizes_not_in_gguf_ones():
+    gemma = resolve_model(str(CONFIGS / "gemma-3-4b-it.json"))
+    arch = gemma.arch
+    vision = arch.vision.param_count
+    assert vision and vision > 100e6
+    q = {x.id: x for x in gemma.model.quants}
+    assert q["bf16"].weight_bytes == pytest.approx(arch.total_param_count * 2, rel=0.005)
+    assert q["Q4_K_M"].weight_bytes == pytest.approx((arch.total_param_count - vision) * 4.85 / 8, rel=0.005)
 
 
 def test_moe_decode_reads_the_active_experts_only():

@@ -494,8 +494,12 @@ def arch_from_config(cfg: dict[str, Any] | str | Path, name: str | None = None) 
     dtype = t.get("torch_dtype") or t.get("dtype") or data.get("torch_dtype") or data.get("dtype")
     qcfg = data.get("quantization_config") or t.get("quantization_config")
     qmethod = qcfg.get("quant_method") if isinstance(qcfg, dict) else None
+    qbits = qcfg.get("bits") if isinstance(qcfg, dict) else None
+    int4 = {"awq": "awq-int4", "gptq": "gptq-int4", "auto-round": "autoround-int4", "autoround": "autoround-int4"}
     if qmethod == "fp8":
         dtype = "fp8"   # the published weights are fp8; torch_dtype names the unquantized type
+    elif qmethod in int4 and qbits == 4:
+        dtype = int4[qmethod]   # 4-bit linear weights; torch_dtype names the activations' type
     elif qmethod:
         estimated.append(f"torch_dtype: the weights are quantized with {qmethod}, which is not read; "
                          f"sizes from torch_dtype overstate them")

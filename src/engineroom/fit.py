@@ -659,7 +659,6 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
         scratch = int(math.ceil(b / 64) * vh * kd * vd * 2 + 2 * b * vh * vd * 2)
     overhead = int((0.5 + frac + 0.3 * (tp - 1)) * GB)
     draft = req.draft_bytes // tp
-    vision = _vision_bytes(arch) // tp if req.vision else 0
     gpus = rig.gpus[:tp] if rig.gpus else ()
     out: list[GpuFit] = []
     info = {}
@@ -672,8 +671,6 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
             fixed.append(Component("recurrent_state", kv_fixed, f"{req.n_seqs} seq(s) of linear-attention state / TP"))
         if draft:
             fixed.append(Component("draft", draft, "draft model / TP"))
-        if vision:
-            fixed.append(Component("vision", vision, "vision tower / TP"))
         budget = int(frac * cap)
         pool = budget - sum(c.bytes for c in fixed)
         comps = list(fixed) + [Component("kv_cache", kv_need, kv_note)]
@@ -682,7 +679,12 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
             comps.append(Component("kv_pool_spare", pool - kv_need, f"pool sized from {frac} x VRAM"))
         out.append(GpuFit(gi, cap, tuple(comps)))
         info[gi] = (pool, kv_need, budget)
-    return out, [], [f"{eng.id} sizes its KV pool from {frac} x VRAM"], info
+    notes = [f"{eng.id} sizes its KV pool from {frac} x VRAM"]
+    if req.vision and arch.vision is not None:
+        # a safetensors checkpoint carries its vision tower: it is already in the weights
+        # (a language-model-only launch would leave it out)
+        notes.append("the vision tower is part of the checkpoint's weights")
+    return out, [], notes, info
 
 
 # ---------------------------------------------------------------------------------------

@@ -744,21 +744,31 @@ def _gguf_quant(arch: ModelArch, ref: str, cat: Catalog) -> tuple[Quant, list[st
                  file=Path(ref).name, quality=quality), notes
 
 
+# published checkpoint dtype (ModelArch.torch_dtype) -> catalog quant format
+_PUBLISHED_FORMAT = {"fp8": "fp8", "awq-int4": "awq", "gptq-int4": "gptq", "autoround-int4": "autoround"}
+
+
 def _published_and_usual_quants(arch: ModelArch, hf_repo: str | None, cat: Catalog) -> tuple[list[Quant], list[str]]:
-    """The published dtype (bf16, fp8...) for vLLM/SGLang, then the usual GGUF and
-    vLLM/SGLang quants, each sized as parameters x bits per weight."""
+    """The published checkpoint (bf16, fp8, AWQ/GPTQ/AutoRound int4) for the engines that
+    load its format, then the usual GGUF and vLLM/SGLang quants, each sized as parameters x
+    bits per weight. Safetensors checkpoints carry the vision tower; a GGUF does not (it
+    ships in a separate mmproj file, which fit adds when vision is on)."""
     params = arch.total_param_count
     if not params:
         raise BadInput(f"{arch.name} has no parameter count, so its weights cannot be sized.")
+    vision = arch.vision.param_count if arch.vision and arch.vision.param_count else 0
     sizes = f"quant sizes: {params:,} parameters counted from the config's shapes x bits/weight per quant"
+    if vision:
+        sizes += f" (GGUF: {params - vision:,}, without the {vision:,}-parameter vision tower)"
     notes = [f"{sizes}; no such file was checked", "quality tiers: class tiers by quant type (no KLD known)"]
     dtype = (arch.torch_dtype or "").lower()
     if dtype not in BITS_PER_WEIGHT:
         notes.append(f"published dtype: {arch.torch_dtype or 'not stated'} in the config; bf16 assumed")
         dtype = "bf16"
-    published = "fp8" if dtype.startswith("fp8") else "bf16"
+    published = _PUBLISHED_FORMAT.get(dtype, "bf16")
     quants = [_sized(dtype, published, _engines_loading(cat, published), params, hf_repo)]
-    quants += [_sized(qid, fmt, _engines_loading(cat, fmt), params) for qid, fmt in _USUAL_QUANTS if qid != dtype]
+    quants += [_sized(qid, fmt, _engines_loading(cat, fmt), params - vision if fmt == "gguf" else params)
+               for qid, fmt in _USUAL_QUANTS if qid != dtype]
     return quants, notes
 
 
