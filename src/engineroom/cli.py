@@ -400,8 +400,8 @@ def demo(
     threads: Optional[int] = _THREADS,
     max_tokens: int = typer.Option(
         256, "--max-tokens",
-        help="Tokens per bench request. The client-vs-engine cross-check needs >= 0.5 s of decoding "
-             "per request; 256 tokens give that up to ~500 tok/s."),
+        help="Tokens per bench request. The client-vs-engine cross-check needs >= 0.25 s of decoding "
+             "per request; 256 tokens give that up to ~1000 tok/s."),
     warmup: int = typer.Option(3, "--warmup"),
     runs: int = typer.Option(5, "--runs"),
     keep: bool = typer.Option(False, "--keep", help="Leave the server running afterwards."),

@@ -28,7 +28,7 @@ USABLE_FRACTION = 0.25
 # Client decode and engine decode differing by more than this -> warning.
 AGREEMENT_TOLERANCE_PCT = 5.0
 # ...over requests whose first-to-last-token window is at least this long.
-AGREEMENT_MIN_WINDOW_S = 0.5
+AGREEMENT_MIN_WINDOW_S = 0.25
 
 STATUS_OK = "OK"
 STATUS_NO_TOKENS = "NO_TOKENS"
@@ -114,12 +114,17 @@ def agreement(recs: list[Mapping[str, Any]], tolerance_pct: float = AGREEMENT_TO
               min_window_s: float = AGREEMENT_MIN_WINDOW_S) -> dict[str, Any]:
     """Client inter-token rate vs the engine's ``predicted_per_second``, same requests.
 
-    ``diff_pct`` = (engine - client) / client x 100. ``warning`` is a sentence when the
-    difference exceeds ``tolerance_pct``, else None. Requests whose client first-to-last
-    token window is under ``min_window_s`` are left out: a single late chunk (10-20 ms
-    measured on a loopback stream) is already several percent of a shorter window.
-    ``n`` = 0 with ``not_checked`` saying why when nothing could be compared (the engine
-    gave no timings, or every window was too short) -- not a warning, not a pass.
+    ``diff_pct`` is the *median* over requests of (engine - client) / client x 100, so a
+    minority of requests whose first chunk reached the client late does not decide it
+    (benchmarks/bench_agreement.md: 4 of 32 requests on this VM saw the first chunk 11-66 ms
+    late and read up to +15%; every other request agreed within 0.1%, even at 24 tokens).
+    An engine whose timings are off is off in every request and moves the median.
+    ``client_inter_token_tps`` / ``engine_decode_tps`` are the means, for display.
+    ``warning`` is a sentence when |diff_pct| exceeds ``tolerance_pct``, else None.
+    Requests whose client first-to-last token window is under ``min_window_s`` are left
+    out (a few ms of delivery delay is a large share of a shorter window). ``n`` = 0 with
+    ``not_checked`` saying why when nothing could be compared (the engine gave no timings,
+    or every window was too short) -- not a warning, not a pass.
     """
     both = [(inter_token_tps(r), engine_timing(r, "predicted_per_second"), _inter_token_window(r))
             for r in recs]
@@ -138,13 +143,13 @@ def agreement(recs: list[Mapping[str, Any]], tolerance_pct: float = AGREEMENT_TO
         return {**base, "n": 0, "not_checked": reason}
     client = _st.fmean(p[0] for p in pairs)
     engine = _st.fmean(p[1] for p in pairs)
-    diff = (engine - client) / client * 100.0 if client else None
+    diff = _st.median((e - c) / c * 100.0 for c, e in pairs)
     warning = None
-    if diff is not None and abs(diff) > tolerance_pct:
+    if abs(diff) > tolerance_pct:
         warning = (
             f"engine-reported decode {engine:.2f} tok/s differs from the client-measured "
-            f"inter-token rate {client:.2f} tok/s by {diff:+.1f}% (more than {tolerance_pct:g}%); "
-            "trust the client figure"
+            f"inter-token rate {client:.2f} tok/s by {diff:+.1f}% (median over {len(pairs)} requests; "
+            f"more than {tolerance_pct:g}%); trust the client figure"
         )
     return {**base, "n": len(pairs), "client_inter_token_tps": client, "engine_decode_tps": engine,
             "diff_pct": diff, "warning": warning}

@@ -240,7 +240,7 @@ def _bench_section(records: list[Mapping[str, Any]], cond: Mapping[str, Any]) ->
         else:
             lines.append(
                 f"- {name}: client inter-token {a['client_inter_token_tps']:.2f} tok/s vs engine {a['engine_decode_tps']:.2f} tok/s "
-                f"({a['diff_pct']:+.1f}%, within {a['tolerance_pct']:g}%; n={a['n']})."
+                f"(median per-request {a['diff_pct']:+.1f}%, within {a['tolerance_pct']:g}%; n={a['n']})."
             )
     lines.append("")
     notes: list[str] = []
