@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from . import __version__
 from .errors import EngineroomError
-from .output import console, err_console, print_json
+from .output import console, err_console, print_json, print_text
 
 app = typer.Typer(
     name="engineroom",
@@ -342,7 +342,7 @@ def bench(
     if json_out:
         print_json({"run_id": outcome.run_id, "summary": outcome.summary})
     else:
-        console.print(card, markup=False, highlight=False)
+        print_text(card)
     if outcome.summary.get("status") != "OK":
         raise typer.Exit(1)
 
@@ -389,7 +389,7 @@ def report(run: int = typer.Argument(..., help="Run id (see `engineroom runs`)."
     if json_out:
         print_json({"run": run_row["id"], "card": card})
     elif not output:
-        console.print(card, markup=False, highlight=False)
+        print_text(card)
 
 
 @app.command()
@@ -425,7 +425,7 @@ def demo(
         print_json({"run_id": outcome.run_id, "verify_failed": outcome.failed, "bench_status": outcome.bench_status,
                     "card": outcome.card})
     else:
-        console.print(outcome.card, markup=False, highlight=False)
+        print_text(outcome.card)
     raise typer.Exit(min(outcome.failed, 125) if outcome.failed else (0 if outcome.bench_status == "OK" else 1))
 
 

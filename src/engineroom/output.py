@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -11,7 +12,11 @@ from typing import Any
 
 from rich.console import Console
 
-console = Console(highlight=False)
+# Rich assumes 80 columns when stdout is not a terminal, which squeezes the plan tables
+# into unreadable stubs in a log or a pipe; there, lay tables out up to 200 columns
+# (COLUMNS still wins when it is set).
+_PIPE_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+console = Console(highlight=False, width=_PIPE_WIDTH)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -30,6 +35,13 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
     return obj
+
+
+def print_text(text: str) -> None:
+    """Markdown (a run card) exactly as rendered: no Rich wrapping, so `> card.md` keeps
+    every table row on one line."""
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
 
 
 def print_json(obj: Any) -> None:
