@@ -9,8 +9,9 @@ logs are parsed and compared per component with
 `fit(arch, FitRequest(engine="llama.cpp", ctx, kv_dtype), H200)`; the GPU memory
 nvidia-smi reports while the server is up is compared with fit()'s per-GPU total (which adds a
 300 MiB CUDA-runtime estimate). llama-bench (`-ngl 99 -fa 1 -p 512 -n 128 -d 0,8192`) gives
-prefill/decode t/s, compared with plan.py's decode band: catalog bandwidth / bytes read per
-token x the llama.cpp engine's decode_efficiency band.
+prefill/decode t/s, compared with plan.py's decode band (plan.decode_rates: bytes read per token
+over a share of the catalog bandwidth plus fixed per-layer / per-token costs, the llama.cpp
+engine's catalog `decode` model, which was fitted to these rows).
 
     # here, no GPU: print the predictions only
     .venv/bin/python benchmarks/cuda_fit_and_speed.py --dry-run
@@ -219,20 +220,23 @@ def copy_bandwidth() -> float | None:
 # ---------------------------------------------------------------------------------------
 
 def speed_band(layers: int, depth: int, kv: str = "f16", bandwidth_gbs: float | None = None) -> dict:
-    """plan.py's decode band for this file: bandwidth / (weights read + KV read at depth) x eff band.
-    Weights read = tensor bytes minus token_embd (a lookup), as plan.weights_read_per_token does."""
+    """plan.py's decode band for this file (plan.decode_rates with the llama.cpp engine's
+    catalog decode model): bytes read per token (every tensor but token_embd, a lookup, as
+    plan.weights_read_per_token does, + KV at depth) over a share of the bandwidth, plus the
+    fixed per-layer and per-token costs. ``roofline_tps`` is bandwidth / bytes alone."""
     from engineroom.catalog import find_engine, load_catalog
+    from engineroom.plan import decode_rates
     cat = load_catalog()
-    eng = find_engine(cat, "llama.cpp")
-    eff = eng.decode_efficiency
+    dm = find_engine(cat, "llama.cpp").decode
     bw = bandwidth_gbs or H200.gpus[0].bandwidth_gbs
     a = arch_for(layers)
     w = sum(b for n, b in a.tensor_bytes.items() if not n.startswith("token_embd"))
     n_full = sum(1 for k in a.layer_kinds if k.value == "full")
     kvb = int(n_full * a.n_kv_heads * a.head_dim * 2 * KV_BPE[kv] * depth)
     roof = bw * GB / (w + kvb)
+    low, mid, high = decode_rates(dm, w + kvb, a.n_layers, bw)
     return {"bandwidth_gbs": bw, "weights_read": w, "kv_read": kvb, "roofline_tps": roof,
-            "low": roof * eff.low, "high": roof * eff.high, "eff": (eff.low, eff.high)}
+            "low": low, "mid": mid, "high": high}
 
 
 # ---------------------------------------------------------------------------------------
@@ -281,8 +285,8 @@ def worst_errors(res: dict) -> list[tuple[float, str]]:
 
 def speed_table(res: dict) -> str:
     bw_meas = res.get("copy_bw_gbs")
-    lines = [("| layers | file GB | test | depth | measured t/s | plan band t/s (roofline @4800) | in band? "
-             "| tg / roofline | roofline @ measured copy bw |"), "|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| layers | file GB | test | depth | measured t/s | plan band t/s (middle) | in band? | measured / middle "
+             "| tg / roofline @4800 | roofline @ measured copy bw |"), "|---|---|---|---|---|---|---|---|---|---|"]
     for L, rows in sorted(res.get("bench", {}).items(), key=lambda kv: int(kv[0])):
         for x in rows:
             test = f"pp{x['n_prompt']}" if x["n_prompt"] else f"tg{x['n_gen']}"
@@ -292,11 +296,12 @@ def speed_table(res: dict) -> str:
                 inb = "yes" if b["low"] <= x["avg_ts"] <= b["high"] else ("below" if x["avg_ts"] < b["low"] else "above")
                 rm = f"{speed_band(int(L), x['n_depth'], bandwidth_gbs=bw_meas)['roofline_tps']:.0f}" if bw_meas else "-"
                 lines.append(f"| {L} | {size:.2f} | {test} | {x['n_depth']} | {x['avg_ts']:.2f} ± {x['stddev_ts']:.2f} | "
-                             f"{b['low']:.0f}-{b['high']:.0f} ({b['roofline_tps']:.0f}) | {inb} | "
+                             f"{b['low']:.0f}-{b['high']:.0f} ({b['mid']:.0f}) | {inb} | "
+                             f"{(x['avg_ts'] / b['mid'] - 1) * 100:+.1f}% | "
                              f"{x['avg_ts'] / b['roofline_tps'] * 100:.0f}% | {rm} |")
             else:
                 lines.append(f"| {L} | {size:.2f} | {test} | {x['n_depth']} | {x['avg_ts']:.0f} ± {x['stddev_ts']:.0f} "
-                             "| - | - | - | - |")
+                             "| - | - | - | - | - |")
     return "\n".join(lines)
 
 

@@ -310,7 +310,8 @@ TOY_POOL_ENGINE = {
     "vendors": ["nvidia"],
     "concurrency": {"model": "continuous_batching", "batch_efficiency": 1.0, "source": "test"},
     "multi_gpu": {"mode": "tensor_parallel", "scaling": 0.5, "source": "test"},
-    "decode_efficiency": {"low": 0.3, "high": 0.4, "source": "test"},
+    "decode": {"bandwidth_efficiency": {"low": 0.7, "high": 0.85}, "per_layer_ms": {"low": 0.07, "high": 0.13},
+               "per_token_ms": 0.25, "source": "test"},
     "memory_model": "kv_pool", "max_context_step": 512, "default_mem_fraction": 0.8,
 }
 

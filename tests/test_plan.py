@@ -241,3 +241,58 @@ def test_fit_cli_reports_max_context_and_max_concurrency():
     bigger = run_cli("fit", "qwen3.6-27b", "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q4_0",
                      "--ctx", "131072", "--rig", "1x3090", "--json")
     assert json.loads(bigger.stdout)["fit"]["max_seqs"] < f["max_seqs"]
+
+
+# ---- the decode model -----------------------------------------------------------------
+
+# llama.cpp CUDA tg128 on an H200 (llama-bench, flash-attn, random weights): (what, layers,
+# bytes read per token = file minus token_embd, plus KV at the depth, measured t/s).
+H200_TG128 = [
+    ("qwen35 8L Q4_0, depth 0 (benchmarks/cuda_fit_and_speed.md)", 8, 2.435e9, 594.14),
+    ("qwen35 16L Q4_0, depth 0 (same)", 16, 4.165e9, 342.53),
+    ("qwen35 64L Q4_0, depth 0 (same)", 64, 14.505e9, 97.44),
+    ("Qwen3.6-27B layout Q8_0 (specs/memory-and-models.md)", 64, 27.35e9, 72.93),
+    ("dense 32.8B Q4_0 (same)", 64, 17.96e9, 92.66),
+    ("dense 32.8B Q8_0 (same)", 64, 33.97e9, 66.25),
+]
+
+
+@pytest.mark.parametrize("what, layers, read, measured", H200_TG128, ids=[r[0] for r in H200_TG128])
+def test_decode_model_reproduces_its_h200_calibration_rows(what, layers, read, measured):
+    """The catalog's llama.cpp decode model was fitted to these rows: its middle must give
+    them back within 5%, and its band must hold them."""
+    from engineroom.plan import decode_rates
+
+    dm = load_catalog().engine("llama.cpp").decode
+    slow, middle, fast = decode_rates(dm, read, layers, 4800)
+    assert middle == pytest.approx(measured, rel=0.05)
+    assert slow <= measured <= fast
+
+
+def test_shallow_models_sit_further_below_their_roofline():
+    """The fixed per-layer cost is why an 8-layer file decodes at the same ~30% of its
+    roofline as a 64-layer one (measured), not at a constant share the old band assumed."""
+    from engineroom.plan import decode_rates
+
+    dm = load_catalog().engine("llama.cpp").decode
+    for layers, read in ((8, 2.435e9), (64, 14.505e9)):
+        roof = 4800e9 / read
+        assert 0.25 < decode_rates(dm, read, layers, 4800)[1] / roof < 0.35
+
+
+@pytest.mark.parametrize("rig, priority, engine, quant, spec, seed_low, seed_high, seed_says", [
+    (ONE, "max-context", "llama.cpp", "Q4_K_M", None, 35, 45,
+     "max context on one 3090: llama.cpp Q4_K_M + q4_0 KV, ~35-45 TPS sustained"),
+    (ONE, "full-features", "vllm", "autoround-int4", "mtp", 50, 53,
+     "vLLM AutoRound int4 + MTP n=3 on one 3090: 50-53 t/s narrative"),
+    (ONE, "leanest-vram", "ik_llama.cpp", "IQ4_KS", "mtp", 50, 60,
+     "ik_llama.cpp IQ4_KS + MTP on one 3090: ~50-60 narrative"),
+    (TWO, "full-features", "vllm", "autoround-int4", "mtp", 78, 89,
+     "dual 3090 vLLM TP=2: 78-89 narrative"),
+])
+def test_decode_band_meets_the_seeds_3090_figures(rig, priority, engine, quant, spec, seed_low, seed_high, seed_says):
+    """Held out: no constant of the decode model was fitted to a 3090. The band of each
+    seed pick must overlap the per-stream figure the seed published for it."""
+    p = top(priority, rig)
+    assert (p.engine, p.quant, p.spec) == (engine, quant, spec), seed_says
+    assert p.decode.low <= seed_high and p.decode.high >= seed_low, (seed_says, p.decode.low, p.decode.high)

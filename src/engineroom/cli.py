@@ -474,6 +474,7 @@ def plan(
     rig: Optional[str] = _RIG,
     priority: Optional[str] = typer.Option(None, "--priority", "-p", help="balanced, full-features, max-context, leanest-vram, concurrent-throughput, non-nvidia, fastest-cold-start, multi-tenant."),
     ctx: Optional[int] = typer.Option(None, "--ctx", help="Required context (tokens); default: the priority's."),
+    seqs: Optional[int] = typer.Option(None, "--seqs", help="Concurrent sequences every config must serve, each at the full context (default: the priority's)."),
     engine: Optional[str] = typer.Option(None, "--engine", "-e", help="Only this engine."),
     top: int = typer.Option(5, "--top", "-n", help="How many ranked configs to show."),
     json_out: bool = JsonOpt,
@@ -488,9 +489,9 @@ def plan(
     the_rig = resolve_rig(rig)
     subject = resolve_model(model)
     if priority is None:
-        _print_how_to_choose(model, subject, the_rig, how_to_choose(subject, the_rig, ctx=ctx, engine=engine), json_out)
+        _print_how_to_choose(model, subject, the_rig, how_to_choose(subject, the_rig, ctx=ctx, engine=engine, seqs=seqs), json_out)
         return
-    plans = make_plan(subject, the_rig, priority, ctx=ctx, engine=engine, limit=max(1, top), detail=3)
+    plans = make_plan(subject, the_rig, priority, ctx=ctx, engine=engine, limit=max(1, top), detail=3, seqs=seqs)
     if json_out:
         print_json({"model": model, **_model_facts(subject), "rig": the_rig.label, "rig_notes": list(the_rig.notes),
                     "priority": plans[0].priority, "plans": plans_as_rows(plans)})

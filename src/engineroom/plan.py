@@ -24,13 +24,14 @@ from .arch import LayerKind, ModelArch, load_arch
 from .catalog import (Catalog, Drafter, Engine, Model, Priority, Quant, arch_from_catalog,
                       find_engine, find_model, find_priority, load_catalog)
 from .catalog.load import closest_model
-from .catalog.schema import (GB, ArchBlock, KvDtype, LinearBlock, MoEBlock, Quality, RankKey,
-                             VisionBlock)
+from .catalog.schema import (GB, ArchBlock, DecodeModel, KvDtype, LinearBlock, MoEBlock, Quality,
+                             RankKey, VisionBlock)
 from .errors import BadInput, EngineroomError, NotFound
 from .fit import (BITS_PER_WEIGHT, Fit, FitRequest, fit, kv_dtype_spec, max_concurrency,
                   max_context)
 from .hardware import Rig
 
+COMPUTE_CAVEAT_SEQS = 8      # from this many sequences on, say the aggregate ignores compute
 SPEED_DEPTH = 4096          # decode speed is quoted at this KV depth (tokens already in context)
 STATUS_ORDER = {"validated": 3, "mainline": 2, "fork": 1, "retest-pending": 0}
 # rank metrics known before any fit: planning can size candidates lazily in rank order
@@ -40,15 +41,18 @@ STATIC_METRICS = {"decode_tps", "quality", "quant_portability", "engine_status",
 
 @dataclass(frozen=True)
 class SpeedBand:
-    """Expected single-stream decode speed: roofline x efficiency band x spec multiplier."""
+    """Expected single-stream decode speed: the engine's decode model (bytes over a share of
+    the bandwidth, plus fixed per-layer and per-token costs) x TP scaling x spec multiplier."""
 
     low: float
     high: float
-    roofline_tps: float
+    roofline_tps: float                    # bandwidth / bytes, no overheads (the upper bound)
     bytes_per_token: int
-    bandwidth_gbs: float
-    efficiency: tuple[float, float]
+    bandwidth_gbs: float                   # one GPU's datasheet bandwidth
+    efficiency: tuple[float, float]        # share of that bandwidth the byte stream reaches
     efficiency_source: str
+    overhead_ms: tuple[float, float] = (0.0, 0.0)   # fixed cost per token (layers x per-layer + per-token)
+    tp_scale: float = 1.0
     spec_multiplier: tuple[float, float] = (1.0, 1.0)
     spec_source: str = ""
 
@@ -116,6 +120,16 @@ def kv_bytes_per_token(arch: ModelArch, kv: KvDtype, depth: int) -> int:
             toks = min(depth, arch.sliding_window) if kind == LayerKind.SLIDING and arch.sliding_window else depth
             total += arch.n_kv_heads * arch.head_dim * 2 * kv.bytes_per_elem * toks
     return int(total)
+
+
+def decode_rates(dm: DecodeModel, bytes_per_token: float, n_layers: int, bandwidth_gbs: float) -> tuple[float, float, float]:
+    """(slow, middle, fast) single-stream tokens/s on one device by the engine's decode model:
+    time per token = bytes / (efficiency x bandwidth) + per_token_ms + layers x per_layer_ms."""
+    def rate(eff: float, per_layer_ms: float) -> float:
+        return 1.0 / (bytes_per_token / (eff * bandwidth_gbs * GB) + (dm.per_token_ms + n_layers * per_layer_ms) / 1000)
+    eff, lay = dm.bandwidth_efficiency, dm.per_layer_ms
+    return (rate(eff.low, lay.high), rate((eff.low + eff.high) / 2, (lay.low + lay.high) / 2),
+            rate(eff.high, lay.low))
 
 
 def weights_read_per_token(model: Model, arch: ModelArch, quant: Quant) -> int:
@@ -247,10 +261,11 @@ def _bandwidth(rig: Rig) -> float | None:
 
 class _Planner:
     def __init__(self, cat: Catalog, model: Model, arch: ModelArch, rig: Rig, prio: Priority,
-                 ctx: int | None, engine: str | None, source: str = "catalog"):
+                 ctx: int | None, engine: str | None, source: str = "catalog", seqs: int | None = None):
         self.cat, self.model, self.arch, self.rig, self.prio = cat, model, arch, rig, prio
         self.source = source          # "catalog", or where a model outside it was read from
         self.user_ctx = ctx
+        self.user_seqs = seqs         # --seqs: every candidate serves exactly this many sequences
         self.engines = [find_engine(cat, engine)] if engine else list(cat.engines)
         self.rejected: list[str] = []
         self.layout_misses: dict[tuple, str] = {}   # (engine, quant, kv, tp, instances) -> why not
@@ -382,21 +397,22 @@ class _Planner:
         """Choose ctx and sequences for ``c``; False (with a reason) when it cannot serve."""
         label = f"{c.engine.id} + {c.quant.id} + {c.kv.id}" + (f" + {c.drafter.id}" if c.drafter else "")
         needs_max = self.prio.ctx == "max" or any(k.metric == "max_ctx" for k in self.prio.rank[:1])
-        fits = self._fit_all(c, self.target_ctx, 1)
+        base = self.user_seqs or 1      # context is sized for this many sequences
+        fits = self._fit_all(c, self.target_ctx, base)
         if self._servable(c, fits):
             ctx = self.target_ctx
             if needs_max:
-                c.ctx, c.fits = ctx, fits
-                self._max_ctx(c)
+                c.ctx, c.fits, c.n_seqs = ctx, fits, base
+                self._max_ctx(c, base)
         else:
             lay = (f"{c.instances} independent instance(s)" if c.instances > 1 else f"TP={c.tp}" if c.tp > 1 else "one device")
             if self.user_ctx is not None:
-                self.rejected.append(f"{label}: does not fit at {self.user_ctx} tokens ({fits[0].binding})")
+                self.rejected.append(f"{label}: does not fit at {self.user_ctx} tokens x {base} sequence(s) ({fits[0].binding})")
                 self.layout_misses[(c.engine.id, c.quant.id, c.kv.id, c.tp, c.instances)] = \
                     f"({lay}) does not fit at {self.user_ctx:,} tokens: {fits[0].binding}"
                 return False
-            low = self._fit_all(c, self.min_ctx, 1) if self.min_ctx < self.target_ctx else fits
-            mc = self._max_ctx(c) if self._servable(c, low) else 0
+            low = self._fit_all(c, self.min_ctx, base) if self.min_ctx < self.target_ctx else fits
+            mc = self._max_ctx(c, base) if self._servable(c, low) else 0
             if mc < self.min_ctx or mc <= 0:
                 self.rejected.append(f"{label}: fills only {mc} tokens, below {self.min_ctx} ({fits[0].binding})")
                 self.layout_misses[(c.engine.id, c.quant.id, c.kv.id, c.tp, c.instances)] = \
@@ -405,9 +421,11 @@ class _Planner:
             self.layout_misses.setdefault((c.engine.id, c.quant.id, c.kv.id, c.tp, c.instances),
                                           f"({lay}) does not fit {self.target_ctx:,} tokens ({fits[0].binding}); it fills {mc:,}")
             ctx = mc
-            fits = self._fit_all(c, ctx, 1)
-        n_seqs = 1
-        if self.prio.seqs == "max":
+            fits = self._fit_all(c, ctx, base)
+        n_seqs = base
+        if self.user_seqs:
+            pass                        # already sized for the user's sequences
+        elif self.prio.seqs == "max":
             req = c.request(self.arch, ctx, 1, self.vision)
             n_seqs = max(1, min(_max_seqs(self.arch, req, g, self.cat) for g in self._groups(c)))
             if n_seqs > 1:
@@ -434,8 +452,9 @@ class _Planner:
         e = c.engine
         w = weights_read_per_token(self.model, self.arch, c.quant)
         kv = kv_bytes_per_token(self.arch, c.kv, min(SPEED_DEPTH, c.ctx))
-        scale = 1.0 + (c.tp - 1) * e.multi_gpu.scaling
+        scale = 1.0 + (c.tp - 1) * e.multi_gpu.scaling      # the seed's measured per-stream TP ratio
         roof = bw * GB * scale / (w + kv)
+        slow, middle, fast = decode_rates(e.decode, w + kv, self.arch.n_layers, bw)
         m_lo = m_hi = 1.0
         src = ""
         if c.drafter is not None:
@@ -443,14 +462,17 @@ class _Planner:
             m_lo = d.acceptance_length.low / (1 + d.overhead.value)
             m_hi = d.acceptance_length.high / (1 + d.overhead.value)
             src = f"{d.id}: acceptance {d.acceptance_length.low:g}-{d.acceptance_length.high:g} ({d.acceptance_length.source}); overhead {d.overhead.value:g} ({d.overhead.source})"
-        eff = e.decode_efficiency
-        c.decode = SpeedBand(low=roof * eff.low * m_lo, high=roof * eff.high * m_hi, roofline_tps=roof,
-                             bytes_per_token=w + kv, bandwidth_gbs=bw * scale,
-                             efficiency=(eff.low, eff.high), efficiency_source=eff.source,
-                             spec_multiplier=(m_lo, m_hi), spec_source=src)
+        dm = e.decode
+        fixed = lambda per_layer: dm.per_token_ms + self.arch.n_layers * per_layer  # noqa: E731
+        c.decode = SpeedBand(low=slow * scale * m_lo, high=fast * scale * m_hi, roofline_tps=roof,
+                             bytes_per_token=w + kv, bandwidth_gbs=bw,
+                             efficiency=(dm.bandwidth_efficiency.low, dm.bandwidth_efficiency.high),
+                             efficiency_source=dm.source,
+                             overhead_ms=(fixed(dm.per_layer_ms.low), fixed(dm.per_layer_ms.high)),
+                             tp_scale=scale, spec_multiplier=(m_lo, m_hi), spec_source=src)
         # batched decode: one weight read serves every sequence in the step; each reads its KV
         n = c.n_seqs
-        per_inst = n * bw * GB * scale * (eff.low + eff.high) / 2 / (w + n * kv)
+        per_inst = n * scale * decode_rates(dm, w + n * kv, self.arch.n_layers, bw)[1]
         if n > 1:
             per_inst *= e.concurrency.batch_efficiency
         else:
@@ -569,13 +591,16 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
         + ", ".join(f"{x.name} {_gb(x.bytes)}" for x in comps) + ".",
         f"context {c.ctx:,} tokens" + (f" (max fillable {c.max_ctx:,}, fit.max_context)" if c.max_ctx else "")
         + f", KV {kv.id} at {kv.bytes_per_elem:g} B/elem"
-        + (f", {c.n_seqs} sequences (fit.max_concurrency)" if c.n_seqs > 1 else "") + ".",
+        + (f", {c.n_seqs} sequences (--seqs)" if p.user_seqs and c.n_seqs > 1
+           else f", {c.n_seqs} sequences (fit.max_concurrency)" if c.n_seqs > 1 else "") + ".",
     ]
     if c.decode:
         d = c.decode
-        line = (f"decode {d.low:.0f}-{d.high:.0f} t/s: {d.bandwidth_gbs:.0f} GB/s / {_gb(d.bytes_per_token)} read per token"
-                f" = {d.roofline_tps:.0f} t/s roofline x efficiency {d.efficiency[0]:g}-{d.efficiency[1]:g}"
-                f" ({d.efficiency_source})")
+        line = (f"decode {d.low:.0f}-{d.high:.0f} t/s: {_gb(d.bytes_per_token)} read per token at "
+                f"{d.efficiency[0]:g}-{d.efficiency[1]:g} x {d.bandwidth_gbs:.0f} GB/s, plus "
+                f"{d.overhead_ms[0]:.1f}-{d.overhead_ms[1]:.1f} ms fixed per token ({p.arch.n_layers} layers)"
+                + (f", x {d.tp_scale:g} for TP={c.tp}" if c.tp > 1 else "")
+                + f"; roofline {d.roofline_tps:.0f} t/s ({d.efficiency_source})")
         if c.drafter:
             line += f" x spec {d.spec_multiplier[0]:.2f}-{d.spec_multiplier[1]:.2f} ({c.drafter.id}, acceptance length {c.drafter.acceptance_length.low:g}-{c.drafter.acceptance_length.high:g}: {c.drafter.acceptance_length.source})"
         reasons.append(line + ".")
@@ -633,6 +658,9 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
         trade.append(f"tight fit: {f.binding}.")
     if q.quality.tier < 4:
         trade.append(f"quality below 4-bit class (tier {q.quality.tier}).")
+    if c.n_seqs >= COMPUTE_CAVEAT_SEQS:
+        trade.append(f"aggregate {c.aggregate or 0:.0f} t/s is a memory-bandwidth estimate: at {c.n_seqs} sequences a "
+                     "decode step may be compute-bound, which the plan does not model (no FLOPS figures in the catalog).")
     if p.source != "catalog":
         trade.append(f"not in the catalog: read from the {p.source}; "
                      + ("its size is the file's exact bytes" if q.size_bytes else "its size is an estimate")
@@ -850,32 +878,36 @@ def model_from_arch(ref: str, arch: ModelArch, catalog: Catalog | None = None) -
 
 def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, ctx: int | None = None,
          engine: str | None = None, *, catalog: Catalog | None = None, limit: int | None = None,
-         arch: ModelArch | None = None, detail: int = 1) -> list[Plan]:
+         arch: ModelArch | None = None, detail: int = 1, seqs: int | None = None) -> list[Plan]:
     """Ranked configs for serving ``model_ref`` on ``rig`` under ``priority`` (default: the
     catalog's default priority). Raises NotFound with the closest miss when nothing fits.
     ``model_ref``: anything ``resolve_model`` accepts (a catalog model, or a file or repo).
 
     ``limit`` caps how many plans come back (None: all that fit); ``detail`` is how many of
     the top plans get their largest fillable context (fit.max_context) when the priority did
-    not need it for every candidate; the others keep ``max_ctx=None``."""
+    not need it for every candidate; the others keep ``max_ctx=None``. ``seqs``: every
+    config serves exactly this many concurrent sequences, each at the full context (the
+    context, and "max fillable", are sized for all of them); None: the priority decides."""
+    if seqs is not None and seqs < 1:
+        raise BadInput(f"--seqs must be at least 1, not {seqs}.")
     cat = catalog or load_catalog()
     subject = resolve_model(model_ref, cat)
     model = subject.model
     arch = arch or subject.arch or arch_from_catalog(model)
     prio = find_priority(cat, priority) if priority else cat.default_priority()
-    p = _Planner(cat, model, arch, rig, prio, ctx, engine, source=subject.source)
+    p = _Planner(cat, model, arch, rig, prio, ctx, engine, source=subject.source, seqs=seqs)
     pool = p.pool = p.candidates()
     prefix = []
     for k in prio.rank:
         if k.metric not in STATIC_METRICS:
             break
         prefix.append(k)
-    if prefix and limit is not None and prio.seqs != "max":
+    if prefix and limit is not None and (prio.seqs != "max" or seqs):
         # The leading rank keys need no fit (speed at the target context, catalog fields):
         # group candidates by them, then size whole groups in rank order until ``limit``
         # can serve; the remaining keys (memory, context) order within those groups.
         for c in pool:
-            c.ctx = p.target_ctx
+            c.ctx, c.n_seqs = p.target_ctx, seqs or 1
             p.speed(c)
             p.static_metrics(c)
         cands = []
@@ -897,7 +929,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
     # fill in fillable context for shown plans when the priority did not need it
     for c in shown[:max(0, detail)]:
         if c.max_ctx is None:
-            p._max_ctx(c)
+            p._max_ctx(c, seqs or 1)
             c.metrics["max_ctx"] = float(c.max_ctx or c.ctx)
     out = []
     for i, c in enumerate(shown):
@@ -930,14 +962,14 @@ class Choice:
 
 
 def how_to_choose(model_ref: str | ResolvedModel, rig: Rig, ctx: int | None = None, engine: str | None = None,
-                  *, catalog: Catalog | None = None) -> list[Choice]:
+                  *, catalog: Catalog | None = None, seqs: int | None = None) -> list[Choice]:
     """The top pick for every priority in the catalog: the seed's "how to choose" table, computed."""
     cat = catalog or load_catalog()
     subject = resolve_model(model_ref, cat)     # once: a remote GGUF header is read once
     rows: list[Choice] = []
     for prio in cat.priorities:
         try:
-            top = plan(subject, rig, prio.id, ctx=ctx, engine=engine, catalog=cat, limit=1, detail=1)
+            top = plan(subject, rig, prio.id, ctx=ctx, engine=engine, catalog=cat, limit=1, detail=1, seqs=seqs)
             rows.append(Choice(prio.id, prio.label, top[0]))
         except NotFound as err:
             if "no configuration of" not in str(err):

@@ -185,6 +185,31 @@ class Band(Strict):
     source: str
 
 
+class Range(Strict):
+    low: float = Field(ge=0)
+    high: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Range":
+        if self.low > self.high:
+            raise ValueError(f"low {self.low} is above high {self.high}")
+        return self
+
+
+class DecodeModel(Strict):
+    """Single-stream decode time per token = bytes read / (bandwidth_efficiency x datasheet
+    bandwidth) + per_token_ms + layers x per_layer_ms. The bandwidth term is the roofline;
+    the fixed terms are what a batch-1 step costs beyond streaming the bytes (kernel
+    launches, norms, sampling), which is why small and shallow models fall further below
+    their roofline than big ones. The band's slow end pairs the low efficiency with the
+    high per-layer cost."""
+
+    bandwidth_efficiency: Range
+    per_layer_ms: Range
+    per_token_ms: float = Field(ge=0)
+    source: str
+
+
 class Concurrency(Strict):
     model: Literal["continuous_batching", "slots"]
     batch_efficiency: float = Field(gt=0, le=1.5)  # aggregate-throughput factor vs ideal batching
@@ -234,7 +259,7 @@ class Engine(Strict):
     footprint_mb: Sourced | None = None      # binary / image size
     concurrency: Concurrency
     multi_gpu: MultiGpu
-    decode_efficiency: Band                  # decode speed as a fraction of the bandwidth roofline
+    decode: DecodeModel                      # single-stream decode time per token (plan's speed band)
     memory_model: MemoryModel
     max_context_step: int = Field(gt=0)
     default_mem_fraction: float | None = Field(default=None, gt=0, le=1)  # kv_pool engines only
