@@ -296,3 +296,35 @@ def test_decode_band_meets_the_seeds_3090_figures(rig, priority, engine, quant, 
     p = top(priority, rig)
     assert (p.engine, p.quant, p.spec) == (engine, quant, spec), seed_says
     assert p.decode.low <= seed_high and p.decode.high >= seed_low, (seed_says, p.decode.low, p.decode.high)
+
+
+# ---- --seqs -------------------------------------------------------------------------------
+
+def test_seqs_sizes_every_config_for_that_many_full_context_sequences():
+    """The seed: 'vLLM TP=2 + Turbo (TQ3): 4 streams at full 262K, ~200 TPS aggregate'."""
+    plans = plan(MODEL, parse_rig(TWO), "concurrent-throughput", ctx=262_144, seqs=4, limit=3)
+    for p in plans:
+        assert p.n_seqs == 4 and p.ctx == 262_144
+        assert p.fit.request.n_seqs == 4 and p.fit.request.ctx == 262_144 and p.verdict != "does_not_fit"
+    best = plans[0]
+    assert (best.engine, best.tp, best.kv_dtype) == ("vllm", 2, "turboquant_3bit_nc")
+    assert 100 < best.aggregate_tps < 400                     # the seed measured ~200
+    assert any("(--seqs)" in r for r in best.reasons)
+
+
+def test_seqs_shrinks_the_fillable_context_and_is_validated():
+    one = plan(MODEL, parse_rig(ONE), "max-context", limit=1)[0]
+    two = plan(MODEL, parse_rig(ONE), "max-context", seqs=2, limit=1)[0]
+    assert two.n_seqs == 2 and two.fit.request.n_seqs == 2
+    assert two.max_ctx < one.max_ctx                          # two sequences share the memory
+    with pytest.raises(BadInput, match="--seqs must be at least 1"):
+        plan(MODEL, parse_rig(ONE), None, seqs=0)
+    with pytest.raises(NotFound):                             # 64 full-length sequences fit nowhere
+        plan(MODEL, parse_rig(ONE), "max-context", ctx=262_144, seqs=64)
+
+
+def test_large_aggregates_say_they_ignore_compute():
+    p = top("multi-tenant", TWO)
+    assert p.n_seqs >= 8
+    assert any("compute-bound" in t and "does not model" in t for t in p.tradeoffs)
+    assert not any("compute-bound" in t for t in top("max-context").tradeoffs)     # one sequence
