@@ -126,7 +126,7 @@ def decode_rates(dm: DecodeModel, bytes_per_token: float, n_layers: int, bandwid
     """(slow, middle, fast) single-stream tokens/s on one device by the engine's decode model:
     time per token = bytes / (efficiency x bandwidth) + per_token_ms + layers x per_layer_ms."""
     def rate(eff: float, per_layer_ms: float) -> float:
-        return 1.0 / (bytes_per_token / (eff * bandwidth_gbs * GB) + (dm.per_token_ms + n_layers * per_layer_ms) / 1000)
+        return 1.0 / (bytes_per_token / (eff * bandwidth_gbs * GB) + dm.fixed_ms(n_layers, per_layer_ms) / 1000)
     eff, lay = dm.bandwidth_efficiency, dm.per_layer_ms
     return (rate(eff.low, lay.high), rate((eff.low + eff.high) / 2, (lay.low + lay.high) / 2),
             rate(eff.high, lay.low))
@@ -266,6 +266,7 @@ class _Planner:
         self.source = source          # "catalog", or where a model outside it was read from
         self.user_ctx = ctx
         self.user_seqs = seqs         # --seqs: every candidate serves exactly this many sequences
+        self.seqs_rule = prio.seqs if seqs is None else None   # the priority's rule, unless --seqs
         self.engines = [find_engine(cat, engine)] if engine else list(cat.engines)
         self.rejected: list[str] = []
         self.layout_misses: dict[tuple, str] = {}   # (engine, quant, kv, tp, instances) -> why not
@@ -423,15 +424,13 @@ class _Planner:
             ctx = mc
             fits = self._fit_all(c, ctx, base)
         n_seqs = base
-        if self.user_seqs:
-            pass                        # already sized for the user's sequences
-        elif self.prio.seqs == "max":
+        if self.seqs_rule == "max":
             req = c.request(self.arch, ctx, 1, self.vision)
             n_seqs = max(1, min(_max_seqs(self.arch, req, g, self.cat) for g in self._groups(c)))
             if n_seqs > 1:
                 fits = self._fit_all(c, ctx, n_seqs)
-        elif isinstance(self.prio.seqs, int) and self.prio.seqs > 1:
-            n_seqs = self.prio.seqs
+        elif isinstance(self.seqs_rule, int) and self.seqs_rule > 1:
+            n_seqs = self.seqs_rule
             fits = self._fit_all(c, ctx, n_seqs)
             if not self._servable(c, fits):
                 self.rejected.append(f"{label}: cannot hold {n_seqs} sequences")
@@ -449,12 +448,12 @@ class _Planner:
             c.decode = None
             c.aggregate = None
             return
-        e = c.engine
+        e, dm, layers = c.engine, c.engine.decode, self.arch.n_layers
         w = weights_read_per_token(self.model, self.arch, c.quant)
         kv = kv_bytes_per_token(self.arch, c.kv, min(SPEED_DEPTH, c.ctx))
         scale = 1.0 + (c.tp - 1) * e.multi_gpu.scaling      # the seed's measured per-stream TP ratio
         roof = bw * GB * scale / (w + kv)
-        slow, middle, fast = decode_rates(e.decode, w + kv, self.arch.n_layers, bw)
+        slow, _middle, fast = decode_rates(dm, w + kv, layers, bw)
         m_lo = m_hi = 1.0
         src = ""
         if c.drafter is not None:
@@ -462,19 +461,16 @@ class _Planner:
             m_lo = d.acceptance_length.low / (1 + d.overhead.value)
             m_hi = d.acceptance_length.high / (1 + d.overhead.value)
             src = f"{d.id}: acceptance {d.acceptance_length.low:g}-{d.acceptance_length.high:g} ({d.acceptance_length.source}); overhead {d.overhead.value:g} ({d.overhead.source})"
-        dm = e.decode
-        fixed = lambda per_layer: dm.per_token_ms + self.arch.n_layers * per_layer  # noqa: E731
         c.decode = SpeedBand(low=slow * scale * m_lo, high=fast * scale * m_hi, roofline_tps=roof,
                              bytes_per_token=w + kv, bandwidth_gbs=bw,
                              efficiency=(dm.bandwidth_efficiency.low, dm.bandwidth_efficiency.high),
                              efficiency_source=dm.source,
-                             overhead_ms=(fixed(dm.per_layer_ms.low), fixed(dm.per_layer_ms.high)),
+                             overhead_ms=(dm.fixed_ms(layers, dm.per_layer_ms.low), dm.fixed_ms(layers, dm.per_layer_ms.high)),
                              tp_scale=scale, spec_multiplier=(m_lo, m_hi), spec_source=src)
         # batched decode: one weight read serves every sequence in the step; each reads its KV
         n = c.n_seqs
-        per_inst = n * scale * decode_rates(dm, w + n * kv, self.arch.n_layers, bw)[1]
         if n > 1:
-            per_inst *= e.concurrency.batch_efficiency
+            per_inst = n * scale * decode_rates(dm, w + n * kv, layers, bw)[1] * e.concurrency.batch_efficiency
         else:
             per_inst = c.decode.mid
         c.aggregate = per_inst * c.instances
@@ -811,7 +807,7 @@ def _active_param_count(arch: ModelArch) -> int | None:
     return arch.param_count - idle if 0 < idle < arch.param_count else None
 
 
-def _arch_block(arch: ModelArch, source: str) -> ArchBlock:
+def _arch_block(arch: ModelArch, source: str, active_param_count: int | None) -> ArchBlock:
     """``arch`` as the catalog's inline block (plan and fit use ``arch`` itself: this keeps
     the ad-hoc Model valid and self-describing)."""
     return ArchBlock(
@@ -820,7 +816,7 @@ def _arch_block(arch: ModelArch, source: str) -> ArchBlock:
         layer_pattern=tuple(k.value for k in arch.layer_kinds), intermediate_size=arch.intermediate_size,
         sliding_window=arch.sliding_window, max_position=arch.max_position, rope_dim=arch.rope_dim,
         tie_embeddings=arch.tie_embeddings, mtp_layers=arch.mtp_layers, param_count=arch.param_count,
-        active_param_count=_active_param_count(arch), torch_dtype=arch.torch_dtype, source=source,
+        active_param_count=active_param_count, torch_dtype=arch.torch_dtype, source=source,
         linear=LinearBlock(n_key_heads=arch.linear.n_key_heads, n_value_heads=arch.linear.n_value_heads,
                            key_head_dim=arch.linear.key_head_dim, value_head_dim=arch.linear.value_head_dim,
                            conv_kernel=arch.linear.conv_kernel) if arch.linear else None,
@@ -861,7 +857,7 @@ def model_from_arch(ref: str, arch: ModelArch, catalog: Catalog | None = None) -
             notes.append(f"decode speed: {active:,} of {arch.param_count:,} parameters read per token "
                          f"({arch.moe.n_experts_active} of {arch.moe.n_experts} experts), counted from the expert shapes")
         model = Model(id=ref, name=arch.name or ref, hf_repo=ref if on_hub else None,
-                      architecture=_arch_block(arch, source), features=("vision",) if arch.vision else (),
+                      architecture=_arch_block(arch, source, active), features=("vision",) if arch.vision else (),
                       quants=tuple(quants), notes=f"not in the catalog: read from the {source}")
     except ValidationError as exc:
         err = exc.errors()[0]
@@ -902,7 +898,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
         if k.metric not in STATIC_METRICS:
             break
         prefix.append(k)
-    if prefix and limit is not None and (prio.seqs != "max" or seqs):
+    if prefix and limit is not None and p.seqs_rule != "max":
         # The leading rank keys need no fit (speed at the target context, catalog fields):
         # group candidates by them, then size whole groups in rank order until ``limit``
         # can serve; the remaining keys (memory, context) order within those groups.

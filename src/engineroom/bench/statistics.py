@@ -98,14 +98,14 @@ def inter_token_tps(rec: Mapping[str, Any]) -> float | None:
     tools/server/server-common.h). Comparing it, not ``decode_tps``, keeps a definition
     gap of n/(n-1) (4.3% at 24 tokens) out of the cross-check.
     """
-    tokens, ttft, last = rec.get("completion_tokens"), rec.get("ttft_s"), rec.get("last_token_s")
-    if not isinstance(tokens, int) or tokens < 2 or ttft is None or last is None:
+    tokens, window = rec.get("completion_tokens"), _inter_token_window(rec)
+    if not isinstance(tokens, int) or tokens < 2 or window is None or window <= 0:
         return None
-    window = float(last) - float(ttft)
-    return (tokens - 1) / window if window > 0 else None
+    return (tokens - 1) / window
 
 
 def _inter_token_window(rec: Mapping[str, Any]) -> float | None:
+    """Last token - first token on the client clock (seconds), or None."""
     ttft, last = rec.get("ttft_s"), rec.get("last_token_s")
     return None if ttft is None or last is None else float(last) - float(ttft)
 
@@ -116,8 +116,8 @@ def agreement(recs: list[Mapping[str, Any]], tolerance_pct: float = AGREEMENT_TO
 
     ``diff_pct`` is the *median* over requests of (engine - client) / client x 100, so a
     minority of requests whose first chunk reached the client late does not decide it
-    (benchmarks/bench_agreement.md: 4 of 32 requests on this VM saw the first chunk 11-66 ms
-    late and read up to +15%; every other request agreed within 0.1%, even at 24 tokens).
+    (benchmarks/bench_agreement.md: 5 of 40 requests on this VM saw the first chunk 32-42 ms
+    late and read up to +33%; every other request agreed within 0.1%, even at 24 tokens).
     An engine whose timings are off is off in every request and moves the median.
     ``client_inter_token_tps`` / ``engine_decode_tps`` are the means, for display.
     ``warning`` is a sentence when |diff_pct| exceeds ``tolerance_pct``, else None.

@@ -209,6 +209,10 @@ class DecodeModel(Strict):
     per_token_ms: float = Field(ge=0)
     source: str
 
+    def fixed_ms(self, n_layers: int, per_layer_ms: float) -> float:
+        """The fixed part of a token's time: per_token_ms + layers x per_layer_ms."""
+        return self.per_token_ms + n_layers * per_layer_ms
+
 
 class Concurrency(Strict):
     model: Literal["continuous_batching", "slots"]
