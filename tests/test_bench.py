@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from engineroom.bench import (
+    DEFAULT_SUITE,
     BenchPlan,
     Sampler,
     Workload,
@@ -21,6 +22,7 @@ from engineroom.bench import (
     default_workloads,
     measure_request,
     run_bench,
+    suite,
     summarize,
 )
 from engineroom.bench import statistics as st
@@ -191,9 +193,29 @@ def test_plan_validation_and_workloads():
     with pytest.raises(BadInput):
         default_workloads(max_tokens=0)
     narrative, code = default_workloads()
-    assert (narrative.name, narrative.max_tokens, code.name, code.max_tokens) == ("narrative", 1000, "code", 800)
+    assert (narrative.name, narrative.max_tokens, code.name, code.max_tokens) == ("narrative", 192, "code", 192)
     assert "800 words" in narrative.prompt and "quicksort" in code.prompt
     assert [w.max_tokens for w in default_workloads(64)] == [64, 64]
+    long_narrative, long_code = default_workloads(suite_name="long")
+    assert (long_narrative.max_tokens, long_code.max_tokens) == (1000, 800)
+    assert long_narrative.prompt == narrative.prompt          # same prompts, only the length differs
+
+
+def test_suites_default_is_quick_and_long_is_the_old_default():
+    """The default bench ran 6 min 55 s on the CPU default (14,400 tokens); quick is 12 requests of
+    192 tokens, 16% of that."""
+    quick, long_ = suite(), suite("LONG")
+    assert quick.name == DEFAULT_SUITE == "quick"
+    assert (quick.warmup, quick.measured, quick.requests) == (1, 5, 12)
+    assert (long_.warmup, long_.measured, long_.requests) == (3, 5, 16)
+    plan = BenchPlan()
+    assert (plan.warmup, plan.measured, plan.workloads) == (1, 5, quick.workloads)
+    tokens = lambda s: sum(w.max_tokens for w in s.workloads) * (s.warmup + s.measured)  # noqa: E731
+    assert (tokens(quick), tokens(long_)) == (2304, 14400)
+    assert tokens(quick) / tokens(long_) < 0.17         # 6 min 55 s x 0.16 = about a minute
+    assert quick.measured >= 3                          # enough for a sample std and a CV
+    with pytest.raises(BadInput, match="no bench suite 'huge'; choose quick or long"):
+        suite("huge")
 
 
 # -- a stand-in streaming server -------------------------------------------------------

@@ -180,8 +180,20 @@ def test_ggml_kv_dtypes_match_gguf_block_sizes(cat):
                 continue
             elems, size = gguf.GGML_QUANT_SIZES[t]
             assert k.bytes_per_elem == size / elems, (e.id, k.id)
+            assert k.block_size == elems, (e.id, k.id)   # ggml_blck_size: the engine's head-size rule uses it
             checked.add(k.id)
     assert checked >= {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
+
+
+def test_llama_cpp_launch_defaults_and_kv_rule_are_catalog_data(cat):
+    """llama-server without -np runs 4 slots with a unified KV cache (server.cpp); the other
+    engines keep the schema defaults (1 slot, not unified)."""
+    lc = cat.engine("llama.cpp")
+    assert (lc.default_slots, lc.default_kv_unified) == (4, True)
+    assert lc.kv_block_rule is not None and "does not divide" in lc.kv_block_rule.message
+    for e in cat.engines:
+        if e.id != "llama.cpp":
+            assert (e.default_slots, e.default_kv_unified) == (1, False), e.id
 
 
 def test_planner_searches_the_same_kv_dtypes(cat):

@@ -137,11 +137,18 @@ def test_bad_url_scheme():
 
 
 def test_demo_end_to_end(llama_server_binary, smollm2, er_home):
-    """The README's main job, small: pull -> up -> verify -> bench -> card -> down."""
-    proc = run_cli("demo", "--warmup", "1", "--runs", "2", "--max-tokens", "96", "--json",
-                   env={"ENGINEROOM_STATE_DIR": str(er_home / "demo-state")}, timeout=900)
+    """The README's main job, small: pull -> up -> verify -> bench -> card -> down.
+
+    Run as on a machine whose CPU traps AMX (the probe's answer forced), with an extra engine
+    argument after `--`: the card must show both the user's argument and engineroom's change.
+    """
+    proc = run_cli("demo", "--warmup", "1", "--runs", "2", "--max-tokens", "96", "--json", "--", "-b", "1024",
+                   env={"ENGINEROOM_STATE_DIR": str(er_home / "demo-state"), "ENGINEROOM_CPU_PROBE_FORCE": "amx=trap"},
+                   timeout=900)
     out = json.loads(proc.stdout)
     card = out["card"]
+    assert " -b 1024" in card and " -nr" in card                   # the extra argument and the probe's change
+    assert "| Changed by engineroom | added `-nr` (cpu probe): AMX does not run on this machine" in card
     assert "**verify 6/6** passed" in card
     assert "| tool_call | PASS |" in card and "| tool_call_streamed | PASS |" in card
     assert "| narrative | 2 / 2 |" in card and "| code | 2 / 2 |" in card
@@ -165,3 +172,93 @@ def test_run_conditions_carry_the_binary_version(managed_server):
     assert cond["engine_version"] == llamacpp.binary_version(llamacpp.find_binary())
     assert cond["model"] == "smollm2-135m" and cond["argv"][0].endswith("llama-server")
     assert cond["model_sha256"] == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+
+def test_sigkilled_bench_is_shown_interrupted_process_gone(managed_server):
+    """kill -9 cannot be caught: the run is shown (and written back) as INTERRUPTED (process gone)
+    by whoever reads it next, with every record it stored."""
+    before, _ = _last_bench_run()
+    cli = subprocess.Popen([sys.executable, "-m", "engineroom.cli", "bench", "--warmup", "1", "--runs", "50",
+                            "--max-tokens", "32", "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    run_id, stored = 0, 0
+    try:
+        while time.time() < deadline and not (run_id > before and stored >= 2):
+            time.sleep(0.5)
+            run_id, stored = _last_bench_run()
+        assert run_id > before and stored >= 2, "bench stored nothing while running"
+        running = next(r for r in json.loads(run_cli("runs", "--json", check=True).stdout) if r["id"] == run_id)
+        assert running["status"] == "running" and running["owner_pid"] == cli.pid   # alive: not mistaken
+    finally:
+        cli.kill()
+        cli.wait(timeout=30)
+    _, kept = _last_bench_run()
+    assert kept >= stored                                   # every record survives
+    run = next(r for r in json.loads(run_cli("runs", "--json", check=True).stdout) if r["id"] == run_id)
+    assert (run["status"], run["end_reason"], run["finished"]) == ("INTERRUPTED", "process gone", None)
+    table = run_cli("runs", check=True).stdout
+    assert "INTERRUPTED (process gone)" in table
+    card = run_cli("report", str(run_id), check=True).stdout
+    assert card.startswith(f"# engineroom bench #{run_id}: INTERRUPTED (process gone)")
+    assert f"Status: **INTERRUPTED (process gone)**: {kept} of 102 planned requests ran" in card
+    assert "Status: **OK**" not in card
+
+
+def test_up_verify_and_down_with_a_dead_proxy_in_the_environment(llama_server_binary, smollm2, er_home):
+    """HTTP(S)_PROXY / ALL_PROXY pointing at a closed port and no NO_PROXY: loopback must bypass it."""
+    from engineroom.launch import free_port
+
+    proxy = "http://127.0.0.1:9"
+    env = {var: proxy for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")}
+    env.update(NO_PROXY="", no_proxy="", ENGINEROOM_STATE_DIR=str(er_home / "proxy-state"))
+    started = time.time()
+    up = run_cli("up", "smollm2-135m", "--ctx", "2048", "--port", str(free_port()), "--threads", "2",
+                 "--timeout", "120", "--json", env=env, timeout=300)
+    try:
+        assert up.returncode == 0, up.stderr
+        assert time.time() - started < 120                  # healthy when healthy, not at the timeout
+        verify = run_cli("verify", "--json", env=env, timeout=600)
+        checks = _checks(json.loads(verify.stdout))
+        assert checks["reachable"]["status"] == "PASS", checks["reachable"]
+        assert checks["basic_answer"]["status"] == "PASS", checks["basic_answer"]
+        status = run_cli("status", "--json", env=env)
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["health"] == "ready"     # the health probe bypasses the proxy too
+    finally:
+        down = run_cli("down", env=env)
+    assert down.returncode == 0, down.stderr
+
+
+@pytest.mark.parametrize("argv, says", [
+    (("bench", "--suite", "huge"), "There is no bench suite 'huge'; choose quick or long."),
+    (("bench", "--long", "--suite", "huge"), "give --long or --suite huge, not both."),
+    (("bench", "--runs", "0"), "--runs must be at least 1, not 0."),
+    (("bench", "--warmup", "-1"), "--warmup cannot be negative (got -1)."),
+    (("bench", "--max-tokens", "0"), "--max-tokens must be at least 1, not 0."),
+])
+def test_bench_bad_options_are_one_sentence_before_any_request(argv, says):
+    """Checked before the server is looked up: no server is needed to be told."""
+    proc = run_cli(*argv, "--url", "http://127.0.0.1:9")
+    assert proc.returncode != 0 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "no server answers" not in proc.stderr
+
+
+def test_bench_takes_the_suites_shape_unless_told(managed_server):
+    """Default: the quick suite (1 warm-up + 5 measured, 192 tokens); --max-tokens / --warmup / --runs
+    override one value each; --long is the 1000 / 800-token suite with 3 warm-ups. Tiny budgets
+    here keep the real requests short; the stored conditions show what each command planned."""
+    def planned(*argv):
+        proc = run_cli("bench", *argv, "--json", timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        run = next(r for r in json.loads(run_cli("runs", "--json", check=True).stdout) if r["id"] == out["run_id"])
+        bench = run["conditions"]["bench"]
+        return bench["warmup"], bench["measured"], [w["max_tokens"] for w in bench["workloads"]], out
+
+    warmup, measured, tokens, out = planned("--max-tokens", "8", "--runs", "3")
+    assert (warmup, measured, tokens) == (1, 3, [8, 8])           # the quick suite's one warm-up
+    for s in out["summary"]["workloads"].values():
+        assert s["n"] == 3
+        if s["n_usable"] >= 2:
+            assert s["decode_tps"]["cv_pct"] is not None          # the spread is reported
+    assert planned("--long", "--max-tokens", "8", "--runs", "1")[:3] == (3, 1, [8, 8])   # long's 3 warm-ups

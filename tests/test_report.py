@@ -156,6 +156,75 @@ def test_card_bench_only_with_na_decode_and_no_engine_timings(tmp_path):
     assert "decode TPS n/a for 1 request(s)" in card
 
 
+def _planned_bench_run(store, *, kind="bench"):
+    """A run planned as 2 workloads x (3 warm-up + 5 measured), as bench_conditions writes it."""
+    cond = {**CONDITIONS, "bench": {**CONDITIONS["bench"], "warmup": 3, "measured": 5,
+                                    "workloads": [{"name": "narrative", "max_tokens": 64},
+                                                  {"name": "code", "max_tokens": 64}]}}
+    return store.start_run(kind, cond)
+
+
+def test_card_of_interrupted_bench_says_what_ran(tmp_path):
+    """Ctrl-C after narrative's 3 warm-ups and 3 of its 5 measured requests; code never ran."""
+    store = Store(tmp_path / "r.sqlite")
+    run_id = _planned_bench_run(store)
+    for i in range(3):
+        store.add_record(run_id, "bench_request", bench_rec("narrative", i, 500.0, warmup=True))
+    for i, d in enumerate((40.0, 42.0, 44.0)):
+        store.add_record(run_id, "bench_request", bench_rec("narrative", i, d))
+    store.finish_run(run_id, "INTERRUPTED")
+    card = render_card(store.get_run(run_id), store.records(run_id))
+    assert card.startswith(f"# engineroom bench #{run_id}: INTERRUPTED")
+    assert "Status: **OK**" not in card
+    assert ("Status: **INTERRUPTED**: 6 of 16 planned requests ran (narrative 3 warm-up + 3 measured, "
+            "code did not run); the figures below cover only those (those requests: OK).") in card
+    row = next(line for line in card.splitlines() if line.startswith("| narrative |"))
+    assert "| 3 / 3 of 5 planned |" in row and "42.00 ± 2.00 (4.8%)" in row
+    assert "| code | not run | n/a | n/a | n/a | n/a | n/a | 64 |" in card
+    assert "- 3 warm-up + 5 measured requests per workload;" not in card   # the plan is not what ran
+    assert ("Planned 3 warm-up + 5 measured requests per workload; ran narrative 3 warm-up + 3 measured, "
+            "code did not run.") in card
+
+
+def test_card_of_complete_bench_keeps_the_plain_wording(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    run_id = _planned_bench_run(store)
+    for name in ("narrative", "code"):
+        for i in range(3):
+            store.add_record(run_id, "bench_request", bench_rec(name, i, 500.0, warmup=True))
+        for i in range(5):
+            store.add_record(run_id, "bench_request", bench_rec(name, i, 40.0 + i))
+    store.finish_run(run_id, "OK")
+    card = render_card(store.get_run(run_id), store.records(run_id))
+    assert "Status: **OK**\n" in card and "planned" not in card and "not run" not in card
+    assert "3 warm-up + 5 measured requests per workload; warm-ups are stored" in card
+
+
+def test_card_of_killed_bench_says_process_gone(tmp_path):
+    """A run whose owner is gone (pid reused by this process, another start time) and never finished."""
+    import sqlite3
+
+    store = Store(tmp_path / "r.sqlite")
+    run_id = _planned_bench_run(store)
+    store.add_record(run_id, "bench_request", bench_rec("narrative", 0, 500.0, warmup=True))
+    con = sqlite3.connect(tmp_path / "r.sqlite")
+    con.execute("UPDATE runs SET owner_started = owner_started - 3600")
+    con.commit()
+    card = render_card(store.get_run(run_id), store.records(run_id))
+    assert card.startswith(f"# engineroom bench #{run_id}: INTERRUPTED (process gone)")
+    assert "Status: **INTERRUPTED (process gone)**: 1 of 16 planned requests ran" in card
+    assert "narrative 1 warm-up + 0 measured, code did not run" in card
+
+
+def test_card_of_demo_interrupted_before_its_bench(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    run_id = _planned_bench_run(store, kind="demo")
+    store.add_record(run_id, "check", {"name": "reachable", "status": "PASS", "seconds": 0.01})
+    store.finish_run(run_id, "INTERRUPTED")
+    card = render_card(store.get_run(run_id), store.records(run_id))
+    assert "## Bench\n\nNot run: the run ended (INTERRUPTED) before any bench request finished." in card
+
+
 # -- redact -------------------------------------------------------------------------
 
 

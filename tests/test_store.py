@@ -85,12 +85,78 @@ def test_records_survive_an_interrupted_run(db):
 
     reopened = Store(db)
     [run] = reopened.runs()
-    assert run["status"] == "running"
-    assert run["finished"] is None
+    # its owner is gone: shown (and written back) as interrupted, never as still running
+    assert (run["status"], run["end_reason"]) == ("INTERRUPTED", "process gone")
+    assert run["finished"] is None                      # when it died is not known
     assert [r["payload"]["index"] for r in reopened.records(run["id"])] == [0, 1, 2]
+    raw = sqlite3.connect(db).execute("SELECT status, end_reason FROM runs").fetchone()
+    assert raw == ("INTERRUPTED", "process gone")
     # the interrupted run can still be closed later
     reopened.finish_run(run["id"], "INTERRUPTED")
     assert reopened.get_run(run["id"])["status"] == "INTERRUPTED"
+
+
+def test_a_run_of_a_live_process_stays_running(db):
+    """This process owns the run and is alive: running, whoever reads it."""
+    import os
+
+    store = Store(db)
+    run_id = store.start_run("bench", {})
+    for reader in (store, Store(db)):
+        run = reader.get_run(run_id)
+        assert (run["status"], run["end_reason"], run["owner_pid"]) == ("running", None, os.getpid())
+
+
+def test_a_reused_pid_is_not_mistaken_for_the_owner(db):
+    """The run's pid is alive (it is this process) but started at another time: the owner is gone."""
+    store = Store(db)
+    run_id = store.start_run("bench", {})
+    store.add_record(run_id, "bench_request", {"index": 0})
+    con = sqlite3.connect(db)
+    con.execute("UPDATE runs SET owner_started = owner_started - 3600 WHERE id = ?", (run_id,))
+    con.commit()
+    run = Store(db).get_run(run_id)
+    assert (run["status"], run["end_reason"]) == ("INTERRUPTED", "process gone")
+    assert len(store.records(run_id)) == 1
+
+
+def test_a_run_from_another_host_is_left_alone(db):
+    """Its owner cannot be checked from here: it keeps its status."""
+    store = Store(db)
+    run_id = store.start_run("bench", {})
+    con = sqlite3.connect(db)
+    con.execute("UPDATE runs SET owner_host = 'some-other-box', owner_pid = 999999999 WHERE id = ?", (run_id,))
+    con.commit()
+    assert Store(db).get_run(run_id)["status"] == "running"
+
+
+def test_a_finished_run_is_never_rewritten(db):
+    store = Store(db)
+    run_id = store.start_run("bench", {})
+    store.finish_run(run_id, "OK", {"status": "OK"})
+    con = sqlite3.connect(db)
+    con.execute("UPDATE runs SET owner_pid = 999999999 WHERE id = ?", (run_id,))   # owner long gone
+    con.commit()
+    run = Store(db).get_run(run_id)
+    assert (run["status"], run["end_reason"]) == ("OK", None)
+
+
+def test_version_1_database_is_migrated_and_keeps_its_runs(db):
+    """A database written before owners were recorded: its runs stay as they were (no owner to check)."""
+    from engineroom.store import _MIGRATIONS
+
+    con = sqlite3.connect(db)
+    con.executescript(_MIGRATIONS[0])
+    con.execute("INSERT INTO runs (kind, created, conditions, fingerprint) VALUES ('bench', 't', '{}', 'f')")
+    con.execute("INSERT INTO records (run_id, seq, kind, created, payload) VALUES (1, 1, 'bench_request', 't', '{}')")
+    con.execute("PRAGMA user_version = 1")
+    con.commit()
+    con.close()
+    store = Store(db)
+    assert store.schema_version == SCHEMA_VERSION == 2
+    run = store.get_run(1)
+    assert (run["status"], run["end_reason"], run["owner_pid"]) == ("running", None, None)
+    assert len(store.records(1)) == 1
 
 
 def test_two_stores_on_one_file_see_each_other(db):

@@ -122,3 +122,49 @@ def test_roundtrip_through_arch_from_gguf(tmp_path: Path):
         f1, f2 = fit(back, req, rig), fit(expect, req, rig)
         assert [(c.name, c.bytes) for c in f1.per_gpu[0].components] == \
                [(c.name, c.bytes) for c in f2.per_gpu[0].components]
+
+
+# ---- issue 6: DeepSeek-V2 shared experts, with and without q_lora_rank ---------------------
+
+DSV2_CONFIG = {
+    "model_type": "deepseek_v2", "architectures": ["DeepseekV2ForCausalLM"], "num_hidden_layers": 4,
+    "hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 1024,
+    "intermediate_size": 1024, "moe_intermediate_size": 256, "n_routed_experts": 16,
+    "num_experts_per_tok": 4, "n_shared_experts": 2, "first_k_dense_replace": 1, "kv_lora_rank": 256,
+    "q_lora_rank": 384, "qk_rope_head_dim": 32, "qk_nope_head_dim": 64, "v_head_dim": 64,
+    "max_position_embeddings": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+
+
+def test_deepseek_v2_config_shared_experts_have_llama_cpp_shape():
+    """llama.cpp deepseek2: ffn_*_shexp are {n_embd, n_ff_exp * n_expert_shared}; the config's
+    fused width must not be multiplied by n_shared_experts a second time."""
+    from engineroom.arch import arch_from_config
+
+    arch = arch_from_config(DSV2_CONFIG)
+    assert arch.moe.shared_width == 2 * 256
+    shapes = {t.name: t.shape for t in tensor_layout(arch, "Q4_0")}
+    assert shapes["blk.1.ffn_gate_shexp.weight"] == (512, 512)
+    assert shapes["blk.1.ffn_down_shexp.weight"] == (512, 512)
+    assert "blk.0.ffn_gate_shexp.weight" not in shapes        # the leading dense layer
+
+
+def test_deepseek_v2_without_q_lora_rank_writes_the_key_llama_cpp_reads(tmp_path: Path):
+    from engineroom.arch import arch_from_config
+
+    cfg = {k: v for k, v in DSV2_CONFIG.items() if k != "q_lora_rank"}
+    arch = arch_from_config(cfg)
+    assert arch.mla.q_lora_rank is None
+    names = {t.name for t in tensor_layout(arch, "Q4_0")}
+    assert "blk.0.attn_q.weight" in names and "blk.0.attn_q_a.weight" not in names
+    p = write_synthetic_gguf(arch, "Q4_0", tmp_path / "dsv2-noq.gguf")
+    r = gguf.GGUFReader(str(p))
+    assert _field(r, "deepseek2.attention.q_lora_rank") == 0   # read unless n_layer is a Lite count
+    with_q = write_synthetic_gguf(arch_from_config(DSV2_CONFIG), "Q4_0", tmp_path / "dsv2.gguf")
+    assert _field(gguf.GGUFReader(str(with_q)), "deepseek2.attention.q_lora_rank") == 384
+
+
+def test_tensor_shapes_are_recorded_for_the_cpu_buffer_rules():
+    a = arch_with_tensors(SHAPES["dsv2"], "Q4_0")
+    assert a.tensor_shapes["blk.1.ffn_up_exps.weight"] == (512, 256, 16)
+    assert a.tensor_shapes["blk.0.attn_k_b.weight"] == (64, 256, 8)

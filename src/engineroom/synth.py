@@ -182,8 +182,10 @@ def tensor_layout(arch: ModelArch, quant: str) -> list[TensorSpec]:
             mat(p + "ffn_gate_exps.weight", E, ff, moe.n_experts)
             mat(p + "ffn_down_exps.weight", ff, E, moe.n_experts)
             mat(p + "ffn_up_exps.weight", E, ff, moe.n_experts)
-            if moe.n_shared_experts:
-                sff = (moe.shared_intermediate_size or ff) * moe.n_shared_experts
+            if moe.shared_width:
+                # llama.cpp deepseek2: {n_embd, n_ff_exp * n_expert_shared}; shared_width is
+                # already that fused width (never multiply it by n_shared_experts again)
+                sff = moe.shared_width
                 mat(p + "ffn_gate_shexp.weight", E, sff)
                 mat(p + "ffn_down_shexp.weight", sff, E)
                 mat(p + "ffn_up_shexp.weight", E, sff)
@@ -204,7 +206,8 @@ def arch_with_tensors(arch: ModelArch, quant: str) -> ModelArch:
     """``arch`` with tensor_bytes / tensor_types filled (file order) as write_synthetic_gguf writes them."""
     lay = tensor_layout(arch, quant)
     return replace(arch, tensor_bytes={t.name: t.nbytes for t in lay},
-                   tensor_types={t.name: t.type for t in lay}, file_type=ggml_type_for(quant))
+                   tensor_types={t.name: t.type for t in lay}, tensor_shapes={t.name: t.shape for t in lay},
+                   file_type=ggml_type_for(quant))
 
 
 # ---------------------------------------------------------------------------------------
@@ -359,8 +362,10 @@ def write_synthetic_gguf(arch: ModelArch, quant: str, path: str | os.PathLike, *
     if a == "deepseek2":
         m = arch.mla
         assert m is not None and arch.moe is not None
-        if m.q_lora_rank:
-            w.add_q_lora_rank(m.q_lora_rank)
+        # llama.cpp reads attention.q_lora_rank for every deepseek2 model that is not one of
+        # the Lite layer counts (src/models/deepseek2.cpp: is_lite = n_layer 26/27/48); 0 means
+        # no Q compression (it then creates attn_q instead of attn_q_a/attn_q_b)
+        w.add_q_lora_rank(m.q_lora_rank or 0)
         w.add_kv_lora_rank(m.kv_lora_rank)
         # MLA as llama.cpp sees it after the split of wkv_b: 1 KV head of kv_lora_rank + rope
         w.add_head_count_kv(1)
@@ -448,7 +453,43 @@ def _shapes() -> dict[str, ModelArch]:
                                        v_head_dim=64, q_lora_rank=384),
                            moe=MoESpec(n_experts=16, n_experts_active=4, expert_intermediate_size=256,
                                        n_shared_experts=1, first_dense_layers=1))
+    # ---- issue 6 shapes (fit vs llama-server at the default launch and explicit -np) ----------
+    s["hd256"] = _dense("hd256", "qwen3", 6, 1024, 8, 2, 256, 3072)
+    s["hd80"] = _dense("hd80", "llama", 8, 1280, 16, 4, 80, 3456)       # q8_0/q4_0 KV refused
+    s["mqa"] = _dense("mqa", "llama", 8, 768, 12, 1, 64, 2048)
+    s["thin48"] = _dense("thin48", "qwen3", 48, 256, 4, 4, 64, 768)      # 48 thin MHA layers
+    s["narrow-ff"] = _dense("narrow-ff", "llama", 6, 1024, 16, 4, 64, 768)  # FFN narrower than hidden
+    s["dsv2"] = _deepseek_v2("dsv2", 4, 512, 8, kv_lora=256, rope=32, nope=64, v=64, q_lora=384,
+                             experts=16, active=4, eff=256, shared=2, ff=1024)
+    s["dsv2-noq"] = replace(s["dsv2"], name="dsv2-noq", mla=replace(s["dsv2"].mla, q_lora_rank=None))
+    # held out: measured only after the formulas were frozen
+    s["hd256-m"] = _dense("hd256-m", "qwen3", 8, 1536, 12, 4, 256, 4096)
+    s["hd80-m"] = _dense("hd80-m", "llama", 6, 960, 12, 3, 80, 2560)
+    s["narrow-m"] = _dense("narrow-m", "qwen3", 8, 1536, 12, 2, 128, 1024)
+    s["narrow-xs"] = _dense("narrow-xs", "llama", 4, 2048, 16, 8, 128, 896)
+    kinds = tuple(LayerKind.FULL if (i + 1) % 5 == 0 else LayerKind.SLIDING for i in range(10))
+    s["swa-m"] = replace(_dense("swa-m", "gemma3", 10, 1152, 4, 1, 256, 3456, V=65536),
+                         layer_kinds=kinds, sliding_window=1024)
+    s["dsv2-m"] = _deepseek_v2("dsv2-m", 6, 768, 12, kv_lora=512, rope=64, nope=128, v=128, q_lora=None,
+                               experts=32, active=6, eff=384, shared=2, ff=2048)
+    s["hybrid-t"] = replace(qwen36_27b(12, vocab_size=49152), name="hybrid-t", hidden_size=768, n_heads=6,
+                            n_kv_heads=2, head_dim=128, intermediate_size=2048, rope_dim=32,
+                            linear=LinearAttnSpec(n_key_heads=6, n_value_heads=12, key_head_dim=64,
+                                                  value_head_dim=64, conv_kernel=4))
     return s
+
+
+def _deepseek_v2(name: str, L: int, E: int, H: int, *, kv_lora: int, rope: int, nope: int, v: int,
+                 q_lora: int | None, experts: int, active: int, eff: int, shared: int, ff: int) -> ModelArch:
+    """A DeepSeek-V2-style layout: MLA attention, one leading dense layer, routed + shared
+    experts (shared_intermediate_size left None: n_shared x expert width, as llama.cpp sizes it)."""
+    return ModelArch(name=name, source="catalog", architecture="deepseek2", n_layers=L, hidden_size=E,
+                     vocab_size=49152, n_heads=H, n_kv_heads=H, head_dim=nope + rope,
+                     layer_kinds=(LayerKind.MLA,) * L, intermediate_size=ff, max_position=131072,
+                     mla=MLASpec(kv_lora_rank=kv_lora, qk_rope_head_dim=rope, qk_nope_head_dim=nope,
+                                 v_head_dim=v, q_lora_rank=q_lora),
+                     moe=MoESpec(n_experts=experts, n_experts_active=active, expert_intermediate_size=eff,
+                                 n_shared_experts=shared, first_dense_layers=1))
 
 
 SHAPES: dict[str, ModelArch] = _shapes()

@@ -13,7 +13,17 @@ from engineroom.bench.runner import (
     run_bench,
 )
 from engineroom.bench.statistics import BENCH_RECORD_KIND, summarize
-from engineroom.bench.workloads import CODE, DEFAULT_WORKLOADS, NARRATIVE, Workload, default_workloads
+from engineroom.bench.workloads import (
+    CODE,
+    DEFAULT_SUITE,
+    DEFAULT_WORKLOADS,
+    NARRATIVE,
+    SUITES,
+    Suite,
+    Workload,
+    default_workloads,
+    suite,
+)
 
 __all__ = [
     "BENCH_RECORD_KIND",
@@ -21,9 +31,12 @@ __all__ = [
     "BenchRequest",
     "BenchResult",
     "CODE",
+    "DEFAULT_SUITE",
     "DEFAULT_WORKLOADS",
     "NARRATIVE",
+    "SUITES",
     "Sampler",
+    "Suite",
     "Workload",
     "bench_conditions",
     "decode_rate",
@@ -31,5 +44,6 @@ __all__ = [
     "ignore_eos_decision",
     "measure_request",
     "run_bench",
+    "suite",
     "summarize",
 ]

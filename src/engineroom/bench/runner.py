@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
 from engineroom.bench import statistics
-from engineroom.bench.workloads import Workload, default_workloads
+from engineroom.bench.workloads import DEFAULT_SUITE, SUITES, Workload, default_workloads
 from engineroom.engines.base import ServerInfo
 from engineroom.errors import BadInput
 from engineroom.values import int_or_none as _int
@@ -82,8 +82,8 @@ class BenchPlan:
     so every request generates exactly ``max_tokens`` and runs compare like for like."""
 
     workloads: tuple[Workload, ...] = field(default_factory=default_workloads)
-    warmup: int = 3
-    measured: int = 5
+    warmup: int = SUITES[DEFAULT_SUITE].warmup          # the quick suite's shape by default
+    measured: int = SUITES[DEFAULT_SUITE].measured
     sampler: Sampler = field(default_factory=Sampler)
     full_length: bool = False
     timeout_s: float = 600.0

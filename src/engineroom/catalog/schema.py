@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 GB = 1_000_000_000
 
@@ -172,6 +172,20 @@ class KvDtype(Strict):
     aliases: tuple[str, ...] = ()
     plan: bool = True                        # searched by the planner
     source: str = ""                         # where bytes_per_elem comes from, when not obvious
+    block_size: int = Field(default=1, ge=1)  # elements per quant block (ggml_blck_size; 1 = not blocked)
+
+
+class KvBlockRule(Strict):
+    """An engine's rule that a blocked KV type's block must divide the head size, K and V
+    separately (llama.cpp: llama_init_from_model refuses the context otherwise).
+
+    ``message`` is the engine's own refusal, formatted with ``side`` (K/V), ``side_l`` (k/v),
+    ``kv`` (the type's id), ``block`` and ``dim``; ``when_flash_attn_only``: the K check
+    applies only with flash attention on (a quantized V cache needs it on anyway)."""
+
+    message: str
+    when_flash_attn_only: bool = True
+    source: str = ""
 
 
 class Sourced(Strict):
@@ -196,18 +210,48 @@ class Range(Strict):
         return self
 
 
+class TypeRate(Strict):
+    """A per-thread decode rate (GB/s of weights) for some ggml weight types ("q4_0", "q4_k")."""
+
+    types: tuple[str, ...]
+    low: float = Field(gt=0)
+    high: float = Field(gt=0)
+
+
 class DecodeModel(Strict):
     """Single-stream decode time per token = bytes read / (bandwidth_efficiency x datasheet
     bandwidth) + per_token_ms + layers x per_layer_ms. The bandwidth term is the roofline;
     the fixed terms are what a batch-1 step costs beyond streaming the bytes (kernel
     launches, norms, sampling), which is why small and shallow models fall further below
     their roofline than big ones. The band's slow end pairs the low efficiency with the
-    high per-layer cost."""
+    high per-layer cost.
+
+    A CPU build's model (``bandwidth: cpu_copy``) streams the bytes at
+    min(threads x per_thread_gbs, efficiency x the CPU's copy bandwidth at those threads):
+    few cores are compute-bound, many cores memory-bound."""
 
     bandwidth_efficiency: Range
     per_layer_ms: Range
     per_token_ms: float = Field(ge=0)
     source: str
+    # what the efficiency is a share of: a GPU's datasheet bandwidth, or (CPU builds) the
+    # rig's CPU bandwidth at the decode's thread count, which ``hardware`` measures with a
+    # copy probe on this machine (GB/s read + written) or takes from the catalog class
+    bandwidth: Literal["datasheet", "cpu_copy"] = "datasheet"
+    # CPU builds: weight bytes ONE thread's dequantise-and-dot kernels stream per second, so a
+    # decode at T threads reaches at most T x this (compute roof) before the memory roof
+    # (efficiency x bandwidth) binds; None = no compute roof (GPUs)
+    per_thread_gbs: Range | None = None      # weight types not listed in per_thread_by_type
+    per_thread_by_type: tuple[TypeRate, ...] = ()   # measured types (kernels differ: repacked Q4_0 vs Q4_1 ...)
+    fitted_on: str = ""                      # the machine (and date) the numbers were fitted on
+
+    def per_thread_for(self, ggml_type: str) -> tuple[float, float] | None:
+        """(low, high) per-thread GB/s for a ggml weight type, else the default range."""
+        key = ggml_type.lower()
+        for r in self.per_thread_by_type:
+            if key in r.types:
+                return (r.low, r.high)
+        return (self.per_thread_gbs.low, self.per_thread_gbs.high) if self.per_thread_gbs else None
 
     def fixed_ms(self, n_layers: int, per_layer_ms: float) -> float:
         """The fixed part of a token's time: per_token_ms + layers x per_layer_ms."""
@@ -229,6 +273,52 @@ class MultiGpu(Strict):
 
 
 MemoryModel = Literal["llama_buffers", "kv_pool"]
+
+
+class KvCacheSpace(Strict):
+    """A kv_pool build whose KV cache is a fixed space the user sets (vLLM's CPU backend:
+    ``VLLM_CPU_KVCACHE_SPACE`` GiB) instead of what ``mem_fraction x device memory`` leaves.
+
+    ``fit`` then sizes RAM as weights + ``runtime_gib`` (the process beside its weights; no
+    CUDA graphs) + activations, and a KV pool of exactly the space: tokens = whole blocks of
+    ``block_size`` tokens that fit in it. ``default_gib`` is the space when ``env`` is unset;
+    None: the build then sizes the pool itself (``default_mem_fraction`` x RAM less what the
+    process holds), which ``fit`` models as the kv_pool budget without the CUDA-graph term."""
+
+    env: str                                 # the variable users set (VLLM_CPU_KVCACHE_SPACE)
+    unit_bytes: int = Field(default=1 << 30, gt=0)   # what one unit of ``env`` is (GiB)
+    default_gib: float | None = Field(default=None, gt=0)
+    block_size: int = Field(default=16, ge=1)        # tokens per KV block (the build's default)
+    runtime_gib: float = Field(default=0.0, ge=0)    # process memory beside the weights
+    source: str
+
+
+class Backend(Strict):
+    """One build of an engine for one kind of device (llama.cpp's CPU build, its CUDA
+    build, vLLM's CPU wheel, ...): which rigs it serves (``vendors``) and what it can run
+    there. A field left out is the engine's own (its top-level value); a field given
+    narrows the engine to what this build runs:
+
+    * ``quant_formats``: weight formats it loads (a subset of the engine's);
+    * ``kv_dtypes``: KV types it runs (ids of the engine's ``kv_dtypes``);
+      ``plan_kv_dtypes``: those the planner searches (default: its ``kv_dtypes`` the
+      engine marks ``plan: true``);
+    * ``spec_methods``: speculative-decoding methods it runs (empty: none);
+    * ``decode``: its single-stream decode model (a CPU build's is fitted on a CPU);
+    * ``memory_model`` / ``default_mem_fraction``: how ``fit`` sizes this build.
+    """
+
+    id: str                                  # cpu | cuda | rocm | metal | sycl | vulkan
+    vendors: tuple[Vendor, ...]
+    quant_formats: tuple[QuantFormat, ...] | None = None
+    kv_dtypes: tuple[str, ...] | None = None
+    plan_kv_dtypes: tuple[str, ...] | None = None
+    spec_methods: tuple[str, ...] | None = None
+    decode: DecodeModel | None = None
+    memory_model: MemoryModel | None = None
+    default_mem_fraction: float | None = Field(default=None, gt=0, le=1)
+    kv_cache_space: KvCacheSpace | None = None   # kv_pool builds with a fixed KV space (vLLM CPU)
+    source: str
 
 
 class Engine(Strict):
@@ -267,6 +357,82 @@ class Engine(Strict):
     memory_model: MemoryModel
     max_context_step: int = Field(gt=0)
     default_mem_fraction: float | None = Field(default=None, gt=0, le=1)  # kv_pool engines only
+    # the engine's launch defaults when no slot flag is given (llama-server: no -np = 4 slots,
+    # unified KV); fit/plan/up use these for a "default launch", explicit flags otherwise
+    default_slots: int = Field(default=1, ge=1)
+    default_kv_unified: bool = False
+    defaults_source: str = ""
+    kv_block_rule: KvBlockRule | None = None  # None: the engine is not known to refuse any head size
+    backends: tuple[Backend, ...] = ()       # its builds per device kind; each vendor in exactly one
+    backend: str | None = None               # set on a view: the build this Engine describes
+    kv_cache_space: KvCacheSpace | None = None   # set on a view from its backend (None: VRAM-fraction pool)
+
+    @model_validator(mode="after")
+    def _backends_cover_vendors(self) -> "Engine":
+        if not self.backends:
+            return self
+        ids = [b.id for b in self.backends]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"backend ids repeat: {ids}")
+        covered = [v for b in self.backends for v in b.vendors]
+        for v in self.vendors:
+            if covered.count(v) != 1:
+                raise ValueError(f"vendor '{v}' must be served by exactly one backend, not {covered.count(v)}")
+        # a backend for a vendor the engine does not list is unused: ``vendors`` decides where it runs
+        kv_ids = {k.id for k in self.kv_dtypes}
+        for b in self.backends:
+            if b.quant_formats is not None and not set(b.quant_formats) <= set(self.quant_formats):
+                raise ValueError(f"backend {b.id}: quant_formats {sorted(set(b.quant_formats) - set(self.quant_formats))} "
+                                 "are not in the engine's quant_formats")
+            for field_name in ("kv_dtypes", "plan_kv_dtypes"):
+                bad = sorted(set(getattr(b, field_name) or ()) - kv_ids)
+                if bad:
+                    raise ValueError(f"backend {b.id}: {field_name} {bad} are not KV type ids of the engine")
+            if b.plan_kv_dtypes is not None and b.kv_dtypes is not None and not set(b.plan_kv_dtypes) <= set(b.kv_dtypes):
+                raise ValueError(f"backend {b.id}: plan_kv_dtypes must be a subset of its kv_dtypes")
+            if b.spec_methods is not None and not set(b.spec_methods) <= set(self.spec_methods):
+                raise ValueError(f"backend {b.id}: spec_methods {sorted(set(b.spec_methods) - set(self.spec_methods))} "
+                                 "are not in the engine's spec_methods")
+            frac = b.default_mem_fraction if b.default_mem_fraction is not None else self.default_mem_fraction
+            if b.memory_model == "kv_pool" and frac is None:   # inherited: the engine's own check below
+                raise ValueError(f"backend {b.id}: a kv_pool build needs default_mem_fraction")
+            if b.kv_cache_space is not None and (b.memory_model or self.memory_model) != "kv_pool":
+                raise ValueError(f"backend {b.id}: kv_cache_space applies to kv_pool builds only")
+        return self
+
+    def backend_for(self, vendor: str) -> Backend | None:
+        """The build of this engine that serves ``vendor`` ("cpu", "nvidia", ...), or None."""
+        for b in self.backends:
+            if vendor in b.vendors:
+                return b
+        return None
+
+    def for_vendor(self, vendor: str) -> "Engine":
+        """This engine as its build for ``vendor`` runs it: the backend's quant formats, KV
+        types, spec methods, decode and memory model in place of the engine-wide ones (the
+        same Engine when it lists no backends or none serves ``vendor``)."""
+        b = self.backend_for(vendor)
+        if b is None:
+            return self
+        kv = self.kv_dtypes
+        if b.kv_dtypes is not None:
+            keep = set(b.kv_dtypes)
+            kv = tuple(k for k in kv if k.id in keep)
+        if b.plan_kv_dtypes is not None:
+            plan = set(b.plan_kv_dtypes)
+            kv = tuple(k.model_copy(update={"plan": k.id in plan}) for k in kv)
+        mm = b.memory_model or self.memory_model
+        frac = b.default_mem_fraction if b.default_mem_fraction is not None else self.default_mem_fraction
+        return self.model_copy(update={
+            "quant_formats": b.quant_formats if b.quant_formats is not None else self.quant_formats,
+            "kv_dtypes": kv,
+            "spec_methods": b.spec_methods if b.spec_methods is not None else self.spec_methods,
+            "decode": b.decode or self.decode,
+            "memory_model": mm,
+            "default_mem_fraction": frac if mm == "kv_pool" else None,
+            "kv_cache_space": b.kv_cache_space if mm == "kv_pool" else None,
+            "backend": b.id,
+        })
 
     @model_validator(mode="after")
     def _memory_model_facts(self) -> "Engine":
@@ -374,11 +540,23 @@ class Priority(Strict):
 
 
 class Catalog(Strict):
+    _views: dict = PrivateAttr(default_factory=dict)     # for_vendor() results, built once
     models: tuple[Model, ...]
     engines: tuple[Engine, ...]
     hardware: tuple[HardwareClass, ...]
     drafters: tuple[Drafter, ...]
     priorities: tuple[Priority, ...]
+
+    def for_vendor(self, vendor: str) -> "Catalog":
+        """The catalog as a rig of ``vendor`` sees it: every engine that runs there replaced
+        by its build for that vendor (``Engine.for_vendor``); engines that do not run there
+        stay as they are (the planner rejects them with the reason)."""
+        if vendor not in self._views:
+            view = self.model_copy(update={
+                "engines": tuple(e.for_vendor(vendor) if vendor in e.vendors else e for e in self.engines)})
+            view._views = {vendor: view}
+            self._views[vendor] = view
+        return self._views[vendor]
 
     # ---- lookups (exact id, alias, or case-insensitive) ----------------------------------
     def model(self, ref: str) -> Model | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import httpx
 
+from .. import net
 from ..errors import EngineFailed, NotFound
 from . import llamacpp
 from .base import Capabilities, LaunchSpec, ServerInfo
@@ -32,7 +33,7 @@ def detect(url: str, timeout: float = 5.0) -> ServerInfo:
         if info is not None:
             return info
     try:
-        resp = httpx.get(f"{url}/v1/models", timeout=timeout)
+        resp = net.get(f"{url}/v1/models", timeout=timeout)
     except httpx.HTTPError as exc:
         raise NotFound(f"no server answers at {url} ({type(exc).__name__}).") from None
     try:

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+UNKNOWN_FAILURE = "unknown (see the log lines above)"   # what classify_failure says when no pattern matched
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     engine: str
@@ -29,6 +32,7 @@ class LaunchSpec:
     model_path: str = ""              # resolved file / dir
     health_path: str = "/health"
     engine_version: str = ""          # what the binary says of itself (`--version`)
+    changes: tuple[dict, ...] = ()    # arguments engineroom added for this machine: {args, why, source}
 
     @property
     def url(self) -> str:

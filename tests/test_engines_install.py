@@ -1,0 +1,142 @@
+"""`engineroom engines install llama.cpp`: the real build the test command made, and its failure modes.
+
+The build itself runs once, before pytest, in the README's test command (about as long as
+the rest of the suite); these tests read what it recorded and run what it built. The sdist
+download's checks use `PyPIStandIn`, a local HTTP server answering like PyPI's JSON API,
+because PyPI never serves a wrong checksum on demand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import json
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from engineroom import cpuprobe
+from engineroom.engines import build, llamacpp
+from engineroom.errors import BadInput, EngineFailed, NotFound
+
+
+def test_progress_lines_of_ninja_and_make():
+    assert build.parse_progress("[12/218] Building CXX object ggml/src/ggml.c.o") == (12 / 218, "Building CXX object ggml/src/ggml.c.o")
+    assert build.parse_progress("[ 45%] Building C object x.o") == (0.45, "Building C object x.o")
+    assert build.parse_progress("-- Configuring done") is None
+
+
+def test_the_real_build_records_what_it_built(installed_build):
+    m = installed_build
+    assert m["engine"] == "llama.cpp" and m["origin"]["package"] == llamacpp.SOURCE_PACKAGE
+    assert len(m["origin"]["sha256"]) == 64 and m["build_seconds"] > 0 and m["jobs"] >= 1
+    assert "-DGGML_NATIVE=ON" in m["cmake_options"] and "-DLLAMA_USE_PREBUILT_UI=OFF" in m["cmake_options"]
+    assert m["built_for_cpu"]["model"] == cpuprobe.probe_cpu().model
+    bin_dir = Path(m["bin_dir"])
+    assert (bin_dir / "llama-server").is_file() and (bin_dir / "llama-bench").is_file()
+    assert Path(m["build_log"]).is_file()
+    binary = llamacpp.Binary(bin_dir / "llama-server", f"engineroom engines install ({m['tag']})", {})
+    assert llamacpp.binary_version(binary).startswith(m["tag"])
+    # the build is for this machine: the check before every launch passes
+    assert llamacpp.check_binary_cpu(binary, cpuprobe.probe_cpu())["compiled_features"]
+
+
+def test_engines_lists_the_build_with_how_it_was_made(installed_build, tmp_path):
+    data_dir = Path(installed_build["bin_dir"]).parents[4]      # <data>/engines/llama.cpp/<tag>/build/bin
+    proc = run_cli("engines", "--json", env={"ENGINEROOM_DATA_DIR": str(data_dir), llamacpp.ENV_BINARY: ""})
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)[0]
+    assert row["origin"] == f"engineroom engines install ({installed_build['tag']})"
+    assert row["install"]["build_seconds"] == installed_build["build_seconds"]
+
+
+def test_a_build_copied_to_a_machine_without_its_instructions_is_refused(installed_build):
+    probe = cpuprobe.probe_cpu()
+    bin_dir = Path(installed_build["bin_dir"])
+    binary = llamacpp.Binary(bin_dir / "llama-server", "copied", {})
+    from dataclasses import replace
+
+    isa = [f for f in installed_build["built_for_cpu"]["usable_flags"] if f.startswith(("avx", "sse4"))]
+    other = replace(probe, flags=frozenset(probe.flags - {isa[-1]}))
+    with pytest.raises(NotFound, match="engineroom engines install llama.cpp"):
+        llamacpp.check_binary_cpu(binary, other)
+
+
+def test_source_that_is_not_llama_cpp_is_refused(tmp_path):
+    (tmp_path / "CMakeLists.txt").write_text("project(x)\n")
+    with pytest.raises(BadInput, match="is not a llama.cpp source tree"):
+        llamacpp.install(source=tmp_path)
+    proc = run_cli("engines", "install", "llama.cpp", "--source", str(tmp_path / "missing"))
+    assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_cli("engines", "install", "no-such-engine")
+    assert proc.returncode == 2 and "no adapter for engine" in proc.stderr
+
+
+class _PyPIStandIn(http.server.BaseHTTPRequestHandler):
+    """PyPIStandIn: PyPI's JSON API for one package, with a relative file link (as index mirrors answer)."""
+
+    archive: bytes = b""
+    sha256: str = ""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        if self.path == "/pypi/demo-pkg/json":
+            body = json.dumps({"releases": {"1.0": [{
+                "packagetype": "sdist", "filename": "demo-pkg-1.0.tar.gz", "url": "../../files/demo-pkg-1.0.tar.gz",
+                "digests": {"sha256": self.sha256}, "size": len(self.archive)}]}}).encode()
+        elif self.path == "/files/demo-pkg-1.0.tar.gz":
+            body = self.archive
+        else:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def pypi_stand_in(monkeypatch, tmp_path):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = b"cmake_minimum_required(VERSION 3.14)\n"
+        info = tarfile.TarInfo("demo-pkg-1.0/CMakeLists.txt")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    _PyPIStandIn.archive = buf.getvalue()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PyPIStandIn)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(build.pypi, "PYPI_JSON", f"http://127.0.0.1:{server.server_port}/pypi/{{package}}/json")
+    monkeypatch.setenv("ENGINEROOM_CACHE_DIR", str(tmp_path / "cache"))
+    yield _PyPIStandIn
+    server.shutdown()
+
+
+def test_sdist_is_downloaded_once_and_checked(pypi_stand_in, tmp_path):
+    pypi_stand_in.sha256 = hashlib.sha256(pypi_stand_in.archive).hexdigest()
+    seen = []
+    path = build.fetch_sdist("demo-pkg", "1.0", lambda f, m: seen.append(m))
+    assert path.read_bytes() == pypi_stand_in.archive and any("downloading" in m for m in seen)
+    again = []
+    assert build.fetch_sdist("demo-pkg", "1.0", lambda f, m: again.append(m)) == path
+    assert again == ["demo-pkg-1.0.tar.gz already downloaded (sha256 checked)"]
+    top = build.unpack(path, tmp_path / "unpacked")
+    assert (top / "CMakeLists.txt").is_file()
+
+
+def test_a_wrong_checksum_is_refused_and_nothing_is_kept(pypi_stand_in):
+    pypi_stand_in.sha256 = "0" * 64
+    with pytest.raises(EngineFailed, match="sha256 mismatch"):
+        build.fetch_sdist("demo-pkg", "1.0")
+    assert not list((build.paths.cache_dir() / "sources").glob("demo-pkg*"))
+
+
+def test_an_unknown_version_names_the_ones_there_are(pypi_stand_in):
+    with pytest.raises(NotFound, match=r"PyPI has no demo-pkg 9\.9 \(recent releases: 1\.0\)"):
+        build.fetch_sdist("demo-pkg", "9.9")
