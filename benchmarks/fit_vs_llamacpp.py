@@ -6,7 +6,7 @@ llama-server on the CPU with ``-lv 4``, read the buffer sizes it prints at start
 (CPU_Mapped / CPU_REPACK model buffers, KV, recurrent R/S, compute, output), stop it, and
 compare each with fit()'s prediction for a CPU rig.
 
-    .venv/bin/python benchmarks/fit_vs_llamacpp.py [--llama-server PATH] [--set calibration|heldout|all]
+    .venv/bin/python benchmarks/fit_vs_llamacpp.py [--llama-server PATH] [--set calibration|heldout|structure|issue6|issue6-heldout|all]
         [--out benchmarks/fit_vs_llamacpp.md] [--raw benchmarks/fit_vs_llamacpp.json]
 
 The compute-buffer constants in engineroom/fit.py were fitted on the "calibration" set and

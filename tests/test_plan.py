@@ -471,11 +471,15 @@ def test_cpu_decode_model_predicts_held_out_gguf_within_20_percent():
         assert low >= 0.8 * mid and high <= 1.2 * mid, "band wider than +-20%"
         if not low <= best <= high:
             outside[(name, threads)] = round(best / mid - 1, 2)
-    inside = {f for f, _ in held} - {f for f, _ in outside}
-    assert {"syn-m-q4_0", "syn-s-v262k-q4_0", "smollm2-135m-q4_1@d2048"} <= inside
-    # the known gap (benchmarks/cpu_speed.md): Gemma 3 270M runs 26-29% below the band middle
-    # at 1 and 2 threads; when the model learns why, this line must change with it
-    assert set(outside) == {("gemma-3-270m-q4_k_m", 1), ("gemma-3-270m-q4_k_m", 2)}, outside
+    assert {"gemma-3-270m-q4_k_m", "syn-g3-1152-mix-rs", "syn-m-q4_0-rs", "syn-s-v262k-q4_0-rs",
+            "smollm2-135m-q4_1@d2048"} <= {f for f, _ in held}
+    assert {t for _, t in held} == {1, 2}
+    # Gemma 3 270M at 1 thread is inside since the refit on synthetics with real-like block
+    # scales (cpu_speed.md, "Why Gemma 3 was slow"); at 2 threads it still runs 26% below the
+    # middle (and the gemma3-architecture synthetic sits at the band's low end, -18%): the
+    # Q8_0/Q5_0 vec_dot kernels on a 640-wide, 262K-row tied head do not reach the min() roof
+    # the model takes at 2 threads. When the model learns why, this line must change with it
+    assert set(outside) == {("gemma-3-270m-q4_k_m", 2)}, outside
 
 
 def test_cpu_vllm_max_context_follows_its_kv_space():
