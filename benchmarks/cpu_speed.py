@@ -303,16 +303,34 @@ def summary(res: dict) -> list[dict]:
     return out
 
 
-def mixed_rate(rates: dict[str, float], default: float, mix) -> float:
-    """Per-thread GB/s for a weight mix: each type's bytes at that type's rate (harmonic mean)."""
-    return 1.0 / sum(share / rates.get(t, default) for t, share in mix)
+# weight types whose ggml-cpu kernels on x86 run on repacked (interleaved) weights
+# (ggml-cpu/repack.cpp: Q4_0, Q4_K, IQ4_NL, MXFP4); every other type (Q8_0, Q5_0, Q6_K, Q4_1,
+# the KV read ...) goes through its plain vec_dot kernel. The two families read memory
+# differently, so each gets its own memory-roof efficiency
+REPACKED = ("q4_0", "q4_k", "iq4_nl", "mxfp4")
+
+
+def eff_for(p: dict, t: str) -> float:
+    return p["eff_repacked"] if t in REPACKED else p["eff"]
+
+
+def stream_gbs(p: dict, s: dict) -> float:
+    """The mix's stream rate: each type's bytes at min(threads x its per-thread rate, its
+    family's efficiency x copy bandwidth); the times add (harmonic mean), as plan.decode_rates."""
+    tot = sum(share for _, share in s["mix"])
+    return tot / sum(share / min(s["threads"] * p["rates"].get(t, p["default"]), eff_for(p, t) * s["bw_gbs"])
+                     for t, share in s["mix"])
+
+
+def bound_by(p: dict, s: dict) -> set[str]:
+    return {"compute" if s["threads"] * p["rates"].get(t, p["default"]) < eff_for(p, t) * s["bw_gbs"] else "memory"
+            for t, share in s["mix"] if share >= 0.05}
 
 
 def predict_ms(p: dict, s: dict) -> float:
-    """plan.decode_rates' formula at one parameter set: bytes / min(threads x per-thread
-    rate of the mix, eff x copy bandwidth) + per_token + layers x per_layer."""
-    stream = min(s["threads"] * mixed_rate(p["rates"], p["default"], s["mix"]), p["eff"] * s["bw_gbs"])
-    return s["bytes_read"] / (stream * GB) * 1000 + p["per_token"] + s["layers"] * p["per_layer"]
+    """plan.decode_rates' formula at one parameter set: bytes / stream (stream_gbs) +
+    per_token + layers x per_layer."""
+    return s["bytes_read"] / (stream_gbs(p, s) * GB) * 1000 + p["per_token"] + s["layers"] * p["per_layer"]
 
 
 def nelder_mead(f, x0, steps, iters=4000):
@@ -350,7 +368,8 @@ RATE_CAP = 60.0     # GB/s per thread
 def fit_model(rows: list[dict], stat: str) -> dict:
     """Least squares on the relative error of the time per token over ``rows`` (Nelder-Mead
     on log-parameters): a per-thread rate for every weight type holding >= 5% of some fit
-    file's bytes, the memory-roof efficiency, per_layer_ms and per_token_ms (both >= 0)."""
+    file's bytes, two memory-roof efficiencies (repacked types, REPACKED, and the rest),
+    per_layer_ms and per_token_ms (both >= 0)."""
     import math
 
     types = sorted({t for s in rows for t, share in s["mix"] if share >= 0.05})
@@ -360,13 +379,13 @@ def fit_model(rows: list[dict], stat: str) -> dict:
         rates = {t: min(RATE_CAP, math.exp(v)) for t, v in zip(types, x)}
         return {"rates": rates, "default": math.exp(sum(math.log(v) for v in rates.values()) / len(rates)),
                 "eff": math.exp(x[len(types)]), "per_layer": math.exp(x[len(types) + 1]),
-                "per_token": math.exp(x[len(types) + 2])}
+                "per_token": math.exp(x[len(types) + 2]), "eff_repacked": math.exp(x[len(types) + 3])}
 
     def loss(x):
         p = unpack(x)
         return sum((predict_ms(p, s) * s[stat] / 1000 - 1) ** 2 for s in rows)
 
-    x0 = [math.log(15.0)] * len(types) + [math.log(1.0), math.log(0.02), math.log(0.3)]
+    x0 = [math.log(15.0)] * len(types) + [math.log(1.0), math.log(0.02), math.log(0.3), math.log(1.0)]
     best = None
     for start in range(3):        # restarts from the last optimum
         x, v = nelder_mead(loss, x0 if best is None else best[0], [0.3] * len(x0))
@@ -389,6 +408,8 @@ def catalog_block(p: dict, k: float, machine: dict) -> str:
             f"      per_thread_gbs: {{low: {r(min(wr) * (1 - k))}, high: {r(min(RATE_CAP, max(wr)) * (1 + k))}}}\n"
             f"      per_thread_by_type:\n{by}\n"
             f"      bandwidth_efficiency: {{low: {r(p['eff'] * (1 - k))}, high: {r(p['eff'] * (1 + k))}}}\n"
+            f"      bandwidth_efficiency_by_type:\n"
+            f"        - {{types: [{', '.join(REPACKED)}], low: {r(p['eff_repacked'] * (1 - k))}, high: {r(p['eff_repacked'] * (1 + k))}}}\n"
             f"      per_layer_ms: {{low: {r(p['per_layer'] * (1 - k))}, high: {r(p['per_layer'] * (1 + k))}}}\n"
             f"      per_token_ms: {r(p['per_token'])}\n"
             f"      fitted_on: \"{machine['cpu_model']}, {machine['logical_cpus']} cores (KVM VM), {machine['date']}\"")
@@ -454,11 +475,10 @@ def main() -> None:
     if a.fit:
         rows = [s for s in summary(res) if s["set"] == "fit"]
         p = fit_model(rows, a.stat)
-        bound = {("compute" if s["threads"] * mixed_rate(p["rates"], p["default"], s["mix"]) < p["eff"] * s["bw_gbs"]
-                  else "memory") for s in rows}
+        bound = set().union(*(bound_by(p, s) for s in rows))
         print(f"fit on {len(rows)} rows ({', '.join(sorted({s['file'] for s in rows}))}), stat {a.stat}: "
               + ", ".join(f"{t} {v:.2f}" for t, v in p["rates"].items()) + f" GB/s per thread (default {p['default']:.2f}); "
-              f"efficiency {p['eff']:.3f} of the copy bandwidth; per_layer_ms {p['per_layer']:.4f}; "
+              f"efficiency {p['eff']:.3f} of the copy bandwidth (repacked {', '.join(REPACKED)}: {p['eff_repacked']:.3f}); per_layer_ms {p['per_layer']:.4f}; "
               f"per_token_ms {p['per_token']:.3f}; bound by {'/'.join(sorted(bound))}; "
               f"fit rows: worst {p['worst'] * 100:.1f}%, rms {p['rms'] * 100:.1f}%")
         for s in summary(res):

@@ -443,7 +443,8 @@ def test_cpu_decode_uses_the_cpu_fit_and_the_rigs_bandwidth():
 def test_cpu_decode_model_predicts_held_out_gguf_within_20_percent():
     """Recorded llama-bench runs on the machine the CPU decode model was fitted on
     (benchmarks/cpu_speed.md): every GGUF that was NOT used for fitting lands inside the
-    catalog model's band, and that band is at most +-20% around its middle."""
+    catalog model's band (but the two pinned rows at the end), and that band is at most +-20%
+    around its middle."""
     from pathlib import Path
 
     from engineroom.plan import decode_rates
@@ -474,12 +475,15 @@ def test_cpu_decode_model_predicts_held_out_gguf_within_20_percent():
     assert {"gemma-3-270m-q4_k_m", "syn-g3-1152-mix-rs", "syn-m-q4_0-rs", "syn-s-v262k-q4_0-rs",
             "smollm2-135m-q4_1@d2048"} <= {f for f, _ in held}
     assert {t for _, t in held} == {1, 2}
-    # Gemma 3 270M at 1 thread is inside since the refit on synthetics with real-like block
-    # scales (cpu_speed.md, "Why Gemma 3 was slow"); at 2 threads it still runs 26% below the
-    # middle (and the gemma3-architecture synthetic sits at the band's low end, -18%): the
-    # Q8_0/Q5_0 vec_dot kernels on a 640-wide, 262K-row tied head do not reach the min() roof
-    # the model takes at 2 threads. When the model learns why, this line must change with it
-    assert set(outside) == {("gemma-3-270m-q4_k_m", 2)}, outside
+    # Since the memory roof is per kernel family (repacked Q4_0/Q4_K vs the plain vec_dot
+    # Q8_0/Q5_0/Q6_K/Q4_1 kernels: bandwidth_efficiency_by_type, cpu_speed.md) the gemma3
+    # synthetic is inside at both thread counts (-6% at 2 threads, was -18%) and Gemma 3 270M
+    # at 2 threads moved from -26% to -19% of the middle, still below the band (now +-13%: the
+    # refit's worst fit row + 2 points). SmolLM2 after 2048 tokens at 1 thread runs 14.5%
+    # above the middle (0.15 rounded): the f16-KV read at 1 thread, which the fit's own depth rows also miss
+    # most (syn-deep-q4_0-rs@d1024 t=1, the worst fit row, -11.5%), is just outside the
+    # narrower band. When the model learns either, this line must change with it
+    assert outside == {("gemma-3-270m-q4_k_m", 2): -0.19, ("smollm2-135m-q4_1@d2048", 1): 0.15}, outside
 
 
 def test_cpu_vllm_max_context_follows_its_kv_space():

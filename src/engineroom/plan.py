@@ -153,21 +153,29 @@ def weight_type_mix(arch: ModelArch | None, quant_id: str) -> tuple[tuple[str, f
 def decode_rates(dm: DecodeModel, bytes_per_token: float, n_layers: int, bandwidth_gbs: float,
                  threads: int | None = None, mix: tuple[tuple[str, float], ...] = ()) -> tuple[float, float, float]:
     """(slow, middle, fast) single-stream tokens/s on one device by the engine's decode model:
-    time per token = bytes / stream rate + per_token_ms + layers x per_layer_ms, where the
-    stream rate is efficiency x bandwidth, and for a CPU build at ``threads`` threads at most
-    threads x its per-thread rate (per ggml weight type, byte-weighted over ``mix``; None
-    threads: an unknown CPU, taken as memory-bound)."""
-    pt = _mixed_per_thread(dm, threads, mix)
+    time per token = bytes / stream rate + per_token_ms + layers x per_layer_ms. Each ggml
+    weight type's share of the bytes (``mix``) streams at min(threads x its per-thread rate,
+    its efficiency x bandwidth) (per_thread_for / efficiency_for: a CPU kernel's compute roof
+    and how it reads memory), and the shares' times add (a harmonic mean of the rates). None
+    threads, or no per-thread rates (GPUs): memory-bound, efficiency x bandwidth."""
+    parts = []
+    for t, share in (mix or (("", 1.0),)):
+        pt = dm.per_thread_for(t) if threads and (dm.per_thread_gbs or dm.per_thread_by_type) else None
+        parts.append((share, pt, dm.efficiency_for(t)))
+    tot = sum(share for share, _, _ in parts) or 1.0
 
-    def rate(eff: float, per_thread: float | None, per_layer_ms: float) -> float:
-        stream = eff * bandwidth_gbs
-        if per_thread is not None:
-            stream = min(stream, threads * per_thread)
-        return 1.0 / (bytes_per_token / (stream * GB) + dm.fixed_ms(n_layers, per_layer_ms) / 1000)
-    eff, lay = dm.bandwidth_efficiency, dm.per_layer_ms
-    return (rate(eff.low, pt[0] if pt else None, lay.high),
-            rate((eff.low + eff.high) / 2, (pt[0] + pt[1]) / 2 if pt else None, (lay.low + lay.high) / 2),
-            rate(eff.high, pt[1] if pt else None, lay.low))
+    def rate(pick, per_layer_ms: float) -> float:
+        s_per_gb = 0.0
+        for share, pt, ef in parts:
+            stream = pick(ef) * bandwidth_gbs
+            if pt is not None:
+                stream = min(stream, threads * pick(pt))
+            s_per_gb += share / tot / stream
+        return 1.0 / (bytes_per_token * s_per_gb / GB + dm.fixed_ms(n_layers, per_layer_ms) / 1000)
+    lay = dm.per_layer_ms
+    return (rate(lambda r: r[0], lay.high),
+            rate(lambda r: (r[0] + r[1]) / 2, (lay.low + lay.high) / 2),
+            rate(lambda r: r[1], lay.low))
 
 
 def _mixed_per_thread(dm: DecodeModel, threads: int | None, mix) -> tuple[float, float] | None:

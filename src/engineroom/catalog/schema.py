@@ -218,6 +218,16 @@ class TypeRate(Strict):
     high: float = Field(gt=0)
 
 
+class TypeEfficiency(Strict):
+    """A memory-roof efficiency (share of the copy bandwidth) for some ggml weight types: how
+    the type's CPU kernel reads memory (ggml-cpu repack.cpp's interleaved Q4_0/Q4_K/IQ4_NL/MXFP4
+    vs the plain vec_dot kernels of Q8_0/Q5_0/Q6_K/Q4_1 ...)."""
+
+    types: tuple[str, ...]
+    low: float = Field(gt=0)
+    high: float = Field(gt=0)
+
+
 class DecodeModel(Strict):
     """Single-stream decode time per token = bytes read / (bandwidth_efficiency x datasheet
     bandwidth) + per_token_ms + layers x per_layer_ms. The bandwidth term is the roofline;
@@ -228,7 +238,8 @@ class DecodeModel(Strict):
 
     A CPU build's model (``bandwidth: cpu_copy``) streams the bytes at
     min(threads x per_thread_gbs, efficiency x the CPU's copy bandwidth at those threads):
-    few cores are compute-bound, many cores memory-bound."""
+    few cores are compute-bound, many cores memory-bound. Both roofs are per ggml weight type
+    (per_thread_by_type, bandwidth_efficiency_by_type), each type's bytes timed on its own."""
 
     bandwidth_efficiency: Range
     per_layer_ms: Range
@@ -243,6 +254,10 @@ class DecodeModel(Strict):
     # (efficiency x bandwidth) binds; None = no compute roof (GPUs)
     per_thread_gbs: Range | None = None      # weight types not listed in per_thread_by_type
     per_thread_by_type: tuple[TypeRate, ...] = ()   # measured types (kernels differ: repacked Q4_0 vs Q4_1 ...)
+    # CPU builds: the memory roof per weight type (each type's bytes stream at
+    # min(threads x its per-thread rate, its efficiency x bandwidth)); types not listed take
+    # bandwidth_efficiency. Empty (the default, and every GPU build): one efficiency for all
+    bandwidth_efficiency_by_type: tuple[TypeEfficiency, ...] = ()
     fitted_on: str = ""                      # the machine (and date) the numbers were fitted on
 
     def per_thread_for(self, ggml_type: str) -> tuple[float, float] | None:
@@ -252,6 +267,14 @@ class DecodeModel(Strict):
             if key in r.types:
                 return (r.low, r.high)
         return (self.per_thread_gbs.low, self.per_thread_gbs.high) if self.per_thread_gbs else None
+
+    def efficiency_for(self, ggml_type: str) -> tuple[float, float]:
+        """(low, high) memory-roof efficiency for a ggml weight type, else bandwidth_efficiency."""
+        key = ggml_type.lower()
+        for r in self.bandwidth_efficiency_by_type:
+            if key in r.types:
+                return (r.low, r.high)
+        return (self.bandwidth_efficiency.low, self.bandwidth_efficiency.high)
 
     def fixed_ms(self, n_layers: int, per_layer_ms: float) -> float:
         """The fixed part of a token's time: per_token_ms + layers x per_layer_ms."""
