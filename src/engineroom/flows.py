@@ -95,9 +95,15 @@ def prepare(
     if check_cpu:
         check_cpu(binary, probe)
     mref, path = models.local_model(model_ref, say)
-    from .arch import arch_from_gguf
+    if ctx is not None:
+        from .arch import arch_from_gguf
 
-    check_ctx(ctx, arch_from_gguf(path), extra_args)   # the GGUF header alone
+        try:
+            arch = arch_from_gguf(path)      # the GGUF header alone
+        except BadInput:
+            arch = None                      # a GGUF engineroom cannot describe: the engine has the last word
+        if arch is not None:
+            check_ctx(ctx, arch, extra_args)
     template = chat_template_file
     if tools_template:
         if template is not None:
