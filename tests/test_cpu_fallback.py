@@ -184,9 +184,10 @@ def test_ctx_above_the_maximum_is_allowed_with_rope_scaling(llama_server_binary,
     from engineroom.arch import arch_from_gguf
 
     arch = arch_from_gguf(smollm2)
-    flows.check_ctx(16384, arch, ["--rope-scaling", "yarn", "--rope-scale", "2"])
-    with pytest.raises(Exception, match="maximum of 8,192 positions"):
-        flows.check_ctx(16384, arch, [])
+    flows.check_ctx(16384, arch, ["--rope-scaling", "yarn", "--rope-scale", "2"], llamacpp)
+    with pytest.raises(Exception, match="maximum of 8,192 positions") as info:
+        flows.check_ctx(16384, arch, [], llamacpp)
+    assert "`-- --rope-scaling yarn --rope-scale 2`" in str(info.value)
 
 
 def test_port_zero_picks_a_free_port_and_says_which(llama_server_binary, smollm2):

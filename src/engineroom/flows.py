@@ -22,9 +22,6 @@ from .store import Store
 DEFAULT_PORT = 8080
 
 
-ROPE_SCALING_FLAGS = ("--rope-scaling", "--rope-scale", "--rope-freq-scale", "--yarn-orig-ctx")
-
-
 def check_port(port: int | None) -> int | None:
     """None: the default port; 0: a free port; anything else must be a TCP port number."""
     if port is None:
@@ -34,19 +31,19 @@ def check_port(port: int | None) -> int | None:
     return port
 
 
-def check_ctx(ctx: int | None, arch, extra_args: Sequence[str]) -> None:
+def check_ctx(ctx: int | None, arch, extra_args: Sequence[str], adapter) -> None:
     """fit's rule (positive, not beyond the model's positions unless RoPE scaling is asked for),
-    with the RoPE-scaling flags read from the extra engine arguments."""
+    with the engine's RoPE-scaling arguments found among the extra ones by its adapter."""
     from .fit import check_ctx as fit_check_ctx
 
     if ctx is None:
         return
-    rope = next((a for a in extra_args if a.split("=")[0] in ROPE_SCALING_FLAGS), None)
+    rope = adapter.rope_scaling_arg(extra_args)
     try:
         fit_check_ctx(arch, ctx, rope)
     except BadInput as exc:
-        raise BadInput(f"{str(exc).rstrip('.')}: engine arguments go after `--`, e.g. "
-                       f"`-- --rope-scaling yarn --rope-scale {-(-ctx // max(arch.max_position or 1, 1))}`.") from None
+        example = adapter.rope_scaling_example(-(-ctx // max(arch.max_position or 1, 1)))
+        raise BadInput(f"{str(exc).rstrip('.')}: engine arguments go after `--`, e.g. `-- {example}`.") from None
 
 
 @dataclass(frozen=True)
@@ -103,7 +100,7 @@ def prepare(
         except BadInput:
             arch = None                      # a GGUF engineroom cannot describe: the engine has the last word
         if arch is not None:
-            check_ctx(ctx, arch, extra_args)
+            check_ctx(ctx, arch, extra_args, adapter)
     template = chat_template_file
     if tools_template:
         if template is not None:

@@ -302,6 +302,18 @@ def repack_disabled(args: Sequence[str]) -> bool:
     return _has_flag(args, "-nr", "--no-repack") or os.environ.get("LLAMA_ARG_REPACK", "").lower() in ("0", "false", "off")
 
 
+ROPE_SCALING_FLAGS = ("--rope-scaling", "--rope-scale", "--rope-freq-scale", "--yarn-orig-ctx")
+
+
+def rope_scaling_arg(args: Sequence[str]) -> str | None:
+    """The first RoPE-scaling argument among ``args`` (it lets -c exceed the model's trained context)."""
+    return next((a for a in args if a.split("=")[0] in ROPE_SCALING_FLAGS), None)
+
+
+def rope_scaling_example(factor: int) -> str:
+    return f"--rope-scaling yarn --rope-scale {factor}"
+
+
 def cpu_adjustments(probe, extra_args: Sequence[str] = ()) -> list[LaunchChange]:
     """Arguments this machine needs, decided by executing instructions (engineroom.cpuprobe).
 
