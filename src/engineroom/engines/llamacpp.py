@@ -398,12 +398,6 @@ _ISA_PREFIXES = ("avx", "sse", "ssse", "fma", "f16c", "bmi", "adx", "sha_ni", "v
                  "movbe", "popcnt", "abm", "aes", "pclmul")
 
 
-def cpuprobe_amx_flags() -> tuple[str, ...]:
-    from ..cpuprobe import FEATURES
-
-    return FEATURES["amx"][1]
-
-
 def _build_cpu(binary: Binary) -> dict | None:
     """The CPU an `engineroom engines install` build was compiled on (the manifest beside it), else None."""
     manifest = binary.path.parent.parent.parent / MANIFEST      # <tag>/install.json beside <tag>/build/bin
@@ -420,18 +414,18 @@ def check_binary_cpu(binary: Binary, probe) -> dict[str, object]:
     AMX is left out when it traps: ``cpu_adjustments`` launches without repacking, and AMX
     kernels only run on repacked weights. Returns what was checked, for the run's conditions.
     """
+    from ..cpuprobe import FEATURES
+
     compiled, how = compiled_cpu_features(binary)
     if "<crashes on load>" in compiled:
         raise NotFound(f"{binary.path} cannot load its CPU backend on this machine ({how}); it was probably built "
                        "for another CPU: rebuild it here with `engineroom engines install llama.cpp`.")
-    tolerated = {"amx_int8"} if "amx" in probe.traps else set()
+    tolerated = set(FEATURES["amx"][1]) if "amx" in probe.traps else set()
     missing = sorted(compiled - probe.usable - tolerated) if probe.flags else []
     built_for = _build_cpu(binary)
     if built_for and probe.flags and not missing:
         # -march=native may use any ISA extension of the build machine, not only those ggml reports
         isa = {f for f in built_for["usable_flags"] if f.startswith(_ISA_PREFIXES)}
-        if "amx" in probe.traps:
-            tolerated |= set(cpuprobe_amx_flags())
         missing = sorted(isa - probe.usable - tolerated)
     if missing:
         raise NotFound(f"{binary.path} was compiled for {', '.join(missing)}, which this CPU ({probe.model}) "
