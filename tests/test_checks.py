@@ -21,22 +21,15 @@ SLOW_CPU = 5.0
 
 
 def info_from_props(url: str, declared: bool = True) -> ServerInfo:
-    """ServerInfo as a llama.cpp adapter would build it: tools declared by /props caps.
+    """The ServerInfo the llama.cpp adapter builds from the real server's /props (what verify uses).
 
     ``declared=False`` builds the info of a server that says nothing (all None).
     """
-    client = OpenAIClient(url)
-    model_id = client.models()[0]
+    from engineroom.engines import detect
+
     if not declared:
-        return ServerInfo(url=url, engine="unknown", model_id=model_id)
-    caps = client.get_json("/props")["chat_template_caps"]
-    tools = bool(caps["supports_tools"] and caps["supports_tool_calls"])
-    source = "llama.cpp /props chat_template_caps"
-    return ServerInfo(url=url, engine="llama.cpp", model_id=model_id, capabilities=Capabilities(
-        tools=tools, tool_choice_required=tools, json_schema=True,
-        reasons={"tools": f"{source} supports_tools={caps['supports_tools']}, "
-                          f"supports_tool_calls={caps['supports_tool_calls']}",
-                 "tool_choice_required": source, "json_schema": "llama.cpp grammar support"}))
+        return ServerInfo(url=url, engine="unknown", model_id=OpenAIClient(url).models()[0])
+    return detect(url)
 
 
 def by_name(results: list[CheckResult]) -> dict[str, CheckResult]:
@@ -56,8 +49,8 @@ def test_smollm2_own_template_skips_tool_checks_as_props_declares(plain_server):
         assert r[name].status == "PASS", (name, r[name].reason)
     for name in ("tool_call", "tool_call_streamed"):
         assert r[name].status == "SKIP"
-        assert r[name].reason == ("server declares no tools support (from llama.cpp /props chat_template_caps "
-                                  "supports_tools=False, supports_tool_calls=False)")
+        assert r[name].reason == ("server declares no tools support "
+                                  "(from /props chat_template_caps.supports_tool_calls = false)")
     assert "Paris" in r["basic_answer"].reason
     s = r["streaming"].details
     assert s["text_chunks"] >= 5 and s["chars"] >= 20 and 0 < s["ttft_s"] < s["seconds"]

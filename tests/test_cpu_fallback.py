@@ -23,7 +23,6 @@ from engineroom import cpuprobe, flows, launch
 from engineroom.engines import llamacpp
 from engineroom.errors import EngineFailed, NotFound
 
-pytestmark = pytest.mark.integration
 
 SIGILL_SENTENCE = "crashed: SIGILL, illegal instruction — usually a CPU feature the binary uses but this machine lacks"
 
@@ -211,15 +210,20 @@ def test_switch_checks_first_and_keeps_what_was_given(llama_server_binary, smoll
     state = json.loads(ok.stdout)
     argv = state["argv"]
     assert argv[argv.index("-b") + 1] == "1024"            # the extra engine args were kept
-    assert argv[argv.index("-c") + 1] == "2048"            # what was given this time won
+    # what was given this time won: 2048 tokens for each of the default slots
+    assert argv[argv.index("-c") + 1] == str(2048 * llamacpp.DEFAULT_SLOTS)
     assert argv[argv.index("-t") + 1] == "2" and state["port"] == before.port
 
 
 def test_explicit_slots_are_always_on_the_command_line(llama_server_binary, smollm2, tmp_path):
-    default = llamacpp.render(llama_server_binary, smollm2, port=1)
+    from engineroom.engines.base import LaunchOptions
+
+    default = llamacpp.render(llama_server_binary, LaunchOptions(model_path=smollm2, port=1))
     i = default.argv.index("-np")
     assert default.argv[i + 1] == str(llamacpp.DEFAULT_SLOTS) and "--kv-unified" in default.argv
-    two = llamacpp.render(llama_server_binary, smollm2, port=1, parallel=2)
+    two = llamacpp.render(llama_server_binary, LaunchOptions(model_path=smollm2, port=1, n_seqs=2, ctx=1000))
     assert two.argv[two.argv.index("-np") + 1] == "2" and "--no-kv-unified" in two.argv
-    mine = llamacpp.render(llama_server_binary, smollm2, port=1, extra_args=["-np", "3", "-kvu"])
+    assert two.argv[two.argv.index("-c") + 1] == "2000"      # -c holds ctx tokens for each slot
+    mine = llamacpp.render(llama_server_binary, LaunchOptions(model_path=smollm2, port=1,
+                                                              extra_args=("-np", "3", "-kvu")))
     assert mine.argv.count("-np") == 1 and "--no-kv-unified" not in mine.argv

@@ -177,6 +177,10 @@ def test_vllm_pool_verdicts():
     # 4 x 48K does not all fit in the pool, but one sequence does: the engine caps concurrency
     capped = fit(a, replace(base, ctx=49_152, n_seqs=4), ONE_3090)
     assert capped.verdict == "tight" and "caps" in capped.binding
+    # typed: the count the binding states, and not servable (plan and max_context read these)
+    assert capped.capped_seqs is not None and 1 <= capped.capped_seqs < 4
+    assert f"at {capped.capped_seqs} seq(s)" in capped.binding and not capped.servable
+    assert fit(a, base, ONE_3090).capped_seqs is None and fit(a, base, ONE_3090).servable
     assert fit(a, replace(base, ctx=262_144), ONE_3090).verdict == "does_not_fit"
 
 
@@ -682,3 +686,118 @@ def test_kv_space_is_catalog_data_and_gpu_pools_are_unchanged():
     assert a == replace(fit(arch_from_catalog(m), replace(g, kv_space_bytes=4 * 1024**3), TWO_3090, catalog=nv),
                         request=g)
     assert a.component("cuda_graphs") > 0
+
+
+# ---- typed verdicts ------------------------------------------------------------------------
+
+def test_the_verdict_is_an_enum_whose_json_is_the_old_string(q27):
+    import json
+
+    from engineroom.fit import Verdict
+    from engineroom.output import to_jsonable
+
+    f = fit(q27, FitRequest(engine="llama.cpp", ctx=32_768, kv_dtype="q8_0"), ONE_3090)
+    assert f.verdict is Verdict.FITS and f"{f.verdict}" == "fits"
+    data = to_jsonable(f)
+    assert data["verdict"] == "fits" and json.dumps(data["verdict"]) == '"fits"'
+    assert "capped_seqs" not in data          # said in the binding; kept out of the JSON
+    assert max((Verdict.TIGHT, Verdict.FITS, Verdict.DOES_NOT_FIT), key=lambda v: v.severity) is Verdict.DOES_NOT_FIT
+
+
+def test_max_concurrency_stops_where_the_pool_starts_capping():
+    a = qwen36_27b()
+    base = FitRequest(engine="vllm", ctx=32_768, weight_bytes=int(17.5e9), kv_dtype="fp8", mem_fraction=0.92)
+    n = max_concurrency(a, base, ONE_3090)
+    assert n >= 1
+    assert fit(a, replace(base, n_seqs=n), ONE_3090).servable
+    over = fit(a, replace(base, n_seqs=n + 1), ONE_3090)
+    assert over.capped_seqs == n and over.verdict == "tight"
+
+
+# ---- one KV formula -----------------------------------------------------------------------
+
+def test_mla_layers_cache_their_latent_in_every_memory_model():
+    """DeepSeek MLA: kv_lora_rank + qk_rope_head_dim elements per token per layer, in fit's
+    llama.cpp buffer, in the paged pool, and in the KV plan's speed model reads per token."""
+    from engineroom.catalog import load_catalog
+    from engineroom.fit import kv_bytes, llama_kv_bytes
+    from engineroom.plan import kv_bytes_per_token
+
+    a = SHAPES["dsv2"]                    # 4 MLA layers, kv_lora_rank 256, rope 32
+    per_tok_layer = a.mla.kv_lora_rank + a.mla.qk_rope_head_dim
+    assert kv_bytes(a, 2.0, 4096) == a.n_layers * per_tok_layer * 4096 * 2.0
+    got, _ = llama_kv_bytes(a, FitRequest(engine="llama.cpp", ctx=4096, kv_dtype="f16"))
+    assert got == a.n_layers * per_tok_layer * 4096 * 2
+    pool, _ = pool_kv_grow_per_card(a, FitRequest(engine="vllm", ctx=4096, kv_dtype="auto", tp=2))
+    assert pool == a.n_layers * per_tok_layer * 4096 * 2    # the latent does not shard over TP
+    f16 = load_catalog().engine("llama.cpp").kv("f16")
+    assert kv_bytes_per_token(a, f16, 4096) == a.n_layers * per_tok_layer * 4096 * 2 > 0
+
+
+def test_the_planners_kv_read_is_fits_formula_for_every_layer_kind():
+    from engineroom.catalog import load_catalog
+    from engineroom.fit import kv_bytes
+    from engineroom.plan import kv_bytes_per_token
+
+    q8 = load_catalog().engine("llama.cpp").kv("q8_0")
+    for name in ("dense-s", "swa-s", "hybrid-s", "mla-s", "moe-s"):
+        a = SHAPES[name]
+        assert kv_bytes_per_token(a, q8, 8192) == int(kv_bytes(a, q8.bytes_per_elem, 8192)) > 0, name
+    swa = SHAPES["swa-s"]                 # sliding layers read their window only
+    full = kv_bytes(replace(swa, layer_kinds=(LayerKind.FULL,) * swa.n_layers), 1.0, 8192)
+    assert kv_bytes(swa, 1.0, 8192) < full
+
+
+# ---- facts in data, not architecture names ----------------------------------------------------
+
+def test_the_gated_query_compute_follows_the_field_not_the_name():
+    from engineroom.fit import llama_cuda_compute
+
+    a = arch_with_tensors(qwen36_27b(8), "Q4_0")
+    req = FitRequest(engine="llama.cpp", ctx=16_384, kv_dtype="q8_0")
+    assert a.attn_output_gate
+    assert llama_cuda_compute(replace(a, architecture="renamed"), req) == llama_cuda_compute(a, req)
+    assert llama_cuda_compute(replace(a, attn_output_gate=False), req) != llama_cuda_compute(a, req)
+
+
+def test_the_cpu_graph_replay_follows_standard_block():
+    from engineroom.fit import llama_cpu_compute_sim
+
+    a = SHAPES["dense-s"]                 # qwen3: standard block with Q/K norms
+    req = _req(kv_dtype="f16")
+    assert a.standard_block and a.qk_norm and llama_cpu_compute_sim(a, req) is not None
+    assert llama_cpu_compute_sim(replace(a, architecture="renamed"), req) == llama_cpu_compute_sim(a, req)
+    assert llama_cpu_compute_sim(replace(a, standard_block=False), req) is None
+
+
+def test_readers_set_the_attention_facts(tmp_path):
+    from pathlib import Path
+
+    from engineroom.arch import arch_from_config, arch_from_gguf
+    from engineroom.synth import write_synthetic_gguf
+
+    configs = Path(__file__).parent / "fixtures" / "configs"
+    q = arch_from_config(configs / "qwen3.6-27b.json")
+    assert (q.attn_output_gate, q.qk_norm, q.standard_block) == (True, True, False)
+    llama = arch_from_config(configs / "llama-3.1-8b.json")
+    assert (llama.attn_output_gate, llama.qk_norm, llama.standard_block) == (False, False, True)
+    g = arch_from_gguf(write_synthetic_gguf(replace(SHAPES["hybrid-s"], vocab_size=1024), "Q4_0", tmp_path / "h.gguf"))
+    assert g.attn_output_gate and g.qk_norm and not g.standard_block        # attn_q is 2 x n_heads x head_dim
+    d = arch_from_gguf(write_synthetic_gguf(replace(SHAPES["dense-s"], vocab_size=1024), "Q4_0", tmp_path / "d.gguf"))
+    assert not d.attn_output_gate and d.qk_norm and d.standard_block
+
+
+# ---- one parameter counter ------------------------------------------------------------------
+
+@pytest.mark.parametrize("config", ["deepseek-v3", "jamba-1.5-mini", "qwen3.6-27b", "qwen3.5-35b-a3b",
+                                    "gemma-3-4b-it", "mixtral-8x7b", "llama-3.1-8b", "smollm2-135m"])
+def test_fit_counts_parameters_with_the_config_readers_counter(config):
+    """A shape without a count (fit.estimate_param_count) is counted by the code that counted the
+    config: the same number from the ModelArch alone."""
+    from pathlib import Path
+
+    from engineroom.arch import arch_from_config
+    from engineroom.fit import estimate_param_count
+
+    a = arch_from_config(Path(__file__).parent / "fixtures" / "configs" / f"{config}.json")
+    assert estimate_param_count(replace(a, param_count=None)) == a.param_count

@@ -14,7 +14,6 @@ import pytest
 from engineroom.synth import SHAPES, write_synthetic_gguf
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,6 @@ from conftest import run_cli
 from engineroom import launch
 from engineroom.engines import llamacpp
 
-pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,11 @@
-"""Model references: grammar, precedence, pulling the packaged model, listing the cache."""
+"""Models: resolving through refs, pulling the packaged model, the cache and listing it.
+
+The grammar itself is tested in test_refs.py; these are the callers of ``models.resolve``."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -31,13 +34,16 @@ def test_packaged_models_come_from_the_catalog():
 def test_local_path_and_folder(tmp_path):
     gguf = tmp_path / "tiny.gguf"
     gguf.write_bytes(b"GGUF" + b"\0" * 60)
-    assert models.resolve(str(gguf)).kind == "path"
+    assert models.resolve(str(gguf)).kind == "gguf"
     folder = models.resolve(str(tmp_path))
-    assert folder.kind == "path" and folder.path == gguf.resolve()
+    assert folder.kind == "gguf" and folder.path == gguf.resolve()
     hf_folder = tmp_path / "hfmodel"
     hf_folder.mkdir()
     (hf_folder / "config.json").write_text("{}")
-    assert models.resolve(str(hf_folder)).path == hf_folder.resolve()
+    ckpt = models.resolve(str(hf_folder))
+    assert ckpt.kind == "config" and ckpt.path == hf_folder.resolve() / "config.json"
+    # models says what the path is; whether an engine loads it is the adapter's call
+    assert models.local_model(str(hf_folder)) == (ckpt, hf_folder.resolve())
 
 
 def test_local_path_beats_hf_id_when_it_exists(tmp_path, monkeypatch):
@@ -45,7 +51,7 @@ def test_local_path_beats_hf_id_when_it_exists(tmp_path, monkeypatch):
     (tmp_path / "org" / "repo").mkdir()
     (tmp_path / "org" / "repo" / "m.gguf").write_bytes(b"GGUF")
     monkeypatch.chdir(tmp_path)
-    assert models.resolve("org/repo").kind == "path"
+    assert models.resolve("org/repo").kind == "gguf"
     monkeypatch.chdir("/")
     assert models.resolve("org/repo").kind == "hf_repo"
 
@@ -54,7 +60,43 @@ def test_hf_file_grammar_with_revision():
     ref = models.resolve("hf:unsloth/Qwen3.6-27B-GGUF/sub/Qwen3.6-27B-Q4_K_M.gguf@main")
     assert (ref.kind, ref.repo, ref.filename, ref.revision) == (
         "hf_file", "unsloth/Qwen3.6-27B-GGUF", "sub/Qwen3.6-27B-Q4_K_M.gguf", "main")
-    assert ref.path == paths.models_dir() / "hf" / "unsloth/Qwen3.6-27B-GGUF" / "sub/Qwen3.6-27B-Q4_K_M.gguf"
+    assert ref.path == paths.models_dir() / "hf" / "unsloth/Qwen3.6-27B-GGUF" / "@main" / "sub/Qwen3.6-27B-Q4_K_M.gguf"
+    other = models.resolve("hf:unsloth/Qwen3.6-27B-GGUF/sub/Qwen3.6-27B-Q4_K_M.gguf@v2")
+    assert other.path != ref.path and other.path.parent.parent.name == "@v2"
+
+
+def test_a_catalog_model_without_a_file_names_one_to_pull():
+    with pytest.raises(BadInput) as err:
+        models.pull("qwen3.6-27b")
+    msg = str(err.value)
+    assert "catalog model" in msg and "\n" not in msg and "hf:" in msg
+
+
+def test_gguf_summary_reads_through_arch(tmp_path, monkeypatch):
+    """`models list` reads headers with arch's reader, the project's only GGUF reader."""
+    from dataclasses import replace
+
+    from engineroom.arch import read_gguf_header_local
+    from engineroom.synth import SHAPES, write_synthetic_gguf
+
+    monkeypatch.setenv("ENGINEROOM_TOKENIZER_GGUF", str(tmp_path / "absent.gguf"))
+    g = write_synthetic_gguf(replace(SHAPES["dense-s"], vocab_size=1024), "Q8_0", tmp_path / "s.gguf")
+    kv = read_gguf_header_local(g).kv
+    arch, ftype, _size, ctx = models.read_gguf_summary(g)
+    assert (arch, ftype) == (kv["general.architecture"], "Q8_0")
+    assert ctx == kv[f"{arch}.context_length"]
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF\x03\0\0\0")
+    with pytest.raises(BadInput, match="truncated"):
+        models.read_gguf_summary(bad)
+
+
+def test_no_second_gguf_reader_in_src():
+    """One GGUF reader (arch's). synth.py still copies a real tokenizer's full arrays with the
+    gguf package's reader, which arch's header reader skips by design; nothing else may."""
+    src = Path(models.__file__).parent
+    users = [p.relative_to(src).as_posix() for p in src.rglob("*.py") if "GGUFReader" in p.read_text()]
+    assert set(users) <= {"synth.py"} and "models.py" not in users
 
 
 @pytest.mark.parametrize("bad", ["nonsense-model", "", "   ", "???"])
@@ -84,7 +126,10 @@ def test_whole_hf_repo_cannot_be_pulled_as_gguf():
 
 def test_hf_pull_offline_is_a_clear_error(monkeypatch):
     """Real huggingface_hub code path; the hub is unreachable here, so it must fail cleanly."""
+    import huggingface_hub.constants as hc
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True, raising=False)   # read at import: set it as the hub sees it
     with pytest.raises(NotFound) as err:
         models.pull("hf:org/repo/model.gguf")
     assert "org/repo" in str(err.value) and "\n" not in str(err.value)

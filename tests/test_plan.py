@@ -525,5 +525,5 @@ def test_fit_cli_names_the_launch_that_matches_its_slots():
     assert one["launch"] == "engineroom up MODEL --ctx 2048 --parallel 1 --no-kv-unified"
     four = json.loads(run_cli("fit", "smollm2-135m", "--engine", "llama.cpp", "--quant", "Q4_1", "--kv", "f16",
                               "--ctx", "2048", "--seqs", "4", "--kv-unified", "--rig", "cpu:16GB", "--json").stdout)
-    assert four["launch"] == "engineroom up MODEL --ctx 8192 --parallel 4 --kv-unified"
+    assert four["launch"] == "engineroom up MODEL --ctx 2048 --parallel 4 --kv-unified"   # --ctx is per slot
     assert four["fit"]["request"]["kv_unified"] is True and four["fit"]["request"]["n_seqs"] == 4

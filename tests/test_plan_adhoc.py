@@ -342,3 +342,34 @@ def test_ctx_beyond_max_positions_is_refused_unless_rope_scaling():
         fit_one(subject, parse_rig("1xH200"), "llama.cpp", "Q8_0", "f16", maxpos + 1024)
     plans = plan(subject, parse_rig("1xH200"), ctx=maxpos + 1024, limit=1, engine="llama.cpp", rope_scaling="yarn")
     assert plans and plans[0].ctx == maxpos + 1024
+
+
+def test_mla_decode_reads_the_compressed_kv_not_zero():
+    """DeepSeek-V3's 61 MLA layers: the KV a decode step reads is fit's formula (latent + rope
+    key per token per layer), so the speed band depends on the KV type as for any model."""
+    from engineroom.catalog import load_catalog
+    from engineroom.plan import kv_bytes_per_token, weights_read_per_token
+
+    subject = resolve_model(str(CONFIGS / "deepseek-v3.json"))
+    p = plan(subject, parse_rig("4xH200"), "balanced", limit=1)[0]
+    arch, q = subject.arch, subject.model.quant(p.quant)
+    kv = load_catalog().engine(p.engine).kv(p.kv_dtype)
+    read = kv_bytes_per_token(arch, kv, min(4096, p.ctx))
+    per_layer = arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim
+    assert read == int(arch.n_layers * per_layer * min(4096, p.ctx) * kv.bytes_per_elem) > 0
+    assert p.decode.bytes_per_token == weights_read_per_token(subject.model, arch, q) + read
+
+
+def test_how_to_choose_rows_come_from_a_typed_error_not_its_text():
+    from engineroom.errors import NotFound
+    from engineroom.plan import NothingFits
+
+    subject = resolve_model(str(CONFIGS / "deepseek-v3.json"))     # 671B parameters on one 3090
+    with pytest.raises(NothingFits, match="no configuration of") as err:
+        plan(subject, parse_rig(ONE), "balanced", limit=1)
+    assert isinstance(err.value, NotFound)                         # the CLI's exit code stays NotFound's
+    rows = how_to_choose(subject, parse_rig(ONE))
+    assert rows and all(r.plan is None and r.why_none.startswith("no configuration of") for r in rows)
+    with pytest.raises(NotFound) as missing:        # a NotFound that is the user's error is raised, never a row
+        how_to_choose(str(CONFIGS / "absent.json"), parse_rig(ONE))
+    assert not isinstance(missing.value, NothingFits)

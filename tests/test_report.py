@@ -6,6 +6,8 @@ import re
 
 import pytest
 
+from engineroom.bench import encode_arrivals
+from engineroom.engines import llamacpp
 from engineroom.report import redact, render_card
 from engineroom.store import Store
 
@@ -13,17 +15,22 @@ HF_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 
 
 def bench_rec(workload, index, decode, *, warmup=False, engine_pps=None, tokens=64, ttft=0.2):
-    last = ttft + (tokens - 1) / decode          # the client inter-token rate equals `decode`
-    wall = last + 0.001
+    """A raw record whose client decode tok/s and inter-token rate both equal ``decode``: chunks
+    every 1 / decode s from ``ttft``, the stream ending where tokens / (wall - TTFT) = decode;
+    the engine's own timings (through llama.cpp's adapter) at ``engine_pps``."""
+    times = [ttft + i / decode for i in range(tokens)]
+    wall = ttft + tokens / decode
+    raw = None if engine_pps is None else {"predicted_n": tokens, "predicted_ms": (tokens - 1) / engine_pps * 1000,
+                                           "prompt_n": 40, "prompt_ms": 20.0, "cache_n": 0}
+    engine = llamacpp.normalise_timings(raw) if raw else None
     return {
-        "workload": workload, "index": index, "warmup": warmup, "max_tokens": 64, "ignore_eos": True,
-        "status": 200, "error": None, "ttft_s": ttft, "wall_s": wall, "last_token_s": last,
-        "completion_tokens": tokens, "prompt_tokens": 40, "wall_tps": tokens / wall,
-        "decode_tps": decode, "decode_window_s": wall - ttft, "decode_na_reason": None,
+        "workload": workload, "index": index, "warmup": warmup,
+        "sent": {"max_tokens": 64, "sampler": {"temperature": 0.6}, "body": {"ignore_eos": True}},
+        "sent_unix": 0.0, "status": 200, "error": None,
+        "end_us": round(wall * 1e6), "arrivals_us": encode_arrivals(0.0, times),
+        "completion_tokens": tokens, "prompt_tokens": 40, "cached_prompt_tokens": None,
         "finish_reason": "length", "chunks": tokens + 2, "content_chars": 300, "reasoning_chars": 0,
-        "engine_timings": None if engine_pps is None else {"predicted_per_second": engine_pps,
-                                                            "predicted_n": tokens},
-        "started_unix": 0.0,
+        "engine": None if engine is None else engine.as_dict(), "engine_raw": raw, "record_version": 3,
     }
 
 
@@ -38,10 +45,10 @@ CONDITIONS = {
     "argv": ["/root/llama-bin/llama-server", "-m",
              "/home/alice/models/smol/SmolLM2-135M-Instruct.Q4_1.gguf", "--port", "18201",
              "--api-key", "s3cr3t-value", "--hf-token", HF_TOKEN],
-    "host": {"os": "Linux", "kernel": "6.8.0", "arch": "x86_64", "cpu": "AMD EPYC 7B13",
-             "cpu_cores": 2, "cpu_ram_bytes": 8 * 1024**3, "gpus": [], "hostname": "build-box-7"},
-    "bench": {"warmup": 1, "measured": 3, "full_length": True, "ignore_eos": True,
-              "ignore_eos_reason": "full length requested; server supports ignore_eos",
+    "host": {"os": "Linux 6.8.0", "arch": "x86_64", "cpu": "AMD EPYC 7B13",
+             "cpu_cores": 2, "ram_bytes": 8 * 1024**3, "gpus": [], "hostname": "build-box-7"},
+    "bench": {"warmup": 1, "measured": 3, "full_length": True, "full_length_body": {"ignore_eos": True},
+              "full_length_reason": "llama-server accepts the ignore_eos sampling parameter",
               "sampler": {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0, "seed": 1234}},
 }
 
@@ -106,7 +113,10 @@ def test_card_bench_section_recomputed_from_records(stored_run):
                      r"client-measured inter-token rate 42\.00 tok/s by \+20\.0%", card)
     assert "- code: client inter-token 31.00 tok/s vs engine 31.31 tok/s (median per-request +1.0%, within 5%; n=3)." in card
     assert card.count("differs from the client-measured") == 1   # not repeated in the notes
-    assert "ignore_eos: on" in card
+    # inter-token gaps pooled over 40, 42, 44 tok/s: 25.0, 23.8, 22.7 ms, 63 of each
+    assert "| 23.8 / 25.0 |" in row
+    assert ("- Full length: ignore_eos: on sent with every request, so each generates exactly max_tokens "
+            "(llama-server accepts the ignore_eos sampling parameter).") in card
     assert "temperature 0.6, top_p 0.95, top_k 20, min_p 0.0, seed 1234" in card
     assert "Status: **OK**" in card
 
@@ -114,8 +124,9 @@ def test_card_bench_section_recomputed_from_records(stored_run):
 def test_card_provenance_line(stored_run):
     card = render_card(*stored_run)
     prov = next(line for line in card.splitlines() if line.startswith("_Provenance:"))
-    assert "client clock" in prov and "usage.completion_tokens" in prov
-    assert "timings.predicted_per_second" in prov
+    assert "client clock" in prov and "usage.completion_tokens" in prov and "inter-token ms" in prov
+    # where the engine figure comes from is the adapter's sentence, stored with each record
+    assert f"as its adapter reads it ({llamacpp.normalise_timings({'predicted_n': 2}).source})" in prov
     assert "12 raw records" in prov                  # 4 checks + 8 bench requests
 
 
@@ -141,19 +152,29 @@ def test_card_of_unfinished_run_without_records(tmp_path):
 
 def test_card_bench_only_with_na_decode_and_no_engine_timings(tmp_path):
     store = Store(tmp_path / "r.sqlite")
-    run_id = store.start_run("bench", {"bench": {"full_length": True, "ignore_eos": False,
-                                                 "ignore_eos_reason": "server does not say"}})
-    r = bench_rec("code", 0, 30.0)
-    r.update(decode_tps=None, decode_na_reason="decode window under 5%")
-    store.add_record(run_id, "bench_request", r)
+    run_id = store.start_run("bench", {"bench": {"full_length": True, "full_length_body": {},
+                                                 "full_length_reason": "server does not say"}})
+    # 64 tokens at 3,000 tok/s after a 1 s TTFT: the decode window is 2% of the wall time
+    store.add_record(run_id, "bench_request", bench_rec("code", 0, 3000.0, ttft=1.0))
     store.finish_run(run_id, "OK")
     card = render_card(store.get_run(run_id), store.records(run_id))
     assert "## Verify" not in card
     row = next(line for line in card.splitlines() if line.startswith("| code |"))
     assert "| n/a | n/a |" in row                   # decode mean and min-max
+    assert "| 0.3 / 0.3 |" in row                   # inter-token gaps of 1/3 ms are still there
     assert "- code: not cross-checked: the engine reported no decode timings." in card
-    assert "ignore_eos: off (server does not say)" in card
+    assert "Full length: off (server does not say)" in card
     assert "decode TPS n/a for 1 request(s)" in card
+
+
+def test_card_reads_no_alias_keys(tmp_path):
+    """Only the keys the writers write: an old alias is not guessed at."""
+    store = Store(tmp_path / "r.sqlite")
+    run_id = store.start_run("verify", {"host": {"cores": 8, "ram_gb": 64, "cpu": "X"}, "model_size": 10**9})
+    store.add_record(run_id, "check", {"check": "reachable", "outcome": "pass", "seconds": 0.5})
+    card = render_card(store.get_run(run_id), store.records(run_id))
+    assert "| Host | X |" in card and "8 cores" not in card and "64 GB" not in card
+    assert "| ? | ? | 0.50 |" in card and "GiB" not in card
 
 
 def _planned_bench_run(store, *, kind="bench"):
@@ -180,7 +201,7 @@ def test_card_of_interrupted_bench_says_what_ran(tmp_path):
             "code did not run); the figures below cover only those (those requests: OK).") in card
     row = next(line for line in card.splitlines() if line.startswith("| narrative |"))
     assert "| 3 / 3 of 5 planned |" in row and "42.00 ± 2.00 (4.8%)" in row
-    assert "| code | not run | n/a | n/a | n/a | n/a | n/a | 64 |" in card
+    assert "| code | not run | n/a | n/a | n/a | n/a | n/a | n/a | 64 |" in card
     assert "- 3 warm-up + 5 measured requests per workload;" not in card   # the plan is not what ran
     assert ("Planned 3 warm-up + 5 measured requests per workload; ran narrative 3 warm-up + 3 measured, "
             "code did not run.") in card

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -141,22 +142,174 @@ def test_a_finished_run_is_never_rewritten(db):
     assert (run["status"], run["end_reason"]) == ("OK", None)
 
 
+# Schema 2 as engineroom created it (migrations 0 -> 1 -> 2), written out here so the test does not
+# depend on the code it checks.
+SCHEMA_2 = [
+    "CREATE TABLE runs (id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, created TEXT NOT NULL, "
+    "finished TEXT, status TEXT NOT NULL DEFAULT 'running', label TEXT NOT NULL DEFAULT '', "
+    "conditions TEXT NOT NULL DEFAULT '{}', fingerprint TEXT NOT NULL, summary TEXT, owner_pid INTEGER, "
+    "owner_started REAL, owner_host TEXT, end_reason TEXT)",
+    "CREATE INDEX runs_fingerprint ON runs (fingerprint)",
+    "CREATE TABLE records (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id INTEGER NOT NULL REFERENCES runs (id) "
+    "ON DELETE CASCADE, seq INTEGER NOT NULL, kind TEXT NOT NULL, created TEXT NOT NULL, payload TEXT NOT NULL, "
+    "UNIQUE (run_id, seq))",
+    "CREATE INDEX records_run_kind ON records (run_id, kind)",
+]
+
+# A bench run as the schema-2 runner stored it (field for field), against llama-server.
+V2_CONDITIONS = {
+    "engine": "llama.cpp", "engine_version": "b11434", "model_id": "smollm2-135m", "url": "http://127.0.0.1:8080",
+    "bench": {"workloads": [{"name": "narrative", "max_tokens": 64, "prompt_sha256": "0123456789abcdef"}],
+              "warmup": 0, "measured": 2, "full_length": True, "ignore_eos": True,
+              "ignore_eos_reason": "full length requested; server supports ignore_eos "
+                                   "(llama-server accepts the ignore_eos sampling parameter)",
+              "sampler": {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0, "seed": None},
+              "extra_body": {}, "timeout_s": 600.0, "min_decode_window_fraction": 0.05},
+}
+
+
+def v2_record(index, ttft, wall, last, predicted_ms):
+    tokens = 64
+    return {
+        "workload": "narrative", "index": index, "warmup": False, "max_tokens": 64, "ignore_eos": True,
+        "status": 200, "error": None, "ttft_s": ttft, "wall_s": wall, "last_token_s": last,
+        "completion_tokens": tokens, "prompt_tokens": 40, "wall_tps": tokens / wall,
+        "decode_tps": tokens / (wall - ttft), "decode_window_s": wall - ttft, "decode_na_reason": None,
+        "finish_reason": "length", "chunks": 66, "content_chars": 301, "reasoning_chars": 0,
+        "engine_timings": {"cache_n": 0, "prompt_n": 40, "prompt_ms": 16.0, "prompt_per_token_ms": 0.4,
+                           "prompt_per_second": 2500.0, "predicted_n": tokens, "predicted_ms": predicted_ms,
+                           "predicted_per_token_ms": predicted_ms / 63,
+                           "predicted_per_second": 63 / (predicted_ms / 1000)},
+        "started_unix": 1767225600.0 + index,
+    }
+
+
+def make_schema_2_db(path):
+    con = sqlite3.connect(path)
+    for statement in SCHEMA_2:
+        con.execute(statement)
+    con.execute("INSERT INTO runs (kind, created, finished, status, conditions, fingerprint) "
+                "VALUES ('bench', 't0', 't1', 'OK', ?, 'old')", (json.dumps(V2_CONDITIONS),))
+    old = [v2_record(0, 0.020, 0.620, 0.6195, 599.0), v2_record(1, 0.030, 0.640, 0.6390, 609.5)]
+    for seq, payload in enumerate(old, start=1):
+        con.execute("INSERT INTO records (run_id, seq, kind, created, payload) VALUES (1, ?, 'bench_request', 't', ?)",
+                    (seq, json.dumps(payload)))
+    con.execute("INSERT INTO records (run_id, seq, kind, created, payload) VALUES (1, 3, 'check', 't', ?)",
+                (json.dumps({"name": "reachable", "status": "PASS", "reason": "ok", "seconds": 0.01}),))
+    # a run against a server no adapter knows: its timings (none here) stay as they were
+    con.execute("INSERT INTO runs (kind, created, conditions, fingerprint) VALUES ('bench', 't', ?, 'f')",
+                (json.dumps({"engine": "unknown", "bench": {"ignore_eos": False, "ignore_eos_reason": "not asked"}}),))
+    con.execute("INSERT INTO records (run_id, seq, kind, created, payload) VALUES (2, 1, 'bench_request', 't', ?)",
+                (json.dumps({**v2_record(0, 0.02, 0.62, 0.6195, 599.0), "engine_timings": None, "ignore_eos": False}),))
+    con.execute("PRAGMA user_version = 2")
+    con.commit()
+    con.close()
+    return old
+
+
 def test_version_1_database_is_migrated_and_keeps_its_runs(db):
     """A database written before owners were recorded: its runs stay as they were (no owner to check)."""
-    from engineroom.store import _MIGRATIONS
-
     con = sqlite3.connect(db)
-    con.executescript(_MIGRATIONS[0])
+    for statement in SCHEMA_2[:4]:
+        con.execute(statement.replace(", owner_pid INTEGER, owner_started REAL, owner_host TEXT, end_reason TEXT", ""))
     con.execute("INSERT INTO runs (kind, created, conditions, fingerprint) VALUES ('bench', 't', '{}', 'f')")
     con.execute("INSERT INTO records (run_id, seq, kind, created, payload) VALUES (1, 1, 'bench_request', 't', '{}')")
     con.execute("PRAGMA user_version = 1")
     con.commit()
     con.close()
     store = Store(db)
-    assert store.schema_version == SCHEMA_VERSION == 2
+    assert store.schema_version == SCHEMA_VERSION == 3
     run = store.get_run(1)
     assert (run["status"], run["end_reason"], run["owner_pid"]) == ("running", None, None)
-    assert len(store.records(1)) == 1
+    assert [r["payload"] for r in store.records(1)] == [{}]       # not a bench record of any shape: left alone
+
+
+def test_schema_2_bench_run_is_rewritten_raw_and_its_card_still_reads(db):
+    """Old runs keep working: figures recomputed from the rewritten records equal the ones stored then,
+    the engine's timings are read through llama.cpp's adapter, and inter-token latency says n/a."""
+    from engineroom.bench import statistics as st
+    from engineroom.report import render_card
+
+    old = make_schema_2_db(db)
+    store = Store(db)
+    assert store.schema_version == 3
+    bench = store.records(1, kind="bench_request")
+    for rec, before in zip(bench, old):
+        p = rec["payload"]
+        for gone in ("ttft_s", "wall_s", "last_token_s", "decode_tps", "wall_tps", "decode_window_s",
+                     "engine_timings", "ignore_eos", "max_tokens", "started_unix"):
+            assert gone not in p
+        assert p["arrivals_us"] is None and p["migrated_from"] == 2
+        assert p["first_last_us"] == [round(before["ttft_s"] * 1e6), round(before["last_token_s"] * 1e6)]
+        assert p["end_us"] == round(before["wall_s"] * 1e6)
+        assert p["sent"] == {"max_tokens": 64, "body": {"ignore_eos": True},
+                             "sampler": {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0}}
+        assert p["engine_raw"] == before["engine_timings"]
+        assert (p["engine"]["decode_tokens"], p["engine"]["decode_ms"], p["engine"]["decode_window"]) == \
+            (64, before["engine_timings"]["predicted_ms"], "first_token_free")
+        # the same rules give the same figures the old record stored
+        assert st.decode_tps(p) == pytest.approx(before["decode_tps"])
+        assert st.wall_tps(p) == pytest.approx(before["wall_tps"])
+        assert st.engine_decode_tps(p) == pytest.approx(before["engine_timings"]["predicted_per_second"])
+        assert st.engine_prompt_tps(p) == pytest.approx(before["engine_timings"]["prompt_per_second"])
+    assert store.records(1, kind="check")[0]["payload"]["name"] == "reachable"      # other kinds untouched
+
+    run = store.get_run(1)
+    assert "ignore_eos" not in run["conditions"]["bench"]
+    assert run["conditions"]["bench"]["full_length_body"] == {"ignore_eos": True}
+    assert run["fingerprint"] == fingerprint(run["conditions"])
+    other = store.records(2)[0]["payload"]
+    assert other["engine"] is None and other["engine_raw"] is None and other["sent"]["body"] == {}
+    assert store.get_run(2)["conditions"]["bench"] == {"full_length_body": {}, "full_length_reason": "not asked"}
+
+    summary = st.summarize(bench)["workloads"]["narrative"]
+    assert summary["inter_token_ms"]["p50"] is None
+    assert summary["inter_token_ms"]["not_available"] == "recorded before arrival times were kept"
+    assert summary["agreement"]["n"] == 2 and summary["agreement"]["warning"] is None
+    card = render_card(run, store.records(1))
+    row = next(line for line in card.splitlines() if line.startswith("| narrative |"))
+    assert "| 2 / 2 |" in row and f"{st.describe(r['decode_tps'] for r in old)['mean']:.2f} ±" in row
+    assert "| n/a |" in row
+    assert "- Inter-token ms n/a: recorded before arrival times were kept." in card
+    assert "- narrative: client inter-token" in card and "ignore_eos: on" in card
+    store.close()
+    assert Store(db).records(1, kind="bench_request") == bench        # migrated once, read the same after
+
+
+def test_a_failed_migration_leaves_the_database_at_its_old_version(db, monkeypatch):
+    """Each step is one transaction with the version bump inside it: a failure changes nothing."""
+    import engineroom.store as store_module
+
+    make_schema_2_db(db)
+    before = sqlite3.connect(db).execute("SELECT payload FROM records ORDER BY id").fetchall()
+
+    real = store_module._MIGRATIONS
+
+    def half_done(con):
+        real[2](con)                                    # every record rewritten ...
+        con.execute("ALTER TABLE runs ADD COLUMN half INTEGER")
+        raise RuntimeError("disk on fire")              # ... and then the step fails
+
+    def third_step(step):
+        monkeypatch.setattr(store_module, "_MIGRATIONS", [*real[:2], step])
+
+    third_step(half_done)
+    with pytest.raises(BadInput) as info:
+        Store(db)
+    assert str(info.value).endswith("from schema version 2 to 3 (RuntimeError: disk on fire); it is left at version 2.")
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert con.execute("SELECT payload FROM records ORDER BY id").fetchall() == before
+    assert "half" not in [row[1] for row in con.execute("PRAGMA table_info(runs)")]
+    con.close()
+    # a list of statements: the same, and no statement is split at a ';' inside it
+    third_step(["UPDATE runs SET label = 'a;b'", "NOT SQL AT ALL"])
+    with pytest.raises(BadInput, match="left at version 2"):
+        Store(db)
+    assert sqlite3.connect(db).execute("SELECT DISTINCT label FROM runs").fetchall() == [("",)]
+    third_step(["UPDATE runs SET label = 'a;b'"])
+    assert Store(db).schema_version == 3
+    assert sqlite3.connect(db).execute("SELECT DISTINCT label FROM runs").fetchall() == [("a;b",)]
 
 
 def test_two_stores_on_one_file_see_each_other(db):
@@ -211,10 +364,12 @@ def test_schema_version_is_set_and_newer_db_refused(db):
         Store(db)
 
 
-def test_wal_mode(db):
-    Store(db)
+def test_wal_mode_and_every_commit_synced(db):
+    store = Store(db)
     con = sqlite3.connect(db)
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    # synchronous is per connection: the store's own must be FULL (2), so a power cut keeps each record
+    assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2
 
 
 def test_default_path_follows_engineroom_home(tmp_path, monkeypatch):

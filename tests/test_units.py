@@ -65,3 +65,17 @@ def test_models_list_and_pull_show_binary_sizes(smollm2):
 def test_plan_table_is_per_device_gib():
     proc = run_cli("plan", "qwen3.6-27b", "--rig", "2x3090", "--priority", "balanced", check=True)
     assert "GiB / device" in proc.stdout and "GB / device" not in proc.stdout.replace("GiB / device", "")
+
+
+def test_fit_plan_and_catalog_format_bytes_only_through_units():
+    """One byte formatter: no stage of the pipeline divides by a unit to print it itself
+    (cli.py's own table helpers are the CLI's, outside these packages)."""
+    from pathlib import Path
+
+    src = Path(units.__file__).parent
+    by_hand = re.compile(r"/ ?(KiB|MiB|GiB|TiB|1024)\b|def _(gb|gib|mib|bytes)\(")
+    found = [f"{p.relative_to(src)}:{i}" for pkg in ("fit", "plan", "catalog") for p in sorted((src / pkg).glob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines(), 1) if by_hand.search(line)]
+    assert found == []
+    # and the formatter they use prints what the breakdown showed before (llama.cpp's MiB lines)
+    assert units.mib(0.02 * units.MiB) == "0.02 MiB" and units.gib(22.4 * units.GiB, 2) == "22.40 GiB"

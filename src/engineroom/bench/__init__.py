@@ -1,6 +1,7 @@
 """Throughput bench: workloads, a streamed runner that emits raw records, and statistics
 recomputed from those records only."""
 
+from engineroom.bench.records import RECORD_VERSION, decode_arrivals, encode_arrivals
 from engineroom.bench.runner import (
     BenchPlan,
     BenchRequest,
@@ -8,7 +9,7 @@ from engineroom.bench.runner import (
     Sampler,
     bench_conditions,
     decode_rate,
-    ignore_eos_decision,
+    full_length_decision,
     measure_request,
     run_bench,
 )
@@ -34,14 +35,17 @@ __all__ = [
     "DEFAULT_SUITE",
     "DEFAULT_WORKLOADS",
     "NARRATIVE",
+    "RECORD_VERSION",
     "SUITES",
     "Sampler",
     "Suite",
     "Workload",
     "bench_conditions",
+    "decode_arrivals",
     "decode_rate",
     "default_workloads",
-    "ignore_eos_decision",
+    "encode_arrivals",
+    "full_length_decision",
     "measure_request",
     "run_bench",
     "suite",

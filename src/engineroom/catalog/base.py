@@ -1,0 +1,15 @@
+"""What every catalog schema shares: strict models (unknown keys are errors, values frozen)
+and the vocabularies several files use."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+QuantFormat = Literal["gguf", "autoround", "gptq", "awq", "fp8", "nvfp4", "bf16"]
+Vendor = Literal["nvidia", "amd", "intel", "apple", "cpu"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)

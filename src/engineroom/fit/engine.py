@@ -1,0 +1,39 @@
+"""The engine facts fit reads from the catalog: the entry itself, its KV types and their
+bytes per element, and the slots it runs with when launched without slot flags.
+"""
+
+from __future__ import annotations
+
+from ..catalog import Catalog, Engine, KvDtype, load_catalog
+from ..errors import BadInput
+
+
+def engine_spec(engine: str, catalog: Catalog | None = None) -> Engine:
+    """The catalog entry of ``engine`` (id, name or alias); BadInput names the known ids."""
+    cat = catalog or load_catalog()
+    e = cat.engine(engine)
+    if e is None:
+        raise BadInput(f"Unknown engine {engine!r}; known: {', '.join(x.id for x in cat.engines)}.")
+    return e
+
+
+def kv_dtype_spec(engine: str, kv_dtype: str, catalog: Catalog | None = None) -> KvDtype:
+    """The catalog KV type ``kv_dtype`` (id or alias) of ``engine``; BadInput names the valid ones."""
+    e = engine_spec(engine, catalog)
+    k = e.kv(kv_dtype)
+    if k is None:
+        raise BadInput(f"KV type {kv_dtype!r} is not valid for {e.id}; valid: {e.kv_names()}.")
+    return k
+
+
+def kv_bytes_per_elem(engine: str, kv_dtype: str, catalog: Catalog | None = None) -> float:
+    """Bytes per cached element for ``kv_dtype`` on ``engine`` (the catalog's number)."""
+    return kv_dtype_spec(engine, kv_dtype, catalog).bytes_per_elem
+
+
+def engine_defaults(engine: str, catalog: Catalog | None = None) -> tuple[int, bool]:
+    """(slots, unified KV) the engine runs with when launched without slot flags (catalog:
+    default_slots / default_kv_unified; llama.cpp: 4 slots, unified). Pass them as
+    FitRequest(n_seqs=..., kv_unified=...) to size a default launch."""
+    e = engine_spec(engine, catalog)
+    return e.default_slots, e.default_kv_unified

@@ -1,0 +1,155 @@
+"""memory_model ``llama_buffers`` (llama.cpp, ik_llama.cpp): exactly what the graph needs.
+
+Weights split by layers across GPUs (the input embedding stays on the host for CUDA), a KV
+cache of ctx x n_seqs cells for the layers whose cache grows with context, fixed recurrent
+state per sequence, and compute buffers for the worst-case ubatch graph at a full cache. On
+a CPU-only rig the device is the RAM, with the CPU backend's repack / AMX buffers.
+"""
+
+from __future__ import annotations
+
+from ..arch import LayerKind, ModelArch
+from ..catalog import Catalog
+from ..hardware import Rig
+from ..units import mib
+from .cpu_buffers import AMX_FLAGS, amx_alloc_bytes, cpu_features_for, cpu_mapped_bytes, cpu_weight_buffers
+from .kv import recurrent_state_bytes
+from .llama_cache import _pad, _slots_text, _ubatch, llama_kv_bytes
+from .llama_cache import _masks
+from .llama_compute import _CUDA_RUNTIME, _cpu_compute_note, llama_cpu_compute, llama_cuda_compute
+from .request import Component, FitRequest, GpuFit
+from .weights import WeightSplit, weight_split
+
+
+def _llama_layer_split(split: WeightSplit, caps: list[int]) -> list[range]:
+    """Assign layers to GPUs proportionally to capacity (llama.cpp -sm layer, default -ts)."""
+    n = len(split.per_layer)
+    tot = sum(caps)
+    ranges, start = [], 0
+    for i, c in enumerate(caps):
+        end = n if i == len(caps) - 1 else start + round(n * c / tot)
+        ranges.append(range(start, min(end, n)))
+        start = min(end, n)
+    return ranges
+
+
+def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
+               catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str]]:
+    notes: list[str] = []
+    split = weight_split(arch, req)
+    kv_total, kv_note = llama_kv_bytes(arch, req, catalog=catalog)
+    r, s = recurrent_state_bytes(arch, req.n_seqs)
+    output_buf = arch.vocab_size * 4 * req.n_seqs
+    if not rig.gpus:  # CPU device: the RAM holds everything
+        cap = rig.cpu_ram_bytes or 0
+        comps: list[Component] = []
+        feats, feat_src = cpu_features_for(req, rig)
+        amx_on = req.repack and all(f in feats for f in AMX_FLAGS)
+        buf_rule = ("repack off: no CPU_REPACK or AMX buffer" if not req.repack else
+                    f"repack on, {'AMX + ' if amx_on else 'no AMX, '}"
+                    f"{'AVX-512' if ('avx512f' in feats or 'avx512' in feats) else 'AVX2' if 'avx2' in feats else 'no AVX2'}"
+                    f" rules ({feat_src})")
+        if arch.tensor_bytes and split.source == "GGUF tensor bytes":
+            bufs = cpu_weight_buffers(arch, feats, req.repack)
+            moved = {n for n, b in bufs.items() if b != "CPU_Mapped"}
+            rep_names = [n for n, b in bufs.items() if b == "CPU_REPACK"]
+            amx_names = [n for n, b in bufs.items() if b == "AMX"]
+            mapped = cpu_mapped_bytes(arch, moved)
+            comps.append(Component("weights", mapped, f"CPU_Mapped: mmapped file range of the {len(bufs) - len(moved)} "
+                                                      f"tensors left in the file; {buf_rule}"))
+            if rep_names:
+                rep = sum(_pad(arch.tensor_bytes[n], 32) for n in rep_names)
+                types = "/".join(sorted({arch.tensor_types[n] for n in rep_names}))
+                comps.append(Component("weights_repack", rep, f"CPU_REPACK: {len(rep_names)} {types} matrices, "
+                                                              "their bytes padded to 32 B, beside the mapping"))
+            if amx_names:
+                amx = sum(_pad(amx_alloc_bytes(arch.tensor_types[n], arch.tensor_shapes.get(n, ()), arch.tensor_bytes[n]), 32)
+                          for n in amx_names)
+                types = "/".join(sorted({arch.tensor_types[n] for n in amx_names}))
+                comps.append(Component("weights_amx", amx, f"AMX: {len(amx_names)} {types} matrices at "
+                                                           "ggml_backend_amx_get_alloc_size (ne1 x packed row), beside the "
+                                                           "mapping; modelled from ggml-cpu/amx source and measured on one "
+                                                           "AMX machine only (benchmarks/fit_vs_llamacpp.md, section amx), "
+                                                           "not on the machine this benchmark's other rows ran on"))
+        else:
+            q = (req.quant or "").lower()
+            comps.append(Component("weights", split.total, split.source + f"; {buf_rule}"))
+            if req.repack and amx_on and q in ("q8_0", "q4_0", "q4_1", "q4_k_m", "q4_k_s", "q6_k", "q5_k_m"):
+                extra = 4 / 34 if q == "q8_0" else 0.0
+                amx = int((split.total - split.embedding) * (1 + extra))
+                comps.append(Component("weights_amx", amx, "AMX estimate: the non-embedding matrices packed beside the "
+                                                           "mapping (from ggml-cpu/amx source; no tensor table to size it exactly)"))
+            elif req.repack and "avx2" in feats and q in ("q4_0", "q4_k_m", "q4_k_s", "iq4_nl"):
+                rep = int((split.total - split.embedding) * (1.0 if q == "q4_0" else 0.8))
+                comps.append(Component("weights_repack", rep, "CPU_REPACK estimate (repacked matrices duplicated beside the mapping)"))
+        comps.append(Component("kv_cache", kv_total, kv_note))
+        if r + s:
+            comps.append(Component("recurrent_state", r + s, _rs_note(arch, req, r, s)))
+        comps.append(Component("compute", llama_cpu_compute(arch, req), _cpu_compute_note(arch, req)))
+        comps.append(Component("output", output_buf, f"logits buffer: vocab {arch.vocab_size} x 4 B x "
+                                                     f"n_seq_max {req.n_seqs} ({_slots_text(req)})"))
+        if req.draft_bytes:
+            comps.append(Component("draft", req.draft_bytes, "draft model"))
+        if req.vision:
+            comps.append(Component("vision", _vision_bytes(arch), "mmproj vision tower (f16)"))
+        return [GpuFit(0, cap, tuple(comps))], [], notes
+
+    n_use = min(max(1, req.tp), len(rig.gpus))
+    gpus = rig.gpus[:n_use]
+    caps = [g.free_bytes if g.free_bytes is not None else g.vram_bytes for g in gpus]
+    ranges = _llama_layer_split(split, caps)
+    gpu_c, host_c = llama_cuda_compute(arch, req)
+    host = [Component("weights_embedding", split.embedding, "token_embd stays on the host (CPU_Mapped)"),
+            Component("compute_host", host_c, "CUDA_Host compute buffer"),
+            Component("output", output_buf, f"logits buffer (host): vocab {arch.vocab_size} x 4 B x n_seq_max {req.n_seqs}")]
+    out: list[GpuFit] = []
+    n_trunk = arch.n_layers
+    for gi, (g, rg) in enumerate(zip(gpus, ranges)):
+        comps = []
+        w = sum(split.per_layer[i] for i in rg) + (split.head if gi == n_use - 1 else 0)
+        comps.append(Component("weights", w, f"layers {rg.start}-{rg.stop - 1}" + (" + output head" if gi == n_use - 1 else "")))
+        kv, _ = llama_kv_bytes(arch, req, range(rg.start, min(rg.stop, n_trunk)), catalog=catalog)
+        if gi == n_use - 1 and req.spec_method == "mtp" and arch.mtp_layers:
+            kv += kv_total - llama_kv_bytes(arch, req, range(n_trunk), catalog=catalog)[0]
+        comps.append(Component("kv_cache", kv, kv_note if n_use == 1 else f"share of: {kv_note}"))
+        if r + s:
+            lin = [i for i in range(rg.start, min(rg.stop, n_trunk)) if arch.layer_kinds[i] in (LayerKind.LINEAR, LayerKind.MAMBA)]
+            n_rec = sum(1 for k in arch.layer_kinds if k in (LayerKind.LINEAR, LayerKind.MAMBA))
+            share = (r + s) * len(lin) // max(n_rec, 1)
+            comps.append(Component("recurrent_state", share, f"{len(lin)} of {n_rec} recurrent layers' share of: "
+                                                             + _rs_note(arch, req, r, s)))
+        comps.append(Component("compute", gpu_c, f"CUDA compute buffer, ub {_ubatch(req)}, masks over "
+                                                 f"{_masks(arch, req, _ubatch(req)) // (2 * _ubatch(req))} cells ({_slots_text(req)})"))
+        comps.append(Component("cuda_runtime", _CUDA_RUNTIME, "CUDA context + cuBLAS workspace (measured on an H200: ~600 MiB beyond the buffers)"))
+        if gi == 0 and req.draft_bytes:
+            comps.append(Component("draft", req.draft_bytes, "draft model"))
+        if gi == 0 and req.vision:
+            comps.append(Component("vision", _vision_bytes(arch), "mmproj vision tower (f16)"))
+        out.append(GpuFit(gi, caps[gi], tuple(comps)))
+    return out, host, notes
+
+
+def _rs_note(arch: ModelArch, req: FitRequest, r: int, s: int) -> str:
+    """The recurrent state's formula: one cell per sequence (llama-model.cpp create_memory:
+    recurrent_rs_size = max(1, n_seq_max), unified or not)."""
+    parts = []
+    n_lin = arch.count(LayerKind.LINEAR)
+    if n_lin and arch.linear is not None:
+        la = arch.linear
+        parts.append(f"{n_lin} GDN layers x [conv ({la.conv_kernel}-1) x {la.conv_dim} x 4 B + state "
+                     f"{la.n_value_heads} x {la.key_head_dim} x {la.value_head_dim} x {la.state_bytes_per_elem} B]")
+    n_m = arch.count(LayerKind.MAMBA)
+    if n_m and arch.mamba is not None:
+        m = arch.mamba
+        parts.append(f"{n_m} Mamba layers x [conv ({m.d_conv}-1) x {m.d_inner + 2 * m.n_groups * m.d_state} x 4 B + "
+                     f"state {m.d_state} x {m.d_inner} x {m.state_bytes_per_elem} B]")
+    return (" + ".join(parts) + f" x {req.n_seqs} seq(s) (one cell per slot, {_slots_text(req)}) = "
+            f"R {mib(r)} + S {mib(s)}")
+
+
+def _vision_bytes(arch: ModelArch) -> int:
+    if arch.vision is None:
+        return 0
+    v = arch.vision
+    params = v.param_count or 12 * v.depth * v.hidden_size ** 2
+    return params * 2

@@ -1,0 +1,117 @@
+"""llama.cpp's KV cache geometry: contexts padded to 256 cells, one stream per slot (or one
+unified), sliding layers capped at their window plus a ubatch; and the KV buffer bytes.
+"""
+
+from __future__ import annotations
+
+from ..arch import LayerKind, ModelArch
+from ..catalog import Catalog
+from .engine import kv_bytes_per_elem
+from .kv import kv_elems_per_token_layer, kv_layer_bytes
+from .request import FitRequest
+
+
+def _pad(x: int, to: int) -> int:
+    return ((x + to - 1) // to) * to
+
+
+def llama_n_ctx(ctx: int, n_seqs: int, unified: bool) -> tuple[int, int, int]:
+    """(n_ctx, n_ctx_seq, n_stream) as llama_context computes them for ``-c ctx*n_seqs
+    -np n_seqs`` (src/llama-context.cpp: n_ctx = GGML_PAD(n_ctx, 256); unified: n_ctx_seq =
+    n_ctx, one stream; else n_ctx_seq = GGML_PAD(n_ctx / n_seq_max, 256), one stream per
+    sequence, n_ctx = n_ctx_seq x n_seq_max)."""
+    n_ctx = _pad(ctx * n_seqs, 256)
+    if unified:
+        return n_ctx, n_ctx, 1
+    seq = _pad(n_ctx // n_seqs, 256)
+    return seq * n_seqs, seq, n_seqs
+
+
+def llama_kv_stream_cells(arch: ModelArch, kind: LayerKind, ctx: int, n_seqs: int, ubatch: int,
+                          unified: bool = False, swa_full: bool = False) -> tuple[int, int]:
+    """(cells per stream, streams) of one layer's KV tensor [n_embd_gqa, kv_size, n_stream].
+
+    The base cache has n_ctx_seq cells per stream. A sliding layer's cache (src/llama-kv-cache-
+    iswa.cpp) has GGML_PAD(min(size_base, n_swa x (unified ? n_seq_max : 1) + n_ubatch), 256)
+    cells per stream, or size_base with --swa-full."""
+    _, size_base, n_stream = llama_n_ctx(ctx, n_seqs, unified)
+    if kind == LayerKind.SLIDING and arch.sliding_window and not swa_full:
+        size = _pad(min(size_base, arch.sliding_window * (n_seqs if unified else 1) + ubatch), 256)
+        return size, n_stream
+    return size_base, n_stream
+
+
+def llama_kv_cells(arch: ModelArch, kind: LayerKind, ctx: int, n_seqs: int, ubatch: int,
+                   unified: bool = False, swa_full: bool = False) -> int:
+    """Cells llama.cpp allocates for one layer over all its streams."""
+    cells, streams = llama_kv_stream_cells(arch, kind, ctx, n_seqs, ubatch, unified, swa_full)
+    return cells * streams
+
+
+def _slots_text(req: FitRequest) -> str:
+    return f"{req.n_seqs} slot(s), {'unified KV (1 stream)' if req.kv_unified else f'{req.n_seqs} KV stream(s)'}"
+
+
+def llama_kv_bytes(arch: ModelArch, req: FitRequest, layers: range | None = None, *,
+                   catalog: Catalog | None = None) -> tuple[int, str]:
+    """KV buffer bytes of ``layers`` (default: every layer, plus MTP layers when MTP drafts):
+    THE KV formula (``kv.kv_layer_bytes``) over the cells llama.cpp allocates per layer."""
+    bk = kv_bytes_per_elem(req.engine, req.kv_dtype, catalog)
+    ub = _ubatch(req)
+    _, base, streams = llama_n_ctx(req.ctx, req.n_seqs, req.kv_unified)
+
+    def cells_of(kind: LayerKind) -> int:   # over every stream; streams are the same for all kinds
+        return llama_kv_stream_cells(arch, kind, req.ctx, req.n_seqs, ub, req.kv_unified, req.swa_full)[0] * streams
+
+    total = 0.0
+    groups: dict[tuple[str, int, int], int] = {}   # (kind, cells/stream, elems) -> layers
+    for k, elems, cells, b in kv_layer_bytes(arch, bk, cells_of, layers=layers):
+        total += b
+        key = (k.value, cells // streams, elems)
+        groups[key] = groups.get(key, 0) + 1
+    if req.spec_method == "mtp" and arch.mtp_layers and layers is None:
+        ke, ve = kv_elems_per_token_layer(arch, LayerKind.FULL)
+        total += arch.mtp_layers * (ke + ve) * base * streams * bk   # MTP layers: full attention
+        key = ("mtp", base, ke + ve)
+        groups[key] = groups.get(key, 0) + arch.mtp_layers
+    parts = [f"{n} {kind} layer(s) x {cells} cells x {streams} stream(s) x {el} elem x {bk:g} B"
+             for (kind, cells, el), n in groups.items()]
+    note = " + ".join(parts) + f" ({req.kv_dtype}; {_slots_text(req)}"
+    if arch.count(LayerKind.SLIDING) and arch.sliding_window:
+        note += (f"; SWA cap: pad256(min(n_ctx_seq, window {arch.sliding_window}"
+                 + (f" x {req.n_seqs} seqs" if req.kv_unified else "") + f" + ubatch {ub})) per sliding layer"
+                 + (", --swa-full: off" if not req.swa_full else "; --swa-full: on, no cap"))
+    return int(total), note + ")"
+
+
+def _ubatch(req: FitRequest) -> int:
+    """Effective -ub: llama.cpp caps n_batch at n_ctx (total) and n_ubatch at n_batch."""
+    return max(1, min(req.ubatch, req.batch, llama_n_ctx(req.ctx, req.n_seqs, req.kv_unified)[0]))
+
+
+def _masks(arch: ModelArch, req: FitRequest, ub: int, bytes_per: int = 2) -> int:
+    """KQ masks: [n_kv, n_tokens / n_stream, 1, n_stream] (llama-graph.cpp build_attn_inp_kv),
+    i.e. one stream's cells x ubatch tokens; unified KV: the one stream spans every slot's cells."""
+    n_kv, _ = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.n_seqs, ub, req.kv_unified)
+    m = bytes_per * n_kv * ub if any(k in (LayerKind.FULL, LayerKind.MLA) for k in arch.layer_kinds) else 0
+    if arch.count(LayerKind.SLIDING):
+        swa, _ = llama_kv_stream_cells(arch, LayerKind.SLIDING, req.ctx, req.n_seqs, ub, req.kv_unified, req.swa_full)
+        m += bytes_per * swa * ub
+    return m
+
+
+def kv_rotation_bytes(arch: ModelArch, req: FitRequest) -> int:
+    """Hadamard rotation inputs llama.cpp adds to the graph for a quantized KV cache
+    (llama-kv-cache.cpp, attn_rot_k/v): K: n x n f32 with n the largest power-of-two multiple
+    of 64 dividing head_dim; V: 64 x 64 f32; once per KV cache (an iSWA model has two).
+    Derived from the source, not fitted: it explains the +0.03 / +0.08 / +0.53 MiB that
+    quantized caches add at head_dim 64 / 128 / 256."""
+    if arch.mla is not None or not arch.n_kv_layers:
+        return 0
+    if req.kv_dtype.lower() in ("f32", "f16", "bf16") or arch.head_dim % 64:
+        return 0
+    n = 64
+    while arch.head_dim % (2 * n) == 0:
+        n *= 2
+    caches = 2 if arch.count(LayerKind.SLIDING) and arch.count(LayerKind.FULL) else 1
+    return caches * (n * n * 4 + 64 * 64 * 4)

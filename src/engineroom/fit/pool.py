@@ -1,0 +1,92 @@
+"""memory_model ``kv_pool`` (vLLM, SGLang): reserve mem_fraction x VRAM and hand what the
+weights, activations and CUDA graphs leave over to a paged KV pool; the question is whether
+that pool holds ctx x n_seqs.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..arch import LayerKind, ModelArch
+from ..catalog import Catalog
+from ..errors import BadInput
+from ..hardware import Rig
+from .engine import engine_spec, kv_bytes_per_elem
+from .kv import pool_kv_grow_per_card, recurrent_state_bytes
+from .request import GB, Component, FitRequest, GpuFit
+from .space import _fit_space
+from .weights import weight_split
+
+
+# kv_pool activation coefficient per KV bytes-per-element (the catalog's number; spec:
+# "coef x 48 x ctx / TP" bytes, measured on vLLM).
+_VLLM_ACT_COEF = {2.0: 135.0, 1.0: 130.0, 0.75: 155.0, 0.5625: 155.0}
+
+
+def valid_tp(arch: ModelArch, max_tp: int = 8) -> list[int]:
+    """TP sizes that divide the attention heads (and the linear-attention key/value heads,
+    which vLLM shards the same way: 24 q heads but 16 GDN key heads make TP 3 and 6 fail
+    for Qwen3.6-27B). KV heads may be fewer than TP: they replicate."""
+    heads = [arch.n_heads]
+    if arch.linear is not None and arch.count(LayerKind.LINEAR):
+        heads += [arch.linear.n_key_heads, arch.linear.n_value_heads]
+    return [t for t in range(1, max_tp + 1) if all(h % t == 0 for h in heads)]
+
+
+def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
+              catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str], dict]:
+    eng = engine_spec(req.engine, catalog)
+    tp = max(1, req.tp)
+    if tp not in valid_tp(arch, max(8, tp)):
+        raise BadInput(f"TP={tp} does not divide the {arch.n_heads} attention heads of {arch.name}; "
+                       f"valid TP: {', '.join(map(str, valid_tp(arch)))}.")
+    if rig.gpus and tp > len(rig.gpus):
+        raise BadInput(f"TP={tp} needs {tp} GPUs but the rig {rig.label or ''} has {len(rig.gpus)}.")
+    frac = req.mem_fraction if req.mem_fraction is not None else eng.default_mem_fraction
+    split = weight_split(arch, req)
+    w = split.total // tp
+    kv_need, kv_note = pool_kv_grow_per_card(arch, req, catalog=catalog)
+    r, s = recurrent_state_bytes(arch, req.n_seqs)
+    kv_fixed = (r + s) // tp
+    bpe = kv_bytes_per_elem(req.engine, req.kv_dtype, catalog)
+    coef = _VLLM_ACT_COEF.get(bpe, 165.0 if bpe < 0.5 else 135.0)
+    act = int(coef * 48 * req.ctx / tp)
+    b = int(req.extra.get("max_num_batched_tokens", 0))
+    n_lin = arch.count(LayerKind.LINEAR)
+    scratch = 0
+    if b and n_lin and arch.linear:
+        vh = arch.linear.n_value_heads / tp
+        kd, vd = arch.linear.key_head_dim, arch.linear.value_head_dim
+        scratch = int(math.ceil(b / 64) * vh * kd * vd * 2 + 2 * b * vh * vd * 2)
+    overhead = int((0.5 + frac + 0.3 * (tp - 1)) * GB)
+    draft = req.draft_bytes // tp
+    gpus = rig.gpus[:tp] if rig.gpus else ()
+    ks = eng.kv_cache_space if not gpus else None   # a fixed-space build (vLLM CPU): catalog data
+    if ks is not None:
+        return _fit_space(arch, req, rig, eng, ks, frac, w, split.source, act + scratch, coef, kv_need, kv_note,
+                          kv_fixed, draft, catalog)
+    out: list[GpuFit] = []
+    info = {}
+    for gi in range(tp):
+        cap = (gpus[gi].free_bytes or gpus[gi].vram_bytes) if gpus else (rig.cpu_ram_bytes or 0)
+        fixed = [Component("weights", w, split.source + (f" / TP {tp}" if tp > 1 else "")),
+                 Component("activations", act + scratch, f"{coef:g} x 48 x ctx / TP" + (f" + GDN prefill scratch (b={b})" if scratch else "")),
+                 Component("cuda_graphs", overhead, f"(0.5 + {frac} + 0.3 x (TP-1)) GB")]
+        if kv_fixed:
+            fixed.append(Component("recurrent_state", kv_fixed, f"{req.n_seqs} seq(s) of linear-attention state / TP"))
+        if draft:
+            fixed.append(Component("draft", draft, "draft model / TP"))
+        budget = int(frac * cap)
+        pool = budget - sum(c.bytes for c in fixed)
+        comps = list(fixed) + [Component("kv_cache", kv_need, kv_note)]
+        # the engine grabs the rest of its fraction for the KV pool
+        if pool > kv_need:
+            comps.append(Component("kv_pool_spare", pool - kv_need, f"pool sized from {frac} x VRAM"))
+        out.append(GpuFit(gi, cap, tuple(comps)))
+        info[gi] = (pool, kv_need, budget)
+    notes = [f"{eng.id} sizes its KV pool from {frac} x VRAM"]
+    if req.vision and arch.vision is not None:
+        # a safetensors checkpoint carries its vision tower: it is already in the weights
+        # (a language-model-only launch would leave it out)
+        notes.append("the vision tower is part of the checkpoint's weights")
+    return out, [], notes, info

@@ -1,0 +1,91 @@
+"""``fit``: run the engine's memory model and decide the verdict and its binding constraint."""
+
+from __future__ import annotations
+
+from ..arch import ModelArch
+from ..catalog import Catalog
+from ..errors import BadInput
+from ..hardware import Rig
+from ..units import gib   # memory in GiB, the one convention (units.py)
+from .engine import engine_spec, kv_dtype_spec
+from .kv import kv_refusal
+from .llama import _fit_llama
+from .pool import _fit_pool
+from .request import Fit, FitRequest, Verdict
+from .space import _space_verdict
+
+
+def check_ctx(arch: ModelArch, ctx: int, rope_scaling: str | None = None) -> None:
+    """BadInput when ``ctx`` (tokens per sequence) is beyond the model's maximum positions
+    (config.json max_position_embeddings / GGUF context_length) and no RoPE scaling is asked
+    for. `fit`, `plan` and `up` call this."""
+    if ctx <= 0:
+        raise BadInput(f"context {ctx} must be a positive number of tokens.")
+    if arch.max_position and ctx > arch.max_position and not rope_scaling:
+        raise BadInput(f"context {ctx:,} is beyond {arch.name}'s maximum of {arch.max_position:,} positions "
+                       "(max_position_embeddings / GGUF context_length); use at most that, or pass a RoPE-scaling "
+                       "option (--rope-scaling yarn) to extend it.")
+
+
+def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None = None) -> Fit:
+    """Per-device memory breakdown and a verdict for serving ``arch`` with ``req`` on ``rig``
+    (engine facts from ``catalog``, default: the packaged catalog)."""
+    if req.ctx <= 0 or req.n_seqs <= 0:
+        raise BadInput("Context and number of sequences must be positive.")
+    check_ctx(arch, req.ctx, req.rope_scaling)
+    eng = engine_spec(req.engine, catalog)
+    kv_dtype_spec(req.engine, req.kv_dtype, catalog)  # validates the dtype first
+    if eng.memory_model == "llama_buffers":
+        gpus, host, notes = _fit_llama(arch, req, rig, catalog)
+        if req.rope_scaling and arch.max_position and req.ctx > arch.max_position:
+            notes.append(f"ctx {req.ctx:,} is beyond the model's {arch.max_position:,} positions: RoPE scaling "
+                         f"{req.rope_scaling} assumed")
+        refused = kv_refusal(arch, req, catalog)
+        if refused:
+            return Fit(req, rig.label, tuple(gpus), tuple(host), Verdict.DOES_NOT_FIT, f"{eng.id} refuses: {refused}",
+                       notes=tuple(notes))
+        verdict, binding = Verdict.FITS, ""
+        worst = None
+        for g in gpus:
+            dev = f"GPU{g.index}" if rig.gpus else "RAM"
+            if g.used_bytes > g.capacity_bytes:
+                big = max(g.components, key=lambda c: c.bytes)
+                verdict = Verdict.DOES_NOT_FIT
+                binding = (f"{dev}: needs {gib(g.used_bytes, 2)} > {gib(g.capacity_bytes, 2)} "
+                           f"(largest: {big.name} {gib(big.bytes, 2)})")
+                break
+            frac = g.headroom_bytes / g.capacity_bytes if g.capacity_bytes else 0
+            if worst is None or frac < worst[0]:
+                worst = (frac, dev, g)
+        if verdict != Verdict.DOES_NOT_FIT and worst is not None:
+            frac, dev, g = worst
+            binding = f"{dev}: {gib(g.used_bytes, 2)} of {gib(g.capacity_bytes, 2)} ({frac * 100:.1f}% headroom)"
+            if frac < 0.05:
+                verdict = Verdict.TIGHT
+        return Fit(req, rig.label, tuple(gpus), tuple(host), verdict, binding, notes=tuple(notes))
+    gpus, host, notes, info = _fit_pool(arch, req, rig, catalog)
+    if "space" in info:                       # a fixed KV space (catalog kv_cache_space)
+        verdict, binding = _space_verdict(info, req)
+        return Fit(req, rig.label, tuple(gpus), tuple(host), verdict, binding, notes=tuple(notes))
+    verdict, binding, capped = Verdict.FITS, "", None
+    for gi, (pool, need, budget) in info.items():
+        per_seq = need // req.n_seqs
+        if pool < per_seq:
+            return Fit(req, rig.label, tuple(gpus), tuple(host), Verdict.DOES_NOT_FIT,
+                       f"GPU{gi}: KV pool {gib(max(pool, 0), 2)} < one sequence's KV {gib(per_seq, 2)} "
+                       f"(budget {gib(budget, 2)})", notes=tuple(notes))
+        if need > pool:
+            verdict, capped = Verdict.TIGHT, int(pool // max(per_seq, 1))
+            binding = (f"GPU{gi}: KV need {gib(need, 2)} > pool {gib(pool, 2)}; the engine caps "
+                       f"concurrency at {capped} seq(s)")
+        elif need > pool / 1.05 and verdict == Verdict.FITS:
+            verdict = Verdict.TIGHT
+            binding = f"GPU{gi}: KV need {gib(need, 2)} within 5% of pool {gib(pool, 2)}"
+        elif verdict == Verdict.FITS:
+            binding = f"GPU{gi}: KV need {gib(need, 2)} of pool {gib(pool, 2)}"
+    return Fit(req, rig.label, tuple(gpus), tuple(host), verdict, binding, notes=tuple(notes), capped_seqs=capped)
+
+
+def need_bytes(f: Fit) -> int:
+    """What the request needs at most on one device (without a vLLM pool's spare)."""
+    return max(sum(c.bytes for c in g.components if c.name != "kv_pool_spare") for g in f.per_gpu)

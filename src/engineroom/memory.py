@@ -1,0 +1,54 @@
+"""Predicted vs measured memory: fit's components beside what the engine itself reported.
+
+Both sides are plain ``{component: bytes}`` maps keyed by fit's component names
+("weights", "kv_cache", "compute", ...); the engine's adapter names what it read the same
+way (``Engine.memory_report``). ``total`` is fit's whole prediction; the engine's side of
+it is the sum of its per-device totals when it prints them (llama.cpp's memory breakdown
+table, ``total:<device>``), else the sum of its components. Every row says which side is
+missing rather than inventing a zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    component: str
+    predicted_bytes: int | None
+    measured_bytes: int | None
+
+    @property
+    def error_pct(self) -> float | None:
+        """(predicted - measured) / measured, in percent; None when a side is missing or zero."""
+        if self.predicted_bytes is None or not self.measured_bytes:
+            return None
+        return 100.0 * (self.predicted_bytes - self.measured_bytes) / self.measured_bytes
+
+
+def measured_total(measured: dict[str, int]) -> int | None:
+    totals = [b for name, b in measured.items() if name.startswith("total:")]
+    if totals:
+        return sum(totals)
+    parts = [b for name, b in measured.items() if not name.startswith(("total", "GPU"))]
+    return sum(parts) if parts else None
+
+
+def compare(predicted: dict[str, int], measured: dict[str, int]) -> list[MemoryRow]:
+    """One row per component either side names (fit's order first), then ``total``."""
+    names = [n for n in predicted if n != "total"]
+    names += [n for n in measured if n not in predicted and not n.startswith("total")]
+    rows = []
+    for name in names:
+        p, m = predicted.get(name), measured.get(name)
+        if not p and not m:
+            continue                 # both sides say nothing of it (e.g. no recurrent state)
+        rows.append(MemoryRow(name, p if p is not None else None, m if name in measured else None))
+    if predicted or measured:
+        rows.append(MemoryRow("total", predicted.get("total"), measured_total(measured)))
+    return rows
+
+
+def rows_as_dicts(rows: list[MemoryRow]) -> list[dict]:
+    return [{**asdict(r), "error_pct": None if r.error_pct is None else round(r.error_pct, 3)} for r in rows]

@@ -1,0 +1,131 @@
+"""Candidate configs: which engine x quant x layout can run on a rig, before any fit.
+
+Static filters only (vendor, compute capability, quant format, the rig's GPU groups); a
+candidate that passes is sized by ``planner``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..arch import ModelArch
+from ..catalog import Catalog, Drafter, Engine, Quant
+from ..catalog.schema import GB, KvDtype
+from ..fit import Fit, FitRequest, max_concurrency
+from ..hardware import Rig
+from .speed import SpeedBand
+
+
+def _cc(v: str | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split(".")) if v else (0,)
+
+
+def quality_cmp(a: Quant, b: Quant) -> int:
+    """>0 if ``a`` is better than ``b``, 0 equal, <0 worse (kld when both have one, else tier)."""
+    if a.quality.kld is not None and b.quality.kld is not None:
+        return (a.quality.kld < b.quality.kld) - (a.quality.kld > b.quality.kld)
+    return (a.quality.tier > b.quality.tier) - (a.quality.tier < b.quality.tier)
+
+
+def quality_value(q: Quant) -> float:
+    """A sortable quality: tier first, lower KLD breaks ties within a tier."""
+    return q.quality.tier - (q.quality.kld or 0.0)
+
+
+@dataclass
+class _Cand:
+    engine: Engine
+    quant: Quant
+    kv: KvDtype
+    drafter: Drafter | None
+    tp: int
+    instances: int
+    groups: tuple[Rig, ...]          # one sub-rig per instance
+    ctx: int = 0
+    n_seqs: int = 1
+    max_ctx: int | None = None
+    rope_scaling: str | None = None  # the planner's --rope-scaling (ctx may exceed max positions)
+    fits: tuple[Fit, ...] = ()
+    decode: SpeedBand | None = None
+    aggregate: float | None = None
+    notes: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def request(self, arch: ModelArch, ctx: int, n_seqs: int, vision: bool) -> FitRequest:
+        d = self.drafter
+        return FitRequest(
+            engine=self.engine.id, ctx=ctx, quant=self.quant.id, weight_bytes=self.quant.weight_bytes,
+            kv_dtype=self.kv.id, n_seqs=n_seqs, tp=self.tp,
+            spec_method=d.method if d else None, spec_tokens=d.spec_tokens if d else 0,
+            draft_bytes=int(d.size_gb * GB) if d else 0, vision=vision,
+            mem_fraction=self.engine.default_mem_fraction, rope_scaling=self.rope_scaling,
+        )
+
+
+def _max_seqs(arch: ModelArch, req: FitRequest, rig: Rig, cat: Catalog, cap: int = 256) -> int:
+    """fit.max_concurrency, capped (a plan never proposes more than ``cap`` sequences)."""
+    return max_concurrency(arch, req, rig, limit=cap, catalog=cat)
+
+
+def _rig_groups(rig: Rig, engine: Engine, arch: ModelArch) -> list[tuple[int, int, tuple[Rig, ...]]]:
+    """(tp, instances, sub-rigs): every way to use all of the rig's devices."""
+    if not rig.gpus:
+        return [(1, 1, (rig,))]
+    n = rig.n_gpus
+    out = []
+    for tp in range(1, n + 1):
+        if n % tp:
+            continue
+        if engine.multi_gpu.mode == "tensor_parallel" and arch.n_heads % tp:
+            continue
+        groups = tuple(replace(rig, gpus=rig.gpus[i:i + tp], label=f"{rig.label}[{i}:{i + tp}]" if n > 1 else rig.label)
+                       for i in range(0, n, tp))
+        if tp > 1 and engine.multi_gpu.mode == "tensor_parallel" and len({g.vram_bytes for g in rig.gpus}) > 1:
+            continue  # mixed VRAM: TP shards evenly, the smallest card binds (spec: use TP=1 x instances)
+        out.append((tp, n // tp, groups))
+    return out
+
+
+def _engine_runs_on(engine: Engine, rig: Rig) -> str | None:
+    """None when the engine can run on the rig, else why not (``engine``: the catalog
+    entry or its build for the rig's vendor, ``Engine.for_vendor``)."""
+    if rig.vendor not in engine.vendors:
+        builds = "; ".join(f"{b.id}: {', '.join(b.vendors)}" for b in engine.backends)
+        return (f"{engine.id} does not run on {rig.vendor} "
+                + (f"(its builds: {builds})" if builds else f"(vendors: {', '.join(engine.vendors)})"))
+    if rig.gpus and rig.vendor == "nvidia" and engine.min_compute_capability:
+        low = min((_cc(g.compute_capability) for g in rig.gpus), default=(0,))
+        if low < _cc(engine.min_compute_capability):
+            return f"{engine.id} needs compute capability >= {engine.min_compute_capability}"
+    return None
+
+
+def _quant_runs_on(quant: Quant, engine: Engine, rig: Rig) -> str | None:
+    if engine.id not in quant.engines:
+        return f"{quant.id} does not load in {engine.id} (loads in: {', '.join(quant.engines)})"
+    if quant.format not in engine.quant_formats:
+        if engine.backend:
+            return (f"{engine.id}'s {engine.backend} build does not run {quant.format} weights "
+                    f"(it runs: {', '.join(engine.quant_formats)})")
+        return f"{engine.id} does not read {quant.format}"
+    if quant.min_compute_capability:
+        if not rig.gpus or rig.vendor != "nvidia":
+            return f"{quant.id} needs NVIDIA compute capability >= {quant.min_compute_capability}"
+        low = min(_cc(g.compute_capability) for g in rig.gpus)
+        if low < _cc(quant.min_compute_capability):
+            return f"{quant.id} needs compute capability >= {quant.min_compute_capability}"
+    return None
+
+
+def _capacity(rig: Rig) -> int:
+    return sum(g.free_bytes if g.free_bytes is not None else g.vram_bytes for g in rig.gpus) if rig.gpus else (rig.cpu_ram_bytes or 0)
+
+
+def _bandwidth(rig: Rig) -> float | None:
+    """The bandwidth a decode model's efficiency applies to: the slowest GPU's datasheet
+    figure; on a CPU-only rig the CPU's bandwidth at the thread count decode runs with
+    (measured on this machine by ``hardware``'s copy probe, else the catalog default)."""
+    if rig.gpus:
+        vals = [g.bandwidth_gbs for g in rig.gpus]
+        return None if any(v is None for v in vals) else min(vals)  # type: ignore[type-var]
+    return rig.cpu_bandwidth_gbs

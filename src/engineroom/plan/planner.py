@@ -1,0 +1,286 @@
+"""The planner: filters candidates by a priority's constraints, sizes each with fit (context,
+sequences), and computes the speed and metrics the ranking reads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from ..arch import ModelArch
+from ..catalog import Catalog, Drafter, Engine, Model, Priority, Quant, find_engine
+from ..catalog.schema import GB, RankKey
+from ..fit import Fit, FitRequest, check_ctx, fit, kv_refusal, max_context
+from ..hardware import Rig
+from .. import units
+from .candidates import (_Cand, _bandwidth, _engine_runs_on, _max_seqs, _quant_runs_on, _rig_groups,
+                         _capacity, quality_cmp, quality_value)
+from .ranking import STATIC_METRICS, _rank
+from .speed import (SPEED_DEPTH, SpeedBand, _mixed_per_thread, decode_rates, kv_bytes_per_token,
+                    weight_type_mix, weights_read_per_token)
+
+
+class _Planner:
+    def __init__(self, cat: Catalog, model: Model, arch: ModelArch, rig: Rig, prio: Priority,
+                 ctx: int | None, engine: str | None, source: str = "catalog", seqs: int | None = None,
+                 rope_scaling: str | None = None):
+        cat = cat.for_vendor(rig.vendor)   # each engine as its build for this rig runs it (catalog backends)
+        self.cat, self.model, self.arch, self.rig, self.prio = cat, model, arch, rig, prio
+        self.source = source          # "catalog", or where a model outside it was read from
+        self.user_ctx = ctx
+        self.user_seqs = seqs         # --seqs: every candidate serves exactly this many sequences
+        self.seqs_rule = prio.seqs if seqs is None else None   # the priority's rule, unless --seqs
+        self.engines = [find_engine(cat, engine)] if engine else list(cat.engines)
+        self.rejected: list[str] = []
+        self.layout_misses: dict[tuple, str] = {}   # (engine, quant, kv, tp, instances) -> why not
+        self.pool: list[_Cand] = []
+        c = prio.constraints
+        self.vision = "vision" in c.features
+        self.ref_quant = model.quant(c.quality_at_least_quant) if c.quality_at_least_quant else None
+        max_pos = arch.max_position or (1 << 20)
+        self.rope_scaling = rope_scaling
+        if ctx is not None:
+            check_ctx(replace(arch, name=model.name), ctx, rope_scaling)   # BadInput names the maximum
+            self.target_ctx = ctx
+        else:
+            self.target_ctx = max_pos if prio.ctx == "max" else min(int(prio.ctx), max_pos)
+        self.min_ctx = ctx if ctx is not None else min(c.min_ctx or 1, self.target_ctx)
+
+    # -- static filters ------------------------------------------------------------------
+    def _engine_ok(self, e: Engine) -> str | None:
+        why = _engine_runs_on(e, self.rig)
+        if why:
+            return why
+        c = self.prio.constraints
+        if c.engine_status and e.status not in c.engine_status:
+            return f"{e.id} status is {e.status} (priority wants {'/'.join(c.engine_status)})"
+        if c.api_parity == "full" and e.api_parity != "full":
+            return f"{e.id} API parity is {e.api_parity} ({e.api_parity_source})"
+        if c.non_nvidia_vendor and not any(v != "nvidia" for v in e.vendors):
+            return f"{e.id} runs on NVIDIA only"
+        for feat in c.features:
+            if feat not in self.model.features:
+                if self.source != "catalog":
+                    return f"{self.model.name} is not in the catalog and its {feat} support is not known"
+                return f"{self.model.name} lacks {feat}"
+            if feat == "vision" and not e.vision:
+                return f"{e.id} has no vision support"
+            if feat == "tools" and not e.tools:
+                return f"{e.id} has no tool calling"
+            if feat == "reasoning" and not e.reasoning_parsers:
+                return f"{e.id} has no reasoning parser"
+        return None
+
+    def _quant_ok(self, q: Quant, e: Engine) -> str | None:
+        why = _quant_runs_on(q, e, self.rig)
+        if why:
+            return why
+        if self.ref_quant is not None and quality_cmp(q, self.ref_quant) < 0:
+            return (f"{q.id} quality (tier {q.quality.tier}{f', KLD {q.quality.kld}' if q.quality.kld is not None else ''})"
+                    f" is below {self.ref_quant.id}'s")
+        return None
+
+    def _drafters(self, q: Quant, e: Engine) -> list[Drafter | None]:
+        c = self.prio.constraints
+        out: list[Drafter | None] = []
+        if self.prio.spec == "any" or c.spec_method:
+            for d in self.cat.drafters_for(self.model, e.id):
+                if d.method not in e.spec_methods:
+                    continue
+                if d.builtin and not q.mtp:
+                    continue
+                if c.spec_method and d.method != c.spec_method:
+                    continue
+                out.append(d)
+        if not c.spec_method:
+            out.insert(0, None)
+        return out
+
+    def candidates(self) -> list[_Cand]:
+        out = []
+        for e in self.engines:
+            why = self._engine_ok(e)
+            if why:
+                self.rejected.append(why)
+                continue
+            layouts = _rig_groups(self.rig, e, self.arch)
+            for q in self.model.quants:
+                why = self._quant_ok(q, e)
+                if why:
+                    self.rejected.append(why)
+                    continue
+                drafters = self._drafters(q, e)
+                if not drafters:
+                    self.rejected.append(f"{e.id} + {q.id}: no drafter for {self.prio.constraints.spec_method}")
+                    continue
+                for tp, inst, groups in layouts:
+                    if q.weight_bytes > min(_capacity(g) for g in groups) * 1.0:
+                        self.rejected.append(f"{e.id} + {q.id}: {q.size_gb:g} GB of weights exceed "
+                                             f"{units.capacity(min(_capacity(g) for g in groups))} per instance")
+                        continue
+                    for kv in e.plan_kv_dtypes:
+                        refused = kv_refusal(self.arch, FitRequest(engine=e.id, ctx=1, kv_dtype=kv.id), self.cat)
+                        if refused:   # the engine would not start: never a candidate
+                            self.rejected.append(f"{e.id} + KV {kv.id}: {e.id} refuses it ({refused})")
+                            continue
+                        for d in drafters:
+                            out.append(_Cand(e, q, kv, d, tp, inst, groups, rope_scaling=self.rope_scaling))
+        return out
+
+    # -- sizing --------------------------------------------------------------------------
+    def _fit_all(self, c: _Cand, ctx: int, n_seqs: int) -> tuple[Fit, ...]:
+        req = c.request(self.arch, ctx, n_seqs, self.vision)
+        first = fit(self.arch, req, c.groups[0], catalog=self.cat)
+        if all(g.gpus == c.groups[0].gpus for g in c.groups[1:]):
+            return (first,) + tuple(replace(first, rig_label=g.label) for g in c.groups[1:])
+        return (first,) + tuple(fit(self.arch, req, g, catalog=self.cat) for g in c.groups[1:])
+
+    def _groups(self, c: _Cand) -> tuple[Rig, ...]:
+        """Distinct sub-rigs (identical instances need one fit)."""
+        if all(g.gpus == c.groups[0].gpus for g in c.groups[1:]):
+            return c.groups[:1]
+        return c.groups
+
+    def _servable(self, c: _Cand, fits: tuple[Fit, ...]) -> bool:
+        """Every instance fits and serves all its sequences (``Fit.servable``)."""
+        return all(f.servable for f in fits)
+
+    def _max_ctx(self, c: _Cand, n_seqs: int = 1) -> int:
+        if c.max_ctx is None:
+            max_pos = self.arch.max_position or 0
+            if c.fits and c.ctx == max_pos and n_seqs == 1 and c.n_seqs == 1:
+                c.max_ctx = max_pos        # already served at the model's full context
+            else:
+                req = c.request(self.arch, self.min_ctx, n_seqs, self.vision)
+                c.max_ctx = min(max_context(self.arch, req, g, catalog=self.cat) for g in self._groups(c))
+        return c.max_ctx
+
+    def size(self, c: _Cand) -> bool:
+        """Choose ctx and sequences for ``c``; False (with a reason) when it cannot serve."""
+        label = f"{c.engine.id} + {c.quant.id} + {c.kv.id}" + (f" + {c.drafter.id}" if c.drafter else "")
+        needs_max = self.prio.ctx == "max" or any(k.metric == "max_ctx" for k in self.prio.rank[:1])
+        base = self.user_seqs or 1      # context is sized for this many sequences
+        fits = self._fit_all(c, self.target_ctx, base)
+        if self._servable(c, fits):
+            ctx = self.target_ctx
+            if needs_max:
+                c.ctx, c.fits, c.n_seqs = ctx, fits, base
+                self._max_ctx(c, base)
+        else:
+            lay = (f"{c.instances} independent instance(s)" if c.instances > 1 else f"TP={c.tp}" if c.tp > 1 else "one device")
+            if self.user_ctx is not None:
+                self.rejected.append(f"{label}: does not fit at {self.user_ctx} tokens x {base} sequence(s) ({fits[0].binding})")
+                self.layout_misses[(c.engine.id, c.quant.id, c.kv.id, c.tp, c.instances)] = \
+                    f"({lay}) does not fit at {self.user_ctx:,} tokens: {fits[0].binding}"
+                return False
+            low = self._fit_all(c, self.min_ctx, base) if self.min_ctx < self.target_ctx else fits
+            mc = self._max_ctx(c, base) if self._servable(c, low) else 0
+            if mc < self.min_ctx or mc <= 0:
+                self.rejected.append(f"{label}: fills only {mc} tokens, below {self.min_ctx} ({fits[0].binding})")
+                self.layout_misses[(c.engine.id, c.quant.id, c.kv.id, c.tp, c.instances)] = \
+                    f"({lay}) fills only {mc:,} tokens: {fits[0].binding}"
+                return False
+            self.layout_misses.setdefault((c.engine.id, c.quant.id, c.kv.id, c.tp, c.instances),
+                                          f"({lay}) does not fit {self.target_ctx:,} tokens ({fits[0].binding}); it fills {mc:,}")
+            ctx = mc
+            fits = self._fit_all(c, ctx, base)
+        n_seqs = base
+        if self.seqs_rule == "max":
+            req = c.request(self.arch, ctx, 1, self.vision)
+            n_seqs = max(1, min(_max_seqs(self.arch, req, g, self.cat) for g in self._groups(c)))
+            if n_seqs > 1:
+                fits = self._fit_all(c, ctx, n_seqs)
+        elif isinstance(self.seqs_rule, int) and self.seqs_rule > 1:
+            n_seqs = self.seqs_rule
+            fits = self._fit_all(c, ctx, n_seqs)
+            if not self._servable(c, fits):
+                self.rejected.append(f"{label}: cannot hold {n_seqs} sequences")
+                return False
+        if n_seqs < self.prio.constraints.min_seqs:
+            self.rejected.append(f"{label}: holds {n_seqs} sequence(s), priority wants {self.prio.constraints.min_seqs}")
+            return False
+        c.ctx, c.n_seqs, c.fits = ctx, n_seqs, fits
+        return True
+
+    # -- speed ---------------------------------------------------------------------------
+    def speed(self, c: _Cand) -> None:
+        bw = _bandwidth(c.groups[0])
+        if not bw:
+            c.decode = None
+            c.aggregate = None
+            return
+        e, dm, layers = c.engine, c.engine.decode, self.arch.n_layers
+        w = weights_read_per_token(self.model, self.arch, c.quant)
+        kv = kv_bytes_per_token(self.arch, c.kv, min(SPEED_DEPTH, c.ctx))
+        scale = 1.0 + (c.tp - 1) * e.multi_gpu.scaling      # the seed's measured per-stream TP ratio
+        roof = bw * GB * scale / (w + kv)
+        threads = c.groups[0].cpu_threads if not c.groups[0].gpus else None   # CPU: llama-server's default -t
+        mix = ()
+        if threads:   # CPU: the weights stream at their types' rates, the KV at its own ("kv_f16", ...)
+            mix = tuple((t, share * w / (w + kv)) for t, share in weight_type_mix(self.arch, c.quant.id))
+            mix += ((f"kv_{c.kv.id.lower()}", kv / (w + kv)),) if kv else ()
+        slow, _middle, fast = decode_rates(dm, w + kv, layers, bw, threads, mix)
+        m_lo = m_hi = 1.0
+        src = ""
+        if c.drafter is not None:
+            d = c.drafter
+            m_lo = d.acceptance_length.low / (1 + d.overhead.value)
+            m_hi = d.acceptance_length.high / (1 + d.overhead.value)
+            src = f"{d.id}: acceptance {d.acceptance_length.low:g}-{d.acceptance_length.high:g} ({d.acceptance_length.source}); overhead {d.overhead.value:g} ({d.overhead.source})"
+        c.decode = SpeedBand(low=slow * scale * m_lo, high=fast * scale * m_hi, roofline_tps=roof,
+                             bytes_per_token=w + kv, bandwidth_gbs=bw,
+                             efficiency=(dm.bandwidth_efficiency.low, dm.bandwidth_efficiency.high),
+                             efficiency_source=dm.source,
+                             overhead_ms=(dm.fixed_ms(layers, dm.per_layer_ms.low), dm.fixed_ms(layers, dm.per_layer_ms.high)),
+                             tp_scale=scale, spec_multiplier=(m_lo, m_hi), spec_source=src,
+                             threads=threads,
+                             per_thread_gbs=_mixed_per_thread(dm, threads, mix))
+        # batched decode: one weight read serves every sequence in the step; each reads its KV
+        n = c.n_seqs
+        if n > 1:
+            per_inst = n * scale * decode_rates(dm, w + n * kv, layers, bw, threads, mix)[1] * e.concurrency.batch_efficiency
+        else:
+            per_inst = c.decode.mid
+        c.aggregate = per_inst * c.instances
+
+    # -- metrics and ranking -------------------------------------------------------------
+    def static_metrics(self, c: _Cand) -> None:
+        e = c.engine
+        c.metrics = {
+            "decode_tps": c.decode.mid if c.decode else 0.0,
+            "quality": quality_value(c.quant),
+            "quant_portability": float(len(c.quant.engines)),
+            "engine_status": float(self.cat.tables.status_rank(e.status)),
+            "engine_non_nvidia_vendors": float(sum(1 for v in e.vendors if v != "nvidia")),
+            "cold_start_s": e.cold_start_s.value if e.cold_start_s else math.inf,
+        }
+
+    def metrics(self, c: _Cand) -> dict[str, float]:
+        used = [g.used_bytes for f in c.fits for g in f.per_gpu]
+        head = [g.headroom_bytes for f in c.fits for g in f.per_gpu]
+        e = c.engine
+        m = {
+            "decode_tps": c.decode.mid if c.decode else 0.0,
+            "aggregate_tps": c.aggregate or 0.0,
+            "shared_prefix_tps": (c.aggregate or 0.0) * e.concurrency.multi_tenant_factor,
+            "max_ctx": float(c.max_ctx if c.max_ctx is not None else c.ctx),
+            "gpu_bytes": float(max(used)),
+            "headroom_bytes": float(min(head)),
+            "quality": quality_value(c.quant),
+            "quant_portability": float(len(c.quant.engines)),
+            "engine_status": float(self.cat.tables.status_rank(e.status)),
+            "engine_non_nvidia_vendors": float(sum(1 for v in e.vendors if v != "nvidia")),
+            "cold_start_s": e.cold_start_s.value if e.cold_start_s else math.inf,
+        }
+        c.metrics = m
+        return m
+
+    def rank(self, cands: list[_Cand]) -> list[_Cand]:
+        # the catalog's rank keys decide; engine maturity, then less memory, break exact ties
+        keys = list(self.prio.rank)
+        used = {k.metric for k in keys}
+        keys += [k for k in (RankKey(metric="engine_status", goal="max"), RankKey(metric="gpu_bytes", goal="min"))
+                 if k.metric not in used]
+        if not all(k.metric in (c.metrics or {}) for c in cands for k in keys):
+            keys = [k for k in keys if k.metric in STATIC_METRICS]
+        return _rank(cands, keys)

@@ -1,0 +1,43 @@
+"""Ranking: order candidates by a priority's rank keys, with tolerances that make near-equal
+values a tie decided by the next key.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .candidates import _Cand
+
+
+# rank metrics known before any fit: planning can size candidates lazily in rank order
+STATIC_METRICS = {"decode_tps", "quality", "quant_portability", "engine_status",
+                  "engine_non_nvidia_vendors", "cold_start_s"}
+
+
+def _rank(cands: list[_Cand], keys: list) -> list[_Cand]:
+    """Candidates in rank order: the tie groups of ``_groups``, one after another."""
+    return [c for group in _groups(cands, keys) for c in group]
+
+
+def _groups(cands: list[_Cand], keys: list) -> list[list[_Cand]]:
+    """Candidates in rank order, as groups that tie on every key in ``keys``."""
+    if not cands:
+        return []
+    if not keys:
+        return [cands]
+    key, rest = keys[0], keys[1:]
+    sign = -1.0 if key.goal == "max" else 1.0
+    ordered = sorted(cands, key=lambda c: sign * c.metrics[key.metric])
+    out: list[list[_Cand]] = []
+    while ordered:
+        best = ordered[0].metrics[key.metric]
+        group = [c for c in ordered if _close(c.metrics[key.metric], best, key.tolerance)]
+        ordered = [c for c in ordered if not _close(c.metrics[key.metric], best, key.tolerance)]
+        out.extend(_groups(group, rest))
+    return out
+
+
+def _close(a: float, b: float, tol: float) -> bool:
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= tol

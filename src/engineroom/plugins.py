@@ -1,0 +1,81 @@
+"""Entry-point discovery for engine adapters (group ``engineroom.engines``), done once.
+
+Low in the layers on purpose: ``engines`` wraps what is found into ``Engine`` objects, and
+``catalog`` reads each adapter's ``catalog_dir()`` (the YAML a plugin ships with it), so
+neither has to import the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+GROUP = "engineroom.engines"
+BUILTIN = "engineroom.engines.llamacpp"     # pyproject.toml registers it under this group
+REQUIRED = ("ENGINE", "find_binary", "render", "health_state", "classify_failure", "probe")
+
+
+@dataclass(frozen=True)
+class Found:
+    impl: Any
+    origin: str          # "entry point llama.cpp = engineroom.engines.llamacpp (engineroom 0.1.0)"
+
+
+@dataclass(frozen=True)
+class Problem:
+    entry_point: str
+    why: str
+
+
+def _builtin_first(ep: metadata.EntryPoint) -> tuple[bool, str]:
+    return (ep.dist is None or ep.dist.name != "engineroom", ep.name)
+
+
+@lru_cache(maxsize=1)
+def adapters() -> tuple[tuple[Found, ...], tuple[Problem, ...]]:
+    """Every adapter registered in the group (engineroom's own first), and those that failed."""
+    found: dict[str, Found] = {}
+    problems: list[Problem] = []
+    for ep in sorted(metadata.entry_points(group=GROUP), key=_builtin_first):
+        where = f"{ep.name} = {ep.value}" + (f" ({ep.dist.name} {ep.dist.version})" if ep.dist else "")
+        try:
+            impl = ep.load()
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not break engineroom
+            problems.append(Problem(where, f"does not import ({type(exc).__name__}: {exc})"))
+            continue
+        missing = [m for m in REQUIRED if not hasattr(impl, m)]
+        if missing:
+            problems.append(Problem(where, f"is not an engine adapter (no {', '.join(missing)})"))
+            continue
+        if impl.ENGINE in found:
+            problems.append(Problem(where, f"registers engine {impl.ENGINE!r} again; the first one is kept"))
+            continue
+        found[impl.ENGINE] = Found(impl, f"entry point {where}")
+    if not found:   # a bare source tree (not installed): load the built-in entry by its name, as pip would
+        import importlib
+
+        impl = importlib.import_module(BUILTIN)
+        found[impl.ENGINE] = Found(impl, "built-in (engineroom's entry points are not installed)")
+    return tuple(found.values()), tuple(problems)
+
+
+def catalog_dirs() -> tuple[Path, ...]:
+    """Catalog folders the adapters ship (``catalog_dir()``), engineroom's own excluded."""
+    out = []
+    for f in adapters()[0]:
+        fn = getattr(f.impl, "catalog_dir", None)
+        if callable(fn):
+            try:
+                d = fn()
+            except Exception:  # noqa: BLE001 - a plugin's bug must not break the catalog
+                continue
+            if d and Path(d).is_dir():
+                out.append(Path(d))
+    return tuple(out)
+
+
+def reload() -> None:
+    adapters.cache_clear()

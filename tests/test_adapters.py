@@ -1,0 +1,294 @@
+"""The adapter seam: entry-point discovery, the protocol, engine names kept in their adapter,
+the plan driving the launch, and fit's prediction stored beside what the engine reported."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from engineroom import engines, flows, launch
+from engineroom.engines import llamacpp
+from engineroom.engines.base import EngineAdapter, LaunchOptions
+from engineroom.memory import compare, rows_as_dicts
+
+from conftest import run_cli
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "engineroom"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------- discovery / protocol
+def test_builtin_adapter_is_registered_through_the_entry_point_group():
+    from importlib import metadata
+
+    eps = {ep.name: ep.value for ep in metadata.entry_points(group=engines.GROUP)}
+    assert eps.get("llama.cpp") == "engineroom.engines.llamacpp"
+    assert engines.adapter("llama.cpp").origin.startswith("entry point llama.cpp = engineroom.engines.llamacpp")
+
+
+def test_every_adapter_meets_the_protocol():
+    for eng in engines.all_engines():
+        assert isinstance(eng.impl, EngineAdapter), eng
+        assert eng.name == eng.impl.ENGINE
+
+
+def _string_literals(path: Path) -> list[tuple[int, str]]:
+    """Every string constant of a module that is not a docstring (messages count: they are code)."""
+    tree = ast.parse(path.read_text())
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
+
+
+def _uses(literal: str, name: str) -> bool:
+    if name.startswith("-"):   # a flag: as an argument, or inside a command line
+        return literal == name or literal.startswith(name + "=") or f" {name} " in f" {literal} "
+    return literal == name or f"'{name}'" in literal or f'"{name}"' in literal or f".{name}" in literal
+
+
+# (file, name): why that one file may hold the name
+EXEMPT = {("bench/legacy.py", "ignore_eos"): "store schema 2 named its own keys after it; the migration reads them"}
+
+
+def test_engine_specific_names_occur_only_in_their_adapter():
+    offenders = []
+    for eng in engines.all_engines():
+        own = getattr(eng.impl, "OWN_NAMES", ())
+        home = Path(eng.impl.__file__).resolve() if hasattr(eng.impl, "__file__") else None
+        assert own, f"{eng.name}'s adapter declares no OWN_NAMES"
+        for path in SRC.rglob("*.py"):
+            if path.resolve() == home:
+                continue
+            for line, literal in _string_literals(path):
+                rel = str(path.relative_to(SRC))
+                offenders += [f"{rel}:{line} uses {n!r} ({eng.name})" for n in own
+                              if _uses(literal, n) and (rel, n) not in EXEMPT]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_a_broken_plugin_is_reported_and_the_rest_still_work(tmp_path, monkeypatch):
+    _plugin(tmp_path, "broken", entry="engineroom_broken_engine:ADAPTER", body="raise ImportError('no such lib')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    engines.reload()
+    try:
+        assert "llama.cpp" in engines.names()
+        why = [p.why for p in engines.problems() if "engineroom_broken_engine" in p.entry_point]
+        assert why and why[0].startswith("does not import (ImportError: no such lib)")
+    finally:
+        monkeypatch.undo()
+        engines.reload()
+
+
+# --------------------------------------------------------------------------- an out-of-tree engine
+PLUGIN_ADAPTER = '''
+"""A third-party adapter: llama-server under another engine name, with its own catalog entry."""
+from pathlib import Path
+
+from engineroom.engines import llamacpp
+
+ENGINE = "llama-server-plugin"
+OWN_NAMES = ("--plugin-only-flag",)
+find_binary = llamacpp.find_binary
+health_state = llamacpp.health_state
+classify_failure = llamacpp.classify_failure
+memory_report = llamacpp.memory_report
+launch_settings = llamacpp.launch_settings
+loads_refusal = llamacpp.loads_refusal
+
+
+def render(binary, options):
+    from dataclasses import replace
+    return replace(llamacpp.render(binary, options), engine=ENGINE)
+
+
+def probe(url, timeout=5.0):
+    return None          # let llama.cpp's own adapter claim the running server
+
+
+def catalog_dir():
+    return Path(__file__).parent / "catalog"
+'''
+
+
+def _plugin(root: Path, name: str, *, entry: str, body: str, catalog: str | None = None) -> None:
+    pkg = root / f"engineroom_{name}_engine"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(body)
+    if catalog:
+        (pkg / "catalog" / "engines").mkdir(parents=True)
+        (pkg / "catalog" / "engines" / "plugin.yaml").write_text(catalog)
+    dist = root / f"engineroom_{name}_engine-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: engineroom-{name}-engine\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[engineroom.engines]\n{name} = {entry}\n")
+
+
+def _plugin_catalog() -> str:
+    """The plugin's engine entry: llama.cpp's catalog entry under the plugin's id."""
+    import yaml
+
+    entry = yaml.safe_load((SRC / "catalog" / "engines" / "llama.cpp.yaml").read_text())
+    entry.update(id="llama-server-plugin", name="llama-server (plugin)", aliases=[])
+    return yaml.safe_dump(entry)
+
+
+def test_an_out_of_tree_adapter_is_discovered_and_launched(tmp_path, llama_server_binary, smollm2):
+    _plugin(tmp_path, "plugin", entry="engineroom_plugin_engine", body=textwrap.dedent(PLUGIN_ADAPTER),
+            catalog=_plugin_catalog())
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH", "")]))}
+    listed = run_cli("engines", "--json", env=env)
+    rows = {r["engine"]: r for r in json.loads(listed.stdout)}
+    assert rows["llama-server-plugin"]["adapter"].endswith("(engineroom-plugin-engine 0.1)")
+    up = run_cli("up", "smollm2-135m", "--engine", "llama-server-plugin", "--port", "0", "--ctx", "1024",
+                 "-t", "2", "--json", env=env, timeout=300)
+    try:
+        assert up.returncode == 0, up.stderr
+        state = json.loads(up.stdout)
+        assert state["engine"] == "llama-server-plugin"
+        rows = {r["component"]: r for r in state["memory"]["rows"]}
+        # fit sized it from the catalog entry the plugin shipped: no per-engine code in fit
+        assert rows["kv_cache"]["predicted_bytes"] and rows["kv_cache"]["measured_bytes"]
+        assert abs(rows["kv_cache"]["error_pct"]) < 1.0
+    finally:
+        run_cli("down", env=env)
+
+
+# --------------------------------------------------------------------------- memory the engine reports
+def test_memory_report_reads_the_cuda_buffers_and_breakdown_of_a_real_h200_log():
+    data = json.loads((ROOT / "benchmarks" / "data" / "cuda_fit_and_speed.json").read_text())
+    lines = next(r["breakdown"] for r in data["mem"] if r.get("breakdown"))   # raw lines of the H200 run
+    report = llamacpp.memory_report("\n".join(lines) + "\nload_tensors:   CUDA0 model buffer size = 13832.00 MiB\n"
+                                    "load_tensors:   CPU_Mapped model buffer size =   682.00 MiB\n")
+    assert report is not None and report.device == "cuda"
+    assert report.component("weights") == 13832 * 2**20
+    assert report.component("weights_embedding") == 682 * 2**20      # the host-side embeddings, as fit names them
+    # | - CUDA0 (H200) | total = free + (self = model + context + compute) + unaccounted |: self is the third number
+    cuda = [c for c in report.components if c.name == "total:CUDA0"]
+    assert cuda and cuda[0].bytes % 2**20 == 0 and cuda[0].bytes > report.component("weights")
+
+
+def test_comparison_rows_say_which_side_is_missing():
+    rows = rows_as_dicts(compare({"weights": 100, "kv_cache": 50, "recurrent_state": 0, "total": 160},
+                                 {"weights": 100, "kv_cache": 40, "output": 5, "total:Host": 150}))
+    by = {r["component"]: r for r in rows}
+    assert by["kv_cache"]["error_pct"] == 25.0 and by["weights"]["error_pct"] == 0.0
+    assert by["output"]["predicted_bytes"] is None and by["output"]["error_pct"] is None
+    assert "recurrent_state" not in by                               # neither side has any
+    assert by["total"]["measured_bytes"] == 150                      # the engine's own device total
+
+
+# --------------------------------------------------------------------------- plan -> launch
+def test_render_from_plan_settings_is_explicit(llama_server_binary, smollm2):
+    pick = flows.pick_from_plan("smollm2-135m", priority="balanced")
+    opts = LaunchOptions(model_path=smollm2, port=1, ctx=pick.settings["ctx"], n_seqs=pick.settings["n_seqs"],
+                         kv_unified=pick.settings["kv_unified"], kv_dtype=pick.settings["kv_dtype"])
+    argv = list(llamacpp.render(llama_server_binary, opts).argv)
+    n = pick.settings["n_seqs"]
+    assert argv[argv.index("-np") + 1] == str(n)
+    assert argv[argv.index("-c") + 1] == str(pick.settings["ctx"] * n)
+    if pick.settings["kv_dtype"] not in (None, "f16"):
+        assert argv[argv.index("-ctk") + 1] == pick.settings["kv_dtype"] == argv[argv.index("-ctv") + 1]
+
+
+def _priorities() -> list[str]:
+    from engineroom.catalog import load_catalog
+
+    return [p.id for p in load_catalog().priorities]
+
+
+@pytest.mark.parametrize("priority", _priorities())
+def test_each_priority_on_this_machine_launches_its_pick_or_says_why(priority, llama_server_binary, smollm2):
+    """Every priority's pick for SmolLM2 on this CPU: launched by the real llama-server when it is
+    an engine engineroom drives; otherwise one sentence naming the engine."""
+    from engineroom.errors import NotFound
+
+    try:
+        pick = flows.pick_from_plan("smollm2-135m", priority=priority)
+    except NotFound as exc:              # e.g. full-features: SmolLM2 has no tool calling
+        assert str(exc).startswith("no configuration of SmolLM2-135M-Instruct fits") and "closest miss" in str(exc)
+        return
+    if not engines.has_adapter(pick.engine):
+        with pytest.raises(Exception) as info:
+            flows.start(pick.model_ref, pick=pick, port=0, threads=2, **flows.apply_pick(pick, {}, ()))
+        assert f"no adapter for {pick.engine}" in str(info.value)
+        return
+    opts = flows.apply_pick(pick, {"threads": 2, "port": 0}, ("threads", "port"))
+    state = flows.start(pick.model_ref, pick=pick, timeout=120, **opts)
+    try:
+        assert launch.probe_health(state.url, state.health_path) == 200
+        assert state.memory["plan"]["source"].startswith(f"plan smollm2-135m --priority {priority}")
+    finally:
+        launch.down()
+
+
+def test_up_priority_launches_the_plan_and_shows_predicted_vs_measured(llama_server_binary, smollm2):
+    proc = run_cli("up", "smollm2-135m", "--priority", "balanced", "--port", "0", "-t", "2", "--json", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    try:
+        state = json.loads(proc.stdout)
+        pick = flows.pick_from_plan("smollm2-135m", priority="balanced")
+        argv = state["argv"]
+        assert argv[argv.index("-np") + 1] == str(pick.settings["n_seqs"])
+        assert argv[argv.index("-c") + 1] == str(pick.settings["ctx"] * pick.settings["n_seqs"])
+        rows = {r["component"]: r for r in state["memory"]["rows"]}
+        for name in ("weights", "kv_cache", "compute"):       # fit matches llama-server's own buffer lines
+            assert rows[name]["measured_bytes"] > 0 and abs(rows[name]["error_pct"]) < 1.0, rows[name]
+        assert rows["total"]["measured_bytes"] > 0
+        text = run_cli("status").stdout
+        assert "fit's prediction vs the engine's report" in text and "kv_cache" in text
+        from engineroom.store import Store
+
+        with Store() as store:
+            run = store.get_run(state["launch_run_id"])
+            assert run["kind"] == "launch"
+            stored = {r["payload"]["component"]: r["payload"] for r in store.records(run["id"], "memory_component")}
+        assert stored["kv_cache"]["measured_bytes"] == rows["kv_cache"]["measured_bytes"]
+    finally:
+        run_cli("down")
+
+
+def test_explicit_flags_override_the_plan(llama_server_binary, smollm2):
+    proc = run_cli("up", "smollm2-135m", "--priority", "balanced", "--ctx", "1024", "--port", "0", "-t", "2",
+                   "--json", timeout=300)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        argv = json.loads(proc.stdout)["argv"]
+        pick = flows.pick_from_plan("smollm2-135m", priority="balanced")
+        assert argv[argv.index("-c") + 1] == str(1024 * pick.settings["n_seqs"])
+    finally:
+        run_cli("down")
+
+
+def test_recipe_prints_the_launch_without_running_it(tmp_path):
+    proc = run_cli("recipe", "smollm2-135m", "--priority", "balanced", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["engine"] == "llama.cpp" and "-np" in out["argv"] and out["predicted_memory"]["total"] > 0
+    assert launch.read_state() is None                       # nothing was started
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(run_cli("plan", "smollm2-135m", "--priority", "balanced", "--json").stdout)
+    same = json.loads(run_cli("recipe", "--from-plan", str(plan_file), "--json").stdout)
+    assert same["argv"][1:] == out["argv"][1:]
+    elsewhere = run_cli("recipe", "qwen3.6-27b", "--priority", "non-nvidia", "--rig", "2xH200", "--json")
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert json.loads(elsewhere.stdout)["model_present"] is False
+
+
+@pytest.mark.parametrize("args, sentence", [
+    (("recipe", "--from-plan", "/no/such/plan.json"), "cannot read the plan file"),
+    (("recipe", "smollm2-135m", "--pick", "2"), "--pick chooses among a plan's configurations"),
+    (("up", "--priority", "balanced"), "name the model to plan"),
+])
+def test_plan_launch_mistakes_get_one_sentence(args, sentence):
+    proc = run_cli(*args)
+    assert proc.returncode != 0 and sentence in proc.stderr and "Traceback" not in proc.stderr
