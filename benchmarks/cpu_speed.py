@@ -127,9 +127,9 @@ def write_synth() -> None:
         t = time.time()
         layout = synth.tensor_layout
         if g3:      # the per-tensor types of a Q4_K_M quant at this width (GEMMA3_TYPES)
-            synth.tensor_layout = lambda a, qt: [  # noqa: E731
+            synth.tensor_layout = lambda a, qt: [
                 synth.TensorSpec(s.name, s.shape, GEMMA3_TYPES.get(s.name.split(".")[-2], s.type)
-                                 if s.type != "F32" else s.type) for s in layout(a, qt)]
+                                 if s.type != "F32" else s.type) for s in layout(a, qt)]  # noqa: B023 - restored below
         try:
             write_synthetic_gguf(arch, q, path)
         finally:
@@ -220,7 +220,8 @@ def measure(a) -> None:
                 row = run_one(bench, env, fs[name], t, n_gen, a.reps, depth)
                 b, layers = bytes_and_layers(fs[name])
                 b += kv_read(fs[name], depth)
-                row.update(file=name + (f"@d{depth}" if depth else ""), depth=depth, idle_before=QUIET.get("idle"), bytes=fs[name].stat().st_size, threads=t, loadavg_before=list(load),
+                row.update(file=name + (f"@d{depth}" if depth else ""), depth=depth, idle_before=QUIET.get("idle"),
+                           bytes=fs[name].stat().st_size, threads=t, loadavg_before=list(load),
                            round=rnd, time=time.strftime("%H:%M:%S", time.gmtime()), bytes_read=b, layers=layers)
                 res["rows"].append(row)
                 print(f"{name:22s} t={t} load {load[0]:.2f}: "
@@ -299,7 +300,8 @@ def summary(res: dict) -> list[dict]:
                     "best": max(samples), "median": statistics.median(samples), "min": min(samples),
                     "n": len(samples), "calls": len(rows), "best_per_call": best_per_call,
                     "loads": [round(r["loadavg_before"][0], 2) for r in rows], "bw_gbs": bw[str(t)],
-                    "set": "fit" if name in FIT else "held-out" if name in HELD_OUT else "superseded", "depth": rows[0].get("depth", 0), "mix": mix})
+                    "set": "fit" if name in FIT else "held-out" if name in HELD_OUT else "superseded",
+                    "depth": rows[0].get("depth", 0), "mix": mix})
     return out
 
 
@@ -376,7 +378,7 @@ def fit_model(rows: list[dict], stat: str) -> dict:
 
     def unpack(x):
         # a rate above RATE_CAP is "never the binding roof" here (memory binds first): capped
-        rates = {t: min(RATE_CAP, math.exp(v)) for t, v in zip(types, x)}
+        rates = {t: min(RATE_CAP, math.exp(v)) for t, v in zip(types, x, strict=False)}
         return {"rates": rates, "default": math.exp(sum(math.log(v) for v in rates.values()) / len(rates)),
                 "eff": math.exp(x[len(types)]), "per_layer": math.exp(x[len(types) + 1]),
                 "per_token": math.exp(x[len(types) + 2]), "eff_repacked": math.exp(x[len(types) + 3])}
@@ -387,7 +389,7 @@ def fit_model(rows: list[dict], stat: str) -> dict:
 
     x0 = [math.log(15.0)] * len(types) + [math.log(1.0), math.log(0.02), math.log(0.3), math.log(1.0)]
     best = None
-    for start in range(3):        # restarts from the last optimum
+    for _start in range(3):        # restarts from the last optimum
         x, v = nelder_mead(loss, x0 if best is None else best[0], [0.3] * len(x0))
         if best is None or v < best[1]:
             best = (x, v)
@@ -403,13 +405,15 @@ def catalog_block(p: dict, k: float, machine: dict) -> str:
     (the default) get the whole span of the measured weight types."""
     r = lambda v: f"{v:.3g}"  # noqa: E731
     wr = [v for t, v in p["rates"].items() if not t.startswith("kv_")]
-    by = "\n".join(f"        - {{types: [{t}], low: {r(v * (1 - k))}, high: {r(v * (1 + k))}}}" for t, v in p["rates"].items())
+    by = "\n".join(f"        - {{types: [{t}], low: {r(v * (1 - k))}, high: {r(v * (1 + k))}}}"
+                   for t, v in p["rates"].items())
     return (f"    decode:\n      bandwidth: cpu_copy\n"
             f"      per_thread_gbs: {{low: {r(min(wr) * (1 - k))}, high: {r(min(RATE_CAP, max(wr)) * (1 + k))}}}\n"
             f"      per_thread_by_type:\n{by}\n"
             f"      bandwidth_efficiency: {{low: {r(p['eff'] * (1 - k))}, high: {r(p['eff'] * (1 + k))}}}\n"
             f"      bandwidth_efficiency_by_type:\n"
-            f"        - {{types: [{', '.join(REPACKED)}], low: {r(p['eff_repacked'] * (1 - k))}, high: {r(p['eff_repacked'] * (1 + k))}}}\n"
+            f"        - {{types: [{', '.join(REPACKED)}], low: {r(p['eff_repacked'] * (1 - k))}, "
+            f"high: {r(p['eff_repacked'] * (1 + k))}}}\n"
             f"      per_layer_ms: {{low: {r(p['per_layer'] * (1 - k))}, high: {r(p['per_layer'] * (1 + k))}}}\n"
             f"      per_token_ms: {r(p['per_token'])}\n"
             f"      fitted_on: \"{machine['cpu_model']}, {machine['logical_cpus']} cores (KVM VM), {machine['date']}\"")
@@ -429,17 +433,21 @@ def report(res: dict) -> str:
     m = res["machine"]
     lines = [f"Machine: {m['cpu_model']}, {m['logical_cpus']} logical CPUs, measured {m['date']}.", "",
              "Copy-bandwidth probe (engineroom.hardware.probe_copy_bandwidth, GB/s read + written):", "",
-             "| time (UTC) | load avg (1 min) | " + " | ".join(f"{t} thread(s)" for t in sorted(res['probes'][0]['gbs'])) + " |",
+             "| time (UTC) | load avg (1 min) | "
+             + " | ".join(f"{t} thread(s)" for t in sorted(res['probes'][0]['gbs'])) + " |",
              "|---|---|" + "---|" * len(res["probes"][0]["gbs"])]
     for p in res["probes"]:
-        lines.append(f"| {p['time']} | {p['loadavg'][0]:.2f} | " + " | ".join(f"{p['gbs'][t]:.1f}" for t in sorted(p['gbs'])) + " |")
+        lines.append(f"| {p['time']} | {p['loadavg'][0]:.2f} | "
+                     + " | ".join(f"{p['gbs'][t]:.1f}" for t in sorted(p['gbs'])) + " |")
     lines += ["", f"Decode model (catalog, llama.cpp cpu build): {dm.source}", "",
-              "| file | set | size GB | bytes read/token | layers | threads | measured t/s: best / median (min-max, n) | load avg before each call | plan band t/s (middle) | best in band? | best vs middle |",
+              "| file | set | size GB | bytes read/token | layers | threads | measured t/s: best / median (min-max, n) "
+              "| load avg before each call | plan band t/s (middle) | best in band? | best vs middle |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in rows:
         low, mid, high = decode_rates(dm, s["bytes_read"], s["layers"], s["bw_gbs"], s["threads"], tuple(s["mix"]))
         inb = "yes" if low <= s["best"] <= high else ("below" if s["best"] < low else "above")
-        lines.append(f"| {s['file']} | {s['set']} | {s['size'] / GB:.3f} | {s['bytes_read'] / 1e6:.0f} MB | {s['layers']} | {s['threads']} | "
+        lines.append(f"| {s['file']} | {s['set']} | {s['size'] / GB:.3f} | {s['bytes_read'] / 1e6:.0f} MB "
+                     f"| {s['layers']} | {s['threads']} | "
                      f"{s['best']:.1f} / {s['median']:.1f} ({s['min']:.1f}-{s['best']:.1f}, {s['n']}) | "
                      f"{', '.join(f'{x:.2f}' for x in s['loads'])} | {low:.1f}-{high:.1f} ({mid:.1f}) | {inb} | "
                      f"{(s['best'] / mid - 1) * 100:+.1f}% |")
@@ -477,8 +485,10 @@ def main() -> None:
         p = fit_model(rows, a.stat)
         bound = set().union(*(bound_by(p, s) for s in rows))
         print(f"fit on {len(rows)} rows ({', '.join(sorted({s['file'] for s in rows}))}), stat {a.stat}: "
-              + ", ".join(f"{t} {v:.2f}" for t, v in p["rates"].items()) + f" GB/s per thread (default {p['default']:.2f}); "
-              f"efficiency {p['eff']:.3f} of the copy bandwidth (repacked {', '.join(REPACKED)}: {p['eff_repacked']:.3f}); per_layer_ms {p['per_layer']:.4f}; "
+              + ", ".join(f"{t} {v:.2f}" for t, v in p["rates"].items())
+              + f" GB/s per thread (default {p['default']:.2f}); "
+              f"efficiency {p['eff']:.3f} of the copy bandwidth (repacked {', '.join(REPACKED)}: "
+              f"{p['eff_repacked']:.3f}); per_layer_ms {p['per_layer']:.4f}; "
               f"per_token_ms {p['per_token']:.3f}; bound by {'/'.join(sorted(bound))}; "
               f"fit rows: worst {p['worst'] * 100:.1f}%, rms {p['rms'] * 100:.1f}%")
         for s in summary(res):

@@ -37,9 +37,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from engineroom.fit import FitRequest, fit
-from engineroom.hardware import GpuSpec, Rig
-from engineroom.synth import arch_with_tensors, qwen36_27b, write_synthetic_gguf
+from engineroom.fit import FitRequest, fit  # noqa: E402 - importable only after the sys.path insert
+from engineroom.hardware import GpuSpec, Rig  # noqa: E402
+from engineroom.synth import arch_with_tensors, qwen36_27b, write_synthetic_gguf  # noqa: E402
 
 MiB = 1024 * 1024
 # 1x H200 as the catalog gives it (hardware/nvidia.yaml: 141 GB, 4800 GB/s), built here so
@@ -124,7 +124,7 @@ def free_port() -> int:
 
 
 def parse_log(text: str) -> dict[str, float]:
-    m = {k: 0.0 for k in COMPONENTS}
+    m = dict.fromkeys(COMPONENTS, 0.0)
     for buft, mib in RX["model"].findall(text):
         m["weights" if buft.startswith("CUDA") and "Host" not in buft else "weights_embedding"] += float(mib)
     for _, mib in RX["kv"].findall(text):
@@ -285,17 +285,21 @@ def worst_errors(res: dict) -> list[tuple[float, str]]:
 
 def speed_table(res: dict) -> str:
     bw_meas = res.get("copy_bw_gbs")
-    lines = [("| layers | file GB | test | depth | measured t/s | plan band t/s (middle) | in band? | measured / middle "
-             "| tg / roofline @4800 | roofline @ measured copy bw |"), "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| layers | file GB | test | depth | measured t/s | plan band t/s (middle) | in band? "
+              "| measured / middle | tg / roofline @4800 | roofline @ measured copy bw |"),
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for L, rows in sorted(res.get("bench", {}).items(), key=lambda kv: int(kv[0])):
         for x in rows:
             test = f"pp{x['n_prompt']}" if x["n_prompt"] else f"tg{x['n_gen']}"
             size = (x.get("model_size") or 0) / GB
             if x["n_gen"]:
                 b = speed_band(int(L), x["n_depth"])
-                inb = "yes" if b["low"] <= x["avg_ts"] <= b["high"] else ("below" if x["avg_ts"] < b["low"] else "above")
-                rm = f"{speed_band(int(L), x['n_depth'], bandwidth_gbs=bw_meas)['roofline_tps']:.0f}" if bw_meas else "-"
-                lines.append(f"| {L} | {size:.2f} | {test} | {x['n_depth']} | {x['avg_ts']:.2f} ± {x['stddev_ts']:.2f} | "
+                inb = ("yes" if b["low"] <= x["avg_ts"] <= b["high"]
+                       else ("below" if x["avg_ts"] < b["low"] else "above"))
+                rm = (f"{speed_band(int(L), x['n_depth'], bandwidth_gbs=bw_meas)['roofline_tps']:.0f}"
+                      if bw_meas else "-")
+                lines.append(f"| {L} | {size:.2f} | {test} | {x['n_depth']} "
+                             f"| {x['avg_ts']:.2f} ± {x['stddev_ts']:.2f} | "
                              f"{b['low']:.0f}-{b['high']:.0f} ({b['mid']:.0f}) | {inb} | "
                              f"{(x['avg_ts'] / b['mid'] - 1) * 100:+.1f}% | "
                              f"{x['avg_ts'] / b['roofline_tps'] * 100:.0f}% | {rm} |")
@@ -329,7 +333,7 @@ def main() -> None:
         res = json.loads(Path(a.report).read_text())
         print(report(res), "\n")
         print(speed_table(res), "\n")
-        for e, s in worst_errors(res)[:15]:
+        for _e, s in worst_errors(res)[:15]:
             print("-", s)
         return
     if a.dry_run:
@@ -345,7 +349,8 @@ def main() -> None:
         for L in layers:
             for d in (0, 8192):
                 b = speed_band(L, d)
-                print(f"{L:2d}L depth {d:5d}: weights read {b['weights_read'] / GB:.2f} GB + KV {b['kv_read'] / GB:.3f} GB"
+                print(f"{L:2d}L depth {d:5d}: weights read {b['weights_read'] / GB:.2f} GB "
+                      f"+ KV {b['kv_read'] / GB:.3f} GB"
                       f" -> roofline {b['roofline_tps']:.0f} t/s, band {b['low']:.0f}-{b['high']:.0f} t/s")
         return
 
@@ -372,8 +377,9 @@ def main() -> None:
     if "mem" in phases or "bench" in phases:
         v = subprocess.run([str(bindir / "llama-server"), "--version"], capture_output=True, text=True, check=False)
         res["build"] = (v.stdout + v.stderr).strip().replace("\n", "; ")
-        res["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                                            "--format=csv,noheader"], capture_output=True, text=True, check=False).stdout.strip()
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, check=False)
+        res["nvidia_smi"] = smi.stdout.strip()
         if "copy_bw_gbs" not in res:
             res["copy_bw_gbs"] = copy_bandwidth()
         save()

@@ -6,7 +6,8 @@ llama-server on the CPU with ``-lv 4``, read the buffer sizes it prints at start
 (CPU_Mapped / CPU_REPACK model buffers, KV, recurrent R/S, compute, output), stop it, and
 compare each with fit()'s prediction for a CPU rig.
 
-    .venv/bin/python benchmarks/fit_vs_llamacpp.py [--llama-server PATH] [--set calibration|heldout|structure|issue6|issue6-heldout|all]
+    .venv/bin/python benchmarks/fit_vs_llamacpp.py [--llama-server PATH]
+        [--set calibration|heldout|structure|issue6|issue6-heldout|all]
         [--out benchmarks/fit_vs_llamacpp.md] [--raw benchmarks/fit_vs_llamacpp.json]
 
 The compute-buffer constants in engineroom/fit.py were fitted on the "calibration" set and
@@ -200,7 +201,7 @@ def this_cpu_features() -> tuple[frozenset[str], str]:
     try:
         from engineroom.cpuprobe import probe_cpu
         return frozenset(probe_cpu().usable), "engineroom.cpuprobe.probe_cpu().usable"
-    except Exception:
+    except Exception:  # noqa: BLE001 - any probe failure falls back to /proc/cpuinfo
         flags: set[str] = set()
         try:
             for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -465,7 +466,8 @@ def amx_rows(path: Path) -> list[dict]:
 
 def amx_table(rows: list[dict]) -> str:
     cols = [("weights", "CPU_Mapped"), ("weights_amx", "AMX"), ("weights_repack", "CPU_REPACK"), ("compute", "compute")]
-    lines = ["| shape (2 layers, vocab 2048) | weights | flags | " + " | ".join(f"{c} pred / meas (err)" for _, c in cols) + " |",
+    lines = ["| shape (2 layers, vocab 2048) | weights | flags | "
+             + " | ".join(f"{c} pred / meas (err)" for _, c in cols) + " |",
              "|" + "---|" * (3 + len(cols))]
     for r in rows:
         cells = [f"{r['pred'][k]:.2f} / {r['meas'][k]:.2f} ({err(r['pred'][k], r['meas'][k]):+.2f}%)"

@@ -53,7 +53,8 @@ def main() -> int:
         calls, answered, no_fit = sweep(cat)
         times.append(time.perf_counter() - t0)
     best, med = min(times), statistics.median(times)
-    print(f"{len(cat.models)} models x {len(cat.hardware)} hardware classes x {len(cat.engines)} engines = {calls} plan() calls "
+    print(f"{len(cat.models)} models x {len(cat.hardware)} hardware classes x {len(cat.engines)} engines "
+          f"= {calls} plan() calls "
           f"({answered} with plans, {no_fit} with no fitting config)")
     print(f"sweep time over {args.repeat} runs: best {best:.3f} s, median {med:.3f} s, worst {max(times):.3f} s "
           f"(python {platform.python_version()}, {platform.machine()})")

@@ -91,7 +91,8 @@ def table(times: dict[str, list[float]]) -> list[str]:
     out.append("")
     for name, fn in (("median", statistics.median), ("mean", statistics.fmean)):
         full, normal = fn(times["FULL"]), fn(times["NORMAL"])
-        out.append(f"FULL / NORMAL {name} per record: {full / normal:.2f}x (+{(full - normal) * 1000:.3f} ms a record).")
+        out.append(f"FULL / NORMAL {name} per record: {full / normal:.2f}x "
+                   f"(+{(full - normal) * 1000:.3f} ms a record).")
     return out
 
 
@@ -112,7 +113,8 @@ def main() -> int:
         times = measure(Path(folder), args.records, args.block)
         seconds = time.time() - t0
         record_bytes = len(json.dumps(sample_record(random.Random(7), 0), separators=(",", ":")))
-    meta = {"date": time.strftime("%Y-%m-%d"), "python": platform.python_version(), "sqlite": __import__("sqlite3").sqlite_version,
+    meta = {"date": time.strftime("%Y-%m-%d"), "python": platform.python_version(),
+            "sqlite": __import__("sqlite3").sqlite_version,
             "machine": platform.machine(), "cpu_count": os.cpu_count(), "dir": str(base), "record_bytes": record_bytes,
             "seconds": round(seconds, 1), "argv": sys.argv[1:]}
     print(f"{args.records} records of {record_bytes} bytes per mode, in {base} (SQLite {meta['sqlite']})")

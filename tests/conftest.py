@@ -15,8 +15,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -94,13 +94,15 @@ def er_home() -> Path:
     return Path(os.environ["ENGINEROOM_HOME"])
 
 
-def run_cli(*args: str, timeout: float = 600, env: dict | None = None, check: bool = False) -> subprocess.CompletedProcess:
+def run_cli(*args: str, timeout: float = 600, env: dict | None = None,
+            check: bool = False) -> subprocess.CompletedProcess:
     """Run the real `engineroom` console command in a subprocess (as a user would)."""
     cmd = [sys.executable, "-m", "engineroom.cli", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "COLUMNS": "200", **(env or {})})
     if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(args)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+        raise AssertionError(f"{' '.join(args)} exited {proc.returncode}\n"
+                             f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc
 
 
@@ -148,7 +150,6 @@ def real_llama_server(binary, model: Path, *extra: str, log_path: Path, ctx: int
     """
     from engineroom import launch
     from engineroom.engines import llamacpp
-
     from engineroom.engines.base import LaunchOptions
 
     # ctx is the whole cache (-c), shared by the engine's default slots

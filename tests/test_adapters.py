@@ -64,10 +64,11 @@ def test_engine_specific_names_occur_only_in_their_adapter():
     offenders = []
     for eng in engines.all_engines():
         own = getattr(eng.impl, "OWN_NAMES", ())
-        home = Path(eng.impl.__file__).resolve() if hasattr(eng.impl, "__file__") else None
+        home = Path(eng.impl.__file__).resolve()
+        home_dir = home.parent if hasattr(eng.impl, "__path__") else None   # an adapter package: all of it
         assert own, f"{eng.name}'s adapter declares no OWN_NAMES"
         for path in SRC.rglob("*.py"):
-            if path.resolve() == home:
+            if path.resolve() == home or (home_dir is not None and home_dir in path.resolve().parents):
                 continue
             for line, literal in _string_literals(path):
                 rel = str(path.relative_to(SRC))
@@ -145,7 +146,9 @@ def _plugin_catalog() -> str:
 def test_an_out_of_tree_adapter_is_discovered_and_launched(tmp_path, llama_server_binary, smollm2):
     _plugin(tmp_path, "plugin", entry="engineroom_plugin_engine", body=textwrap.dedent(PLUGIN_ADAPTER),
             catalog=_plugin_catalog())
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH", "")]))}
+    # its own state folder: a session-wide managed server may be running beside it
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH", "")])),
+           "ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
     listed = run_cli("engines", "--json", env=env)
     rows = {r["engine"]: r for r in json.loads(listed.stdout)}
     assert rows["llama-server-plugin"]["adapter"].endswith("(engineroom-plugin-engine 0.1)")
@@ -161,6 +164,15 @@ def test_an_out_of_tree_adapter_is_discovered_and_launched(tmp_path, llama_serve
         assert abs(rows["kv_cache"]["error_pct"]) < 1.0
     finally:
         run_cli("down", env=env)
+
+
+@pytest.fixture
+def own_state(tmp_path, monkeypatch) -> dict:
+    """A state folder of the test's own (in-process and for the CLI): the session's managed server
+    may be running beside it."""
+    state = tmp_path / "own-state"
+    monkeypatch.setenv("ENGINEROOM_STATE_DIR", str(state))
+    return {"ENGINEROOM_STATE_DIR": str(state)}
 
 
 # --------------------------------------------------------------------------- memory the engine reports
@@ -207,7 +219,8 @@ def _priorities() -> list[str]:
 
 
 @pytest.mark.parametrize("priority", _priorities())
-def test_each_priority_on_this_machine_launches_its_pick_or_says_why(priority, llama_server_binary, smollm2):
+def test_each_priority_on_this_machine_launches_its_pick_or_says_why(priority, llama_server_binary, smollm2,
+                                                                      own_state):
     """Every priority's pick for SmolLM2 on this CPU: launched by the real llama-server when it is
     an engine engineroom drives; otherwise one sentence naming the engine."""
     from engineroom.errors import NotFound
@@ -231,8 +244,9 @@ def test_each_priority_on_this_machine_launches_its_pick_or_says_why(priority, l
         launch.down()
 
 
-def test_up_priority_launches_the_plan_and_shows_predicted_vs_measured(llama_server_binary, smollm2):
-    proc = run_cli("up", "smollm2-135m", "--priority", "balanced", "--port", "0", "-t", "2", "--json", timeout=300)
+def test_up_priority_launches_the_plan_and_shows_predicted_vs_measured(llama_server_binary, smollm2, own_state):
+    proc = run_cli("up", "smollm2-135m", "--priority", "balanced", "--port", "0", "-t", "2", "--json", timeout=300,
+                   env=own_state)
     assert proc.returncode == 0, proc.stderr
     try:
         state = json.loads(proc.stdout)
@@ -244,7 +258,7 @@ def test_up_priority_launches_the_plan_and_shows_predicted_vs_measured(llama_ser
         for name in ("weights", "kv_cache", "compute"):       # fit matches llama-server's own buffer lines
             assert rows[name]["measured_bytes"] > 0 and abs(rows[name]["error_pct"]) < 1.0, rows[name]
         assert rows["total"]["measured_bytes"] > 0
-        text = run_cli("status").stdout
+        text = run_cli("status", env=own_state).stdout
         assert "fit's prediction vs the engine's report" in text and "kv_cache" in text
         from engineroom.store import Store
 
@@ -254,23 +268,23 @@ def test_up_priority_launches_the_plan_and_shows_predicted_vs_measured(llama_ser
             stored = {r["payload"]["component"]: r["payload"] for r in store.records(run["id"], "memory_component")}
         assert stored["kv_cache"]["measured_bytes"] == rows["kv_cache"]["measured_bytes"]
     finally:
-        run_cli("down")
+        run_cli("down", env=own_state)
 
 
-def test_explicit_flags_override_the_plan(llama_server_binary, smollm2):
+def test_explicit_flags_override_the_plan(llama_server_binary, smollm2, own_state):
     proc = run_cli("up", "smollm2-135m", "--priority", "balanced", "--ctx", "1024", "--port", "0", "-t", "2",
-                   "--json", timeout=300)
+                   "--json", timeout=300, env=own_state)
     try:
         assert proc.returncode == 0, proc.stderr
         argv = json.loads(proc.stdout)["argv"]
         pick = flows.pick_from_plan("smollm2-135m", priority="balanced")
         assert argv[argv.index("-c") + 1] == str(1024 * pick.settings["n_seqs"])
     finally:
-        run_cli("down")
+        run_cli("down", env=own_state)
 
 
-def test_recipe_prints_the_launch_without_running_it(tmp_path):
-    proc = run_cli("recipe", "smollm2-135m", "--priority", "balanced", "--json")
+def test_recipe_prints_the_launch_without_running_it(tmp_path, own_state):
+    proc = run_cli("recipe", "smollm2-135m", "--priority", "balanced", "--json", env=own_state)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["engine"] == "llama.cpp" and "-np" in out["argv"] and out["predicted_memory"]["total"] > 0

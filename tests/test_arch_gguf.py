@@ -247,7 +247,7 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:   # keep pytest output clean
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server API
+    def do_GET(self) -> None:
         path = self.root / self.path.lstrip("/")
         if not path.is_file():
             self.send_error(404)

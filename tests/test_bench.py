@@ -233,7 +233,8 @@ def _code_strings_and_names(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
                 docstrings.add(id(first.value))
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -486,7 +487,8 @@ def test_runner_against_honest_stand_in_streams_records_and_agrees(tmp_path):
     # sampler values and the adapter's full-length field were sent explicitly on every request
     assert len(stand_in.requests) == 6
     for body in stand_in.requests:
-        assert (body["temperature"], body["top_p"], body["top_k"], body["min_p"], body["seed"]) == (0.6, 0.95, 20, 0.0, 7)
+        sampling = (body["temperature"], body["top_p"], body["top_k"], body["min_p"], body["seed"])
+        assert sampling == (0.6, 0.95, 20, 0.0, 7)
         assert body["ignore_eos"] is True and body["stream"] is True and body["model"] == "stand-in-model"
     assert conditions["bench"]["full_length_body"] == {"ignore_eos": True}
     assert conditions["bench"]["full_length_reason"] == "test stand-in"

@@ -29,9 +29,11 @@ def mutated(raw, file, fn):
 
 def test_catalog_loads_and_qwen_first(cat):
     assert cat.models[0].id == "qwen3.6-27b"
-    assert {m.id for m in cat.models} >= {"qwen3.6-27b", "qwen3.6-35b-a3b", "llama-3.1-8b", "smollm2-135m", "gemma-3-270m"}
+    assert {m.id for m in cat.models} >= {"qwen3.6-27b", "qwen3.6-35b-a3b", "llama-3.1-8b", "smollm2-135m",
+                                          "gemma-3-270m"}
     assert {e.id for e in cat.engines} == {"vllm", "llama.cpp", "ik_llama.cpp", "sglang"}
-    assert {"3090", "3090ti", "4090", "5090", "a6000", "a100", "h100", "h200", "m3max", "cpu"} <= {h.id for h in cat.hardware}
+    hardware = {"3090", "3090ti", "4090", "5090", "a6000", "a100", "h100", "h200", "m3max", "cpu"}
+    assert hardware <= {h.id for h in cat.hardware}
     assert {p.id for p in cat.priorities} >= {"full-features", "max-context", "leanest-vram", "concurrent-throughput",
                                               "non-nvidia", "fastest-cold-start", "multi-tenant"}
 
@@ -83,7 +85,8 @@ def test_unknown_engine_in_quant_is_rejected(raw):
 def test_qwen_quant_table_complete_with_sources(cat):
     m = cat.model("qwen3.6-27b")
     by = {q.id: q for q in m.quants}
-    assert set(by) >= {"autoround-int4", "gptq-int4", "awq-int4", "fp8", "nvfp4", "bf16", "Q4_K_M", "UD-Q3_K_XL", "Q3_K_M", "IQ4_KS"}
+    assert set(by) >= {"autoround-int4", "gptq-int4", "awq-int4", "fp8", "nvfp4", "bf16", "Q4_K_M", "UD-Q3_K_XL",
+                       "Q3_K_M", "IQ4_KS"}
     assert {q.format for q in m.quants} == {"gguf", "autoround", "gptq", "awq", "fp8", "nvfp4", "bf16"}
     assert by["IQ4_KS"].engines == ("ik_llama.cpp",)
     assert by["IQ4_KS"].quality.tier >= by["Q4_K_M"].quality.tier and by["IQ4_KS"].quality.source
@@ -131,8 +134,9 @@ def test_drafters_and_priorities(cat):
 
 
 def test_invalid_yaml_is_one_sentence(tmp_path):
-    from engineroom.catalog import CATALOG_DIR
     import shutil
+
+    from engineroom.catalog import CATALOG_DIR
 
     root = tmp_path / "cat"
     shutil.copytree(CATALOG_DIR, root, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
@@ -168,7 +172,7 @@ def test_unknown_key_in_a_kv_dtype_says_did_you_mean(raw):
 def test_ggml_kv_dtypes_match_gguf_block_sizes(cat):
     """Every ggml-type KV dtype in the catalog costs block bytes / block elements; the types
     mainline ggml lacks (ik_llama.cpp's q6_0, q8_KV) say where their number comes from."""
-    gguf = pytest.importorskip("gguf")
+    import gguf  # a declared dependency
     checked = set()
     for e in cat.engines:
         if e.memory_model != "llama_buffers":

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-
 from engineroom.checks import SMOKE_CHECKS, CheckResult, run_smoke
 from engineroom.client import OpenAIClient
 from engineroom.engines.base import Capabilities, ServerInfo

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from conftest import run_cli
 from engineroom import paths
 
+from conftest import run_cli
 
 
 def _checks(out: dict) -> dict[str, dict]:
@@ -210,7 +210,7 @@ def test_up_verify_and_down_with_a_dead_proxy_in_the_environment(llama_server_bi
     from engineroom.launch import free_port
 
     proxy = "http://127.0.0.1:9"
-    env = {var: proxy for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")}
+    env = dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"), proxy)
     env.update(NO_PROXY="", no_proxy="", ENGINEROOM_STATE_DIR=str(er_home / "proxy-state"))
     started = time.time()
     up = run_cli("up", "smollm2-135m", "--ctx", "2048", "--port", str(free_port()), "--threads", "2",

@@ -11,7 +11,8 @@ import http.server
 import json
 import socket
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -101,7 +102,7 @@ class StandInServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> "StandInServer":
+    def __enter__(self) -> StandInServer:
         self.thread.start()
         return self
 

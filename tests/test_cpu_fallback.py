@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
 from engineroom import cpuprobe, flows, launch
 from engineroom.engines import llamacpp
 from engineroom.errors import EngineFailed, NotFound
 
+from conftest import run_cli
 
 SIGILL_SENTENCE = "crashed: SIGILL, illegal instruction — usually a CPU feature the binary uses but this machine lacks"
 
@@ -93,7 +93,8 @@ def test_the_probe_changes_nothing_where_amx_runs_or_is_absent(llama_server_bina
     if "amx" in probe.traps:
         pytest.skip("this machine really traps AMX: the forced test above is the real case here")
     assert llamacpp.cpu_adjustments(probe) == []
-    assert llamacpp.cpu_adjustments(replace(probe, results={**probe.results, "amx": "trap: SIGILL"}))[0].args == ("-nr",)
+    trapping = replace(probe, results={**probe.results, "amx": "trap: SIGILL"})
+    assert llamacpp.cpu_adjustments(trapping)[0].args == ("-nr",)
     # the user's own -nr (or LLAMA_ARG_REPACK=0) needs no change
     assert llamacpp.cpu_adjustments(replace(probe, results={**probe.results, "amx": "trap: SIGILL"}), ["-nr"]) == []
 

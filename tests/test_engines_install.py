@@ -18,14 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
 from engineroom import cpuprobe
 from engineroom.engines import build, llamacpp
 from engineroom.errors import BadInput, EngineFailed, NotFound
 
+from conftest import run_cli
+
 
 def test_progress_lines_of_ninja_and_make():
-    assert build.parse_progress("[12/218] Building CXX object ggml/src/ggml.c.o") == (12 / 218, "Building CXX object ggml/src/ggml.c.o")
+    assert build.parse_progress("[12/218] Building CXX object ggml/src/ggml.c.o") == (
+        12 / 218, "Building CXX object ggml/src/ggml.c.o")
     assert build.parse_progress("[ 45%] Building C object x.o") == (0.45, "Building C object x.o")
     assert build.parse_progress("-- Configuring done") is None
 
@@ -82,7 +84,7 @@ class _PyPIStandIn(http.server.BaseHTTPRequestHandler):
     archive: bytes = b""
     sha256: str = ""
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         if self.path == "/pypi/demo-pkg/json":
             body = json.dumps({"releases": {"1.0": [{
                 "packagetype": "sdist", "filename": "demo-pkg-1.0.tar.gz", "url": "../../files/demo-pkg-1.0.tar.gz",

@@ -9,8 +9,8 @@ import pytest
 from engineroom.arch import LayerKind
 from engineroom.errors import BadInput
 from engineroom.fit import (
-    MiB,
     FitRequest,
+    MiB,
     fit,
     kv_bytes_per_elem,
     max_concurrency,
@@ -534,7 +534,8 @@ def test_kv_type_whose_block_does_not_divide_the_head_is_refused_with_the_engine
     f = fit(a, _req(kv_dtype="q4_0"), CPU)
     assert f.verdict == "does_not_fit"
     assert "K cache type q4_0 with block size 32 does not divide n_embd_head_k=80" in f.binding
-    assert kv_refusal(a, _req(kv_dtype="q8_0")) == "K cache type q8_0 with block size 32 does not divide n_embd_head_k=80"
+    assert kv_refusal(a, _req(kv_dtype="q8_0")) == ("K cache type q8_0 with block size 32 does not divide "
+                                                     "n_embd_head_k=80")
     assert kv_refusal(a, _req(kv_dtype="f16")) is None and fit(a, _req(), CPU).verdict == "fits"
     # MLA: K = kv_lora_rank + rope (288), V = kv_lora_rank (256): both multiples of 32
     assert kv_refusal(SHAPES["dsv2"], _req(kv_dtype="q4_0")) is None

@@ -14,7 +14,8 @@ def test_two_3090s():
     rig = parse_rig("2x3090")
     assert rig.n_gpus == 2 and rig.label == "2x3090"
     g = rig.gpus[0]
-    assert (g.name, g.vram_bytes, g.bandwidth_gbs, g.compute_capability, g.vendor) == ("RTX 3090", 24_000_000_000, 936, "8.6", "nvidia")
+    assert (g.name, g.vram_bytes, g.bandwidth_gbs, g.compute_capability, g.vendor) == (
+        "RTX 3090", 24_000_000_000, 936, "8.6", "nvidia")
 
 
 def test_h200_mixed_cpu_and_apple():
@@ -28,7 +29,8 @@ def test_h200_mixed_cpu_and_apple():
     assert mac.gpus[0].vram_bytes == 96_000_000_000 and mac.gpus[0].bandwidth_gbs == 400
 
 
-@pytest.mark.parametrize("spec", ["0x3090", "9x", "foo", "cpu:-3GB", "", "2x3090:48GB", "99x3090", "cpu:64GB+cpu:32GB", "3090+m3max:64GB"])
+@pytest.mark.parametrize("spec", ["0x3090", "9x", "foo", "cpu:-3GB", "", "2x3090:48GB", "99x3090", "cpu:64GB+cpu:32GB",
+                                  "3090+m3max:64GB"])
 def test_impossible_specs_are_one_sentence_with_known_classes(spec):
     with pytest.raises(BadInput) as err:
         parse_rig(spec)
@@ -77,7 +79,8 @@ def test_detection_with_fake_nvml(monkeypatch):
     rig = detect_rig()
     assert rig.n_gpus == 2 and rig.driver == "580.1" and rig.p2p is True and rig.nvlink is False
     g = rig.gpus[0]
-    assert g.hw_class == "3090" and g.bandwidth_gbs == 936 and g.free_bytes == 23_000_000_000 and g.compute_capability == "8.6"
+    assert g.hw_class == "3090" and g.bandwidth_gbs == 936 and g.free_bytes == 23_000_000_000
+    assert g.compute_capability == "8.6"
 
 
 def test_resolve_rig_defaults_to_this_machine():
@@ -93,7 +96,8 @@ def test_contract_fields_kept():
 
 # ---- the CPU: model name, threads, memory bandwidth (what plan assumes) ----------------
 
-X86_CPUINFO = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC  9B14 96-Core Processor\nflags\t: fpu\n"
+X86_CPUINFO = ("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC  9B14 96-Core Processor\n"
+               "flags\t: fpu\n")
 ARM_CPUINFO = "processor\t: 0\nBogoMIPS\t: 108.00\nFeatures\t: fp asimd\nModel\t\t: Raspberry Pi 5 Model B Rev 1.0\n"
 
 
@@ -154,9 +158,9 @@ def test_detected_cpu_rig_says_model_threads_and_bandwidth_source(monkeypatch):
 def test_cli_hardware_shows_cpu_model_and_assumed_bandwidth():
     import json as _json
 
-    from conftest import run_cli
-
     from engineroom.hardware import cpu_model_name
+
+    from conftest import run_cli
 
     j = run_cli("hardware", "--json")
     assert j.returncode == 0, j.stderr

@@ -19,10 +19,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import run_cli
 from engineroom import launch
 from engineroom.engines import llamacpp
 
+from conftest import run_cli
 
 
 @pytest.fixture(autouse=True)
@@ -175,9 +175,11 @@ def test_soname_links_made_outside_site_packages(tmp_path):
 
 
 def test_classify_failure_patterns():
-    assert llamacpp.classify_failure("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000 MiB: cudaMalloc failed: out of memory") == "out of memory"
+    assert llamacpp.classify_failure("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000 MiB: "
+                                     "cudaMalloc failed: out of memory") == "out of memory"
     assert llamacpp.classify_failure("error: invalid argument: --bogus") == "bad flag"
-    assert llamacpp.classify_failure("llama_model_load: error loading model architecture: unknown model architecture: 'foo'") == "unsupported model"
+    assert llamacpp.classify_failure("llama_model_load: error loading model architecture: "
+                                     "unknown model architecture: 'foo'") == "unsupported model"
     assert llamacpp.classify_failure("nothing to see") .startswith("unknown")
 
 

@@ -9,13 +9,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 
 from engineroom.catalog import load_catalog
 from engineroom.errors import BadInput
 from engineroom.fit import BITS_PER_WEIGHT
 from engineroom.hardware import parse_rig
 from engineroom.plan import class_quality, fit_one, how_to_choose, plan, resolve_model
+
+from conftest import run_cli
 
 CONFIGS = Path(__file__).resolve().parent / "fixtures" / "configs"
 LLAMA = str(CONFIGS / "llama-3.1-8b.json")
@@ -27,7 +28,6 @@ LLAMA_ENGINES = ("llama.cpp", "ik_llama.cpp")
 @pytest.fixture(scope="module")
 def synth_gguf(tmp_path_factory) -> Path:
     """A random-weight Q4_K_M GGUF of a small real-shaped dense model (byte-level vocab)."""
-    pytest.importorskip("gguf")
     from engineroom.synth import SHAPES, write_synthetic_gguf
 
     with pytest.MonkeyPatch.context() as mp:
@@ -124,7 +124,8 @@ def test_moe_decode_reads_the_active_experts_only():
 
 
 def test_gguf_without_tensors_is_one_sentence(tmp_path: Path):
-    gguf = pytest.importorskip("gguf")
+    import gguf  # a declared dependency
+
     path = tmp_path / "vocab-only.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(2)
@@ -301,7 +302,7 @@ def test_plan_never_recommends_a_kv_type_the_engine_refuses():
     for prio in cat.priorities:
         try:
             plans = plan(subject, parse_rig("cpu:64GB"), prio.id, engine="llama.cpp", limit=5)
-        except Exception as err:   # a priority nothing satisfies on a CPU is fine; a refused KV is not
+        except Exception as err:  # noqa: BLE001 - a priority nothing satisfies on a CPU is fine; a refused KV is not
             assert "q4_0" not in str(err) or "refuses" in str(err)
             continue
         assert all(p.kv_dtype == "f16" for p in plans), [(p.kv_dtype, prio.id) for p in plans]

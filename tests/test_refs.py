@@ -76,7 +76,8 @@ def test_hf_file_repo_and_url_forms():
     src = f.arch_source()                    # not pulled: the hub's URL at that revision
     assert src.kind is SourceKind.GGUF_URL and "/resolve/v2/sub/Qwen3.6-27B-Q4_K_M.gguf" in src.location
     r = refs.parse("Qwen/Qwen3.6-27B@" + COMMIT)
-    assert (r.kind, r.repo, r.revision, r.format) == (RefKind.HF_REPO, "Qwen/Qwen3.6-27B", COMMIT, ModelFormat.CHECKPOINT)
+    assert (r.kind, r.repo, r.revision, r.format) == (RefKind.HF_REPO, "Qwen/Qwen3.6-27B", COMMIT,
+                                                      ModelFormat.CHECKPOINT)
     assert r.arch_source() == refs.ArchSource(SourceKind.HUB_CONFIG, "Qwen/Qwen3.6-27B", COMMIT, "Qwen/Qwen3.6-27B")
     u = refs.parse("https://example.com/models/tiny-Q8_0.gguf")
     assert (u.kind, u.name, u.arch_source().location) == (RefKind.URL, "tiny-Q8_0", "https://example.com/models/tiny-Q8_0.gguf")
@@ -142,7 +143,8 @@ def test_a_pulled_revision_is_served_and_read_but_not_another(tmp_path, monkeypa
     v1 = models.resolve("hf:org/cached-repo/m.gguf@v1")
     _copy(gguf_file, v1.path)
     _, served = models.local_model(v1.raw, download=False)
-    assert served == v1.path and v1.arch_source() == refs.ArchSource(SourceKind.GGUF, str(v1.path), name="org/cached-repo/m.gguf")
+    assert served == v1.path
+    assert v1.arch_source() == refs.ArchSource(SourceKind.GGUF, str(v1.path), name="org/cached-repo/m.gguf")
     with pytest.raises(NotFound, match="not cached"):
         models.local_model("hf:org/cached-repo/m.gguf@v2", download=False)
     listed = {m.name for m in models.list_cached()}

@@ -111,7 +111,8 @@ def test_card_bench_section_recomputed_from_records(stored_run):
     # agreement: narrative engine +20% -> warning; code +1% -> fine
     assert re.search(r"⚠ narrative: WARNING: engine-reported decode 50\.40 tok/s differs from the "
                      r"client-measured inter-token rate 42\.00 tok/s by \+20\.0%", card)
-    assert "- code: client inter-token 31.00 tok/s vs engine 31.31 tok/s (median per-request +1.0%, within 5%; n=3)." in card
+    assert ("- code: client inter-token 31.00 tok/s vs engine 31.31 tok/s "
+            "(median per-request +1.0%, within 5%; n=3).") in card
     assert card.count("differs from the client-measured") == 1   # not repeated in the notes
     # inter-token gaps pooled over 40, 42, 44 tok/s: 25.0, 23.8, 22.7 ms, 63 of each
     assert "| 23.8 / 25.0 |" in row

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import run_cli
 
 from engineroom import apikey
 from engineroom.engines import llamacpp
 from engineroom.errors import BadInput
 from engineroom.report.redaction import MASK, redact, redact_argv, redact_data
+
+from conftest import run_cli
 
 
 def _key() -> str:

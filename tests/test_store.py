@@ -234,7 +234,7 @@ def test_schema_2_bench_run_is_rewritten_raw_and_its_card_still_reads(db):
     store = Store(db)
     assert store.schema_version == 3
     bench = store.records(1, kind="bench_request")
-    for rec, before in zip(bench, old):
+    for rec, before in zip(bench, old, strict=True):
         p = rec["payload"]
         for gone in ("ttft_s", "wall_s", "last_token_s", "decode_tps", "wall_tps", "decode_window_s",
                      "engine_timings", "ignore_eos", "max_tokens", "started_unix"):

@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import gguf
 import pytest
 
-gguf = pytest.importorskip("gguf")
-
-from engineroom.arch import LayerKind  # noqa: E402
-from engineroom.errors import BadInput  # noqa: E402
-from engineroom.synth import (  # noqa: E402
+from engineroom.arch import LayerKind
+from engineroom.errors import BadInput
+from engineroom.synth import (
     SHAPES,
     arch_with_tensors,
     gguf_arch_name,
@@ -105,9 +104,7 @@ def test_unsupported_inputs():
 def test_roundtrip_through_arch_from_gguf(tmp_path: Path):
     """synth -> GGUF -> arch.arch_from_gguf gives the same layer kinds, tensor bytes (in file
     order, which fit's CPU_Mapped range needs) and therefore the same fit."""
-    arch_mod = pytest.importorskip("engineroom.arch")
-    if not hasattr(arch_mod, "arch_from_gguf"):
-        pytest.skip("arch_from_gguf not available")
+    import engineroom.arch as arch_mod
     from engineroom.fit import FitRequest, fit
     from engineroom.hardware import Rig
 

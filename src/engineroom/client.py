@@ -18,8 +18,9 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 
@@ -212,7 +213,7 @@ class OpenAIClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "OpenAIClient":
+    def __enter__(self) -> OpenAIClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -47,7 +47,8 @@ FEATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 _CODE: dict[str, bytes] = {
     "avx2": bytes.fromhex("c5fdefc0" "c5f877" "c3"),                 # vpxor ymm0; vzeroupper; ret
     "avx512f": bytes.fromhex("62f17d48efc0" "c5f877" "c3"),          # vpxord zmm0; vzeroupper; ret
-    "amx": bytes.fromhex("c4e2784907" "c4e27b49c0" "c4e27849c0" "c3"),  # ldtilecfg [rdi]; tilezero tmm0; tilerelease; ret
+    # ldtilecfg [rdi]; tilezero tmm0; tilerelease; ret
+    "amx": bytes.fromhex("c4e2784907" "c4e27b49c0" "c4e27849c0" "c3"),
     "ud2": bytes.fromhex("0f0b"),   # always SIGILL: lets a test see the trap path on any x86-64 machine
 }
 
@@ -95,7 +96,7 @@ class CpuProbe:
 
 
 def _cpuinfo() -> tuple[str, frozenset[str]]:
-    model, flags = platform.processor() or platform.machine(), frozenset()
+    model, flags = platform.processor() or platform.machine(), frozenset[str]()
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -128,8 +129,8 @@ def _signal_name(code: int) -> str:
 
 def _run_one(feature: str, timeout: float = 20.0) -> str:
     try:
-        proc = subprocess.run([sys.executable, "-c", f"from engineroom.cpuprobe import _execute; _execute({feature!r})"],
-                              capture_output=True, text=True, timeout=timeout)
+        code = f"from engineroom.cpuprobe import _execute; _execute({feature!r})"
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return "unknown: the probe did not finish"
     except OSError as exc:

@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from .errors import BadInput
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .catalog import Catalog, HardwareClass
 
 GB = 1_000_000_000
 MAX_GPUS_PER_CLASS = 16
@@ -65,18 +71,18 @@ _ITEM = re.compile(
 )
 
 
-def _known(cat) -> str:
+def _known(cat: Catalog) -> str:
     return ", ".join(h.id for h in cat.hardware)
 
 
-def _bad(spec: str, why: str, cat) -> BadInput:
+def _bad(spec: str, why: str, cat: Catalog) -> BadInput:
     return BadInput(
         f"rig spec '{spec}' {why}; write e.g. 2x3090, 1xH200, 3090+4090, cpu:64GB or "
         f"m3max:128GB with a known class: {_known(cat)}."
     )
 
 
-def parse_rig(spec: str, catalog=None) -> Rig:
+def parse_rig(spec: str, catalog: Catalog | None = None) -> Rig:
     """Turn "2x3090", "3090+4090", "cpu:64GB", "m3max:128GB" into a Rig from catalog classes."""
     from .catalog import load_catalog
 
@@ -105,6 +111,7 @@ def parse_rig(spec: str, catalog=None) -> Rig:
         if hw.kind == "gpu":
             if size_gb is not None:
                 raise _bad(spec, f"gives a memory size for {hw.id}, whose VRAM is fixed at {hw.vram_gb:g} GB", cat)
+            assert hw.vram_gb is not None      # the catalog schema requires it of a gpu class
             gpus.extend(
                 GpuSpec(name=hw.name, vram_bytes=int(hw.vram_gb * GB), bandwidth_gbs=hw.bandwidth_gbs,
                         compute_capability=hw.compute_capability, vendor=hw.vendor, hw_class=hw.id)
@@ -198,8 +205,8 @@ def probe_copy_bandwidth(threads: int, mib: int = BW_PROBE_MIB, reps: int = BW_P
     for _ in range(reps):
         barrier = threading.Barrier(threads + 1)
 
-        def work(src, dst) -> None:
-            barrier.wait()
+        def work(src: np.ndarray, dst: np.ndarray) -> None:
+            barrier.wait()  # noqa: B023 - the threads are joined within this iteration
             np.copyto(dst, src)
 
         pool = [threading.Thread(target=work, args=p) for p in pairs]
@@ -215,7 +222,7 @@ def probe_copy_bandwidth(threads: int, mib: int = BW_PROBE_MIB, reps: int = BW_P
 
 
 def cpu_bandwidth(threads: int, *, refresh: bool = False, model: str | None = None, logical: int | None = None,
-                  ram: int | None = None) -> dict | None:
+                  ram: int | None = None) -> dict[str, Any] | None:
     """This machine's measured copy bandwidth per thread count (1 and ``threads``), from the
     per-machine cache or a fresh probe (about a second); None when probing is switched off
     (``$ENGINEROOM_NO_BW_PROBE=1``) or fails. The record says when and under what load."""
@@ -231,15 +238,15 @@ def cpu_bandwidth(threads: int, *, refresh: bool = False, model: str | None = No
     key = _probe_key(model, logical, ram or 0)
     cache = paths.cache_dir() / "hardware" / "cpu_bandwidth.json"
     try:
-        stored = json.loads(cache.read_text()) if cache.is_file() else {}
+        stored: dict[str, Any] = json.loads(cache.read_text()) if cache.is_file() else {}
     except (OSError, ValueError):
         stored = {}
     want = sorted({1, max(1, threads)})
-    rec = stored.get(key)
+    rec: dict[str, Any] | None = stored.get(key)
     load = os.getloadavg()
     # other programs only ever lower a copy probe: a record taken under load is probed
     # again once the machine is quieter, and each thread count keeps its best figure
-    busy = bool(rec) and rec.get("loadavg", [0])[0] > 1.0 and load[0] < rec["loadavg"][0] - 1.0
+    busy = bool(rec and rec.get("loadavg", [0])[0] > 1.0 and load[0] < rec["loadavg"][0] - 1.0)
     if rec and not refresh and not busy and all(str(t) in rec.get("gbs", {}) for t in want):
         return rec
     try:
@@ -264,9 +271,9 @@ def cpu_bandwidth(threads: int, *, refresh: bool = False, model: str | None = No
 # ---- this machine ---------------------------------------------------------------------
 
 
-def _match_class(name: str, cat) -> object | None:
+def _match_class(name: str, cat: Catalog) -> HardwareClass | None:
     norm = re.sub(r"[^a-z0-9]", "", name.lower())
-    best = None
+    best: tuple[int, HardwareClass] | None = None
     for h in cat.hardware:
         if h.kind != "gpu":
             continue
@@ -277,11 +284,11 @@ def _match_class(name: str, cat) -> object | None:
     return best[1] if best else None
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _nvml_gpus(cat) -> tuple[list[GpuSpec], str | None, bool | None, bool | None, list[str]]:
+def _nvml_gpus(cat: Catalog) -> tuple[list[GpuSpec], str | None, bool | None, bool | None, list[str]]:
     """GPUs through NVML; raises on any NVML failure (the caller turns it into a note)."""
     import pynvml
 
@@ -338,11 +345,11 @@ def _nvml_gpus(cat) -> tuple[list[GpuSpec], str | None, bool | None, bool | None
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:
+        except Exception:  # noqa: BLE001 - shutting NVML down is best effort; the result is already made
             pass
 
 
-def detect_rig(catalog=None, probe: bool | None = None) -> Rig:
+def detect_rig(catalog: Catalog | None = None, probe: bool | None = None) -> Rig:
     """This machine: NVIDIA GPUs through NVML, cores and RAM through psutil, the CPU's name
     (/proc/cpuinfo) and its memory bandwidth; never raises.
 
@@ -376,7 +383,7 @@ def detect_rig(catalog=None, probe: bool | None = None) -> Rig:
             notes.append("no NVIDIA GPU detected (NVML found 0 devices); planning for the CPU")
     except ImportError:
         notes.append("no NVIDIA GPU detected (the pynvml module is not installed); planning for the CPU")
-    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+    except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...: never raises
         reason = _text(exc) or type(exc).__name__
         notes.append(f"no NVIDIA GPU detected (NVML: {reason}); planning for the CPU")
     # the CPU's bandwidth sets decode speed only without GPUs: probe then (or when asked)
@@ -395,7 +402,7 @@ def detect_rig(catalog=None, probe: bool | None = None) -> Rig:
                cpu_bandwidth_by_threads=by_threads)
 
 
-def resolve_rig(spec: str | None, catalog=None) -> Rig:
+def resolve_rig(spec: str | None, catalog: Catalog | None = None) -> Rig:
     """A rig spec string, or this machine when ``spec`` is None / "auto" / "this"."""
     if spec is None or spec.strip().lower() in ("", "auto", "this", "local", "this-machine"):
         return detect_rig(catalog)
@@ -407,7 +414,8 @@ def with_free_memory_ignored(rig: Rig) -> Rig:
     return replace(rig, gpus=tuple(replace(g, free_bytes=None) for g in rig.gpus))
 
 
-__all__ = ["GpuSpec", "Rig", "cpu_bandwidth", "cpu_model_name", "detect_rig", "physical_cores", "probe_copy_bandwidth", "parse_rig", "resolve_rig", "with_free_memory_ignored", "field"]
+__all__ = ["GpuSpec", "Rig", "cpu_bandwidth", "cpu_model_name", "detect_rig", "physical_cores", "probe_copy_bandwidth",
+           "parse_rig", "resolve_rig", "with_free_memory_ignored", "field"]
 
 
 def gpu_memory_of(pids: set[int]) -> dict[int, int] | None:

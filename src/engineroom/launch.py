@@ -14,15 +14,16 @@ import socket
 import subprocess
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any
 
 import httpx
 import psutil
 
 from . import paths
-from .engines import adapter
+from .engines import Engine, adapter
 from .engines.base import UNKNOWN_FAILURE, LaunchSpec
 from .errors import BadInput, EngineFailed, NotFound
 
@@ -79,7 +80,7 @@ def read_state() -> ServerState | None:
 def _write_state(state: ServerState) -> None:
     """Keys are kept by reference (apikey.py); redaction masks any secret that got in anyway
     (an engine flag such as --hf-token after `--`), since the file outlives the process."""
-    from .report.redaction import redact_data
+    from .redaction import redact_data
 
     path = state_path()
     tmp = path.with_suffix(".tmp")
@@ -246,8 +247,8 @@ def up(
                                 returncode=second.returncode, detail=second.detail) from None
 
 
-def _up_once(spec: LaunchSpec, engine, *, timeout: float, on_wait, poll: float, on_spawn,
-             options: dict) -> ServerState:
+def _up_once(spec: LaunchSpec, engine: Engine, *, timeout: float, on_wait: Callable[[str, float], None] | None,
+             poll: float, on_spawn: Callable[[int], None] | None, options: dict) -> ServerState:
     if port_in_use(spec.host, spec.port):
         raise BadInput(f"port {spec.port} on {spec.host} is already in use; pick another with --port.")
     log_path = Path(spec.log_path or last_log())
@@ -314,7 +315,7 @@ def _up_once(spec: LaunchSpec, engine, *, timeout: float, on_wait, poll: float, 
         raise
 
 
-def measured_memory(engine, log_path: Path, pid: int) -> dict:
+def measured_memory(engine: Engine, log_path: Path, pid: int) -> dict:
     """What the engine reported allocating (its adapter reads its log), and NVML's per-GPU use
     by its process tree when a GPU is present; names as fit's components."""
     try:
@@ -342,7 +343,7 @@ def measured_memory(engine, log_path: Path, pid: int) -> dict:
     return out
 
 
-def update_state(state: ServerState, **fields) -> ServerState:
+def update_state(state: ServerState, **fields: Any) -> ServerState:
     """``state`` with ``fields`` changed, written back when it is still the managed server's."""
     from dataclasses import replace
 

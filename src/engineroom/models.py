@@ -328,7 +328,8 @@ def read_gguf_summary(path: Path) -> tuple[str, str, str, int | None]:
     except (TypeError, ValueError):
         ftype_name = str(ftype)
     ctx = kv.get(f"{arch}.context_length")
-    return arch, ftype_name, str(kv.get("general.size_label") or "?"), int(ctx) if isinstance(ctx, int) and ctx else None
+    size_label = str(kv.get("general.size_label") or "?")
+    return arch, ftype_name, size_label, int(ctx) if isinstance(ctx, int) and ctx else None
 
 
 def _cached_name(rel: tuple[str, ...], packaged: dict[str, PackagedModel]) -> str:

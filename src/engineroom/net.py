@@ -31,7 +31,7 @@ def is_loopback(url: str | httpx.URL) -> bool:
         address = ipaddress.ip_address(host)
     except ValueError:
         return False
-    if getattr(address, "ipv4_mapped", None) is not None:   # ::ffff:127.0.0.1
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:   # ::ffff:127.0.0.1
         address = address.ipv4_mapped
     return address.is_loopback or address.is_unspecified
 

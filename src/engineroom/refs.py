@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from urllib.parse import quote, urlsplit
+from urllib.parse import SplitResult, quote, urlsplit
 
 from . import paths
 from .errors import BadInput, NotFound
@@ -307,12 +307,13 @@ def _parse_hf_file(ref: str) -> ModelRef:
 
 
 def _parse_url(ref: str) -> ModelRef:
+    url: SplitResult | None
     try:
         url = urlsplit(ref)
         valid = bool(url.hostname)
     except ValueError:
-        valid = False
-    if not valid:
+        url, valid = None, False
+    if url is None or not valid:
         raise BadInput(f"{ref} is not a valid URL (it names no host).")
     if not url.path.lower().endswith(".gguf"):
         raise BadInput(f"{ref} is a URL that does not end in .gguf; only GGUF files are read over HTTP.")

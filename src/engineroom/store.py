@@ -49,9 +49,10 @@ import os
 import socket
 import sqlite3
 import threading
-from datetime import datetime, timezone
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from engineroom.errors import BadInput
 
@@ -161,7 +162,7 @@ assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _plain(value: Any) -> Any:
@@ -289,7 +290,8 @@ class Store:
                     if isinstance(exc, Exception):
                         raise BadInput(
                             f"Cannot upgrade the results database {self.path} from schema version "
-                            f"{target - 1} to {target} ({type(exc).__name__}: {exc}); it is left at version {target - 1}."
+                            f"{target - 1} to {target} ({type(exc).__name__}: {exc}); "
+                            f"it is left at version {target - 1}."
                         ) from exc
                     raise
 
@@ -302,7 +304,7 @@ class Store:
         with self._lock:
             self._db.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -28,8 +28,9 @@ try:
     import gguf
     from gguf import GGMLQuantizationType as T
 except ImportError:  # pragma: no cover
-    gguf = None  # type: ignore[assignment]
-    T = None  # type: ignore[assignment]
+    # gguf is a declared dependency; without it the module still imports and says so when used
+    gguf = None  # type: ignore[assignment]  # a module name set to None
+    T = None  # type: ignore[misc, assignment]  # an enum class name set to None
 
 ALIGN = 32
 def default_tokenizer_source() -> Path | None:
@@ -101,7 +102,8 @@ def _matrix_type(qt: str, ne0: int) -> str:
 def gguf_arch_name(arch: ModelArch) -> str:
     a = GGUF_ARCH.get(arch.architecture.lower())
     if a is None:
-        raise BadInput(f"Cannot synthesize architecture {arch.architecture!r}; supported: {', '.join(sorted(set(GGUF_ARCH.values())))}.")
+        raise BadInput(f"Cannot synthesize architecture {arch.architecture!r}; "
+                       f"supported: {', '.join(sorted(set(GGUF_ARCH.values())))}.")
     return a
 
 
@@ -216,21 +218,19 @@ def arch_with_tensors(arch: ModelArch, quant: str) -> ModelArch:
 
 @functools.lru_cache(maxsize=4)
 def _read_tokenizer(source: Path) -> tuple:
-    """Tokens, types, merges, pre, ids, template of a GGUF's tokenizer (cached: ~4 s to parse)."""
-    r = gguf.GGUFReader(str(source))
+    """Tokens, types, merges, pre, ids, template of a GGUF's tokenizer (cached), read with
+    engineroom's one GGUF reader keeping the long arrays."""
+    from .arch import read_gguf_header_local
 
-    def strings(key: str) -> list[str]:
-        f = r.fields[key]
-        return [bytes(f.parts[i]).decode("utf-8", errors="replace") for i in f.data]
+    kv = read_gguf_header_local(source, keep_arrays=True).kv
 
-    tokens = strings("tokenizer.ggml.tokens")
-    types = [int(r.fields["tokenizer.ggml.token_type"].parts[i][0]) for i in r.fields["tokenizer.ggml.token_type"].data]
-    merges = strings("tokenizer.ggml.merges")
-    pre = bytes(r.fields["tokenizer.ggml.pre"].parts[-1]).decode()
-    ids = {k: int(r.fields[f"tokenizer.ggml.{k}_token_id"].parts[-1][0]) for k in ("bos", "eos", "unknown", "padding")}
-    tmpl_f = r.fields.get("tokenizer.chat_template")
-    tmpl = bytes(tmpl_f.parts[-1]).decode() if tmpl_f else None
-    return tuple(tokens), tuple(types), tuple(merges), pre, ids, tmpl
+    def values(key: str) -> list:
+        return list(kv[key].values)
+
+    ids = {k: int(kv[f"tokenizer.ggml.{k}_token_id"]) for k in ("bos", "eos", "unknown", "padding")}
+    return (tuple(values("tokenizer.ggml.tokens")), tuple(int(t) for t in values("tokenizer.ggml.token_type")),
+            tuple(values("tokenizer.ggml.merges")), str(kv["tokenizer.ggml.pre"]), ids,
+            kv.get("tokenizer.chat_template"))
 
 
 def _tokenizer(vocab_size: int, source: Path | None) -> dict:
@@ -264,7 +264,7 @@ def _bytes_to_unicode() -> dict[int, str]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
+    return dict(zip(bs, (chr(c) for c in cs), strict=True))
 
 
 # ---------------------------------------------------------------------------------------
@@ -288,7 +288,8 @@ def _tensor_data(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
     pool_n = min(n_blocks, 4096)
     pool = rng.integers(0, 256, size=(pool_n, size), dtype=np.uint8)
     if spec.type == "BF16":
-        pool = (rng.standard_normal(pool_n, dtype=np.float32) * 0.02).view(np.uint32).__rshift__(16).astype(np.uint16).view(np.uint8).reshape(pool_n, 2)
+        f32 = (rng.standard_normal(pool_n, dtype=np.float32) * 0.02).view(np.uint32)
+        pool = f32.__rshift__(16).astype(np.uint16).view(np.uint8).reshape(pool_n, 2)
     else:
         scale = np.frombuffer(np.float16(0.002).tobytes(), dtype=np.uint8)
         for off, cnt in _F16_FIELDS[spec.type]:
@@ -463,7 +464,9 @@ def _shapes() -> dict[str, ModelArch]:
     s["narrow-ff"] = _dense("narrow-ff", "llama", 6, 1024, 16, 4, 64, 768)  # FFN narrower than hidden
     s["dsv2"] = _deepseek_v2("dsv2", 4, 512, 8, kv_lora=256, rope=32, nope=64, v=64, q_lora=384,
                              experts=16, active=4, eff=256, shared=2, ff=1024)
-    s["dsv2-noq"] = replace(s["dsv2"], name="dsv2-noq", mla=replace(s["dsv2"].mla, q_lora_rank=None))
+    dsv2_mla = s["dsv2"].mla
+    assert dsv2_mla is not None      # _deepseek_v2 makes an MLA model
+    s["dsv2-noq"] = replace(s["dsv2"], name="dsv2-noq", mla=replace(dsv2_mla, q_lora_rank=None))
     # held out: measured only after the formulas were frozen
     s["hd256-m"] = _dense("hd256-m", "qwen3", 8, 1536, 12, 4, 256, 4096)
     s["hd80-m"] = _dense("hd80-m", "llama", 6, 960, 12, 3, 80, 2560)

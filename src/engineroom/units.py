@@ -55,10 +55,11 @@ def mem(n: Any, digits: int = 1, missing: str = _MISSING) -> str:
     return f"{sign}{x / TiB:.{digits}f} TiB"
 
 
-def gib(n: Any, digits: int = 1, missing: str = _MISSING) -> str:
-    """Always in GiB (a column of one unit): ``22.4 GiB``."""
+def gib(n: Any, digits: int = 1, missing: str = _MISSING, *, unit: bool = True) -> str:
+    """Always in GiB (a column of one unit): ``22.4 GiB``; ``unit=False`` gives the bare
+    ``22.4``, for a column or list whose header already says GiB."""
     x = _number(n)
-    return missing if x is None else f"{x / GiB:.{digits}f} GiB"
+    return missing if x is None else f"{x / GiB:.{digits}f}" + (" GiB" if unit else "")
 
 
 def mib(n: Any, digits: int = 2, missing: str = _MISSING) -> str:

@@ -10,8 +10,7 @@ package imports nothing from the later stages (models, catalog, fit, plan).
 from __future__ import annotations
 
 from .config import arch_from_config
-from .gguf import (GGUFArray, GGUFHeader, parse_gguf_header, read_gguf_header_local,
-                   read_gguf_header_remote)
+from .gguf import GGUFArray, GGUFHeader, parse_gguf_header, read_gguf_header_local, read_gguf_header_remote
 from .gguf_arch import arch_from_gguf
 from .load import fetch_hf_config, load_arch
 from .model import LayerKind, LinearAttnSpec, MambaSpec, MLASpec, ModelArch, MoESpec, VisionSpec

@@ -14,8 +14,7 @@ from typing import Any
 from ..errors import BadInput
 from ..values import int_or_none
 from .model import LayerKind, LinearAttnSpec, MambaSpec, MLASpec, ModelArch, MoESpec, VisionSpec
-from .params import (_GATED_DELTANET_TYPES, _GEMMA_TYPES, _QK_NORM_TYPES, _QKV_BIAS_TYPES,
-                     _STANDARD_BLOCK_TYPES, _Shapes)
+from .params import _GATED_DELTANET_TYPES, _GEMMA_TYPES, _QK_NORM_TYPES, _QKV_BIAS_TYPES, _STANDARD_BLOCK_TYPES, _Shapes
 
 
 def _read_config(cfg: dict[str, Any] | str | Path) -> tuple[dict[str, Any], str]:
@@ -94,7 +93,8 @@ def _layer_kinds_from_config(
                     kind = LayerKind.FULL
                 kinds.append(base_attn if kind == LayerKind.FULL else kind)
             if len(kinds) < n_layers:
-                estimated.append(f"layer_kinds: {key} lists {len(kinds)} of {n_layers} layers; the rest copy the pattern")
+                estimated.append(f"layer_kinds: {key} lists {len(kinds)} of {n_layers} layers; "
+                                 "the rest copy the pattern")
                 kinds += [kinds[i % len(kinds)] for i in range(len(kinds), n_layers)]
             return kinds, 0, n_layers
     pattern = t.get("hybrid_override_pattern")
@@ -320,7 +320,8 @@ def arch_from_config(cfg: dict[str, Any] | str | Path, name: str | None = None) 
         tie = model_type in _GEMMA_TYPES
         estimated.append(f"tie_embeddings: not stated; assumed {tie} for {model_type}")
 
-    rope_params = t.get("rope_parameters") if isinstance(t.get("rope_parameters"), dict) else {}
+    raw_rope = t.get("rope_parameters")
+    rope_params = raw_rope if isinstance(raw_rope, dict) else {}
     partial = t.get("partial_rotary_factor", rope_params.get("partial_rotary_factor"))
     if mla:
         rope_dim: int | None = mla.qk_rope_head_dim

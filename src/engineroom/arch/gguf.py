@@ -72,7 +72,8 @@ def _tensor_nbytes(name: str, dims: tuple[int, ...], ggml_type: int) -> int:
         raise BadInput(f"Tensor {name!r} has ggml type {ggml_type}, which this gguf package does not know.") from None
     n = math.prod(dims)
     if dims and dims[0] % block:
-        raise BadInput(f"Tensor {name!r} has a first dimension {dims[0]} that is not a multiple of its block size {block}.")
+        raise BadInput(f"Tensor {name!r} has a first dimension {dims[0]} that is not a multiple of its "
+                       f"block size {block}.")
     return n // block * type_size
 
 
@@ -110,7 +111,7 @@ class _Cursor:
         return self.take(n).decode("utf-8", errors="replace")
 
 
-def _read_value(cur: _Cursor, vtype: int, depth: int = 0) -> Any:
+def _read_value(cur: _Cursor, vtype: int, depth: int = 0, keep_arrays: bool = False) -> Any:
     if vtype in _SCALAR_FORMATS:
         return cur.scalar(_SCALAR_FORMATS[vtype])
     if vtype == GGUFValueType.STRING:
@@ -122,7 +123,7 @@ def _read_value(cur: _Cursor, vtype: int, depth: int = 0) -> Any:
         count = cur.scalar("<Q")
         if count > _MAX_ARRAY:
             raise BadInput(f"an array of {count} elements")
-        keep = count <= _KEEP_ARRAY
+        keep = keep_arrays or count <= _KEEP_ARRAY
         if etype in _SCALAR_FORMATS:
             size = struct.calcsize(_SCALAR_FORMATS[etype])
             if not keep:
@@ -130,7 +131,7 @@ def _read_value(cur: _Cursor, vtype: int, depth: int = 0) -> Any:
                 return GGUFArray(count, None)
             raw = cur.take(size * count)
             return GGUFArray(count, list(struct.unpack(f"<{count}{_SCALAR_FORMATS[etype][1]}", raw)))
-        values = [_read_value(cur, etype, depth + 1) for _ in range(count)] if keep else None
+        values = [_read_value(cur, etype, depth + 1, keep_arrays) for _ in range(count)] if keep else None
         if not keep:
             for _ in range(count):
                 _read_value(cur, etype, depth + 1)
@@ -138,12 +139,15 @@ def _read_value(cur: _Cursor, vtype: int, depth: int = 0) -> Any:
     raise BadInput(f"a value of unknown type {vtype}")
 
 
-def parse_gguf_header(buf: bytes | memoryview | mmap.mmap, complete: bool = True) -> GGUFHeader:
+def parse_gguf_header(buf: bytes | memoryview | mmap.mmap, complete: bool = True,
+                      keep_arrays: bool = False) -> GGUFHeader:
     """Parse the GGUF header and tensor table from ``buf`` (a whole file or a prefix).
 
     With ``complete=False`` a buffer that ends inside the header raises ``_NeedMore`` so the
     caller can fetch a longer prefix; otherwise every defect (bad magic, absurd counts,
     unknown types, truncation) is a ``BadInput`` whose message says what was wrong.
+    ``keep_arrays``: keep long arrays' values too (a tokenizer's tokens and merges, which
+    synth.py copies); by default they keep only their length.
     """
     cur = _Cursor(buf, complete)
     magic = cur.take(4)
@@ -160,7 +164,7 @@ def parse_gguf_header(buf: bytes | memoryview | mmap.mmap, complete: bool = True
     for _ in range(n_kv):
         key = cur.string()
         vtype = cur.scalar("<I")
-        kv[key] = _read_value(cur, vtype)
+        kv[key] = _read_value(cur, vtype, keep_arrays=keep_arrays)
     tensors: dict[str, tuple[tuple[int, ...], int]] = {}
     for _ in range(n_tensors):
         name = cur.string()
@@ -188,7 +192,7 @@ def _wrap_header_error(where: str, exc: BadInput) -> BadInput:
     return BadInput(f"{where} has a corrupt GGUF header ({msg}).")
 
 
-def read_gguf_header_local(path: str | Path) -> GGUFHeader:
+def read_gguf_header_local(path: str | Path, keep_arrays: bool = False) -> GGUFHeader:
     """Header of a local GGUF via mmap: only the header pages are ever touched."""
     p = Path(path)
     try:
@@ -198,7 +202,7 @@ def read_gguf_header_local(path: str | Path) -> GGUFHeader:
                 raise BadInput(f"{p} is not a GGUF file (it is empty).")
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 try:
-                    return parse_gguf_header(mm, complete=True)
+                    return parse_gguf_header(mm, complete=True, keep_arrays=keep_arrays)
                 except BadInput as exc:
                     raise _wrap_header_error(str(p), exc) from None
     except FileNotFoundError:

@@ -179,9 +179,8 @@ def arch_from_gguf(path_or_url: str | Path) -> ModelArch:
         if isinstance(pattern, GGUFArray) and pattern.values is not None:
             # llama.cpp stores a per-layer bool array: true = sliding-window layer
             sliding = [bool(x) for x in pattern.values][:trunk_blocks]
-        elif _int(pattern):
-            p = int(pattern)
-            sliding = [(i + 1) % p != 0 for i in range(trunk_blocks)]
+        elif period := _int(pattern):
+            sliding = [(i + 1) % period != 0 for i in range(trunk_blocks)]
         elif a == "gemma3":
             sliding = [(i + 1) % 6 != 0 for i in range(trunk_blocks)]
         elif a == "gemma2":
@@ -190,7 +189,8 @@ def arch_from_gguf(path_or_url: str | Path) -> ModelArch:
             sliding = None   # a window key alone on llama-family GGUFs is informational
         else:
             sliding = [True] * trunk_blocks
-            estimated.append(f"layer_kinds: {a} declares a sliding window but no pattern; all attention layers marked sliding")
+            estimated.append(f"layer_kinds: {a} declares a sliding window but no pattern; "
+                             "all attention layers marked sliding")
         if sliding is not None:
             for idx, kind in enumerate(kinds):
                 if kind == LayerKind.FULL and idx < len(sliding) and sliding[idx]:
@@ -205,7 +205,8 @@ def arch_from_gguf(path_or_url: str | Path) -> ModelArch:
     inner = _kv_int(kv, key("ssm.inner_size"))
     if LayerKind.LINEAR in kinds:
         if not (state and groups and rank and inner):
-            raise BadInput(f"{ref} has linear-attention blocks but lacks {a}.ssm.state_size/group_count/time_step_rank/inner_size.")
+            raise BadInput(f"{ref} has linear-attention blocks but lacks "
+                           f"{a}.ssm.state_size/group_count/time_step_rank/inner_size.")
         linear = LinearAttnSpec(
             n_key_heads=groups, n_value_heads=rank, key_head_dim=state,
             value_head_dim=inner // rank, conv_kernel=conv or 4,
@@ -214,7 +215,7 @@ def arch_from_gguf(path_or_url: str | Path) -> ModelArch:
         if not (state and inner):
             raise BadInput(f"{ref} has Mamba blocks but lacks {a}.ssm.state_size/inner_size.")
         mamba = MambaSpec(d_inner=inner, d_state=state, d_conv=conv or 4,
-                          n_groups=groups or 1, n_heads=rank if a not in ("mamba", "jamba") else 0)
+                          n_groups=groups or 1, n_heads=(rank or 0) if a not in ("mamba", "jamba") else 0)
 
     n_experts = _kv_int(kv, key("expert_count"))
     moe: MoESpec | None = None

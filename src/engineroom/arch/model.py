@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 
-class LayerKind(str, Enum):
+class LayerKind(str, Enum):  # noqa: UP042 - StrEnum would change str() and format() of members
     FULL = "full"          # global softmax attention, KV grows with context
     SLIDING = "sliding"    # windowed attention, KV capped at sliding_window
     MLA = "mla"            # multi-head latent attention (DeepSeek): compressed KV per token

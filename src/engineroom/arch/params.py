@@ -49,7 +49,7 @@ class _Shapes:
     qk_norm: bool = False
 
     @classmethod
-    def from_arch(cls, arch: ModelArch) -> "_Shapes":
+    def from_arch(cls, arch: ModelArch) -> _Shapes:
         """The shapes a ModelArch states (no QKV bias, gated MLPs, Mamba defaults: what a
         config would add is not in it); MoE blocks: the n_moe_layers after the dense ones."""
         moe = arch.moe

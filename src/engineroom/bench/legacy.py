@@ -22,7 +22,8 @@ What a schema-2 record kept and what it becomes:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from engineroom.bench.records import RECORD_VERSION
 

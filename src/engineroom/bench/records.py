@@ -42,8 +42,9 @@ last token, all that was kept), so their inter-token percentiles read "n/a".
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 RECORD_VERSION = 3          # the store schema that introduced this shape
 

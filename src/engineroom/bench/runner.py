@@ -35,8 +35,9 @@ Sampler values are sent explicitly on every request because engine defaults diff
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 from engineroom.bench import statistics
 from engineroom.bench.records import BenchRequest, encode_arrivals
@@ -259,7 +260,7 @@ def run_bench(
                 result = client.stream_chat(payload, timeout=plan.timeout_s)
                 record = measure_request(result, workload=workload, index=index, warmup=warmup,
                                          sent=sent, sent_unix=sent_unix, server=server)
-            except Exception as exc:  # a client bug or transport failure becomes a failed request
+            except Exception as exc:  # noqa: BLE001 - a client bug or transport failure becomes a failed request
                 record = BenchRequest(
                     workload=workload.name, index=index, warmup=warmup, sent=dict(sent), sent_unix=sent_unix,
                     status=None, error=f"{type(exc).__name__}: {exc}",

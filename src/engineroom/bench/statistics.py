@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 import statistics as _st
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from engineroom.bench.records import (
     first_last_us,

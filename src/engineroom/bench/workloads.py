@@ -57,7 +57,7 @@ class Workload:
         text = (self.system or "") + "\x00" + self.prompt
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
-    def with_max_tokens(self, max_tokens: int) -> "Workload":
+    def with_max_tokens(self, max_tokens: int) -> Workload:
         return replace(self, max_tokens=int(max_tokens))
 
     def describe(self) -> dict[str, object]:

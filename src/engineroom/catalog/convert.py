@@ -10,8 +10,13 @@ one file, never inline). The layer kinds are stored as their shortest repeating 
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from ..arch import LayerKind, LinearAttnSpec, MambaSpec, MLASpec, ModelArch, MoESpec, VisionSpec
+from .base import Strict
 from .schema import ArchBlock, LinearBlock, MambaBlock, MLABlock, MoEBlock, VisionBlock
+
+_Block = TypeVar("_Block", bound=Strict)
 
 
 def _period(kinds: tuple[LayerKind, ...]) -> tuple[LayerKind, ...]:
@@ -46,7 +51,7 @@ def arch_from_block(a: ArchBlock, name: str, source: str = "catalog") -> ModelAr
 def block_from_arch(arch: ModelArch, source: str = "") -> ArchBlock:
     """``arch`` as an inline block (``source``: where its numbers come from, as a catalog
     entry cites it); ``arch_from_block(block_from_arch(a), a.name, a.source) == a``."""
-    def spec(block_type, value):
+    def spec(block_type: type[_Block], value: object | None) -> _Block | None:
         return block_type(**vars(value)) if value is not None else None
 
     return ArchBlock(

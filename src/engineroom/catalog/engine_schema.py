@@ -58,7 +58,7 @@ class Range(Strict):
     high: float = Field(ge=0)
 
     @model_validator(mode="after")
-    def _ordered(self) -> "Range":
+    def _ordered(self) -> Range:
         if self.low > self.high:
             raise ValueError(f"low {self.low} is above high {self.high}")
         return self
@@ -245,7 +245,7 @@ class Engine(Strict):
     kv_cache_space: KvCacheSpace | None = None   # set on a view from its backend (None: VRAM-fraction pool)
 
     @model_validator(mode="after")
-    def _backends_cover_vendors(self) -> "Engine":
+    def _backends_cover_vendors(self) -> Engine:
         if not self.backends:
             return self
         ids = [b.id for b in self.backends]
@@ -259,13 +259,14 @@ class Engine(Strict):
         kv_ids = {k.id for k in self.kv_dtypes}
         for b in self.backends:
             if b.quant_formats is not None and not set(b.quant_formats) <= set(self.quant_formats):
-                raise ValueError(f"backend {b.id}: quant_formats {sorted(set(b.quant_formats) - set(self.quant_formats))} "
-                                 "are not in the engine's quant_formats")
+                extra = sorted(set(b.quant_formats) - set(self.quant_formats))
+                raise ValueError(f"backend {b.id}: quant_formats {extra} are not in the engine's quant_formats")
             for field_name in ("kv_dtypes", "plan_kv_dtypes"):
                 bad = sorted(set(getattr(b, field_name) or ()) - kv_ids)
                 if bad:
                     raise ValueError(f"backend {b.id}: {field_name} {bad} are not KV type ids of the engine")
-            if b.plan_kv_dtypes is not None and b.kv_dtypes is not None and not set(b.plan_kv_dtypes) <= set(b.kv_dtypes):
+            if (b.plan_kv_dtypes is not None and b.kv_dtypes is not None
+                    and not set(b.plan_kv_dtypes) <= set(b.kv_dtypes)):
                 raise ValueError(f"backend {b.id}: plan_kv_dtypes must be a subset of its kv_dtypes")
             if b.spec_methods is not None and not set(b.spec_methods) <= set(self.spec_methods):
                 raise ValueError(f"backend {b.id}: spec_methods {sorted(set(b.spec_methods) - set(self.spec_methods))} "
@@ -284,7 +285,7 @@ class Engine(Strict):
                 return b
         return None
 
-    def for_vendor(self, vendor: str) -> "Engine":
+    def for_vendor(self, vendor: str) -> Engine:
         """This engine as its build for ``vendor`` runs it: the backend's quant formats, KV
         types, spec methods, decode and memory model in place of the engine-wide ones (the
         same Engine when it lists no backends or none serves ``vendor``)."""
@@ -312,7 +313,7 @@ class Engine(Strict):
         })
 
     @model_validator(mode="after")
-    def _memory_model_facts(self) -> "Engine":
+    def _memory_model_facts(self) -> Engine:
         if self.memory_model == "kv_pool" and self.default_mem_fraction is None:
             raise ValueError("a kv_pool engine needs default_mem_fraction (the share of VRAM it reserves)")
         if self.memory_model != "kv_pool" and self.default_mem_fraction is not None:

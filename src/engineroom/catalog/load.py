@@ -181,18 +181,18 @@ def _cross_check(cat: Catalog) -> None:
             if cat.model(t) is None:
                 raise BadInput(f"catalog file drafters.yaml: drafter {d.id} targets unknown model '{t}'.")
     order = cat.tables.engine_status_order
-    for e in cat.engines:
-        if e.status not in order:
-            raise BadInput(f"catalog file engines/{e.id}.yaml: status '{e.status}' is not in tables.yaml "
+    for engine in cat.engines:
+        if engine.status not in order:
+            raise BadInput(f"catalog file engines/{engine.id}.yaml: status '{engine.status}' is not in tables.yaml "
                            f"engine_status_order ({', '.join(order)}).")
     for p in cat.priorities:
         bad = [s for s in p.constraints.engine_status if s not in order]
         if bad:
             raise BadInput(f"catalog file priorities.yaml: priority {p.id} allows engine status '{bad[0]}', "
                            f"which is not in tables.yaml engine_status_order ({', '.join(order)}).")
-        q = p.constraints.quality_at_least_quant
-        if q and not any(m.quant(q) for m in cat.models):
-            raise BadInput(f"catalog file priorities.yaml: priority {p.id} refers to unknown quant '{q}'.")
+        ref_quant = p.constraints.quality_at_least_quant
+        if ref_quant and not any(m.quant(ref_quant) for m in cat.models):
+            raise BadInput(f"catalog file priorities.yaml: priority {p.id} refers to unknown quant '{ref_quant}'.")
     for kind, ids in (("model", [m.id for m in cat.models]), ("engine", engine_ids),
                       ("hardware class", [h.id for h in cat.hardware]),
                       ("priority", [p.id for p in cat.priorities])):

@@ -14,12 +14,24 @@ from typing import Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from ..units import GB   # decimal GB: the catalog's sizes (re-exported for plan)
-from .base import QuantFormat, Strict, Vendor  # noqa: F401  (re-exported)
-from .engine_schema import (Backend, Band, Concurrency, DecodeModel, Engine, KvBlockRule,  # noqa: F401
-                            KvCacheSpace, KvDtype, MemoryModel, MultiGpu, Range, Sourced, TypeEfficiency,
-                            TypeRate)
-
+from ..units import GB  # decimal GB: the catalog's sizes (re-exported for plan)
+from .base import QuantFormat, Strict, Vendor
+from .engine_schema import (  # noqa: F401 - re-exported: callers import the engine schema from here
+    Backend,
+    Band,
+    Concurrency,
+    DecodeModel,
+    Engine,
+    KvBlockRule,
+    KvCacheSpace,
+    KvDtype,
+    MemoryModel,
+    MultiGpu,
+    Range,
+    Sourced,
+    TypeEfficiency,
+    TypeRate,
+)
 
 # ---- models ---------------------------------------------------------------------------
 
@@ -149,7 +161,7 @@ class ArchBlock(Strict):
     source: str = ""
 
     @model_validator(mode="after")
-    def _pattern_divides(self) -> "ArchBlock":
+    def _pattern_divides(self) -> ArchBlock:
         if self.n_layers % len(self.layer_pattern):
             raise ValueError(
                 f"layer_pattern of {len(self.layer_pattern)} does not divide n_layers {self.n_layers}"
@@ -173,7 +185,7 @@ class Model(Strict):
     order: int = 1                          # where `models list` and errors list it: lower first, then by id
 
     @model_validator(mode="after")
-    def _has_arch(self) -> "Model":
+    def _has_arch(self) -> Model:
         if self.architecture is None and self.hf_config is None:
             raise ValueError("needs an inline architecture block or an hf_config reference")
         ids = [q.id for q in self.quants]
@@ -203,6 +215,12 @@ class HardwareClass(Strict):
     bandwidth_gbs: float
     compute_capability: str | None = None
     source: str
+
+    @model_validator(mode="after")
+    def _gpu_has_vram(self) -> HardwareClass:
+        if self.kind == "gpu" and self.vram_gb is None:
+            raise ValueError("a gpu class needs vram_gb (its memory is not given in a rig spec)")
+        return self
 
 
 # ---- drafters -------------------------------------------------------------------------
@@ -272,7 +290,7 @@ class QuantClass(Strict):
     pattern: str                            # regular expression searched in the lower-case quant id
 
     @model_validator(mode="after")
-    def _compiles(self) -> "QuantClass":
+    def _compiles(self) -> QuantClass:
         try:
             re.compile(self.pattern)
         except re.error as exc:
@@ -311,7 +329,7 @@ class Catalog(Strict):
     priorities: tuple[Priority, ...]
     tables: Tables
 
-    def for_vendor(self, vendor: str) -> "Catalog":
+    def for_vendor(self, vendor: str) -> Catalog:
         """The catalog as a rig of ``vendor`` sees it: every engine that runs there replaced
         by its build for that vendor (``Engine.for_vendor``); engines that do not run there
         stay as they are (the planner rejects them with the reason)."""

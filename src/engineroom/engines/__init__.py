@@ -18,18 +18,18 @@ work on any OpenAI-compatible endpoint and learn the engine from the server itse
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import httpx
 
 from .. import net, plugins
 from ..errors import EngineFailed, NotFound
 from ..plugins import GROUP, Problem
-from .base import (Capabilities, EngineAdapter, LaunchChange, LaunchOptions, LaunchSpec, MemoryReport,
-                   ServerInfo)
+from .base import Capabilities, EngineAdapter, LaunchChange, LaunchOptions, LaunchSpec, MemoryReport, ServerInfo
 
 DEFAULT_ENGINE = "llama.cpp"   # the embedded default: runs on a fresh machine with no GPU
 

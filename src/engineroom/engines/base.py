@@ -14,11 +14,11 @@ CONTRACT used by launch, checks, bench and flows:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
-
+from typing import Any, Protocol, runtime_checkable
 
 UNKNOWN_FAILURE = "unknown (see the log lines above)"   # what classify_failure says when no pattern matched
 
@@ -133,7 +133,7 @@ class EngineAdapter(Protocol):
     def classify_failure(self, log_text: str) -> str:
         """Why a start failed, from the engine's log (UNKNOWN_FAILURE when no pattern matched)."""
 
-    def probe(self, url: str, timeout: float = 5.0) -> "ServerInfo | None":
+    def probe(self, url: str, timeout: float = 5.0) -> ServerInfo | None:
         """ServerInfo when the server at ``url`` is this engine's, else None."""
 
 
@@ -146,8 +146,7 @@ class Capabilities:
     reasoning: bool | None = None
     vision: bool | None = None
     timings: bool | None = None            # per-response engine timings
-    ignore_eos: bool | None = None         # accepts ignore_eos to reach a requested length
-    # what a request must carry to generate exactly max_tokens (llama.cpp: {"ignore_eos": True});
+    # what a request must carry to generate exactly max_tokens (the adapter says: its own field);
     # empty: the engine declares no way. reasons["full_length"] says where it is from.
     full_length_body: dict[str, object] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)  # capability -> where we learnt it
@@ -227,7 +226,7 @@ class EngineTimings:
                 for f in fields(self)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "EngineTimings":
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineTimings:
         """From a stored record; unknown keys are ignored, an unknown window keeps the default."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}

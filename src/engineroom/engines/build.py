@@ -16,9 +16,10 @@ import sys
 import tarfile
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TextIO
 
 from .. import paths, pypi
 from ..errors import EngineFailed, NotFound
@@ -80,11 +81,11 @@ def parse_progress(line: str) -> tuple[float | None, str] | None:
     return None
 
 
-def run_logged(cmd: Sequence[str], log, *, cwd: Path | None = None, env: dict[str, str] | None = None,
+def run_logged(cmd: Sequence[str], log: TextIO, *, cwd: Path | None = None, env: dict[str, str] | None = None,
                progress: Progress | None = None, phase: str = "") -> None:
     """Run ``cmd``, append its output to ``log``, turn progress lines into ``progress`` calls."""
     say = progress or (lambda _f, _m: None)
-    last = deque(maxlen=25)
+    last: deque[str] = deque(maxlen=25)
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     try:

@@ -22,15 +22,45 @@ pools of vLLM/SGLang; ``space``: a pool of a fixed size, vLLM's CPU build), ``ve
 
 from __future__ import annotations
 
-from .cpu_buffers import (AMX_ALIGN, AMX_FLAGS, AMX_ROW_EXTRA, ASSUMED_CPU_FEATURES, REPACK_TYPES_AVX2,
-                          REPACK_X86, amx_alloc_bytes, cpu_features_for, cpu_mapped_bytes, cpu_weight_buffers,
-                          repacked_tensors)
+from .cpu_buffers import (
+    AMX_ALIGN,
+    AMX_FLAGS,
+    AMX_ROW_EXTRA,
+    ASSUMED_CPU_FEATURES,
+    REPACK_TYPES_AVX2,
+    REPACK_X86,
+    amx_alloc_bytes,
+    cpu_features_for,
+    cpu_mapped_bytes,
+    cpu_weight_buffers,
+    repacked_tensors,
+)
 from .engine import engine_defaults, engine_spec, kv_bytes_per_elem, kv_dtype_spec
-from .kv import (KV_KINDS, kv_bytes, kv_elems_per_token_layer, kv_head_dims, kv_layer_bytes, kv_refusal,
-                 kv_shard, pool_kv_grow_per_card, recurrent_state_bytes)
-from .llama_cache import (_masks, kv_rotation_bytes, llama_kv_bytes, llama_kv_cells,  # noqa: F401
-                          llama_kv_stream_cells, llama_n_ctx)
-from .llama_compute import _ffn_width, llama_cpu_compute, llama_cpu_compute_sim, llama_cuda_compute  # noqa: F401
+from .kv import (
+    KV_KINDS,
+    kv_bytes,
+    kv_elems_per_token_layer,
+    kv_head_dims,
+    kv_layer_bytes,
+    kv_refusal,
+    kv_shard,
+    pool_kv_grow_per_card,
+    recurrent_state_bytes,
+)
+from .llama_cache import (  # noqa: F401 - _masks and the names outside __all__: tests import them from here
+    _masks,
+    kv_rotation_bytes,
+    llama_kv_bytes,
+    llama_kv_cells,
+    llama_kv_stream_cells,
+    llama_n_ctx,
+)
+from .llama_compute import (  # noqa: F401 - _ffn_width and the names outside __all__: tests import them from here
+    _ffn_width,
+    llama_cpu_compute,
+    llama_cpu_compute_sim,
+    llama_cuda_compute,
+)
 from .pool import valid_tp
 from .request import GB, Component, Fit, FitRequest, GpuFit, MiB, Verdict
 from .search import max_concurrency, max_context

@@ -4,6 +4,8 @@ AMX beside the mmapped file, by the instructions that really execute on the mach
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -12,6 +14,8 @@ from ..hardware import Rig
 from .llama_cache import _pad
 from .request import FitRequest
 
+if TYPE_CHECKING:
+    from ..cpuprobe import CpuProbe
 
 # ---- CPU backend weight buffers (ggml-cpu extra buffer types) --------------------------
 # ggml_backend_cpu_get_extra_buffer_types (ggml-cpu.cpp) lists AMX first (built only with
@@ -45,6 +49,7 @@ def cpu_features_for(req: FitRequest, rig: Rig) -> tuple[frozenset[str], str]:
     if req.cpu_features is not None:
         return frozenset(req.cpu_features), "CPU features as given"
     if rig.source == "detected":
+        probe_cpu: Callable[[], CpuProbe] | None
         try:
             from ..cpuprobe import probe_cpu
         except ImportError:
@@ -52,7 +57,7 @@ def cpu_features_for(req: FitRequest, rig: Rig) -> tuple[frozenset[str], str]:
         if probe_cpu is not None:
             try:
                 return frozenset(probe_cpu().usable), "this machine's CPU probe (instructions that execute)"
-            except Exception as exc:  # a probe failure must not break fit
+            except Exception as exc:  # noqa: BLE001 - a probe failure must not break fit
                 why = f"the CPU probe failed ({exc.__class__.__name__})"
         else:
             why = "no CPU probe available"
@@ -103,7 +108,8 @@ def cpu_weight_buffers(arch: ModelArch, features: frozenset[str] = ASSUMED_CPU_F
             elif t in REPACK_X86 and (avx512 if REPACK_X86[t] == "avx512f" else "avx2" in features) \
                     and (ne1 is None or ne1 % 8 == 0):
                 # without shapes: expert stacks and the MLA k_b/v_b stacks are 3-D
-                nd = len(shape) if shape else (3 if op == "MUL_MAT_ID" or ".attn_k_b." in name or ".attn_v_b." in name else 2)
+                stacked = op == "MUL_MAT_ID" or ".attn_k_b." in name or ".attn_v_b." in name
+                nd = len(shape) if shape else (3 if stacked else 2)
                 if (op == "MUL_MAT" and nd == 2) or (op == "MUL_MAT_ID" and nd == 3):
                     buf = "CPU_REPACK"
         out[name] = buf
@@ -121,8 +127,8 @@ def repacked_tensors(arch: ModelArch, cpu_flags: frozenset[str] = ASSUMED_CPU_FE
 def cpu_mapped_bytes(arch: ModelArch, repacked: set[str], alignment: int = 32) -> int:
     """Size of llama.cpp's CPU_Mapped buffer: the file range from the first to the last
     tensor that is NOT repacked (tensor_bytes is in file order; data aligned to 32 B)."""
-    off = 0
-    first = last = None
+    off = last = 0
+    first: int | None = None
     for name, b in arch.tensor_bytes.items():
         if name not in repacked:
             first = off if first is None else first

@@ -4,11 +4,11 @@ dense llama / qwen3 decoder graph, whose peak depends on holes a closed formula 
 
 from __future__ import annotations
 
-from ..arch import LayerKind, ModelArch
-from .llama_cache import _pad, _ubatch, llama_kv_stream_cells
-from .llama_cache import kv_rotation_bytes
-from .request import FitRequest
+from collections.abc import Iterable
 
+from ..arch import LayerKind, ModelArch
+from .llama_cache import _pad, _ubatch, kv_rotation_bytes, llama_kv_stream_cells
+from .request import FitRequest
 
 # ---- CPU compute buffer by replaying llama.cpp's graph allocator ---------------------------
 # ggml-alloc.c (ggml_gallocr_alloc_graph_impl + ggml_dyn_tallocr): graph inputs are allocated
@@ -27,21 +27,23 @@ class _T:
     __slots__ = ("name", "size", "op", "srcs", "view_src", "external", "output", "n_children", "n_views",
                  "allocated", "offset")
 
-    def __init__(self, name, size, op="", srcs=(), view_src=None, external=False, output=False):
+    def __init__(self, name: str, size: int, op: str = "", srcs: Iterable[_T] = (), view_src: _T | None = None,
+                 external: bool = False, output: bool = False) -> None:
         self.name, self.size, self.op, self.srcs = name, size, op, list(srcs)
         self.view_src, self.external, self.output = view_src, external, output
         self.n_children = self.n_views = 0
-        self.allocated, self.offset = False, None
+        self.allocated: bool = False
+        self.offset: int | None = None
 
 
 class _DynAlloc:
     """ggml_dyn_tallocr: sorted free blocks, best fit except the last block, merge on free."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.blocks = [[0, 1 << 62]]   # [offset, size]
         self.max = 0
 
-    def alloc(self, size):
+    def alloc(self, size: int) -> int:
         size = _pad(size, _ALIGN)
         best, best_size = -1, None
         for i, (_, bs) in enumerate(self.blocks[:-1]):
@@ -57,7 +59,7 @@ class _DynAlloc:
         self.max = max(self.max, off + size)
         return off
 
-    def free(self, off, size):
+    def free(self, off: int, size: int) -> None:
         size = _pad(size, _ALIGN)
         for i, b in enumerate(self.blocks):
             if b[0] + b[1] == off:
@@ -87,9 +89,10 @@ def _gallocr_peak(inputs: list[_T], nodes: list[_T]) -> int:
     for t in inputs:
         t.offset, t.allocated = a.alloc(t.size), True
 
-    def free(t):
+    def free(t: _T) -> None:
         if t.output or t.external or not t.allocated:
             return
+        assert t.offset is not None      # an allocated tensor has its offset
         a.free(t.offset, t.size)
         t.allocated = False
 
@@ -132,7 +135,8 @@ def _dense_graph(arch: ModelArch, req: FitRequest) -> tuple[list[_T], list[_T]] 
     n_out = min(ub, req.n_seqs)
     n_kv, n_stream = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.n_seqs, ub, req.kv_unified)
     W = _T("weights", 0, external=True)
-    f32 = lambda n: 4 * n * ub  # noqa: E731
+    def f32(n: int) -> int:
+        return 4 * n * ub
     # a quantized cache adds Hadamard rotations (llama-kv-cache.cpp attn_rot_k / attn_rot_v):
     # K (and Q) times an n x n f32 matrix before the store, V times 64 x 64, the attention
     # output rotated back
@@ -152,7 +156,7 @@ def _dense_graph(arch: ModelArch, req: FitRequest) -> tuple[list[_T], list[_T]] 
     it = {t.name: t for t in inputs}
     nodes: list[_T] = []
 
-    def node(name, size, op, *srcs, view_src=None):
+    def node(name: str, size: int, op: str, *srcs: _T, view_src: _T | None = None) -> _T:
         t = _T(name, size, op, srcs, view_src)
         nodes.append(t)
         return t
@@ -167,15 +171,15 @@ def _dense_graph(arch: ModelArch, req: FitRequest) -> tuple[list[_T], list[_T]] 
         norm = node(f"norm-{il}", f32(e), "RMS_NORM", cur_in)
         an = node(f"attn_norm-{il}", f32(e), "MUL", norm, W)
 
-        def proj(nm, width):
-            m = node(nm, f32(width), "MUL_MAT", W, an)
+        def proj(nm: str, width: int) -> _T:  # called in this iteration only (as rotate, r4)
+            m = node(nm, f32(width), "MUL_MAT", W, an)  # noqa: B023 - this iteration's `an`
             r = node(nm + "-r", f32(width), "RESHAPE", m, view_src=m)
             if arch.qk_norm:
                 qn = node(nm + "-n", f32(width), "RMS_NORM", r)
                 r = node(nm + "-nw", f32(width), "MUL", qn, W)
             return r
 
-        def rotate(t, width, mat, nm):
+        def rotate(t: _T, width: int, mat: str, nm: str) -> _T:
             """reshape -> mul_mat by the rotation -> reshape (llama_mul_mat_hadamard)"""
             src = t.view_src or t
             r = node(nm + "-rr", f32(width), "RESHAPE", t, view_src=src)
@@ -211,7 +215,7 @@ def _dense_graph(arch: ModelArch, req: FitRequest) -> tuple[list[_T], list[_T]] 
             rows = n_out
             ao = node(f"out_rows_a-{il}", 4 * e * rows, "GET_ROWS", ao, it["out_ids"])
             res = node(f"out_rows_r-{il}", 4 * e * rows, "GET_ROWS", cur_in, it["out_ids"])
-        r4 = lambda n: 4 * n * rows  # noqa: E731
+        r4 = lambda n: 4 * n * rows  # noqa: E731, B023 - this iteration's `rows`
         fi = node(f"ffn_inp-{il}", r4(e), "ADD", ao, res)
         fn = node(f"ffn_norm_-{il}", r4(e), "RMS_NORM", fi)
         fn = node(f"ffn_norm-{il}", r4(e), "MUL", fn, W)

@@ -14,8 +14,7 @@ from ..hardware import Rig
 from ..units import mib
 from .cpu_buffers import AMX_FLAGS, amx_alloc_bytes, cpu_features_for, cpu_mapped_bytes, cpu_weight_buffers
 from .kv import recurrent_state_bytes
-from .llama_cache import _pad, _slots_text, _ubatch, llama_kv_bytes
-from .llama_cache import _masks
+from .llama_cache import _masks, _pad, _slots_text, _ubatch, llama_kv_bytes
 from .llama_compute import _CUDA_RUNTIME, _cpu_compute_note, llama_cpu_compute, llama_cuda_compute
 from .request import Component, FitRequest, GpuFit
 from .weights import WeightSplit, weight_split
@@ -45,10 +44,9 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
         comps: list[Component] = []
         feats, feat_src = cpu_features_for(req, rig)
         amx_on = req.repack and all(f in feats for f in AMX_FLAGS)
+        vec = 'AVX-512' if ('avx512f' in feats or 'avx512' in feats) else 'AVX2' if 'avx2' in feats else 'no AVX2'
         buf_rule = ("repack off: no CPU_REPACK or AMX buffer" if not req.repack else
-                    f"repack on, {'AMX + ' if amx_on else 'no AMX, '}"
-                    f"{'AVX-512' if ('avx512f' in feats or 'avx512' in feats) else 'AVX2' if 'avx2' in feats else 'no AVX2'}"
-                    f" rules ({feat_src})")
+                    f"repack on, {'AMX + ' if amx_on else 'no AMX, '}{vec} rules ({feat_src})")
         if arch.tensor_bytes and split.source == "GGUF tensor bytes":
             bufs = cpu_weight_buffers(arch, feats, req.repack)
             moved = {n for n, b in bufs.items() if b != "CPU_Mapped"}
@@ -63,25 +61,29 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
                 comps.append(Component("weights_repack", rep, f"CPU_REPACK: {len(rep_names)} {types} matrices, "
                                                               "their bytes padded to 32 B, beside the mapping"))
             if amx_names:
-                amx = sum(_pad(amx_alloc_bytes(arch.tensor_types[n], arch.tensor_shapes.get(n, ()), arch.tensor_bytes[n]), 32)
+                amx = sum(_pad(amx_alloc_bytes(arch.tensor_types[n], arch.tensor_shapes.get(n, ()),
+                                               arch.tensor_bytes[n]), 32)
                           for n in amx_names)
                 types = "/".join(sorted({arch.tensor_types[n] for n in amx_names}))
-                comps.append(Component("weights_amx", amx, f"AMX: {len(amx_names)} {types} matrices at "
-                                                           "ggml_backend_amx_get_alloc_size (ne1 x packed row), beside the "
-                                                           "mapping; modelled from ggml-cpu/amx source and measured on one "
-                                                           "AMX machine only (benchmarks/fit_vs_llamacpp.md, section amx), "
-                                                           "not on the machine this benchmark's other rows ran on"))
+                comps.append(Component("weights_amx", amx,
+                                       f"AMX: {len(amx_names)} {types} matrices at "
+                                       "ggml_backend_amx_get_alloc_size (ne1 x packed row), beside the "
+                                       "mapping; modelled from ggml-cpu/amx source and measured on one "
+                                       "AMX machine only (benchmarks/fit_vs_llamacpp.md, section amx), "
+                                       "not on the machine this benchmark's other rows ran on"))
         else:
             q = (req.quant or "").lower()
             comps.append(Component("weights", split.total, split.source + f"; {buf_rule}"))
             if req.repack and amx_on and q in ("q8_0", "q4_0", "q4_1", "q4_k_m", "q4_k_s", "q6_k", "q5_k_m"):
                 extra = 4 / 34 if q == "q8_0" else 0.0
                 amx = int((split.total - split.embedding) * (1 + extra))
-                comps.append(Component("weights_amx", amx, "AMX estimate: the non-embedding matrices packed beside the "
-                                                           "mapping (from ggml-cpu/amx source; no tensor table to size it exactly)"))
+                comps.append(Component("weights_amx", amx,
+                                       "AMX estimate: the non-embedding matrices packed beside the mapping "
+                                       "(from ggml-cpu/amx source; no tensor table to size it exactly)"))
             elif req.repack and "avx2" in feats and q in ("q4_0", "q4_k_m", "q4_k_s", "iq4_nl"):
                 rep = int((split.total - split.embedding) * (1.0 if q == "q4_0" else 0.8))
-                comps.append(Component("weights_repack", rep, "CPU_REPACK estimate (repacked matrices duplicated beside the mapping)"))
+                comps.append(Component("weights_repack", rep,
+                                       "CPU_REPACK estimate (repacked matrices duplicated beside the mapping)"))
         comps.append(Component("kv_cache", kv_total, kv_note))
         if r + s:
             comps.append(Component("recurrent_state", r + s, _rs_note(arch, req, r, s)))
@@ -101,26 +103,31 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
     gpu_c, host_c = llama_cuda_compute(arch, req)
     host = [Component("weights_embedding", split.embedding, "token_embd stays on the host (CPU_Mapped)"),
             Component("compute_host", host_c, "CUDA_Host compute buffer"),
-            Component("output", output_buf, f"logits buffer (host): vocab {arch.vocab_size} x 4 B x n_seq_max {req.n_seqs}")]
+            Component("output", output_buf,
+                      f"logits buffer (host): vocab {arch.vocab_size} x 4 B x n_seq_max {req.n_seqs}")]
     out: list[GpuFit] = []
     n_trunk = arch.n_layers
-    for gi, (g, rg) in enumerate(zip(gpus, ranges)):
+    for gi, rg in enumerate(ranges):   # one range per GPU in use
         comps = []
         w = sum(split.per_layer[i] for i in rg) + (split.head if gi == n_use - 1 else 0)
-        comps.append(Component("weights", w, f"layers {rg.start}-{rg.stop - 1}" + (" + output head" if gi == n_use - 1 else "")))
+        head = " + output head" if gi == n_use - 1 else ""
+        comps.append(Component("weights", w, f"layers {rg.start}-{rg.stop - 1}" + head))
         kv, _ = llama_kv_bytes(arch, req, range(rg.start, min(rg.stop, n_trunk)), catalog=catalog)
         if gi == n_use - 1 and req.spec_method == "mtp" and arch.mtp_layers:
             kv += kv_total - llama_kv_bytes(arch, req, range(n_trunk), catalog=catalog)[0]
         comps.append(Component("kv_cache", kv, kv_note if n_use == 1 else f"share of: {kv_note}"))
         if r + s:
-            lin = [i for i in range(rg.start, min(rg.stop, n_trunk)) if arch.layer_kinds[i] in (LayerKind.LINEAR, LayerKind.MAMBA)]
+            lin = [i for i in range(rg.start, min(rg.stop, n_trunk))
+                   if arch.layer_kinds[i] in (LayerKind.LINEAR, LayerKind.MAMBA)]
             n_rec = sum(1 for k in arch.layer_kinds if k in (LayerKind.LINEAR, LayerKind.MAMBA))
             share = (r + s) * len(lin) // max(n_rec, 1)
             comps.append(Component("recurrent_state", share, f"{len(lin)} of {n_rec} recurrent layers' share of: "
                                                              + _rs_note(arch, req, r, s)))
+        cells = _masks(arch, req, _ubatch(req)) // (2 * _ubatch(req))
         comps.append(Component("compute", gpu_c, f"CUDA compute buffer, ub {_ubatch(req)}, masks over "
-                                                 f"{_masks(arch, req, _ubatch(req)) // (2 * _ubatch(req))} cells ({_slots_text(req)})"))
-        comps.append(Component("cuda_runtime", _CUDA_RUNTIME, "CUDA context + cuBLAS workspace (measured on an H200: ~600 MiB beyond the buffers)"))
+                                                 f"{cells} cells ({_slots_text(req)})"))
+        comps.append(Component("cuda_runtime", _CUDA_RUNTIME,
+                               "CUDA context + cuBLAS workspace (measured on an H200: ~600 MiB beyond the buffers)"))
         if gi == 0 and req.draft_bytes:
             comps.append(Component("draft", req.draft_bytes, "draft model"))
         if gi == 0 and req.vision:

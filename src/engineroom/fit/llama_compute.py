@@ -7,10 +7,9 @@ from __future__ import annotations
 from ..arch import LayerKind, ModelArch
 from ..units import mib
 from .cpu_graph import _dense_graph, _gallocr_peak
-from .llama_cache import _masks, _slots_text, _ubatch, kv_rotation_bytes, llama_kv_stream_cells
 from .kv import kv_elems_per_token_layer
-from .request import MiB, FitRequest
-
+from .llama_cache import _masks, _slots_text, _ubatch, kv_rotation_bytes, llama_kv_stream_cells
+from .request import FitRequest, MiB
 
 # Compute-buffer model for llama.cpp CUDA (worst-case ubatch graph at a full KV cache, flash
 # attention on, n_outputs_max = n_seqs so the reserved graph's logits are tiny). The peak is
@@ -34,7 +33,9 @@ _CUDA_FFN = (3.0, 4.0)       # (x ff, x n_embd) dense
 _CUDA_FFN_MOE = (4.0, 4.0)   # (x ff, x n_embd) MoE
 _CUDA_ATTN = (3.0, 2.0)      # (x q, x n_embd) beside the f16 K/V copies
 _CUDA_HOST_EMBD = 4.0
-_CUDA_RUNTIME = 600 * MiB  # CUDA context + cuBLAS workspace beyond llama.cpp's buffers: 597-604 MiB by nvidia-smi in 32 H200 runs (benchmarks/cuda_fit_and_speed.md)
+# CUDA context + cuBLAS workspace beyond llama.cpp's buffers: 597-604 MiB by nvidia-smi in 32 H200 runs
+# (benchmarks/cuda_fit_and_speed.md)
+_CUDA_RUNTIME = 600 * MiB
 
 
 def _ffn_width(arch: ModelArch) -> int:
@@ -53,12 +54,12 @@ def llama_cuda_compute(arch: ModelArch, req: FitRequest) -> tuple[int, int]:
     if arch.mla is not None:
         # no flash attention: f32 KQ (n_head) + f32 mask + f16 mask copy per cell and token
         gpu = n_kv * ub * (4 * arch.n_heads + 4 + 1) + ub * 4 * (_CUDA_FFN[0] * ff + _CUDA_FFN[1] * e)
-        host = 4 * n_kv * ub + int(ub * 4 * _CUDA_HOST_EMBD * e)
+        host: float = 4 * n_kv * ub + int(ub * 4 * _CUDA_HOST_EMBD * e)
         return int(gpu), int(host)
     masks = _masks(arch, req, ub)
     kf, ke = _CUDA_FFN_MOE if arch.moe else _CUDA_FFN
     ffn = masks + ub * 4 * (kf * ff + ke * e)
-    attn = 0
+    attn: float = 0
     if req.kv_dtype.lower() != "f16" and arch.n_kv_layers:
         kel, vel = kv_elems_per_token_layer(arch, LayerKind.FULL)
         q1 = arch.n_heads * arch.head_dim
@@ -132,7 +133,8 @@ def _cpu_compute_terms(arch: ModelArch, req: FitRequest) -> tuple[int, int, floa
     if arch.mla is not None:
         mla = k * e + _CPU_MLA_ATTN * arch.n_heads * arch.mla.kv_lora_rank
         if mla > units:
-            units, how = mla, f"{k:g} x n_embd {e} + {_CPU_MLA_ATTN:g} x n_head {arch.n_heads} x kv_lora_rank {arch.mla.kv_lora_rank}"
+            units, how = mla, (f"{k:g} x n_embd {e} + {_CPU_MLA_ATTN:g} x n_head {arch.n_heads} "
+                               f"x kv_lora_rank {arch.mla.kv_lora_rank}")
     return mask, ub, units, how
 
 

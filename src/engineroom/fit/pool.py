@@ -17,7 +17,6 @@ from .request import GB, Component, FitRequest, GpuFit
 from .space import _fit_space
 from .weights import weight_split
 
-
 # kv_pool activation coefficient per KV bytes-per-element (the catalog's number; spec:
 # "coef x 48 x ctx / TP" bytes, measured on vLLM).
 _VLLM_ACT_COEF = {2.0: 135.0, 1.0: 130.0, 0.75: 155.0, 0.5625: 155.0}
@@ -43,6 +42,7 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
     if rig.gpus and tp > len(rig.gpus):
         raise BadInput(f"TP={tp} needs {tp} GPUs but the rig {rig.label or ''} has {len(rig.gpus)}.")
     frac = req.mem_fraction if req.mem_fraction is not None else eng.default_mem_fraction
+    assert frac is not None      # the catalog schema requires it of every kv_pool engine and build
     split = weight_split(arch, req)
     w = split.total // tp
     kv_need, kv_note = pool_kv_grow_per_card(arch, req, catalog=catalog)
@@ -70,7 +70,8 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
     for gi in range(tp):
         cap = (gpus[gi].free_bytes or gpus[gi].vram_bytes) if gpus else (rig.cpu_ram_bytes or 0)
         fixed = [Component("weights", w, split.source + (f" / TP {tp}" if tp > 1 else "")),
-                 Component("activations", act + scratch, f"{coef:g} x 48 x ctx / TP" + (f" + GDN prefill scratch (b={b})" if scratch else "")),
+                 Component("activations", act + scratch,
+                           f"{coef:g} x 48 x ctx / TP" + (f" + GDN prefill scratch (b={b})" if scratch else "")),
                  Component("cuda_graphs", overhead, f"(0.5 + {frac} + 0.3 x (TP-1)) GB")]
         if kv_fixed:
             fixed.append(Component("recurrent_state", kv_fixed, f"{req.n_seqs} seq(s) of linear-attention state / TP"))

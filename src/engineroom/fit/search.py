@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from ..arch import ModelArch
@@ -46,7 +47,7 @@ def max_concurrency(arch: ModelArch, req: FitRequest, rig: Rig, limit: int = 409
     return _last_ok(ok, lo, hi)
 
 
-def _last_ok(ok, lo: int, hi: int) -> int:
+def _last_ok(ok: Callable[[int], bool], lo: int, hi: int) -> int:
     """Largest n in [lo, hi) with ok(n), given ok(lo) and not ok(hi) (memory grows with n)."""
     while hi - lo > 1:
         mid = (lo + hi) // 2

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from ..arch import ModelArch
 from ..catalog import Catalog, Engine
+from ..catalog.schema import KvCacheSpace
 from ..hardware import Rig
-from ..units import gib   # memory in GiB, the one convention (units.py)
+from ..units import gib  # memory in GiB, the one convention (units.py)
 from .kv import _pool_bytes_per_token
 from .request import Component, FitRequest, GpuFit, Verdict
 
 
-def _fit_space(arch: ModelArch, req: FitRequest, rig: Rig, eng: Engine, ks, frac: float, w: int, w_src: str,
-               act: int, coef: float, kv_need: int, kv_note: str, kv_fixed: int,
+def _fit_space(arch: ModelArch, req: FitRequest, rig: Rig, eng: Engine, ks: KvCacheSpace, frac: float, w: int,
+               w_src: str, act: int, coef: float, kv_need: int, kv_note: str, kv_fixed: int,
                draft: int, catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str], dict]:
     """A kv_pool build with a fixed KV space (catalog ``kv_cache_space``; vLLM's CPU build):
     RAM holds weights + the runtime + activations, and a KV pool of exactly the space (the
@@ -49,8 +50,8 @@ def _fit_space(arch: ModelArch, req: FitRequest, rig: Rig, eng: Engine, ks, frac
     need_blocks = seq_blocks * req.n_seqs
     kv_blocked = need_blocks * block_bytes
     comps = list(fixed) + [Component("kv_cache", kv_blocked,
-                                     f"{kv_note}, in {block}-token blocks ({need_blocks:,} blocks of {block_bytes:,} B) "
-                                     f"of the pool {how}")]
+                                     f"{kv_note}, in {block}-token blocks "
+                                     f"({need_blocks:,} blocks of {block_bytes:,} B) of the pool {how}")]
     if kv_fixed:
         comps.append(Component("recurrent_state", kv_fixed, f"{req.n_seqs} seq(s) of linear-attention state, "
                                                             f"taken from the KV pool"))

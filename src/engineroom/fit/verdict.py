@@ -6,7 +6,7 @@ from ..arch import ModelArch
 from ..catalog import Catalog
 from ..errors import BadInput
 from ..hardware import Rig
-from ..units import gib   # memory in GiB, the one convention (units.py)
+from ..units import gib  # memory in GiB, the one convention (units.py)
 from .engine import engine_spec, kv_dtype_spec
 from .kv import kv_refusal
 from .llama import _fit_llama

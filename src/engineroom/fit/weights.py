@@ -8,10 +8,9 @@ import re
 from dataclasses import dataclass
 
 from ..arch import ModelArch
-from ..arch import count_params as estimate_param_count   # the one parameter counter (arch.params)
+from ..arch import count_params as estimate_param_count  # the one parameter counter (arch.params)
 from ..errors import BadInput
 from .request import FitRequest
-
 
 # Effective bits per weight over a whole checkpoint (embeddings and norms included) for
 # standard quant ids. GGUF k-quant mixes: llama.cpp's published averages; the int4 /
@@ -63,7 +62,8 @@ def weight_split(arch: ModelArch, req: FitRequest) -> WeightSplit:
     same_file = req.weight_bytes == arch.weight_bytes_exact if req.weight_bytes is not None else (
         req.quant is None or arch.file_type is None or req.quant.lower() == str(arch.file_type).lower())
     if arch.tensor_bytes and same_file:
-        per = [0] * max(n_layers, 1 + max((int(m.group(1)) for n in arch.tensor_bytes if (m := _BLK.match(n))), default=0))
+        last_blk = max((int(m.group(1)) for n in arch.tensor_bytes if (m := _BLK.match(n))), default=0)
+        per = [0] * max(n_layers, 1 + last_blk)
         emb = head = 0
         for name, b in arch.tensor_bytes.items():
             m = _BLK.match(name)
@@ -86,10 +86,11 @@ def weight_split(arch: ModelArch, req: FitRequest) -> WeightSplit:
         total = int(params * BITS_PER_WEIGHT.get(arch.torch_dtype.lower(), 16.0) / 8)
         src = f"{params / 1e9:.2f}B params at {arch.torch_dtype}"
     else:
-        raise BadInput(f"Cannot size weights: unknown quant {req.quant!r}; known: {', '.join(sorted(BITS_PER_WEIGHT))}.")
+        raise BadInput(f"Cannot size weights: unknown quant {req.quant!r}; "
+                       f"known: {', '.join(sorted(BITS_PER_WEIGHT))}.")
     frac = total / params if params else 0
     emb = int(arch.vocab_size * arch.hidden_size * frac)
     head = 0 if arch.tie_embeddings else emb
     rest = max(0, total - emb - head)
-    per = tuple([rest // max(n_layers, 1)] * max(n_layers, 1))
-    return WeightSplit(emb, per, head, src)
+    per_layer = tuple([rest // max(n_layers, 1)] * max(n_layers, 1))
+    return WeightSplit(emb, per_layer, head, src)

@@ -14,15 +14,21 @@ points live in ``api``.
 
 from __future__ import annotations
 
-from .adhoc import (ResolvedModel, _active_param_count, _arch_block,  # noqa: F401
-                    _names_file_or_repo, class_quality, model_from_arch, resolve_model)
+from .adhoc import (  # noqa: F401 - the private helpers: tests import them from here
+    ResolvedModel,
+    _active_param_count,
+    _arch_block,
+    _names_file_or_repo,
+    class_quality,
+    model_from_arch,
+    resolve_model,
+)
 from .api import Choice, NothingFits, Plan, fit_one, how_to_choose, plan, plans_as_rows
 from .candidates import quality_cmp, quality_value
 from .planner import _Planner  # noqa: F401  (tests drive the planner directly)
 from .ranking import STATIC_METRICS
 from .reasons import COMPUTE_CAVEAT_SEQS
-from .speed import (SPEED_DEPTH, SpeedBand, decode_rates, kv_bytes_per_token, weight_type_mix,
-                    weights_read_per_token)
+from .speed import SPEED_DEPTH, SpeedBand, decode_rates, kv_bytes_per_token, weight_type_mix, weights_read_per_token
 
 __all__ = [
     "COMPUTE_CAVEAT_SEQS", "Choice", "NothingFits", "Plan", "ResolvedModel", "SPEED_DEPTH",

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..arch import count_active_params as _active_param_count  # arch.params: the one counter
 from ..arch import ModelArch, load_arch
+from ..arch import count_active_params as _active_param_count  # arch.params: the one counter
 from ..catalog import Catalog, Model, Quant, block_from_arch, find_model, load_catalog
 from ..catalog.load import closest_model
-from ..catalog.schema import GB, ArchBlock, Quality
+from ..catalog.schema import GB, ArchBlock, Quality, QuantFormat
 from ..errors import BadInput, EngineroomError, NotFound
 from ..fit import BITS_PER_WEIGHT
 from ..refs import ModelRef, RefKind, parse
@@ -77,17 +77,22 @@ def resolve_model(ref: str | ModelRef | ResolvedModel, catalog: Catalog | None =
         close = closest_model(cat, text)
         hint = f" (did you mean '{close}'?)" if close else ""
         cls = NotFound if isinstance(err, NotFound) else BadInput
-        raise cls(f"model '{text}' is not in the catalog{hint} and cannot be read as a model file or repo: {err}") from None
+        raise cls(f"model '{text}' is not in the catalog{hint} and cannot be read as a model file or repo: "
+                  f"{err}") from None
     return model_from_arch(text, arch, cat)
 
 
-def _sized(qid: str, fmt: str, engines: tuple[str, ...], params: int, cat: Catalog,
+def _unknown_class(qid: str) -> Quality:
+    return Quality(tier=2, source=f"unknown quant class {qid}: lowest tier assumed (no KLD known)")
+
+
+def _sized(qid: str, fmt: QuantFormat, engines: tuple[str, ...], params: int, cat: Catalog,
            hf_repo: str | None = None) -> Quant:
     bits = BITS_PER_WEIGHT[qid.lower()]
     size = params * bits / 8
     return Quant(id=qid, format=fmt, size_gb=float(f"{size / GB:.3g}"), engines=engines, hf_repo=hf_repo,
                  size_source=f"estimate: {params:,} params x {bits:g} bits/weight; no such file checked",
-                 quality=class_quality(qid, cat))
+                 quality=class_quality(qid, cat) or _unknown_class(qid))
 
 
 def _gguf_quant(arch: ModelArch, ref: str, cat: Catalog) -> tuple[Quant, list[str]]:
@@ -105,11 +110,12 @@ def _gguf_quant(arch: ModelArch, ref: str, cat: Catalog) -> tuple[Quant, list[st
             by_type[arch.tensor_types[name]] = by_type.get(arch.tensor_types[name], 0) + b
         qid = max(by_type, key=lambda t: by_type[t])
         notes.append(f"quant id: no usable general.file_type; named after its largest tensor type, {qid}")
-    quality = class_quality(qid, cat) or Quality(tier=2, source=f"unknown quant class {qid}: lowest tier assumed (no KLD known)")
+    quality = class_quality(qid, cat) or _unknown_class(qid)
     exact = arch.weight_bytes_exact or 0
     notes.append(f"quality: {quality.source}")
     return Quant(id=qid, format="gguf", size_gb=float(f"{exact / GB:.3g}"), size_bytes=exact,
-                 size_source=f"exact: {exact:,} bytes of tensors in the GGUF header", engines=_engines_loading(cat, "gguf"),
+                 size_source=f"exact: {exact:,} bytes of tensors in the GGUF header",
+                 engines=_engines_loading(cat, "gguf"),
                  file=Path(ref).name, quality=quality), notes
 
 
@@ -173,7 +179,8 @@ def model_from_arch(ref: str, arch: ModelArch, catalog: Catalog | None = None) -
         active = _active_param_count(arch)
         if active and arch.moe:
             notes.append(f"decode speed: {active:,} of {arch.param_count:,} parameters read per token "
-                         f"({arch.moe.n_experts_active} of {arch.moe.n_experts} experts), counted from the expert shapes")
+                         f"({arch.moe.n_experts_active} of {arch.moe.n_experts} experts), "
+                         "counted from the expert shapes")
         model = Model(id=ref, name=arch.name or ref, hf_repo=ref if on_hub else None,
                       architecture=_arch_block(arch, source, active), features=("vision",) if arch.vision else (),
                       quants=tuple(quants), notes=f"not in the catalog: read from the {source}")

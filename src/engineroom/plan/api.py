@@ -5,8 +5,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any
 
 from ..arch import ModelArch
 from ..catalog import Catalog, Model, arch_from_catalog, find_engine, find_priority, load_catalog
@@ -15,7 +16,7 @@ from ..errors import BadInput, NotFound
 from ..fit import Fit, FitRequest, Verdict, fit, kv_dtype_spec, kv_refusal, max_concurrency, max_context
 from ..hardware import Rig
 from .adhoc import ResolvedModel, resolve_model
-from .candidates import _quant_runs_on
+from .candidates import _Cand, _quant_runs_on
 from .planner import _Planner
 from .ranking import STATIC_METRICS, _groups
 from .reasons import _reasons
@@ -103,7 +104,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
             c.ctx, c.n_seqs = p.target_ctx, seqs or 1
             p.speed(c)
             p.static_metrics(c)
-        cands = []
+        cands: list[_Cand] = []
         for group in _groups(pool, prefix):
             cands.extend(c for c in group if p.size(c))
             if len(cands) >= limit + 1:

@@ -118,7 +118,9 @@ def _quant_runs_on(quant: Quant, engine: Engine, rig: Rig) -> str | None:
 
 
 def _capacity(rig: Rig) -> int:
-    return sum(g.free_bytes if g.free_bytes is not None else g.vram_bytes for g in rig.gpus) if rig.gpus else (rig.cpu_ram_bytes or 0)
+    if not rig.gpus:
+        return rig.cpu_ram_bytes or 0
+    return sum(g.free_bytes if g.free_bytes is not None else g.vram_bytes for g in rig.gpus)
 
 
 def _bandwidth(rig: Rig) -> float | None:
@@ -126,6 +128,6 @@ def _bandwidth(rig: Rig) -> float | None:
     figure; on a CPU-only rig the CPU's bandwidth at the thread count decode runs with
     (measured on this machine by ``hardware``'s copy probe, else the catalog default)."""
     if rig.gpus:
-        vals = [g.bandwidth_gbs for g in rig.gpus]
-        return None if any(v is None for v in vals) else min(vals)  # type: ignore[type-var]
+        known = [g.bandwidth_gbs for g in rig.gpus if g.bandwidth_gbs is not None]
+        return min(known) if len(known) == len(rig.gpus) else None     # one unknown GPU: unknown
     return rig.cpu_bandwidth_gbs

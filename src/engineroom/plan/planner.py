@@ -7,17 +7,33 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from .. import units
 from ..arch import ModelArch
 from ..catalog import Catalog, Drafter, Engine, Model, Priority, Quant, find_engine
 from ..catalog.schema import GB, RankKey
 from ..fit import Fit, FitRequest, check_ctx, fit, kv_refusal, max_context
 from ..hardware import Rig
-from .. import units
-from .candidates import (_Cand, _bandwidth, _engine_runs_on, _max_seqs, _quant_runs_on, _rig_groups,
-                         _capacity, quality_cmp, quality_value)
+from .candidates import (
+    _bandwidth,
+    _Cand,
+    _capacity,
+    _engine_runs_on,
+    _max_seqs,
+    _quant_runs_on,
+    _rig_groups,
+    quality_cmp,
+    quality_value,
+)
 from .ranking import STATIC_METRICS, _rank
-from .speed import (SPEED_DEPTH, SpeedBand, _mixed_per_thread, decode_rates, kv_bytes_per_token,
-                    weight_type_mix, weights_read_per_token)
+from .speed import (
+    SPEED_DEPTH,
+    SpeedBand,
+    _mixed_per_thread,
+    decode_rates,
+    kv_bytes_per_token,
+    weight_type_mix,
+    weights_read_per_token,
+)
 
 
 class _Planner:
@@ -76,8 +92,8 @@ class _Planner:
         if why:
             return why
         if self.ref_quant is not None and quality_cmp(q, self.ref_quant) < 0:
-            return (f"{q.id} quality (tier {q.quality.tier}{f', KLD {q.quality.kld}' if q.quality.kld is not None else ''})"
-                    f" is below {self.ref_quant.id}'s")
+            kld = f", KLD {q.quality.kld}" if q.quality.kld is not None else ""
+            return f"{q.id} quality (tier {q.quality.tier}{kld}) is below {self.ref_quant.id}'s"
         return None
 
     def _drafters(self, q: Quant, e: Engine) -> list[Drafter | None]:
@@ -167,9 +183,11 @@ class _Planner:
                 c.ctx, c.fits, c.n_seqs = ctx, fits, base
                 self._max_ctx(c, base)
         else:
-            lay = (f"{c.instances} independent instance(s)" if c.instances > 1 else f"TP={c.tp}" if c.tp > 1 else "one device")
+            lay = (f"{c.instances} independent instance(s)" if c.instances > 1
+                   else f"TP={c.tp}" if c.tp > 1 else "one device")
             if self.user_ctx is not None:
-                self.rejected.append(f"{label}: does not fit at {self.user_ctx} tokens x {base} sequence(s) ({fits[0].binding})")
+                self.rejected.append(f"{label}: does not fit at {self.user_ctx} tokens x {base} sequence(s) "
+                                     f"({fits[0].binding})")
                 self.layout_misses[(c.engine.id, c.quant.id, c.kv.id, c.tp, c.instances)] = \
                     f"({lay}) does not fit at {self.user_ctx:,} tokens: {fits[0].binding}"
                 return False
@@ -181,7 +199,8 @@ class _Planner:
                     f"({lay}) fills only {mc:,} tokens: {fits[0].binding}"
                 return False
             self.layout_misses.setdefault((c.engine.id, c.quant.id, c.kv.id, c.tp, c.instances),
-                                          f"({lay}) does not fit {self.target_ctx:,} tokens ({fits[0].binding}); it fills {mc:,}")
+                                          f"({lay}) does not fit {self.target_ctx:,} tokens ({fits[0].binding}); "
+                                          f"it fills {mc:,}")
             ctx = mc
             fits = self._fit_all(c, ctx, base)
         n_seqs = base
@@ -197,7 +216,8 @@ class _Planner:
                 self.rejected.append(f"{label}: cannot hold {n_seqs} sequences")
                 return False
         if n_seqs < self.prio.constraints.min_seqs:
-            self.rejected.append(f"{label}: holds {n_seqs} sequence(s), priority wants {self.prio.constraints.min_seqs}")
+            self.rejected.append(f"{label}: holds {n_seqs} sequence(s), "
+                                 f"priority wants {self.prio.constraints.min_seqs}")
             return False
         c.ctx, c.n_seqs, c.fits = ctx, n_seqs, fits
         return True
@@ -215,7 +235,7 @@ class _Planner:
         scale = 1.0 + (c.tp - 1) * e.multi_gpu.scaling      # the seed's measured per-stream TP ratio
         roof = bw * GB * scale / (w + kv)
         threads = c.groups[0].cpu_threads if not c.groups[0].gpus else None   # CPU: llama-server's default -t
-        mix = ()
+        mix: tuple[tuple[str, float], ...] = ()
         if threads:   # CPU: the weights stream at their types' rates, the KV at its own ("kv_f16", ...)
             mix = tuple((t, share * w / (w + kv)) for t, share in weight_type_mix(self.arch, c.quant.id))
             mix += ((f"kv_{c.kv.id.lower()}", kv / (w + kv)),) if kv else ()
@@ -226,19 +246,22 @@ class _Planner:
             d = c.drafter
             m_lo = d.acceptance_length.low / (1 + d.overhead.value)
             m_hi = d.acceptance_length.high / (1 + d.overhead.value)
-            src = f"{d.id}: acceptance {d.acceptance_length.low:g}-{d.acceptance_length.high:g} ({d.acceptance_length.source}); overhead {d.overhead.value:g} ({d.overhead.source})"
+            src = (f"{d.id}: acceptance {d.acceptance_length.low:g}-{d.acceptance_length.high:g} "
+                   f"({d.acceptance_length.source}); overhead {d.overhead.value:g} ({d.overhead.source})")
         c.decode = SpeedBand(low=slow * scale * m_lo, high=fast * scale * m_hi, roofline_tps=roof,
                              bytes_per_token=w + kv, bandwidth_gbs=bw,
                              efficiency=(dm.bandwidth_efficiency.low, dm.bandwidth_efficiency.high),
                              efficiency_source=dm.source,
-                             overhead_ms=(dm.fixed_ms(layers, dm.per_layer_ms.low), dm.fixed_ms(layers, dm.per_layer_ms.high)),
+                             overhead_ms=(dm.fixed_ms(layers, dm.per_layer_ms.low),
+                                          dm.fixed_ms(layers, dm.per_layer_ms.high)),
                              tp_scale=scale, spec_multiplier=(m_lo, m_hi), spec_source=src,
                              threads=threads,
                              per_thread_gbs=_mixed_per_thread(dm, threads, mix))
         # batched decode: one weight read serves every sequence in the step; each reads its KV
         n = c.n_seqs
         if n > 1:
-            per_inst = n * scale * decode_rates(dm, w + n * kv, layers, bw, threads, mix)[1] * e.concurrency.batch_efficiency
+            batched_mid = decode_rates(dm, w + n * kv, layers, bw, threads, mix)[1]
+            per_inst = n * scale * batched_mid * e.concurrency.batch_efficiency
         else:
             per_inst = c.decode.mid
         c.aggregate = per_inst * c.instances

@@ -5,26 +5,30 @@ it rests on, and the trade-offs a user should know before launching it.
 from __future__ import annotations
 
 from ..fit import Verdict
-from ..units import gib   # memory in GiB, the one convention (units.py)
+from ..units import gib  # memory in GiB, the one convention (units.py)
 from .candidates import _Cand
 from .planner import _Planner
 from .ranking import _close
-
-
 
 COMPUTE_CAVEAT_SEQS = 8      # from this many sequences on, say the aggregate ignores compute
 
 _METRIC_TEXT = {
     "decode_tps": lambda c: f"{c.metrics['decode_tps']:.0f} t/s single-stream (band middle)",
-    "aggregate_tps": lambda c: f"{c.metrics['aggregate_tps']:.0f} t/s aggregate over {c.n_seqs * c.instances} sequence(s)",
-    "shared_prefix_tps": lambda c: f"{c.metrics['shared_prefix_tps']:.0f} t/s shared-prefix aggregate (x{c.engine.concurrency.multi_tenant_factor:g} {c.engine.concurrency.prefix_cache} prefix cache)",
+    "aggregate_tps": lambda c: (f"{c.metrics['aggregate_tps']:.0f} t/s aggregate over "
+                                f"{c.n_seqs * c.instances} sequence(s)"),
+    "shared_prefix_tps": lambda c: (f"{c.metrics['shared_prefix_tps']:.0f} t/s shared-prefix aggregate "
+                                    f"(x{c.engine.concurrency.multi_tenant_factor:g} "
+                                    f"{c.engine.concurrency.prefix_cache} prefix cache)"),
     "max_ctx": lambda c: f"{int(c.metrics['max_ctx']):,} tokens fillable",
     "gpu_bytes": lambda c: f"{gib(c.metrics['gpu_bytes'], 1)} on the busiest device",
     "headroom_bytes": lambda c: f"{gib(c.metrics['headroom_bytes'], 1)} spare",
-    "quality": lambda c: f"quality tier {c.quant.quality.tier}" + (f", KLD {c.quant.quality.kld:g}" if c.quant.quality.kld is not None else ""),
+    "quality": lambda c: (f"quality tier {c.quant.quality.tier}"
+                          + (f", KLD {c.quant.quality.kld:g}" if c.quant.quality.kld is not None else "")),
     "quant_portability": lambda c: f"{c.quant.id} loads in {len(c.quant.engines)} engine(s)",
     "engine_status": lambda c: f"engine status {c.engine.status}",
-    "engine_non_nvidia_vendors": lambda c: f"{c.engine.id} runs on {', '.join(v for v in c.engine.vendors if v != 'nvidia')} besides NVIDIA",
+    "engine_non_nvidia_vendors": lambda c: (f"{c.engine.id} runs on "
+                                            + ", ".join(v for v in c.engine.vendors if v != "nvidia")
+                                            + " besides NVIDIA"),
     "cold_start_s": lambda c: (f"cold start {c.engine.cold_start_s.value:g} s ({c.engine.cold_start_s.source})"
                                if c.engine.cold_start_s else "cold start not published"),
 }
@@ -44,7 +48,8 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
     reasons = [
         f"priority {p.prio.id}: {p.prio.maximise}; here " +
         "; ".join(_METRIC_TEXT[k.metric](c) for k in p.prio.rank[:2]) + ".",
-        f"quant {q.id} ({q.format}): {q.size_gb:g} GB on disk ({q.size_source or 'catalog'}); quality tier {q.quality.tier}"
+        f"quant {q.id} ({q.format}): {q.size_gb:g} GB on disk ({q.size_source or 'catalog'}); "
+        f"quality tier {q.quality.tier}"
         + (f", mean KLD {q.quality.kld:g}" if q.quality.kld is not None else "") + f" — {q.quality.source}.",
         f"fit: {gib(busiest.used_bytes, 1)} of {gib(busiest.capacity_bytes, 1)} on the busiest device ({f.verdict}); "
         + ", ".join(f"{x.name} {gib(x.bytes, 1)}" for x in comps) + ".",
@@ -67,7 +72,9 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
                    + f": {p.rig.cpu_bandwidth_source or 'catalog default'}" if not p.rig.gpus else "")
                 + f"; roofline {d.roofline_tps:.0f} t/s ({d.efficiency_source})")
         if c.drafter:
-            line += f" x spec {d.spec_multiplier[0]:.2f}-{d.spec_multiplier[1]:.2f} ({c.drafter.id}, acceptance length {c.drafter.acceptance_length.low:g}-{c.drafter.acceptance_length.high:g}: {c.drafter.acceptance_length.source})"
+            acc = c.drafter.acceptance_length
+            line += (f" x spec {d.spec_multiplier[0]:.2f}-{d.spec_multiplier[1]:.2f} ({c.drafter.id}, "
+                     f"acceptance length {acc.low:g}-{acc.high:g}: {acc.source})")
         reasons.append(line + ".")
     else:
         reasons.append("decode speed unknown: the rig's memory bandwidth is not in the catalog.")
@@ -75,17 +82,20 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
         reasons.append(f"aggregate {c.aggregate or 0:.0f} t/s = {c.instances} instance(s) x {c.n_seqs} sequence(s), "
                        f"batch efficiency {e.concurrency.batch_efficiency:g} ({e.concurrency.source}).")
     if c.tp > 1:
-        reasons.append(f"{c.tp} GPUs per instance by {e.multi_gpu.mode} (per-stream scaling {e.multi_gpu.scaling:g}: {e.multi_gpu.source}).")
-    reasons.append(f"engine {e.id}: status {e.status}, API parity {e.api_parity}, cold start "
-                   + (f"{e.cold_start_s.value:g} s ({e.cold_start_s.source})" if e.cold_start_s else "not published") + ".")
+        reasons.append(f"{c.tp} GPUs per instance by {e.multi_gpu.mode} "
+                       f"(per-stream scaling {e.multi_gpu.scaling:g}: {e.multi_gpu.source}).")
+    cold = f"{e.cold_start_s.value:g} s ({e.cold_start_s.source})" if e.cold_start_s else "not published"
+    reasons.append(f"engine {e.id}: status {e.status}, API parity {e.api_parity}, cold start {cold}.")
     # compare with the best alternative of a different layout / engine, with numbers
     if idx == 0 and len(ranked) > 1:
         alt = next((r for r in ranked[1:] if (r.engine.id, r.quant.id) != (e.id, q.id)), ranked[1])
-        keys = [k for k in p.prio.rank if not _close(c.metrics.get(k.metric, 0), alt.metrics.get(k.metric, 0), k.tolerance)]
+        keys = [k for k in p.prio.rank
+                if not _close(c.metrics.get(k.metric, 0), alt.metrics.get(k.metric, 0), k.tolerance)]
         if keys:
             k = keys[0]
             tied = [t.metric for t in p.prio.rank[:p.prio.rank.index(k)]]
-            reasons.append(f"beats {_label(alt)} on {k.metric}: {_METRIC_TEXT[k.metric](c)} vs {_METRIC_TEXT[k.metric](alt)}"
+            text = _METRIC_TEXT[k.metric]
+            reasons.append(f"beats {_label(alt)} on {k.metric}: {text(c)} vs {text(alt)}"
                            + (f" (tied on {', '.join(tied)})" if tied else "") + ".")
         else:
             reasons.append(f"ties {_label(alt)} on every rank key; engine maturity and memory break the tie.")
@@ -94,7 +104,8 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
                           and (r.tp, r.instances) != (c.tp, c.instances)), None)
             if other is None:  # size the same config in its other layout(s) to show the numbers
                 for r in p.pool:
-                    if (r.engine, r.quant, r.kv, r.drafter) == (e, q, kv, c.drafter) and (r.tp, r.instances) != (c.tp, c.instances):
+                    if ((r.engine, r.quant, r.kv, r.drafter) == (e, q, kv, c.drafter)
+                            and (r.tp, r.instances) != (c.tp, c.instances)):
                         if r.fits or p.size(r):
                             p.speed(r)
                             p.metrics(r)
@@ -108,8 +119,9 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
                                    f"{c.ctx:,} ctx x {c.n_seqs} seq; the other layout {miss}.")
             if other is not None:
                 reasons.append(
-                    f"layout: {_label(c)} gives {c.metrics['aggregate_tps']:.0f} t/s aggregate, {c.metrics['decode_tps']:.0f} t/s per stream at "
-                    f"{c.ctx:,} ctx x {c.n_seqs} seq; {_label(other)} gives {other.metrics['aggregate_tps']:.0f} t/s aggregate, "
+                    f"layout: {_label(c)} gives {c.metrics['aggregate_tps']:.0f} t/s aggregate, "
+                    f"{c.metrics['decode_tps']:.0f} t/s per stream at {c.ctx:,} ctx x {c.n_seqs} seq; "
+                    f"{_label(other)} gives {other.metrics['aggregate_tps']:.0f} t/s aggregate, "
                     f"{other.metrics['decode_tps']:.0f} t/s per stream at {other.ctx:,} ctx x {other.n_seqs} seq."
                 )
     trade = []
@@ -124,8 +136,9 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
     if q.quality.tier < 4:
         trade.append(f"quality below 4-bit class (tier {q.quality.tier}).")
     if c.n_seqs >= COMPUTE_CAVEAT_SEQS:
-        trade.append(f"aggregate {c.aggregate or 0:.0f} t/s is a memory-bandwidth estimate: at {c.n_seqs} sequences a "
-                     "decode step may be compute-bound, which the plan does not model (no FLOPS figures in the catalog).")
+        trade.append(f"aggregate {c.aggregate or 0:.0f} t/s is a memory-bandwidth estimate: at {c.n_seqs} sequences "
+                     "a decode step may be compute-bound, which the plan does not model "
+                     "(no FLOPS figures in the catalog).")
     if p.source != "catalog":
         trade.append(f"not in the catalog: read from the {p.source}; "
                      + ("its size is the file's exact bytes" if q.size_bytes else "its size is an estimate")

@@ -8,13 +8,13 @@ catalog ``decode`` block holds every constant, so this module holds no number of
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..arch import ModelArch
 from ..catalog import Model, Quant
 from ..catalog.schema import GB, DecodeModel, KvDtype
 from ..fit import kv_bytes
-
 
 SPEED_DEPTH = 4096          # decode speed is quoted at this KV depth (tokens already in context)
 
@@ -85,11 +85,11 @@ def decode_rates(dm: DecodeModel, bytes_per_token: float, n_layers: int, bandwid
         parts.append((share, pt, dm.efficiency_for(t)))
     tot = sum(share for share, _, _ in parts) or 1.0
 
-    def rate(pick, per_layer_ms: float) -> float:
+    def rate(pick: Callable[[tuple[float, float]], float], per_layer_ms: float) -> float:
         s_per_gb = 0.0
         for share, pt, ef in parts:
             stream = pick(ef) * bandwidth_gbs
-            if pt is not None:
+            if pt is not None and threads:      # (a per-thread rate is only looked up with threads)
                 stream = min(stream, threads * pick(pt))
             s_per_gb += share / tot / stream
         return 1.0 / (bytes_per_token * s_per_gb / GB + dm.fixed_ms(n_layers, per_layer_ms) / 1000)
@@ -99,17 +99,19 @@ def decode_rates(dm: DecodeModel, bytes_per_token: float, n_layers: int, bandwid
             rate(lambda r: r[1], lay.low))
 
 
-def _mixed_per_thread(dm: DecodeModel, threads: int | None, mix) -> tuple[float, float] | None:
+def _mixed_per_thread(dm: DecodeModel, threads: int | None,
+                      mix: tuple[tuple[str, float], ...]) -> tuple[float, float] | None:
     """The (low, high) per-thread GB/s for this weight mix: each type's bytes stream at that
     type's rate, so the mix's rate is the share-weighted harmonic mean (None: no compute roof)."""
     if not threads or not (dm.per_thread_gbs or dm.per_thread_by_type):
         return None
-    parts = [(share, dm.per_thread_for(t)) for t, share in (mix or (("", 1.0),))]
-    parts = [(share, r) for share, r in parts if r]
+    rates = [(share, dm.per_thread_for(t)) for t, share in (mix or (("", 1.0),))]
+    parts = [(share, r) for share, r in rates if r]
     if not parts:
         return None
     tot = sum(share for share, _ in parts)
-    return tuple(tot / sum(share / r[i] for share, r in parts) for i in (0, 1))  # type: ignore[return-value]
+    low, high = (tot / sum(share / r[i] for share, r in parts) for i in (0, 1))
+    return low, high
 
 
 def weights_read_per_token(model: Model, arch: ModelArch, quant: Quant) -> int:

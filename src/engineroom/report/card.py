@@ -21,16 +21,19 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from engineroom import units
 from engineroom.bench import statistics
-from engineroom.report.redaction import redact
+from engineroom.redaction import redact
 
 CHECK_RECORD_KIND = "check"
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
+    """A card cell for a count or rate (not a size: sizes go through units): "n/a" rather than
+    blank, because a markdown cell left empty reads as a rendering fault."""
     if value is None:
         return "n/a"
     if isinstance(value, float):
@@ -39,10 +42,9 @@ def _fmt(value: Any, digits: int = 2) -> str:
 
 
 def _bytes(n: Any) -> str:
-    """Sizes in binary units (units.py); empty when unknown, so the caller leaves it out."""
-    if not isinstance(n, (int, float)) or n <= 0:
-        return ""
-    return units.mem(n)
+    """A size through units.mem, empty when unknown so the caller leaves it out; 0 or less is left
+    out too, since no RAM, VRAM or model file has that size: it is a bad record, not a size."""
+    return units.mem(n, missing="") if not isinstance(n, (int, float)) or n > 0 else ""
 
 
 def _cell(text: str) -> str:
@@ -128,7 +130,8 @@ def _header(run: Mapping[str, Any], cond: Mapping[str, Any]) -> list[str]:
     for change in cond.get("launch_changes") or ():
         if isinstance(change, Mapping):
             added = " ".join(str(a) for a in change.get("args") or ())
-            rows.append(("Changed by engineroom", f"added `{added}` ({change.get('source', '?')}): {change.get('why', '')}"))
+            rows.append(("Changed by engineroom",
+                         f"added `{added}` ({change.get('source', '?')}): {change.get('why', '')}"))
     probe = cond.get("cpu_probe")
     if isinstance(probe, Mapping) and isinstance(probe.get("results"), Mapping):
         forced = set(probe.get("forced") or ())
@@ -253,7 +256,7 @@ def _body_text(body: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}: on" if v is True else f"{k} = {json.dumps(v)}" for k, v in body.items())
 
 
-def _bench_section(records: list[Mapping[str, Any]], cond: Mapping[str, Any],
+def _bench_section(records: Sequence[Mapping[str, Any]], cond: Mapping[str, Any],
                    run: Mapping[str, Any] | None = None, summary: Mapping[str, Any] | None = None) -> list[str]:
     summary = summary if summary is not None else statistics.summarize(records)
     found = cond.get("bench")
@@ -291,7 +294,8 @@ def _bench_section(records: list[Mapping[str, Any]], cond: Mapping[str, Any],
                    if isinstance(w, Mapping)}
     for name in what["names"]:
         if name not in summary["workloads"]:
-            lines.append(f"| {_cell(name)} | not run | n/a | n/a | n/a | n/a | n/a | n/a | {_fmt(max_by_name.get(name))} |")
+            lines.append(f"| {_cell(name)} | not run | n/a | n/a | n/a | n/a | n/a | n/a "
+                         f"| {_fmt(max_by_name.get(name))} |")
     lines.append("")
     lines.append("Client vs engine decode, same requests (client inter-token rate = "
                  "(tokens − 1) / (last token − first token), against the engine's rate over its own decode steps):")
@@ -304,7 +308,8 @@ def _bench_section(records: list[Mapping[str, Any]], cond: Mapping[str, Any],
             lines.append(f"- ⚠ {name}: WARNING: {a['warning']}.")
         else:
             lines.append(
-                f"- {name}: client inter-token {a['client_inter_token_tps']:.2f} tok/s vs engine {a['engine_decode_tps']:.2f} tok/s "
+                f"- {name}: client inter-token {a['client_inter_token_tps']:.2f} tok/s "
+                f"vs engine {a['engine_decode_tps']:.2f} tok/s "
                 f"(median per-request {a['diff_pct']:+.1f}%, within {a['tolerance_pct']:g}%; n={a['n']})."
             )
     lines.append("")
@@ -381,7 +386,7 @@ def _memory_section(memory: Any) -> list[str]:
     return lines + [""]
 
 
-def render_card(run: Mapping[str, Any], records: list[Mapping[str, Any]]) -> str:
+def render_card(run: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
     """A markdown card for ``run`` (a ``Store.get_run`` dict) from its ``Store.records``."""
     cond = run.get("conditions") or {}
     if not isinstance(cond, Mapping):

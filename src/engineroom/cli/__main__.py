@@ -1,0 +1,5 @@
+"""`python -m engineroom.cli`: the console command."""
+
+from . import main
+
+main()

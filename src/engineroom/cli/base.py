@@ -1,0 +1,175 @@
+"""The engineroom command line: the app, its shared options and helpers (commands live beside it).
+
+Tables and lines are built in views.py from the results, so this module holds no formatting
+and the views can be tested on constructed data without running a command.
+
+Every command takes ``--json``. Errors a user can cause end in one sentence on stderr and a
+non-zero exit code (see ``errors.py``); nothing here branches on an engine's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from ..flows import Pick
+    from ..launch import ServerState
+
+from pathlib import Path
+
+import typer
+
+from .. import __version__, views
+from ..output import console, print_json, to_jsonable
+from ..redaction import redact_data
+
+app = typer.Typer(
+    name="engineroom",
+    help="Plan, launch, verify and benchmark local LLM engines — with measurements.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+models_app = typer.Typer(help="Resolve, pull and list models.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+JsonOpt = typer.Option(False, "--json", help="Machine-readable JSON output.")
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        console.print(f"engineroom {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """engineroom: which engine, which quant, which flags, how much context, how fast."""
+
+
+def _show(items: Any, to: Console = console) -> None:
+    """Print a view (views.py): one renderable, or a list of them in order."""
+    for item in items if isinstance(items, list) else [items]:
+        to.print(item)
+
+
+
+
+def _launch_options(ctx: int | None, port: int | None, threads: int | None, parallel: int | None,
+                    kv_unified: bool | None, engine_bin: Path | None, chat_template_file: Path | None,
+                    tools_template: bool, timeout: float, extra: Sequence[str] | None, *, engine: str | None = None,
+                    kv: str | None = None, tp: int | None = None, api_key: str | None = None,
+                    api_key_env: str | None = None, api_key_file: Path | None = None) -> dict[str, Any]:
+    opts = dict(ctx=ctx, port=port, threads=threads, parallel=parallel, kv_unified=kv_unified,
+                engine_bin=engine_bin, chat_template_file=chat_template_file, tools_template=tools_template,
+                timeout=timeout, extra_args=tuple(extra or ()), kv_dtype=kv, tp=tp,
+                api_key=api_key, api_key_env=api_key_env, api_key_file=api_key_file)
+    if engine is not None:
+        opts["engine"] = engine
+    return opts
+
+
+_OPTION_OF_PARAM = {"kv": "kv_dtype"}
+
+
+def _given(ctx_: typer.Context) -> list[str]:
+    """The launch options typed on this command line (``switch`` keeps the others from the running
+    server; a plan's pick fills the others)."""
+    names = ("ctx", "port", "threads", "parallel", "kv_unified", "engine_bin", "chat_template_file",
+             "tools_template", "timeout", "engine", "kv", "tp", "api_key", "api_key_env", "api_key_file")
+
+    def typed(param: str) -> bool:   # by name: typer vendors its own click, with its own enum
+        source = ctx_.get_parameter_source(param)
+        return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+    given = [_OPTION_OF_PARAM.get(name, name) for name in names if typed(name)]
+    if ctx_.args:
+        given.append("extra_args")
+    return given
+
+
+def _pick(model: str | None, priority: str | None, rig: str | None, from_plan: Path | None,
+          pick: int) -> Pick | None:
+    """The plan's pick when --priority, --rig or --from-plan asks for one, else None."""
+    from .. import flows
+    from ..errors import BadInput
+
+    if from_plan is not None:
+        if priority or rig:
+            raise BadInput("--from-plan already holds the plan; give it without --priority or --rig.")
+        return flows.pick_from_file(from_plan, pick)
+    if priority is None and rig is None:
+        if pick != 1:
+            raise BadInput("--pick chooses among a plan's configurations; add --priority P or --from-plan FILE.")
+        return None
+    if model is None:
+        raise BadInput("name the model to plan, e.g. `engineroom up smollm2-135m --priority balanced`.")
+    return flows.pick_from_plan(model, priority=priority, rig=rig, pick=pick)
+
+
+def _start(fn: Callable[..., ServerState], model: str, opts: dict[str, Any], json_out: bool,
+           **extra: Any) -> ServerState:
+    pick = extra.get("pick")
+    if pick is not None and not json_out:
+        _show(views.pick_lines(pick))
+    with console.status(f"starting {model}") as spin:
+        state = fn(
+            model, say=lambda msg: spin.update(msg),
+            on_wait=lambda phase, t: spin.update(f"{model}: {phase} ({t:.0f} s)"),
+            **opts, **extra,
+        )
+    if json_out:
+        print_json(redact_data(to_jsonable(state)))
+    else:
+        _show(views.started_lines(state, picked_port=opts.get("port") == 0))
+    return state
+
+
+_CTX = typer.Option(None, "--ctx", "-c",
+                    help="Context per sequence (tokens), as plan and fit size it: each of the --parallel slots "
+                         "holds this many (llama.cpp: -c ctx x slots); at most the model's trained maximum unless RoPE "
+                         "scaling is passed after `--`.")
+_PORT = typer.Option(None, "--port", "-p", help="Port (default 8080; 0 picks a free one; bound to 127.0.0.1).")
+_THREADS = typer.Option(None, "--threads", "-t", help="CPU threads.")
+_PARALLEL = typer.Option(None, "--parallel",
+                         help="Server slots (concurrent sequences; default: the engine's, llama.cpp 4).")
+_UNIFIED = typer.Option(None, "--kv-unified/--no-kv-unified",
+                        help="One KV pool shared by all slots (default: the engine's; llama.cpp: unified when "
+                             "--parallel is not given).")
+_BIN = typer.Option(None, "--engine-bin", help="Explicit engine binary.")
+_TEMPLATE = typer.Option(None, "--chat-template-file", help="Jinja chat template to use instead of the model's.")
+_TOOLS = typer.Option(False, "--tools-template", help="Use engineroom's tool-capable template for this model.")
+_TIMEOUT = typer.Option(300.0, "--timeout", help="Seconds to wait for the server to become healthy.")
+# API keys by reference (apikey.py): engineroom keeps a variable's name or a file's path, never the key
+_KEY_ENV = typer.Option(None, "--api-key-env", metavar="VAR",
+                        help="Require this API key, read from environment variable VAR at launch (only the name is "
+                             "kept).")
+_KEY_FILE = typer.Option(None, "--api-key-file", metavar="PATH",
+                         help="Require the API key in PATH, a file only you can read (chmod 600).")
+_KEY = typer.Option(None, "--api-key", metavar="KEY",
+                    help="Require this API key (written to a 0600 file of engineroom's; prefer --api-key-env, "
+                         "which keeps the key off engineroom's own command line).")
+_CLIENT_KEY_ENV = typer.Option(None, "--api-key-env", metavar="VAR",
+                               help="Send the API key in environment variable VAR (default: the managed server's own).")
+_CLIENT_KEY = typer.Option(None, "--api-key", metavar="KEY",
+                           help="Send this API key (prefer --api-key-env: a command line is visible to other users).")
+
+
+_ENGINE = typer.Option(None, "--engine", "-e", help="Engine to launch (default: llama.cpp, or the plan's pick).")
+_KV = typer.Option(None, "--kv",
+                   help="KV cache type as the catalog names it (f16, q8_0, q4_0; default: the engine's, f16).")
+_TP = typer.Option(None, "--tp", help="GPUs for one instance (default 1).")
+_PRIORITY = typer.Option(None, "--priority",
+                         help="Launch what `engineroom plan MODEL --priority P` ranks first for this machine.")
+_PLAN_RIG = typer.Option(None, "--rig",
+                         help="Plan for this rig spec instead of this machine (the launch still runs here).")
+_FROM_PLAN = typer.Option(None, "--from-plan",
+                          help="Launch a plan saved with `engineroom plan MODEL --json > plan.json`.")
+_PICKN = typer.Option(1, "--pick", help="Which of the plan's configurations (1 = its first).")
+

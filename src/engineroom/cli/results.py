@@ -1,0 +1,186 @@
+"""Commands that measure and report: verify, bench, runs, report, demo."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..checks import CheckResult
+
+from pathlib import Path
+
+import typer
+
+from .. import views
+from ..output import console, err_console, print_json, print_text, to_jsonable
+from ..redaction import redact_data
+from .base import _CLIENT_KEY, _CLIENT_KEY_ENV, _THREADS, JsonOpt, _show, app
+
+_URL = typer.Option(None, "--url", help="OpenAI-compatible server URL (default: the managed server).")
+
+
+def _print_check(result: CheckResult) -> None:
+    console.print(views.check_line(result))
+
+
+@app.command()
+def verify(url: str | None = _URL, api_key_env: str | None = _CLIENT_KEY_ENV,
+           api_key: str | None = _CLIENT_KEY, json_out: bool = JsonOpt) -> None:
+    """API conformance (smoke): reachable, answer, streaming, tool call, json_schema.
+
+    Exit code = number of failed checks. SKIP only where the server declares a feature absent.
+    """
+    from .. import flows
+    from ..store import Store
+
+    key = flows.client_key(url, api_key=api_key, api_key_env=api_key_env)
+    info = flows.connect(url, api_key=key)
+    with Store() as store:
+        outcome = flows.verify(info, store, on_result=None if json_out else _print_check, api_key=key)
+    if json_out:
+        print_json({"run_id": outcome.run_id, "engine": info.engine, "model": info.model_id,
+                    "results": outcome.results, "failed": outcome.failed})
+    else:
+        _show(views.verify_summary(info, outcome))
+    raise typer.Exit(min(outcome.failed, 125))
+
+
+@app.command()
+def bench(
+    url: str | None = _URL,
+    suite_name: str = typer.Option(
+        "quick", "--suite",
+        help="quick: 192 tokens per request, 1 warm-up + 5 measured per workload (12 requests, 2,304 tokens); "
+             "long: 1000 / 800 tokens, 3 warm-ups + 5 measured (16 requests, 14,400 tokens: ~6x as long)."),
+    long: bool = typer.Option(False, "--long", help="Same as --suite long."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Tokens per request (default: the suite's)."),
+    warmup: int | None = typer.Option(None, "--warmup",
+                                      help="Unscored warm-up requests per workload (default: the suite's)."),
+    runs: int | None = typer.Option(None, "--runs", help="Measured requests per workload (default: the suite's)."),
+    full_length: bool = typer.Option(True, "--full-length/--natural-stop",
+                                     help="Ask the engine to ignore end-of-sequence (when it supports it) so every "
+                                          "run reaches max tokens."),
+    api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY,
+    json_out: bool = JsonOpt,
+) -> None:
+    """Per-stream speed: TTFT, decode and wall tokens/s (client clock) beside the engine's own timings.
+
+    Each workload's figures carry mean, std and CV over its measured requests.
+    """
+    from .. import flows
+    from ..bench import BenchPlan, default_workloads, suite
+    from ..errors import BadInput
+    from ..report import render_card
+    from ..store import Store
+
+    if long and suite_name.strip().lower() not in ("quick", "long"):
+        raise BadInput(f"give --long or --suite {suite_name}, not both.")
+    chosen = suite("long" if long else suite_name)
+    if max_tokens is not None and max_tokens < 1:
+        raise BadInput(f"--max-tokens must be at least 1, not {max_tokens}.")
+    if warmup is not None and warmup < 0:
+        raise BadInput(f"--warmup cannot be negative (got {warmup}).")
+    if runs is not None and runs < 1:
+        raise BadInput(f"--runs must be at least 1, not {runs}.")
+    key = flows.client_key(url, api_key=api_key, api_key_env=api_key_env)
+    info = flows.connect(url, api_key=key)
+    plan = BenchPlan(workloads=default_workloads(max_tokens, chosen.name),
+                     warmup=chosen.warmup if warmup is None else warmup,
+                     measured=chosen.measured if runs is None else runs, full_length=full_length)
+    with Store() as store, views.request_progress(err_console) as bar:
+        task = bar.add_task("bench", total=None)
+        outcome = flows.bench(info, store, plan, api_key=key,
+                              progress=lambda done, total, label: bar.update(task, completed=done, total=total,
+                                                                             description=label))
+        card = render_card(store.get_run(outcome.run_id), store.records(outcome.run_id))
+    if json_out:
+        print_json({"run_id": outcome.run_id, "summary": outcome.summary})
+    else:
+        print_text(card)
+    if outcome.summary.get("status") != "OK":
+        raise typer.Exit(1)
+
+
+@app.command("runs")
+def runs_cmd(limit: int = typer.Option(20, "--limit", "-n"), json_out: bool = JsonOpt) -> None:
+    """Stored verify / bench / demo runs, newest first."""
+    from ..store import Store
+
+    with Store() as store:
+        rows = store.runs(limit)
+    if json_out:
+        print_json(redact_data(to_jsonable(rows)))
+    else:
+        _show(views.runs_view(rows))
+
+
+_CARD_FILE = typer.Option(None, "--output", "-o", help="Write the card to this file.")
+
+
+@app.command()
+def report(run: int = typer.Argument(..., help="Run id (see `engineroom runs`)."),
+           output: Path | None = _CARD_FILE,
+           json_out: bool = JsonOpt) -> None:
+    """A markdown card for RUN, recomputed from its raw records (redacted for sharing)."""
+    from ..report import render_card
+    from ..store import Store
+
+    with Store() as store:
+        run_row = store.get_run(run)
+        records = store.records(run)
+    card = render_card(run_row, records)
+    if output:
+        try:
+            output.write_text(card)
+        except OSError as exc:
+            from ..errors import BadInput
+
+            raise BadInput(f"cannot write the card to {output} ({exc.strerror}).") from None
+    if json_out:
+        print_json({"run": run_row["id"], "card": card})
+    elif not output:
+        print_text(card)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def demo(
+    ctx_: typer.Context,
+    model: str = typer.Option("smollm2-135m", "--model", help="Model reference."),
+    port: int | None = typer.Option(None, "--port", help="Port (default: a free one)."),
+    ctx: int = typer.Option(2048, "--ctx",
+                            help="Context per sequence (the engine's default slots each hold this many)."),
+    threads: int | None = _THREADS,
+    max_tokens: int = typer.Option(
+        256, "--max-tokens",
+        help="Tokens per bench request. The client-vs-engine cross-check needs >= 0.25 s of decoding "
+             "per request; 256 tokens give that up to ~1000 tok/s."),
+    warmup: int = typer.Option(3, "--warmup"),
+    runs: int = typer.Option(5, "--runs"),
+    keep: bool = typer.Option(False, "--keep", help="Leave the server running afterwards."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """pull smollm2-135m -> up -> verify -> bench -> card -> down, in one stored run. Extra engine args go after `--`.
+    """
+    from .. import flows
+    from ..store import Store
+
+    with Store() as store, views.request_progress(err_console) as bar:
+        task = bar.add_task("demo", total=None)
+        outcome = flows.demo(
+            store, model=model, port=port, ctx=ctx, threads=threads, max_tokens=max_tokens,
+            warmup=warmup, measured=runs, keep=keep, extra_args=tuple(ctx_.args),
+            say=lambda msg: bar.update(task, description=msg),
+            on_wait=lambda phase, t: bar.update(task, description=f"{model}: {phase} ({t:.0f} s)"),
+            on_result=None if json_out else _print_check,
+            progress=lambda done, total, label: bar.update(task, completed=done, total=total, description=label),
+        )
+    if json_out:
+        print_json({"run_id": outcome.run_id, "verify_failed": outcome.failed, "bench_status": outcome.bench_status,
+                    "card": outcome.card})
+    else:
+        print_text(outcome.card)
+    raise typer.Exit(min(outcome.failed, 125) if outcome.failed else (0 if outcome.bench_status == "OK" else 1))
+
+
+# --- commands: issue 3 (plan / fit / hardware) are registered below --------------------------
+

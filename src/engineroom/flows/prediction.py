@@ -1,0 +1,74 @@
+"""fit's prediction for exactly what is launched (the flow makes it; launch never imports fit)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import EngineroomError
+
+if TYPE_CHECKING:
+    from ..arch import ModelArch
+    from ..cpuprobe import CpuProbe
+
+
+
+# --------------------------------------------------------------------------- predicted memory
+@dataclass(frozen=True)
+class Prediction:
+    """fit's per-component prediction for exactly what is launched (or why there is none)."""
+
+    components: dict                 # name -> bytes (devices and host summed), plus "total"
+    request: dict                    # the FitRequest it was made for
+    rig: str
+    why_none: str = ""
+
+
+def predict_memory(engine: str, arch: ModelArch | None, settings: dict, probe: CpuProbe, *, model_id: str = "",
+                   quant: str = "") -> Prediction:
+    """fit for the launched configuration on this machine (its probed CPU features), from the
+    model file's header; without the file (a recipe), from the catalog's entry for ``model_id``
+    ``quant`` (its inline architecture and the quant's catalog size)."""
+    from dataclasses import asdict
+
+    from ..catalog import load_catalog
+    from ..fit import FitRequest, fit
+    from ..hardware import detect_rig
+
+    features = frozenset(probe.usable) if probe.flags else None
+    try:
+        rig = detect_rig()
+        cat = load_catalog().for_vendor(rig.vendor)   # the engine's build for this machine
+        if arch is None:
+            if not (model_id and quant):
+                return Prediction({}, {}, "", "the model file is not here and the catalog does not describe it")
+            from ..plan import fit_one
+
+            _, f = fit_one(model_id, rig, engine, quant, settings.get("kv_dtype") or "f16", int(settings["ctx"]),
+                           n_seqs=int(settings.get("n_seqs") or 1), tp=int(settings.get("tp") or 1),
+                           kv_unified=bool(settings.get("kv_unified")), rope_scaling=settings.get("rope_scaling"),
+                           cpu_features=features, repack=bool(settings.get("repack", True)))
+            req, basis = f.request, f"the catalog's {model_id} {quant} (the file is not downloaded)"
+        else:
+            req = FitRequest(engine=engine, ctx=int(settings["ctx"]), quant=(arch.file_type or None),
+                             kv_dtype=settings.get("kv_dtype") or "f16", n_seqs=int(settings.get("n_seqs") or 1),
+                             kv_unified=bool(settings.get("kv_unified")), repack=bool(settings.get("repack", True)),
+                             cpu_features=features, rope_scaling=settings.get("rope_scaling"),
+                             tp=int(settings.get("tp") or 1))
+            f, basis = fit(arch, req, rig, catalog=cat), "the model file's header"
+    except (EngineroomError, KeyError, TypeError, ValueError) as exc:
+        return Prediction({}, {}, "", f"fit cannot size this launch ({str(exc).rstrip('.')})")
+    comps: dict[str, int] = {}
+    for g in f.per_gpu:
+        for c in g.components:
+            comps[c.name] = comps.get(c.name, 0) + c.bytes
+    for c in f.host:
+        comps[c.name] = comps.get(c.name, 0) + c.bytes
+    if rig.gpus:                      # each GPU's whole use: what NVML reports for the engine's processes
+        for g in f.per_gpu:
+            comps[f"GPU{g.index}"] = g.used_bytes
+    comps["total"] = f.total_bytes
+    request = {k: (sorted(v) if isinstance(v, frozenset) else v) for k, v in asdict(req).items()}
+    request.pop("cpu_features", None)
+    request["basis"] = basis
+    return Prediction(comps, request, rig.label or "this machine")

@@ -1,0 +1,292 @@
+"""Launching: check everything first, render through the adapter, start, record predicted vs measured."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import apikey, engines, launch, models
+from ..engines.base import LaunchOptions, LaunchSpec
+from ..errors import BadInput, EngineroomError, NotFound
+from ..redaction import MASK, redact_data
+from ..refs import ModelRef
+from ..store import Store
+
+if TYPE_CHECKING:
+    from ..arch import ModelArch
+
+from .host import host_summary
+from .picks import Pick
+from .prediction import Prediction, predict_memory
+
+DEFAULT_PORT = 8080
+
+
+def check_port(port: int | None) -> int | None:
+    """None: the default port; 0: a free port; anything else must be a TCP port number."""
+    if port is None:
+        return None
+    if not 0 <= port <= 65535:
+        raise BadInput(f"--port must be between 1 and 65535 (0 picks a free port); got {port}.")
+    return port
+
+
+def check_ctx(ctx: int | None, arch: ModelArch, extra_args: Sequence[str], adapter: engines.Engine) -> None:
+    """fit's rule (positive, not beyond the model's positions unless RoPE scaling is asked for),
+    with the engine's RoPE-scaling arguments found among the extra ones by its adapter."""
+    from ..fit import check_ctx as fit_check_ctx
+
+    if ctx is None:
+        return
+    rope = adapter.rope_scaling_arg(extra_args)
+    try:
+        fit_check_ctx(arch, ctx, rope)
+    except BadInput as exc:
+        example = adapter.rope_scaling_example(-(-ctx // max(arch.max_position or 1, 1)))
+        raise BadInput(f"{str(exc).rstrip('.')}: engine arguments go after `--`, e.g. `-- {example}`.") from None
+
+
+# --------------------------------------------------------------------------- prepare / start
+@dataclass(frozen=True)
+class Prepared:
+    """Everything checked before anything is stopped or started (``switch`` relies on that)."""
+
+    spec: LaunchSpec                 # the adapter's LaunchSpec
+    options: dict                    # the launch options as the user gave them (kept for `switch`)
+    prediction: Prediction | None = None
+    pick: Pick | None = None
+    binary_found: bool = True        # False: a recipe rendered without the engine installed
+    key: apikey.LaunchKey | None = None   # the launch's API key: references, and the file the engine reads
+
+
+def prepare(
+    model_ref: str | ModelRef,
+    *,
+    ctx: int | None = None,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    threads: int | None = None,
+    parallel: int | None = None,
+    kv_unified: bool | None = None,
+    kv_dtype: str | None = None,
+    tp: int | None = None,
+    engine_bin: str | None = None,
+    chat_template_file: Path | None = None,
+    tools_template: bool = False,
+    extra_args: Sequence[str] = (),
+    timeout: float = 300.0,
+    engine: str = engines.DEFAULT_ENGINE,
+    say: Callable[[str], None] | None = None,
+    pick: Pick | None = None,
+    download: bool = True,
+    require_binary: bool = True,
+    api_key: str | None = None,
+    api_key_env: str | None = None,
+    api_key_file: str | None = None,
+) -> Prepared:
+    """Resolve and pull the model, find and check the engine, render its LaunchSpec, predict
+    its memory; start nothing. ``download=False, require_binary=False``: a recipe (what would run)."""
+    from ..cpuprobe import probe_cpu
+
+    options = dict(ctx=ctx, port=port, host=host, threads=threads, parallel=parallel, kv_unified=kv_unified,
+                   kv_dtype=kv_dtype, tp=tp,
+                   engine_bin=str(engine_bin) if engine_bin else None,
+                   chat_template_file=str(chat_template_file) if chat_template_file else None,
+                   tools_template=tools_template, extra_args=list(extra_args), timeout=timeout, engine=engine)
+    port = check_port(port)
+    if ctx is not None and ctx <= 0:
+        raise BadInput(f"--ctx must be a positive number of tokens; got {ctx}.")
+    if parallel is not None and parallel <= 0:
+        raise BadInput(f"--parallel must be at least 1; got {parallel}.")
+    if threads is not None and threads <= 0:
+        raise BadInput(f"--threads must be at least 1; got {threads}.")
+    if tp is not None and tp <= 0:
+        raise BadInput(f"--tp must be at least 1; got {tp}.")
+    if not engines.has_adapter(engine):
+        raise NotFound(f"engineroom has no adapter for {engine} yet, so it cannot launch it (it can launch: "
+                       f"{', '.join(engines.names())}); `engineroom plan` still sizes it.")
+    adapter = engines.adapter(engine)
+    try:
+        binary = adapter.find_binary(engine_bin)
+        found = True
+    except NotFound as exc:
+        if require_binary:
+            raise NotFound(f"{str(exc).rstrip('.')}; `engineroom recipe` with the same arguments prints the "
+                           "command line it would run.", detail=exc.detail) from None
+        binary, found = _placeholder_binary(adapter), False
+    probe = probe_cpu()
+    if found and require_binary:
+        adapter.check_binary_cpu(binary, probe)
+    if download:
+        mref, path = models.local_model(model_ref, say)
+        refusal = adapter.loads_refusal(path)
+        if refusal:
+            raise BadInput(refusal)
+    elif pick is not None and pick.missing_file:   # a recipe for a file the catalog cannot name
+        mref, path = None, Path(str(model_ref))      # the pick's placeholder name
+    else:                                 # a recipe: where the file is, or will be once pulled
+        mref = models.resolve(model_ref)
+        path = mref.served_path or Path(str(model_ref))
+    arch = _read_arch(path)
+    if ctx is not None and arch is not None:
+        check_ctx(ctx, arch, extra_args, adapter)
+    template = chat_template_file
+    if tools_template:
+        if template is not None:
+            raise BadInput("give either --chat-template-file or --tools-template, not both.")
+        if mref is None or mref.tool_template is None:
+            raise BadInput(f"{getattr(model_ref, 'raw', model_ref)} has no tool-capable chat template in engineroom; "
+                           "pass --chat-template-file.")
+        template = mref.tool_template
+    changes = adapter.cpu_adjustments(probe, extra_args)
+    if port is None:
+        port = DEFAULT_PORT
+    elif port == 0:
+        port = launch.free_port(host)
+    # the key by reference (apikey.py): a key after `--` is moved out of the argv; options keep references
+    key = apikey.for_launch(api_key=api_key, api_key_env=api_key_env, api_key_file=api_key_file,
+                            extra_args=extra_args, split=adapter.split_api_key, write=download)
+    extra_args = key.extra_args
+    options.update(key.options, extra_args=list(extra_args))
+    try:
+        lopts = LaunchOptions(
+            model_path=path, model_name=mref.name if mref else str(pick.plan.get("model") if pick else ""),
+            port=port, host=host, ctx=ctx, n_seqs=parallel,
+            kv_unified=kv_unified, kv_dtype=kv_dtype, threads=threads, tp=tp or 1,
+            chat_template_file=Path(template) if template else None, extra_args=tuple(extra_args),
+            changes=tuple(changes), api_key_file=key.file,
+        )
+        spec = adapter.render(binary, lopts)
+        settings = adapter.launch_settings(lopts)
+        if settings.get("ctx") is None and arch is not None and arch.max_position:
+            # no --ctx: the engine sizes its cache for the model's trained context
+            settings["ctx"] = max(1, arch.max_position // max(int(settings.get("n_seqs") or 1), 1))
+        model_id, quant = (str(pick.plan.get("model") or ""), str(pick.plan.get("quant") or "")) if pick else ("", "")
+        if not model_id and mref is not None and getattr(mref, "catalog_id", None):
+            model_id = mref.catalog_id or ""
+        if settings.get("ctx") is None and arch is None:
+            prediction = Prediction({}, {}, "", "no --ctx and no model file to read the trained context from")
+        else:
+            prediction = predict_memory(engine, arch, settings, probe, model_id=model_id, quant=quant)
+    except BaseException:
+        apikey.discard(key)
+        raise
+    return Prepared(spec, options, prediction, pick, found, key=key)
+
+
+def _launch(prepared: Prepared, *, before: Callable[[], object] | None = None,
+            **kwargs: Any) -> launch.ServerState:
+    """launch.up for ``prepared``, keeping engineroom's key files in step: the new launch's file
+    is removed if it does not start, the older launches' files once it has."""
+    try:
+        if before:
+            before()
+        state = launch.up(prepared.spec, options=prepared.options, **kwargs)
+    except BaseException:
+        if prepared.key is not None:
+            apikey.discard(prepared.key)
+        raise
+    apikey.keep_only(prepared.key.file if prepared.key else None)
+    return state
+
+
+def _placeholder_binary(adapter: engines.Engine) -> Any:   # the adapter's own binary type
+    """A stand-in for an engine not installed here, so a recipe can still be rendered."""
+    fn = adapter._hook("placeholder_binary")
+    if fn is None:
+        raise NotFound(f"{adapter.name} is not installed here and its adapter cannot render without it.")
+    return fn()
+
+
+def _read_arch(path: Path) -> ModelArch | None:
+    """The architecture from the model file's header, or None when engineroom cannot describe it
+    (the engine has the last word on such a file)."""
+    from ..arch import arch_from_gguf
+
+    if not path.is_file():
+        return None
+    try:
+        return arch_from_gguf(path)
+    except (EngineroomError, OSError, ValueError):
+        return None
+
+
+def start(model_ref: str | ModelRef, *, timeout: float = 300.0,
+          on_wait: Callable[[str, float], None] | None = None,
+          on_spawn: Callable[[int], None] | None = None, pick: Pick | None = None,
+          **options: Any) -> launch.ServerState:
+    """Pull if needed, check the engine for this machine, render its command line, start it; return once healthy."""
+    if pick is not None and pick.missing_file:
+        raise NotFound(pick.missing_file)
+    prepared = prepare(model_ref, timeout=timeout, pick=pick, **options)
+    state = _launch(prepared, timeout=timeout, on_wait=on_wait, on_spawn=on_spawn)
+    return record_launch(state, prepared)
+
+
+def switch(model_ref: str | ModelRef, *, given: Sequence[str] = (), on_wait: Callable[[str, float], None] | None = None,
+           pick: Pick | None = None, **options: Any) -> launch.ServerState:
+    """Start MODEL in the managed server's place: checked first, stopped only once the new one is ready to go.
+
+    Options the user did not give this time (``given`` lists the ones they did) are taken
+    from the running server's launch, extra engine arguments included, and so is its port.
+    """
+    current = launch.read_state()
+    previous = dict(current.options) if current and current.options else {}
+    merged = dict(options)
+    # a key given this time in any form (after `--` too) replaces the running server's reference whole
+    split = engines.adapter(merged.get("engine") or engines.DEFAULT_ENGINE).split_api_key
+    new_key = any(k in given for k in apikey.KEY_OPTIONS) or any(split(merged.get("extra_args") or ())[1:])
+    for key, value in previous.items():
+        if key in merged and key not in given and not (new_key and key in apikey.KEY_OPTIONS):
+            merged[key] = value
+    if current and "port" not in given:
+        merged["port"] = current.port
+    if "extra_args" not in given and MASK in (merged.get("extra_args") or ()):
+        raise BadInput("the running server's engine arguments held a secret, which engineroom does not keep; "
+                       "give them again after `--` (for an API key: --api-key-env VAR).")
+    timeout = merged.pop("timeout", 300.0)
+    prepared = prepare(model_ref, timeout=timeout, pick=pick, **merged)
+    state = _launch(prepared, before=launch.down, timeout=timeout, on_wait=on_wait)
+    return record_launch(state, prepared)
+
+
+def record_launch(state: launch.ServerState, prepared: Prepared) -> launch.ServerState:
+    """Keep fit's prediction beside what the engine reported, in the state file and the store."""
+    from ..memory import compare, rows_as_dicts
+
+    pred = prepared.prediction
+    measured = state.memory.get("measured") or {}
+    memory = {
+        "predicted": pred.components if pred else {},
+        "fit_request": pred.request if pred else {},
+        "predicted_for": pred.rig if pred else "",
+        "prediction_missing": (pred.why_none if pred else "no prediction was made"),
+        "measured": measured,
+        "measured_source": state.memory.get("measured_source", ""),
+        "rows": rows_as_dicts(compare(pred.components if pred else {}, measured)),
+    }
+    if prepared.pick is not None:
+        memory["plan"] = {"source": prepared.pick.source, "row": {k: v for k, v in prepared.pick.plan.items()
+                                                                   if k not in ("reasons", "tradeoffs")},
+                          "notes": list(prepared.pick.notes)}
+    state = launch.update_state(state, memory=memory)
+    try:
+        with Store() as store:
+            run_id = store.start_run("launch", redact_data({
+                "engine": state.engine, "engine_version": state.engine_version, "model": state.model,
+                "model_path": state.model_path, "argv": state.argv, "launch_changes": list(state.changes),
+                "host": host_summary(), **({"plan": memory["plan"]} if "plan" in memory else {}),
+                "fit_request": memory["fit_request"], "predicted_for": memory["predicted_for"],
+            }), label=f"up {state.model}")
+            for row in memory["rows"]:
+                store.add_record(run_id, "memory_component", row)
+            store.finish_run(run_id, "OK", {"memory": memory["rows"], "measured_source": memory["measured_source"],
+                                            "prediction_missing": memory["prediction_missing"] if not pred or
+                                            pred.why_none else ""})
+        state = launch.update_state(state, launch_run_id=run_id)
+    except (sqlite3.Error, OSError, EngineroomError):
+        pass   # the server is up; a results store that cannot be written must not take it down
+    return state
