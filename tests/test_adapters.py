@@ -191,12 +191,13 @@ def test_memory_report_reads_the_cuda_buffers_and_breakdown_of_a_real_h200_log()
 
 def test_comparison_rows_say_which_side_is_missing():
     rows = rows_as_dicts(compare({"weights": 100, "kv_cache": 50, "recurrent_state": 0, "total": 160},
-                                 {"weights": 100, "kv_cache": 40, "output": 5, "total:Host": 150}))
+                                 {"weights": 100, "kv_cache": 40, "output": 5, "total:Host": 140}))
     by = {r["component"]: r for r in rows}
     assert by["kv_cache"]["error_pct"] == 25.0 and by["weights"]["error_pct"] == 0.0
     assert by["output"]["predicted_bytes"] is None and by["output"]["error_pct"] is None
     assert "recurrent_state" not in by                               # neither side has any
-    assert by["total"]["measured_bytes"] == 150                      # the engine's own device total
+    assert by["total"]["measured_bytes"] == 145                      # its components, not the MiB-truncated table
+    assert "total:Host" not in by
 
 
 # --------------------------------------------------------------------------- plan -> launch
@@ -306,3 +307,28 @@ def test_recipe_prints_the_launch_without_running_it(tmp_path, own_state):
 def test_plan_launch_mistakes_get_one_sentence(args, sentence):
     proc = run_cli(*args)
     assert proc.returncode != 0 and sentence in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_tied_output_head_is_sized_as_llama_server_repacks_it(tmp_path, llama_server_binary, smollm2, own_state):
+    """A tied Q4_0 model: llama-server loads token_embd a second time as the output matmul, and
+    repacks that copy (found by this very comparison on a launch: 3.80 MiB measured vs 0.42 MiB
+    predicted before fit knew it)."""
+    from dataclasses import replace
+
+    from engineroom.synth import SHAPES, write_synthetic_gguf
+
+    base = SHAPES["dense-s"]
+    tiny = replace(base, name="tiny-tied", n_layers=4, layer_kinds=base.layer_kinds[:4], hidden_size=128,
+                   intermediate_size=384, n_heads=2, n_kv_heads=1, head_dim=64, tie_embeddings=True)
+    path = write_synthetic_gguf(tiny, "Q4_0", tmp_path / "tiny-tied.gguf", tokenizer_gguf=smollm2)
+    proc = run_cli("up", str(path), "--ctx", "1024", "--port", "0", "-t", "2", "--json", env=own_state, timeout=300)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        rows = {r["component"]: r for r in json.loads(proc.stdout)["memory"]["rows"]}
+        for row in rows.values():
+            assert row["predicted_bytes"] is not None and row["measured_bytes"] is not None, row
+            assert abs(row["error_pct"]) < 1.0, row
+        if "weights_repack" in rows:      # CPUs with AVX2 repack Q4_0; the head is most of it here
+            assert rows["weights_repack"]["measured_bytes"] > rows["weights"]["measured_bytes"] * 0.9
+    finally:
+        run_cli("down", env=own_state)

@@ -2,10 +2,13 @@
 
 Both sides are plain ``{component: bytes}`` maps keyed by fit's component names
 ("weights", "kv_cache", "compute", ...); the engine's adapter names what it read the same
-way (``Engine.memory_report``). ``total`` is fit's whole prediction; the engine's side of
-it is the sum of its per-device totals when it prints them (llama.cpp's memory breakdown
-table, ``total:<device>``), else the sum of its components. Every row says which side is
-missing rather than inventing a zero.
+way (``Engine.memory_report``). ``total`` sums the components both sides report (fit's
+runtime allowance, which the engine does not log, stays a row of its own). Per-device totals
+the engine prints (llama.cpp's memory breakdown table, ``total:<device>``) are kept in the
+record but not compared: that table
+truncates to whole MiB, and the one printed at start comes from a dry run, before the real
+allocation. A GPU's whole use (``GPU<i>``: NVML per process vs fit's per-GPU total) is a row of
+its own. Every row says which side is missing rather than inventing a zero.
 """
 
 from __future__ import annotations
@@ -28,9 +31,7 @@ class MemoryRow:
 
 
 def measured_total(measured: dict[str, int]) -> int | None:
-    totals = [b for name, b in measured.items() if name.startswith("total:")]
-    if totals:
-        return sum(totals)
+    """The sum of the components the engine reported (its buffer lines)."""
     parts = [b for name, b in measured.items() if not name.startswith(("total", "GPU"))]
     return sum(parts) if parts else None
 
@@ -46,7 +47,11 @@ def compare(predicted: dict[str, int], measured: dict[str, int]) -> list[MemoryR
             continue                 # both sides say nothing of it (e.g. no recurrent state)
         rows.append(MemoryRow(name, p if p is not None else None, m if name in measured else None))
     if predicted or measured:
-        rows.append(MemoryRow("total", predicted.get("total"), measured_total(measured)))
+        # like with like: fit's components that the engine also reported (a CUDA runtime the
+        # engine does not log is a row of its own, and inside the GPU<i> row)
+        both = [r.predicted_bytes for r in rows if r.predicted_bytes is not None and r.measured_bytes is not None
+                and not r.component.startswith("GPU")]
+        rows.append(MemoryRow("total", sum(both) if both else predicted.get("total"), measured_total(measured)))
     return rows
 
 

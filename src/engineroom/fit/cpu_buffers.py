@@ -88,16 +88,36 @@ def amx_alloc_bytes(ggml_type: str, shape: tuple[int, ...], nbytes: int) -> int:
     return shape[1] * (kb * size + kb * AMX_ROW_EXTRA.get(t, 0))
 
 
+# With tied embeddings the output head is token_embd loaded a second time (llama-model.cpp:
+# TENSOR_DUPLICATED) as a MUL_MAT weight: the input copy stays a row lookup in the mapping,
+# the head gets its own buffer. Found by `engineroom up` on a tied Q4_0 model, whose launch
+# record showed CPU_REPACK 3.80 MiB measured against 0.42 MiB predicted.
+TIED_OUTPUT = "output.weight (token_embd, tied)"
+
+
+def tensor_nbytes(arch: ModelArch, name: str) -> int:
+    """Bytes of a weight, the tied output head being token_embd's."""
+    return arch.tensor_bytes["token_embd.weight" if name == TIED_OUTPUT else name]
+
+
+def _tied_head(arch: ModelArch) -> bool:
+    return "token_embd.weight" in arch.tensor_types and "output.weight" not in arch.tensor_types
+
+
 def cpu_weight_buffers(arch: ModelArch, features: frozenset[str] = ASSUMED_CPU_FEATURES,
                        repack: bool = True) -> dict[str, str]:
-    """Buffer type of every weight on the CPU backend: "AMX", "CPU_REPACK" or "CPU_Mapped"."""
+    """Buffer type of every weight on the CPU backend: "AMX", "CPU_REPACK" or "CPU_Mapped";
+    a tied output head appears as ``TIED_OUTPUT`` when it gets a buffer of its own."""
     out: dict[str, str] = {}
     amx = repack and all(f in features for f in AMX_FLAGS)
     avx512 = "avx512f" in features or "avx512" in features
-    for name, t in arch.tensor_types.items():
+    items = list(arch.tensor_types.items())
+    if _tied_head(arch):
+        items.append((TIED_OUTPUT, arch.tensor_types["token_embd.weight"]))
+    for name, t in items:
         t = t.upper()
-        shape = arch.tensor_shapes.get(name)
-        op = _weight_op(name, shape)
+        shape = arch.tensor_shapes.get("token_embd.weight" if name == TIED_OUTPUT else name)
+        op = "MUL_MAT" if name == TIED_OUTPUT and (shape is None or len(shape) == 2) else _weight_op(name, shape)
         buf = "CPU_Mapped"
         if repack and op is not None:
             ne0 = shape[0] if shape else None
@@ -112,7 +132,8 @@ def cpu_weight_buffers(arch: ModelArch, features: frozenset[str] = ASSUMED_CPU_F
                 nd = len(shape) if shape else (3 if stacked else 2)
                 if (op == "MUL_MAT" and nd == 2) or (op == "MUL_MAT_ID" and nd == 3):
                     buf = "CPU_REPACK"
-        out[name] = buf
+        if name != TIED_OUTPUT or buf != "CPU_Mapped":
+            out[name] = buf
     return out
 
 

@@ -12,7 +12,15 @@ from ..arch import LayerKind, ModelArch
 from ..catalog import Catalog
 from ..hardware import Rig
 from ..units import mib
-from .cpu_buffers import AMX_FLAGS, amx_alloc_bytes, cpu_features_for, cpu_mapped_bytes, cpu_weight_buffers
+from .cpu_buffers import (
+    AMX_FLAGS,
+    TIED_OUTPUT,
+    amx_alloc_bytes,
+    cpu_features_for,
+    cpu_mapped_bytes,
+    cpu_weight_buffers,
+    tensor_nbytes,
+)
 from .kv import recurrent_state_bytes
 from .llama_cache import _masks, _pad, _slots_text, _ubatch, llama_kv_bytes
 from .llama_compute import _CUDA_RUNTIME, _cpu_compute_note, llama_cpu_compute, llama_cuda_compute
@@ -53,18 +61,24 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
             rep_names = [n for n, b in bufs.items() if b == "CPU_REPACK"]
             amx_names = [n for n, b in bufs.items() if b == "AMX"]
             mapped = cpu_mapped_bytes(arch, moved)
-            comps.append(Component("weights", mapped, f"CPU_Mapped: mmapped file range of the {len(bufs) - len(moved)} "
+            left = sum(1 for n in arch.tensor_types if n not in moved)
+            comps.append(Component("weights", mapped, f"CPU_Mapped: mmapped file range of the {left} "
                                                       f"tensors left in the file; {buf_rule}"))
+
+            def kind(n: str) -> str:
+                return arch.tensor_types["token_embd.weight" if n == TIED_OUTPUT else n]
+
+            tied = " (the tied output head: token_embd again)" if TIED_OUTPUT in moved else ""
             if rep_names:
-                rep = sum(_pad(arch.tensor_bytes[n], 32) for n in rep_names)
-                types = "/".join(sorted({arch.tensor_types[n] for n in rep_names}))
+                rep = sum(_pad(tensor_nbytes(arch, n), 32) for n in rep_names)
+                types = "/".join(sorted({kind(n) for n in rep_names}))
                 comps.append(Component("weights_repack", rep, f"CPU_REPACK: {len(rep_names)} {types} matrices, "
-                                                              "their bytes padded to 32 B, beside the mapping"))
+                                                              f"their bytes padded to 32 B, beside the mapping{tied}"))
             if amx_names:
-                amx = sum(_pad(amx_alloc_bytes(arch.tensor_types[n], arch.tensor_shapes.get(n, ()),
-                                               arch.tensor_bytes[n]), 32)
+                amx = sum(_pad(amx_alloc_bytes(kind(n), arch.tensor_shapes.get(
+                    "token_embd.weight" if n == TIED_OUTPUT else n, ()), tensor_nbytes(arch, n)), 32)
                           for n in amx_names)
-                types = "/".join(sorted({arch.tensor_types[n] for n in amx_names}))
+                types = "/".join(sorted({kind(n) for n in amx_names}))
                 comps.append(Component("weights_amx", amx,
                                        f"AMX: {len(amx_names)} {types} matrices at "
                                        "ggml_backend_amx_get_alloc_size (ne1 x packed row), beside the "
@@ -107,10 +121,14 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
                       f"logits buffer (host): vocab {arch.vocab_size} x 4 B x n_seq_max {req.n_seqs}")]
     out: list[GpuFit] = []
     n_trunk = arch.n_layers
+    # a tied output head is token_embd loaded again (TENSOR_DUPLICATED) with the output layer, on
+    # the GPU; the input copy stays on the host (measured on an H200: benchmarks/gpu_launch_memory.md)
+    tied_head = ("output.weight" not in arch.tensor_bytes) if arch.tensor_bytes else arch.tie_embeddings
+    gpu_head = split.head + (split.embedding if tied_head else 0)
     for gi, rg in enumerate(ranges):   # one range per GPU in use
         comps = []
-        w = sum(split.per_layer[i] for i in rg) + (split.head if gi == n_use - 1 else 0)
-        head = " + output head" if gi == n_use - 1 else ""
+        w = sum(split.per_layer[i] for i in rg) + (gpu_head if gi == n_use - 1 else 0)
+        head = (" + output head" + (" (token_embd again: tied)" if tied_head else "")) if gi == n_use - 1 else ""
         comps.append(Component("weights", w, f"layers {rg.start}-{rg.stop - 1}" + head))
         kv, _ = llama_kv_bytes(arch, req, range(rg.start, min(rg.stop, n_trunk)), catalog=catalog)
         if gi == n_use - 1 and req.spec_method == "mtp" and arch.mtp_layers:

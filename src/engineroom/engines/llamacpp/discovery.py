@@ -127,7 +127,8 @@ def cmake_options(*, cuda_arch: str | None) -> list[str]:
             "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
             "-DLLAMA_OPENSSL=OFF"]
     if cuda_arch:
-        opts += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}"]
+        # NCCL off: a one-GPU server needs none, and CMake would look for it (offline machines too)
+        opts += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}", "-DGGML_CUDA_NCCL=OFF"]
     return opts
 
 
