@@ -268,6 +268,11 @@ def test_up_priority_launches_the_plan_and_shows_predicted_vs_measured(llama_ser
             assert run["kind"] == "launch"
             stored = {r["payload"]["component"]: r["payload"] for r in store.records(run["id"], "memory_component")}
         assert stored["kv_cache"]["measured_bytes"] == rows["kv_cache"]["measured_bytes"]
+        # at exit llama-server prints its memory breakdown: `down` keeps it with the launch's record
+        assert run_cli("down", env=own_state).returncode == 0
+        with Store() as store:
+            at_exit = store.records(state["launch_run_id"], "memory_at_exit")
+        assert at_exit and at_exit[0]["payload"]["totals"]["total:Host"] > 0
     finally:
         run_cli("down", env=own_state)
 
@@ -332,3 +337,20 @@ def test_a_tied_output_head_is_sized_as_llama_server_repacks_it(tmp_path, llama_
             assert rows["weights_repack"]["measured_bytes"] > rows["weights"]["measured_bytes"] * 0.9
     finally:
         run_cli("down", env=own_state)
+
+
+def test_metrics_are_read_with_the_reference_parser_into_neutral_names(plain_server):
+    """llama-server's /metrics (Prometheus text) through the adapter: the counters move by what a
+    request generated, under engineroom's names."""
+    from engineroom.client import OpenAIClient
+
+    eng = engines.adapter("llama.cpp")
+    before = eng.metrics(plain_server)
+    assert before is not None and "generated_tokens_total" in before and "prompt_tokens_total" in before
+    with OpenAIClient(plain_server) as client:
+        reply = client.chat({"messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 16,
+                             "temperature": 0})
+    after = eng.metrics(plain_server)
+    assert after is not None
+    assert after["generated_tokens_total"] - before["generated_tokens_total"] == reply.usage["completion_tokens"]
+    assert not any(k.startswith("llamacpp:") for k in after)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import signal
 import sqlite3
 import subprocess
@@ -155,6 +156,9 @@ def test_demo_end_to_end(llama_server_binary, smollm2, er_home):
         line = next(ln for ln in card.splitlines() if ln.startswith((f"- {name}:", f"- ⚠ {name}:")))
         assert "client inter-token" in line and "tok/s vs engine" in line, line   # cross-checked, always
     assert "<model-dir>/SmolLM2-135M-Instruct.Q4_1.gguf" in card    # the model folder is redacted
+    counters = next(ln for ln in card.splitlines() if ln.startswith("Engine counters over the run"))
+    engine_n, usage_n = re.search(r"generated tokens ([\d,]+) \(the requests' usage: ([\d,]+)\)", counters).groups()
+    assert engine_n == usage_n, counters          # llama-server's /metrics agree with the stored records
     memory = card[card.index("## Memory: predicted vs measured"):]  # fit beside llama-server's own buffers
     kv = next(ln for ln in memory.splitlines() if ln.startswith("| kv_cache |"))
     assert float(kv.rstrip(" |").split("|")[-1].strip().rstrip("%")) == pytest.approx(0, abs=1.0), kv

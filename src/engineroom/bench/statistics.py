@@ -336,3 +336,27 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     if warmup_errors:
         warnings.append(f"{warmup_errors} warm-up request(s) failed")
     return {"status": run_status(recs) if recs else STATUS_NO_TOKENS, "workloads": workloads, "warnings": warnings}
+
+
+METRICS_RECORD_KIND = "engine_metrics"
+
+
+def engine_counters(records: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """What the engine's own counters (its /metrics, in neutral names) moved by over the run,
+    beside what the stored requests add up to (warm-ups included: the engine counted them too).
+    None when no before/after snapshot was stored."""
+    snaps: dict[str, Mapping[str, float]] = {}
+    for rec in records:
+        if rec.get("kind") == METRICS_RECORD_KIND and isinstance(rec.get("payload"), Mapping):
+            p = rec["payload"]
+            if isinstance(p.get("counters"), Mapping):
+                snaps[str(p.get("when"))] = p["counters"]
+    if "before" not in snaps or "after" not in snaps:
+        return None
+    before, after = snaps["before"], snaps["after"]
+    delta = {k: after[k] - before[k] for k in after if k in before and k.endswith("_total")}
+    reqs = payloads(records)
+    return {"delta": delta,
+            "client_completion_tokens": sum(int(r.get("completion_tokens") or 0) for r in reqs),
+            "client_prompt_tokens": sum(int(r.get("prompt_tokens") or 0) for r in reqs),
+            "requests": len(reqs)}

@@ -140,9 +140,9 @@ def recipe(
 @app.command()
 def down(json_out: bool = JsonOpt) -> None:
     """Stop the managed server and every process it started."""
-    from .. import apikey, launch
+    from .. import apikey, flows
 
-    state = launch.down()
+    state = flows.stop()
     apikey.forget()           # no server runs: engineroom's key files are not needed
     if json_out:
         print_json(redact_data({"stopped": state is not None, "server": to_jsonable(state)}))

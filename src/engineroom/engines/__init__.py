@@ -128,6 +128,21 @@ class Engine:
         return {"ctx": options.ctx, "n_seqs": options.n_seqs or 1, "kv_unified": bool(options.kv_unified),
                 "kv_dtype": options.kv_dtype}
 
+    def metrics(self, url: str, api_key: str | None = None, timeout: float = 5.0) -> dict[str, float] | None:
+        """The server's /metrics as engineroom's neutral counter names (the adapter's
+        ``normalise_metrics``); None when the engine exposes none or the server does not answer."""
+        fn = self._hook("normalise_metrics")
+        if fn is None:
+            return None
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        try:
+            resp = net.get(f"{url.rstrip('/')}/metrics", timeout=timeout, headers=headers)
+        except httpx.HTTPError:
+            return None
+        if resp.status_code != 200:
+            return None
+        return dict(fn(resp.text)) or None
+
     def normalise_timings(self, raw: Any) -> Any:
         fn = self._hook("normalise_timings")
         return fn(raw) if fn else None

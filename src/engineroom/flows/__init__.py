@@ -11,9 +11,9 @@ from .host import host_summary
 from .picks import MissingFile, Pick, apply_pick, pick_from_file, pick_from_plan, pick_from_row
 from .prediction import Prediction, predict_memory
 from .runs import BenchOutcome, DemoOutcome, VerifyOutcome, bench, client_key, connect, demo, run_conditions, verify
-from .serving import DEFAULT_PORT, Prepared, check_ctx, check_port, prepare, record_launch, start, switch
+from .serving import DEFAULT_PORT, Prepared, check_ctx, check_port, prepare, record_launch, start, stop, switch
 
 __all__ = ["DEFAULT_PORT", "BenchOutcome", "DemoOutcome", "MissingFile", "Pick", "Prediction", "Prepared",
            "VerifyOutcome", "apply_pick", "bench", "check_ctx", "check_port", "client_key", "connect", "demo",
            "host_summary", "pick_from_file", "pick_from_plan", "pick_from_row", "predict_memory", "prepare",
-           "record_launch", "run_conditions", "start", "switch", "verify"]
+           "record_launch", "run_conditions", "start", "stop", "switch", "verify"]

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..checks import CheckResult
 
 from .host import host_summary
-from .serving import start
+from .serving import start, stop
 
 
 def connect(url: str | None, api_key: str | None = None) -> ServerInfo:
@@ -152,9 +152,20 @@ def bench(info: ServerInfo, store: Store, plan: BenchPlan, *, run_id: int | None
     if run_id is None:
         run_id = store.start_run("bench", conditions)
     rid: int = run_id       # (for the closure: mypy does not narrow a captured variable)
+    engine = engines.adapter(info.engine) if engines.has_adapter(info.engine) else None
+
+    def counters(when: str) -> None:
+        """The engine's own counters (/metrics, neutral names) around the requests: the card
+        sets their difference beside what the records add up to."""
+        found = engine.metrics(info.url, api_key=api_key) if engine is not None else None
+        if found:
+            store.add_record(rid, "engine_metrics", {"when": when, "counters": found})
+
     with _closing_run(store, rid), OpenAIClient(info.url, api_key=api_key) as client:
+        counters("before")
         result = run_bench(client, info, plan, progress=progress,
                            on_record=lambda rec: store.add_record(rid, "bench_request", rec))
+        counters("after")
     if own_run:
         store.finish_run(run_id, result.status, result.summary)
     return BenchOutcome(run_id, result.summary)
@@ -204,6 +215,6 @@ def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, 
         store.finish_run(run_id, status, {"verify_failed": checked.failed, "bench": benched.summary})
     finally:
         if not keep:
-            launch.down()
+            stop()
     card = render_card(store.get_run(run_id), store.records(run_id))
     return DemoOutcome(run_id, card, checked.failed, benched.summary.get("status", "?"))

@@ -249,7 +249,7 @@ def switch(model_ref: str | ModelRef, *, given: Sequence[str] = (), on_wait: Cal
                        "give them again after `--` (for an API key: --api-key-env VAR).")
     timeout = merged.pop("timeout", 300.0)
     prepared = prepare(model_ref, timeout=timeout, pick=pick, **merged)
-    state = _launch(prepared, before=launch.down, timeout=timeout, on_wait=on_wait)
+    state = _launch(prepared, before=stop, timeout=timeout, on_wait=on_wait)
     return record_launch(state, prepared)
 
 
@@ -289,4 +289,26 @@ def record_launch(state: launch.ServerState, prepared: Prepared) -> launch.Serve
         state = launch.update_state(state, launch_run_id=run_id)
     except (sqlite3.Error, OSError, EngineroomError):
         pass   # the server is up; a results store that cannot be written must not take it down
+    return state
+
+
+def stop(timeout: float = 10.0) -> launch.ServerState | None:
+    """Stop the managed server, then keep what the engine said about memory as it exited (llama.cpp
+    prints its memory breakdown table at exit) with the launch's record; None when none ran."""
+    state = launch.down(timeout=timeout)
+    if state is None or state.launch_run_id is None or not engines.has_adapter(state.engine):
+        return state
+    try:
+        text = Path(state.log_path).read_text(errors="replace")
+    except OSError:
+        return state
+    report = engines.adapter(state.engine).memory_report(text)
+    totals = {c.name: c.bytes for c in report.components if c.name.startswith("total:")} if report else {}
+    if totals:
+        try:
+            with Store() as store:
+                store.add_record(state.launch_run_id, "memory_at_exit",
+                                 {"totals": totals, "source": report.source if report else ""})
+        except (sqlite3.Error, OSError, EngineroomError):
+            pass   # the server is stopped either way; a store that cannot be written loses only this
     return state

@@ -371,6 +371,28 @@ def _provenance(n_bench: int, n_checks: int, run_id: Any, engine_sources: Iterab
     )
 
 
+def _counters_section(counted: Mapping[str, Any] | None) -> list[str]:
+    """The engine's own counters over the run beside what the stored requests add up to."""
+    if not counted:
+        return []
+    d = counted["delta"]
+    parts = []
+    if "generated_tokens_total" in d:
+        parts.append(f"generated tokens {d['generated_tokens_total']:,.0f} (the requests' usage: "
+                     f"{counted['client_completion_tokens']:,})")
+    if "prompt_tokens_total" in d:
+        cached = d.get("prompt_cached_tokens_total")
+        parts.append(f"prompt tokens {d['prompt_tokens_total']:,.0f} (usage: {counted['client_prompt_tokens']:,})"
+                     + (f", {cached:,.0f} of them from its prefix cache" if cached else ""))
+    if d.get("spec_drafted_tokens_total"):
+        parts.append(f"speculative tokens drafted {d['spec_drafted_tokens_total']:,.0f}, accepted "
+                     f"{d.get('spec_accepted_tokens_total', 0):,.0f}")
+    if not parts:
+        return []
+    return [f"Engine counters over the run ({counted['requests']} requests, its /metrics before and after): "
+            + "; ".join(parts) + ".", ""]
+
+
 def _memory_section(memory: Any) -> list[str]:
     """fit's prediction for the launched configuration beside what the engine reported."""
     if not isinstance(memory, Mapping) or not memory.get("rows"):
@@ -399,6 +421,7 @@ def render_card(run: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) ->
     summary = statistics.summarize(records)
     if bench_payloads:
         lines += _bench_section(records, cond, run, summary)
+        lines += _counters_section(statistics.engine_counters(records))
     elif isinstance(cond.get("bench"), Mapping) and cond["bench"].get("workloads") and run.get("kind") != "verify":
         status = run.get("status") or "unknown"
         if status == "running" and not run.get("finished"):

@@ -57,10 +57,12 @@ from .discovery import (
 from .server import (
                       FAILURE_PATTERNS,
                       FULL_LENGTH_BODY,
+                      METRIC_NAMES,
                       MiB,
                       classify_failure,
                       health_state,
                       memory_report,
+                      normalise_metrics,
                       normalise_timings,
                       probe,
 )
@@ -70,14 +72,15 @@ from .server import (
 OWN_NAMES = ("-np", "-nr", "--no-repack", "-kvu", "-no-kvu", "-ctk", "-ctv", "--cache-type-k", "--cache-type-v",
              "-lv", "--rope-scale", "--rope-freq-scale", "--yarn-orig-ctx",
              "predicted_per_second", "prompt_per_second", "predicted_ms", "predicted_n", "prompt_n",
-             "ignore_eos", "chat_template_caps", "default_generation_settings", "n_ctx_train", "build_info")
+             "ignore_eos", "chat_template_caps", "default_generation_settings", "n_ctx_train", "build_info",
+             *METRIC_NAMES)
 
-__all__ = ["API_KEY_FILE_FLAG", "API_KEY_FLAG", "BINARY", "BUILD_TARGETS", "Binary", "DEFAULT_KV_UNIFIED",
-           "DEFAULT_SLOTS", "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS", "FULL_LENGTH_BODY",
-           "KV_CACHE_TYPES", "MANIFEST", "MiB", "NO_REPACK", "OWN_NAMES", "ROPE_SCALING_FLAGS", "SOURCE_PACKAGE",
-           "SOURCE_VERSION", "api_key_file_args", "api_key_file_in", "binary_version", "check_binary_cpu",
-           "classify_failure", "cmake_options", "compiled_cpu_features", "cpu_adjustments", "crash_fallback",
-           "find_binary", "health_state", "install", "install_root", "installed", "launch_settings",
-           "loads_refusal", "memory_report", "normalise_timings", "placeholder_binary", "probe", "relaunch_spec",
-           "render", "repack_disabled", "rope_scaling_arg", "rope_scaling_example", "slots_and_unified",
-           "soname_env", "split_api_key"]
+__all__ = ["API_KEY_FILE_FLAG", "API_KEY_FLAG", "BINARY", "BUILD_TARGETS", "DEFAULT_KV_UNIFIED", "DEFAULT_SLOTS",
+           "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS", "FULL_LENGTH_BODY", "KV_CACHE_TYPES",
+           "MANIFEST", "METRIC_NAMES", "NO_REPACK", "OWN_NAMES", "ROPE_SCALING_FLAGS", "SOURCE_PACKAGE",
+           "SOURCE_VERSION", "Binary", "MiB", "api_key_file_args", "api_key_file_in", "binary_version",
+           "check_binary_cpu", "classify_failure", "cmake_options", "compiled_cpu_features", "cpu_adjustments",
+           "crash_fallback", "find_binary", "health_state", "install", "install_root", "installed",
+           "launch_settings", "loads_refusal", "memory_report", "normalise_metrics", "normalise_timings",
+           "placeholder_binary", "probe", "relaunch_spec", "render", "repack_disabled", "rope_scaling_arg",
+           "rope_scaling_example", "slots_and_unified", "soname_env", "split_api_key"]

@@ -221,3 +221,37 @@ def normalise_timings(raw: dict[str, object] | None) -> EngineTimings | None:
         source="llama-server timings: predicted_n over predicted_ms, first token free "
                "(its predicted_per_second), prompt_n over prompt_ms",
     )
+
+
+# --------------------------------------------------------------------------- /metrics
+# llama-server's Prometheus counters (--metrics) -> engineroom's neutral names
+METRIC_NAMES = {
+    "llamacpp:prompt_tokens_total": "prompt_tokens_total",
+    "llamacpp:prompt_tokens_cached_total": "prompt_cached_tokens_total",
+    "llamacpp:prompt_seconds_total": "prompt_seconds_total",
+    "llamacpp:tokens_predicted_total": "generated_tokens_total",
+    "llamacpp:tokens_predicted_seconds_total": "generated_seconds_total",
+    "llamacpp:n_decode_total": "decode_calls_total",
+    "llamacpp:spec_decode_num_draft_tokens_total": "spec_drafted_tokens_total",
+    "llamacpp:spec_decode_num_accepted_tokens_total": "spec_accepted_tokens_total",
+    "llamacpp:spec_decode_num_drafts_total": "spec_drafts_total",
+    "llamacpp:requests_processing": "requests_running",
+    "llamacpp:requests_deferred": "requests_waiting",
+}
+
+
+def normalise_metrics(text: str) -> dict[str, float]:
+    """llama-server's /metrics (Prometheus text) as engineroom's neutral counter names; names it
+    does not know are left out, so a newer build's extra counters change nothing."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = METRIC_NAMES.get(sample.name) or METRIC_NAMES.get(family.name)
+                if name is not None:
+                    out[name] = float(sample.value)
+    except ValueError:
+        return {}
+    return out
