@@ -50,8 +50,12 @@ def test_bench_stores_records_and_report_recomputes(managed_server):
     out = json.loads(proc.stdout)
     run_id = out["run_id"]
     with sqlite3.connect(paths.db_path()) as db:
-        n = db.execute("select count(*) from records where run_id = ?", (run_id,)).fetchone()[0]
+        n = db.execute("select count(*) from records where run_id = ? and kind = 'bench_request'",
+                       (run_id,)).fetchone()[0]
+        snaps = db.execute("select count(*) from records where run_id = ? and kind = 'engine_metrics'",
+                           (run_id,)).fetchone()[0]
     assert n == 2 * (1 + 2)              # two workloads x (warm-up + measured), each stored
+    assert snaps == 2                    # the engine's counters before and after
     card = run_cli("report", str(run_id), check=True).stdout
     from engineroom.engines import llamacpp
 
@@ -64,13 +68,14 @@ def test_bench_stores_records_and_report_recomputes(managed_server):
 
 
 def _last_bench_run() -> tuple[int, int]:
-    """(id of the newest bench run, number of its records); (0, 0) when there is none."""
+    """(id of the newest bench run, number of its request records); (0, 0) when there is none."""
     try:
         with sqlite3.connect(paths.db_path()) as db:
             row = db.execute("select max(id) from runs where kind = 'bench'").fetchone()
             if not row or row[0] is None:
                 return 0, 0
-            n = db.execute("select count(*) from records where run_id = ?", (row[0],)).fetchone()[0]
+            n = db.execute("select count(*) from records where run_id = ? and kind = 'bench_request'",
+                           (row[0],)).fetchone()[0]
             return row[0], n
     except sqlite3.Error:
         return 0, 0

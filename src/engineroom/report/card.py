@@ -382,8 +382,9 @@ def _counters_section(counted: Mapping[str, Any] | None) -> list[str]:
                      f"{counted['client_completion_tokens']:,})")
     if "prompt_tokens_total" in d:
         cached = d.get("prompt_cached_tokens_total")
-        parts.append(f"prompt tokens {d['prompt_tokens_total']:,.0f} (usage: {counted['client_prompt_tokens']:,})"
-                     + (f", {cached:,.0f} of them from its prefix cache" if cached else ""))
+        parts.append(f"prompt tokens computed {d['prompt_tokens_total']:,.0f}"
+                     + (f" + {cached:,.0f} taken from its prefix cache" if cached else "")
+                     + f" (the requests' usage: {counted['client_prompt_tokens']:,})")
     if d.get("spec_drafted_tokens_total"):
         parts.append(f"speculative tokens drafted {d['spec_drafted_tokens_total']:,.0f}, accepted "
                      f"{d.get('spec_accepted_tokens_total', 0):,.0f}")
