@@ -268,6 +268,8 @@ def test_up_priority_launches_the_plan_and_shows_predicted_vs_measured(llama_ser
             assert run["kind"] == "launch"
             stored = {r["payload"]["component"]: r["payload"] for r in store.records(run["id"], "memory_component")}
         assert stored["kv_cache"]["measured_bytes"] == rows["kv_cache"]["measured_bytes"]
+        card = run_cli("report", str(state["launch_run_id"]), env=own_state).stdout
+        assert "## Memory: predicted vs measured" in card and "| kv_cache |" in card
         # at exit llama-server prints its memory breakdown: `down` keeps it with the launch's record
         assert run_cli("down", env=own_state).returncode == 0
         with Store() as store:

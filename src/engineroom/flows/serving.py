@@ -280,6 +280,8 @@ def record_launch(state: launch.ServerState, prepared: Prepared) -> launch.Serve
                 "model_path": state.model_path, "argv": state.argv, "launch_changes": list(state.changes),
                 "host": host_summary(), **({"plan": memory["plan"]} if "plan" in memory else {}),
                 "fit_request": memory["fit_request"], "predicted_for": memory["predicted_for"],
+                # what the card's memory section reads, so `engineroom report RUN` shows the launch
+                "memory": {k: memory[k] for k in ("rows", "measured_source", "predicted_for", "prediction_missing")},
             }), label=f"up {state.model}")
             for row in memory["rows"]:
                 store.add_record(run_id, "memory_component", row)
