@@ -301,6 +301,13 @@ def test_recipe_prints_the_launch_without_running_it(tmp_path, own_state):
     plan_file.write_text(run_cli("plan", "smollm2-135m", "--priority", "balanced", "--json").stdout)
     same = json.loads(run_cli("recipe", "--from-plan", str(plan_file), "--json").stdout)
     assert same["argv"][1:] == out["argv"][1:]
+    # a layer split over two GPUs survives the round trip through a saved plan
+    two = ("qwen3.6-27b", "--priority", "non-nvidia", "--rig", "2x3090")
+    plan2 = tmp_path / "plan2.json"
+    plan2.write_text(run_cli("plan", *two, "--json").stdout)
+    direct = json.loads(run_cli("recipe", *two, "--json", env=own_state).stdout)["argv"]
+    saved = json.loads(run_cli("recipe", "--from-plan", str(plan2), "--json", env=own_state).stdout)["argv"]
+    assert saved == direct and "-sm" in saved
     elsewhere = run_cli("recipe", "qwen3.6-27b", "--priority", "non-nvidia", "--rig", "2xH200", "--json")
     assert elsewhere.returncode == 0, elsewhere.stderr
     assert json.loads(elsewhere.stdout)["model_present"] is False

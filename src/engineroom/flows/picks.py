@@ -28,7 +28,7 @@ class Pick:
     missing_file: str = ""           # why no file can be fetched for the pick (model_ref is then a placeholder)
 
 
-def _serving_ref(model_id: str, quant_id: str, quant_format: str) -> str:
+def _serving_ref(model_id: str, quant_id: str) -> str:
     """The file or repo that serves ``quant_id`` of ``model_id``: a packaged file, an hf: file, a repo."""
     from ..catalog import load_catalog
 
@@ -44,7 +44,7 @@ def _serving_ref(model_id: str, quant_id: str, quant_format: str) -> str:
     if quant.file and quant.hf_repo:
         return f"hf:{quant.hf_repo}/{quant.file}"
     repo = quant.hf_repo or model.hf_repo
-    if quant_format != "gguf" and repo:
+    if quant.format != "gguf" and repo:      # a checkpoint: engines that load repos take the repo
         return repo
     if quant.hf_repo:
         raise MissingFile(f"the catalog names the repo {quant.hf_repo} but not its {quant_id} file; launch it by "
@@ -78,9 +78,8 @@ def pick_from_row(row: dict, model_id: str, source: str) -> Pick:
         notes.append(f"the plan runs {row['instances']} instances; one is launched")
     settings = dict(ctx=ctx, n_seqs=seqs, kv_unified=bool(row.get("kv_unified", False)), kv_dtype=row.get("kv"),
                     tp=int(row.get("tp") or 1))
-    fmt = str(row.get("quant_format") or ("gguf" if engine in ("llama.cpp", "ik_llama.cpp") else ""))
     try:
-        ref, missing = _serving_ref(model_id, quant, fmt), ""
+        ref, missing = _serving_ref(model_id, quant), ""
     except MissingFile as exc:
         ref, missing = exc.placeholder, str(exc)
     return Pick(engine=engine, model_ref=ref, settings=settings, plan={**row, "model": model_id}, source=source,
@@ -101,9 +100,7 @@ def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None =
     if len(plans) < pick:
         raise NotFound(f"the plan has {len(plans)} configuration(s) for {model}; --pick {pick} is beyond them.")
     chosen = plans[pick - 1]
-    row = plans_as_rows([chosen])[0]
-    row.update(kv_unified=chosen.kv_unified, tp=chosen.tp, instances=chosen.instances,
-               quant_format=chosen.quant_format, priority=chosen.priority)
+    row = plans_as_rows([chosen])[0]      # the same row `plan --json` writes, so --from-plan gets it too
     source = f"plan {model} --priority {chosen.priority} on {the_rig.label or 'this machine'}, pick {pick}"
     return pick_from_row(row, chosen.model, source)
 

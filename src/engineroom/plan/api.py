@@ -220,8 +220,9 @@ def plans_as_rows(plans: Iterable[Plan]) -> list[dict[str, Any]]:
     rows = []
     for p in plans:
         rows.append({
-            "rank": p.rank, "engine": p.engine, "quant": p.quant, "kv": p.kv_dtype, "ctx": p.ctx,
-            "max_ctx": p.max_ctx, "seqs": p.n_seqs, "spec": p.spec, "layout": p.layout,
+            "rank": p.rank, "engine": p.engine, "quant": p.quant, "quant_format": p.quant_format, "kv": p.kv_dtype,
+            "ctx": p.ctx, "max_ctx": p.max_ctx, "seqs": p.n_seqs, "kv_unified": p.kv_unified, "spec": p.spec,
+            "tp": p.tp, "instances": p.instances, "layout": p.layout,
             "per_gpu_gb": [round(b / GB, 2) for b in p.per_gpu_bytes],
             "decode_tps": [round(p.decode.low, 1), round(p.decode.high, 1)] if p.decode else None,
             "aggregate_tps": round(p.aggregate_tps, 1) if p.aggregate_tps else None,
