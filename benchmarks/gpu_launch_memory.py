@@ -55,14 +55,7 @@ def main() -> None:
     for run in sorted(runs, key=lambda r: r["conditions"]["fit_request"]["ctx"]):
         req_d = {k: v for k, v in run["conditions"]["fit_request"].items() if k != "basis"}
         req = FitRequest(**req_d)
-        f = fit(arch, req, rig)
-        predicted: dict[str, int] = {}
-        for g in f.per_gpu:
-            for c in g.components:
-                predicted[c.name] = predicted.get(c.name, 0) + c.bytes
-            predicted[f"GPU{g.index}"] = g.used_bytes
-        for c in f.host:
-            predicted[c.name] = predicted.get(c.name, 0) + c.bytes
+        predicted = fit(arch, req, rig).bytes_by_component(per_gpu=True)
         log = (DATA / f"server-{req.ctx}.log").read_text()
         report = llamacpp.memory_report(log)
         assert report is not None

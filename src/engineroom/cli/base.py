@@ -113,6 +113,23 @@ def _pick(model: str | None, priority: str | None, rig: str | None, from_plan: P
     return flows.pick_from_plan(model, priority=priority, rig=rig, pick=pick)
 
 
+def _planned(ctx_: typer.Context, model: str | None, opts: dict[str, Any], *, priority: str | None,
+             rig: str | None, from_plan: Path | None, pick: int,
+             missing: str) -> tuple[str, dict[str, Any], Pick | None]:
+    """The model and launch options `up` and `recipe` run: the plan's pick when one is asked for,
+    with every option typed on this command line winning over it."""
+    from .. import flows
+    from ..errors import BadInput
+
+    chosen = _pick(model, priority, rig, from_plan, pick)
+    if chosen is not None:
+        opts = flows.apply_pick(chosen, opts, _given(ctx_))
+        model = chosen.model_ref
+    if model is None:
+        raise BadInput(missing)
+    return model, opts, chosen
+
+
 def _start(fn: Callable[..., ServerState], model: str, opts: dict[str, Any], json_out: bool,
            **extra: Any) -> ServerState:
     pick = extra.get("pick")

@@ -33,7 +33,7 @@ from .base import (
     JsonOpt,
     _given,
     _launch_options,
-    _pick,
+    _planned,
     _show,
     _start,
     app,
@@ -56,17 +56,13 @@ def up(
     """Start a managed server for MODEL and wait until it is healthy. With --priority (or --from-plan)
     it launches the plan's pick; flags given as well override the plan. Extra engine args go after `--`."""
     from .. import flows
-    from ..errors import BadInput
 
-    chosen = _pick(model, priority, rig, from_plan, pick)
     opts = _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
                            timeout, ctx_.args, engine=engine, kv=kv, tp=tp, api_key=api_key,
                            api_key_env=api_key_env, api_key_file=api_key_file)
-    if chosen is not None:
-        opts = flows.apply_pick(chosen, opts, _given(ctx_))
-        model = chosen.model_ref
-    if model is None:
-        raise BadInput("name a model to launch, e.g. `engineroom up smollm2-135m` (or give --from-plan FILE).")
+    model, opts, chosen = _planned(ctx_, model, opts, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
+                                   missing="name a model to launch, e.g. `engineroom up smollm2-135m` "
+                                           "(or give --from-plan FILE).")
     _start(flows.start, model, opts, json_out, pick=chosen)
 
 
@@ -107,18 +103,13 @@ def recipe(
     """Print the command line and environment `up` would run (the plan's pick with --priority), without
     running it, downloading anything or needing the engine installed."""
     from .. import flows
-    from ..errors import BadInput
     from ..redaction import redact_argv
 
-    chosen = _pick(model, priority, rig, from_plan, pick)
     opts = _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
                            300.0, ctx_.args, engine=engine, kv=kv, tp=tp, api_key=api_key,
                            api_key_env=api_key_env, api_key_file=api_key_file)
-    if chosen is not None:
-        opts = flows.apply_pick(chosen, opts, _given(ctx_))
-        model = chosen.model_ref
-    if model is None:
-        raise BadInput("name a model, e.g. `engineroom recipe smollm2-135m --priority balanced`.")
+    model, opts, chosen = _planned(ctx_, model, opts, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
+                                   missing="name a model, e.g. `engineroom recipe smollm2-135m --priority balanced`.")
     prepared = flows.prepare(model, download=False, require_binary=False, pick=chosen, **opts)
     spec = prepared.spec
     argv = redact_argv(list(spec.argv))

@@ -119,12 +119,13 @@ class Engine:
         fn = self._hook("memory_report")
         return fn(log_text) if fn else None
 
-    def launch_settings(self, options: LaunchOptions) -> dict[str, Any]:
-        """The settings the engine will run with for ``options`` (its defaults filled in), in
-        fit's words: what the memory prediction must be made for."""
+    def launch_settings(self, options: LaunchOptions, trained_ctx: int | None = None) -> dict[str, Any]:
+        """The settings the engine will run with for ``options`` (its defaults filled in, e.g. the
+        context it picks from the model's ``trained_ctx`` when none is given), in fit's words:
+        what the memory prediction must be made for."""
         fn = self._hook("launch_settings")
         if fn:
-            return dict(fn(options))
+            return dict(fn(options, trained_ctx=trained_ctx))
         return {"ctx": options.ctx, "n_seqs": options.n_seqs or 1, "kv_unified": bool(options.kv_unified),
                 "kv_dtype": options.kv_dtype}
 
@@ -160,6 +161,14 @@ class Engine:
     @property
     def can_install(self) -> bool:
         return self._hook("install") is not None
+
+    def placeholder_binary(self) -> Any:
+        """A stand-in for the engine's program where it is not installed, so a recipe can still
+        be rendered (NotFound when the adapter cannot render without the real one)."""
+        fn = self._hook("placeholder_binary")
+        if fn is None:
+            raise NotFound(f"{self.name} is not installed here and its adapter cannot render without it.")
+        return fn()
 
     def binary_version(self, binary: Any) -> str:
         fn = self._hook("binary_version")

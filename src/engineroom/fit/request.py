@@ -117,3 +117,13 @@ class Fit:
     @property
     def total_bytes(self) -> int:
         return sum(g.used_bytes for g in self.per_gpu) + sum(c.bytes for c in self.host)
+
+    def bytes_by_component(self, *, per_gpu: bool = False) -> dict[str, int]:
+        """Each component's bytes over all devices and the host (first-seen order); with
+        ``per_gpu`` then ``GPU<i>``: each GPU's whole use, what NVML reports for an engine's processes."""
+        out: dict[str, int] = {}
+        for c in [c for g in self.per_gpu for c in g.components] + list(self.host):
+            out[c.name] = out.get(c.name, 0) + c.bytes
+        if per_gpu:
+            out.update({f"GPU{g.index}": g.used_bytes for g in self.per_gpu})
+        return out

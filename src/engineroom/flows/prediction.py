@@ -58,15 +58,7 @@ def predict_memory(engine: str, arch: ModelArch | None, settings: dict, probe: C
             f, basis = fit(arch, req, rig, catalog=cat), "the model file's header"
     except (EngineroomError, KeyError, TypeError, ValueError) as exc:
         return Prediction({}, {}, "", f"fit cannot size this launch ({str(exc).rstrip('.')})")
-    comps: dict[str, int] = {}
-    for g in f.per_gpu:
-        for c in g.components:
-            comps[c.name] = comps.get(c.name, 0) + c.bytes
-    for c in f.host:
-        comps[c.name] = comps.get(c.name, 0) + c.bytes
-    if rig.gpus:                      # each GPU's whole use: what NVML reports for the engine's processes
-        for g in f.per_gpu:
-            comps[f"GPU{g.index}"] = g.used_bytes
+    comps = f.bytes_by_component(per_gpu=bool(rig.gpus))
     comps["total"] = f.total_bytes
     request = {k: (sorted(v) if isinstance(v, frozenset) else v) for k, v in asdict(req).items()}
     request.pop("cpu_features", None)

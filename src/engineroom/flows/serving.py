@@ -116,7 +116,7 @@ def prepare(
         if require_binary:
             raise NotFound(f"{str(exc).rstrip('.')}; `engineroom recipe` with the same arguments prints the "
                            "command line it would run.", detail=exc.detail) from None
-        binary, found = _placeholder_binary(adapter), False
+        binary, found = adapter.placeholder_binary(), False
     probe = probe_cpu()
     if found and require_binary:
         adapter.check_binary_cpu(binary, probe)
@@ -160,10 +160,7 @@ def prepare(
             changes=tuple(changes), api_key_file=key.file,
         )
         spec = adapter.render(binary, lopts)
-        settings = adapter.launch_settings(lopts)
-        if settings.get("ctx") is None and arch is not None and arch.max_position:
-            # no --ctx: the engine sizes its cache for the model's trained context
-            settings["ctx"] = max(1, arch.max_position // max(int(settings.get("n_seqs") or 1), 1))
+        settings = adapter.launch_settings(lopts, trained_ctx=arch.max_position if arch is not None else None)
         model_id, quant = (str(pick.plan.get("model") or ""), str(pick.plan.get("quant") or "")) if pick else ("", "")
         if not model_id and mref is not None and getattr(mref, "catalog_id", None):
             model_id = mref.catalog_id or ""
@@ -191,14 +188,6 @@ def _launch(prepared: Prepared, *, before: Callable[[], object] | None = None,
         raise
     apikey.keep_only(prepared.key.file if prepared.key else None)
     return state
-
-
-def _placeholder_binary(adapter: engines.Engine) -> Any:   # the adapter's own binary type
-    """A stand-in for an engine not installed here, so a recipe can still be rendered."""
-    fn = adapter._hook("placeholder_binary")
-    if fn is None:
-        raise NotFound(f"{adapter.name} is not installed here and its adapter cannot render without it.")
-    return fn()
 
 
 def _read_arch(path: Path) -> ModelArch | None:

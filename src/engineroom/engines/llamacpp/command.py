@@ -252,16 +252,18 @@ def loads_refusal(path: Path) -> str | None:
     return None
 
 
-def launch_settings(options: LaunchOptions) -> dict[str, object]:
+def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> dict[str, object]:
     """What llama-server will run with for ``options``, in fit's words (FitRequest fields).
 
     ``ctx`` is per sequence: ``-c`` is ctx x slots, so every slot holds ``ctx`` tokens (unified:
-    any one slot may hold all of them). Repacking is off when ``-nr`` is among the arguments.
+    any one slot may hold all of them). Without ``-c`` llama-server sizes the whole cache for the
+    model's trained context, shared by the slots. Repacking is off when ``-nr`` is among the arguments.
     """
     slots, unified = slots_and_unified(options.n_seqs, options.kv_unified)
     args = [a for c in options.changes for a in c.args] + list(options.extra_args)
     ctk = _flag_value(options.extra_args, "-ctk", "--cache-type-k")
-    return {"ctx": options.ctx, "n_seqs": slots, "kv_unified": unified,
+    ctx = options.ctx if options.ctx is not None else (max(1, trained_ctx // slots) if trained_ctx else None)
+    return {"ctx": ctx, "n_seqs": slots, "kv_unified": unified,
             "kv_dtype": ctk or options.kv_dtype or "f16", "repack": not repack_disabled(args),
             "rope_scaling": rope_scaling_arg(options.extra_args)}
 

@@ -70,8 +70,16 @@ _BUFFER_LINES = (
 _BREAKDOWN = re.compile(r"memory_breakdown_print:\s*\|\s*-\s*(?P<dev>[^|]+?)\s*\|(?P<nums>[^|]*)\|")
 
 
+_GPU_BACKENDS = ("CUDA", "ROCm", "Metal", "Vulkan", "SYCL")   # buffer-type prefixes of GPU backends
+
+
+def _on_gpu(buft: str) -> bool:
+    """A buffer type in device memory (CUDA0, ROCm0, ...), not a host-pinned one (CUDA_Host)."""
+    return buft.startswith(_GPU_BACKENDS) and "Host" not in buft
+
+
 def _weights_name(buft: str) -> str:
-    if buft.startswith(("CUDA", "ROCm", "Metal", "Vulkan", "SYCL")) and "Host" not in buft:
+    if _on_gpu(buft):
         return "weights"
     return {"CPU_REPACK": "weights_repack", "AMX": "weights_amx"}.get(buft, "weights")
 
@@ -84,8 +92,7 @@ def memory_report(log_text: str) -> MemoryReport | None:
     memory breakdown table llama.cpp prints (at start and at exit: the last one wins) gives
     each device's total as ``total:<device>`` (whole MiB: that table rounds).
     """
-    gpu = any(m.group(1).startswith(("CUDA", "ROCm", "Metal", "Vulkan", "SYCL"))
-              for m in _BUFFER_LINES[0][1].finditer(log_text))
+    gpu = any(m.group(1).startswith(_GPU_BACKENDS) for m in _BUFFER_LINES[0][1].finditer(log_text))
     sizes: dict[str, float] = {}
     where: dict[str, str] = {}
 
@@ -98,7 +105,7 @@ def memory_report(log_text: str) -> MemoryReport | None:
             buft = m.group(1)
             if kind == "model":
                 name = _weights_name(buft)
-                if gpu and name == "weights" and not buft.startswith(("CUDA", "ROCm", "Metal", "Vulkan", "SYCL")):
+                if gpu and name == "weights" and not buft.startswith(_GPU_BACKENDS):
                     name = "weights_embedding"
                 add(name, float(m.group(2)), f"log: {buft} model buffer")
             elif kind == "kv":
@@ -106,8 +113,7 @@ def memory_report(log_text: str) -> MemoryReport | None:
             elif kind == "rs":
                 add("recurrent_state", float(m.group(2)) + float(m.group(3)), "log: llama_memory_recurrent R + S")
             elif kind == "compute":
-                name = "compute_host" if gpu and (not buft.startswith(("CUDA", "ROCm", "Metal", "Vulkan", "SYCL"))
-                                                  or "Host" in buft) else "compute"
+                name = "compute_host" if gpu and not _on_gpu(buft) else "compute"
                 add(name, float(m.group(2)), f"log: {buft} compute buffer")
             else:
                 add("output", float(m.group(2)), f"log: {buft} output buffer")
