@@ -6,8 +6,9 @@ over how short a decode window a 5% check is meaningful, are measured here, not 
 
 - ``decode_tps`` = tokens / (wall - TTFT), the issue's per-stream figure;
 - ``inter_token_tps`` = (tokens - 1) / (last token - first token), llama.cpp's own
-  definition ("the first token is free", tools/server/server-common.h), which
-  ``statistics.agreement`` compares;
+  definition ("the first token is free", tools/server/server-common.h);
+- ``steady_inter_token_tps`` = the same from the end of a held start (first chunks held back
+  and flushed together), which ``statistics.agreement`` compares;
 - ``late first chunk`` = how much shorter the client's first-to-last window is than the
   engine's ``predicted_ms`` (the first token reached the client late, so the client window
   shrank and its rate reads high).
@@ -57,6 +58,8 @@ def measure(budgets: list[int], runs: int) -> list[dict]:
                         "engine_window_s": (t.decode_ms or 0) / 1000 if t else 0, "decode_tps": st.decode_tps(r),
                         "inter_token_tps": inter_token_tps(r), "engine_tps": st.engine_decode_tps(r),
                         "engine_n": t.decode_tokens if t else None,
+                        "steady_inter_token_tps": st.steady_inter_token_tps(r)[0],
+                        "held_start": st.steady_inter_token_tps(r)[1],
                     })
     finally:
         launch.down()
@@ -69,20 +72,25 @@ def _pct(a: float, b: float) -> float:
 
 def summarize(rows: list[dict]) -> list[str]:
     out = ["| max_tokens | requests | mean client window s | decode_tps vs engine, mean (worst) | "
-           "inter-token vs engine, mean (worst) | inter-token vs engine, median (what bench checks) | "
-           "requests with a first chunk > 5 ms late (by ms) |",
-           "|---:|---:|---:|---:|---:|---:|---:|"]
+           "inter-token vs engine, mean (worst) | inter-token vs engine, median | "
+           "requests with a first chunk > 5 ms late (by ms) | held starts | "
+           "steady inter-token vs engine, mean (worst) | steady, median (what bench checks) |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for n in sorted({r["budget"] for r in rows}):
         rs = [r for r in rows if r["budget"] == n and r["engine_tps"]]
         d = [_pct(r["decode_tps"], r["engine_tps"]) for r in rs]
         i = [_pct(r["inter_token_tps"], r["engine_tps"]) for r in rs]
+        steady = [_pct(r.get("steady_inter_token_tps") or r["inter_token_tps"], r["engine_tps"]) for r in rs]
+        held = sum(1 for r in rs if r.get("held_start"))
         late = [(r["engine_window_s"] - r["client_window_s"]) * 1000 for r in rs
                 if r["engine_window_s"] - r["client_window_s"] > 0.005]
         out.append(
             f"| {n} | {len(rs)} | {statistics.fmean(r['client_window_s'] for r in rs):.3f} | "
             f"{statistics.fmean(d):+.2f}% ({max(d, key=abs):+.2f}%) | "
             f"{statistics.fmean(i):+.2f}% ({max(i, key=abs):+.2f}%) | {statistics.median(i):+.3f}% | "
-            f"{len(late)}" + (f" ({', '.join(f'{x:.0f}' for x in late)})" if late else "") + " |")
+            f"{len(late)}" + (f" ({', '.join(f'{x:.0f}' for x in late)})" if late else "") + " | "
+            f"{held} | {statistics.fmean(steady):+.2f}% ({max(steady, key=abs):+.2f}%) | "
+            f"{statistics.median(steady):+.3f}% |")
     return out
 
 

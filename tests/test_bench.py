@@ -191,6 +191,31 @@ def test_agreement_uses_the_engines_own_window_definition():
     assert st.agreement([r], min_window_s=0.2)["diff_pct"] == pytest.approx(100 * (24 / 23 - 1))
 
 
+def test_agreement_measures_a_held_start_from_its_end():
+    """The arrivals seen on this VM (benchmarks/bench_agreement.md): 128 tokens every 8 ms, the
+    first five held back 35 ms and flushed together. First-to-last reads +4%; from the end of
+    the held start the client agrees with the engine. A stream that is bursty throughout is not
+    trimmed, and an engine that is 10% off still warns with a held start."""
+    steady = [8.0] * 127
+    held = [0.0, 0.0, 0.0, 0.0, 1.2] + [8.0] * 122
+    on_time = rec(tokens=128, max_tokens=128, gaps_ms=steady, engine_tps=125.0)
+    late = rec(tokens=128, max_tokens=128, gaps_ms=held, engine_tps=125.0)
+    assert st.held_start(st.gaps_us(on_time)) == 0 and st.held_start(st.gaps_us(late)) == 5
+    assert st.inter_token_tps(late) == pytest.approx(127 / 0.9772)          # reads +4% high
+    rate, trimmed = st.steady_inter_token_tps(late)
+    assert trimmed == 5 and rate == pytest.approx(125.0, rel=1e-3)
+    a = st.agreement([late, late])
+    assert a["n"] == 2 and a["n_held_starts"] == 2 and abs(a["diff_pct"]) < 0.1 and a["warning"] is None
+    assert st.agreement([on_time])["n_held_starts"] == 0
+    # spec-decode-like bursts all along (three tokens per step): more than half the gaps ~0 -> no trim
+    bursty = rec(tokens=129, max_tokens=129, gaps_ms=[0.0, 0.0, 24.0] * 42 + [0.0, 0.0], engine_tps=125.0)
+    assert st.held_start(st.gaps_us(bursty)) == 0
+    # an engine 10% high is still caught on a held-start request
+    off = rec(tokens=128, max_tokens=128, gaps_ms=held, engine_tps=137.5)
+    b = st.agreement([off])
+    assert b["diff_pct"] == pytest.approx(10.0, abs=0.2) and b["warning"]
+
+
 def test_agreement_leaves_out_windows_too_short_to_judge():
     # 24 tokens at ~150 tok/s: a 0.15 s window, where one 20 ms late chunk is 13%
     short = rec(tokens=24, max_tokens=24, decode=160.0, inter=150.0, engine_tps=130.0)
