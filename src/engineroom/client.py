@@ -388,23 +388,28 @@ class OpenAIClient:
             result.usage = chunk["usage"]
         if chunk.get("timings"):
             result.timings = chunk["timings"]
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict):
-                continue
-            delta = choice.get("delta") or {}
-            text = _text(delta.get("content"))
-            thought = _reasoning(delta)
-            result.content += text
-            result.reasoning += thought
-            if delta.get("tool_calls"):
-                tools.add(delta["tool_calls"])
-                if result.t_first_delta is None:
-                    result.t_first_delta = now
-            if text or thought:
-                result.token_times.append(now)
-                if result.t_first_token is None:
-                    result.t_first_token = now
-                if result.t_first_delta is None:
-                    result.t_first_delta = now
-            if choice.get("finish_reason"):
-                result.finish_reason = choice["finish_reason"]
+        choices = chunk.get("choices")
+        try:    # a JSON chunk of the wrong shape is recorded like one that is not JSON, never raised
+            for choice in choices if isinstance(choices, list) else []:
+                if not isinstance(choice, dict):
+                    continue
+                delta = choice.get("delta") or {}
+                text = _text(delta.get("content"))
+                thought = _reasoning(delta)
+                result.content += text
+                result.reasoning += thought
+                if delta.get("tool_calls"):
+                    tools.add(delta["tool_calls"])
+                    if result.t_first_delta is None:
+                        result.t_first_delta = now
+                if text or thought:
+                    result.token_times.append(now)
+                    if result.t_first_token is None:
+                        result.t_first_token = now
+                    if result.t_first_delta is None:
+                        result.t_first_delta = now
+                if choice.get("finish_reason"):
+                    result.finish_reason = choice["finish_reason"]
+        except (TypeError, AttributeError) as exc:
+            if result.error is None:
+                result.error = f"chunk {result.chunks} has a malformed choice ({type(exc).__name__}): {data[:120]!r}"

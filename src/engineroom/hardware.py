@@ -52,6 +52,9 @@ class Rig:
     cpu_threads: int | None = None    # threads a CPU decode runs with (llama-server's default)
     cpu_bandwidth_source: str = ""    # where cpu_bandwidth_gbs comes from (probe or catalog default)
     cpu_bandwidth_by_threads: tuple[tuple[int, float], ...] = ()   # measured copy GB/s per thread count
+    # identical nodes of ``gpus`` each (a spec like 2x(8xH100)); ``gpus`` are ONE node's GPUs,
+    # so tensor parallelism stays within a node and only pipeline stages cross nodes
+    nodes: int = 1
 
     @property
     def n_gpus(self) -> int:
@@ -77,19 +80,35 @@ def _known(cat: Catalog) -> str:
 
 def _bad(spec: str, why: str, cat: Catalog) -> BadInput:
     return BadInput(
-        f"rig spec '{spec}' {why}; write e.g. 2x3090, 1xH200, 3090+4090, cpu:64GB or "
-        f"m3max:128GB with a known class: {_known(cat)}."
+        f"rig spec '{spec}' {why}; write e.g. 2x3090, 1xH200, 3090+4090, cpu:64GB, "
+        f"m3max:128GB or 2x(8xH100) (two nodes) with a known class: {_known(cat)}."
     )
 
 
+MAX_NODES = 64
+_NODES = re.compile(r"^(?P<nodes>\d+)\s*[x×*]\s*\((?P<node>.+)\)$")
+
+
 def parse_rig(spec: str, catalog: Catalog | None = None) -> Rig:
-    """Turn "2x3090", "3090+4090", "cpu:64GB", "m3max:128GB" into a Rig from catalog classes."""
+    """Turn "2x3090", "3090+4090", "cpu:64GB", "m3max:128GB" into a Rig from catalog classes;
+    "2x(8xH100)" is two identical nodes of eight H100 each."""
     from .catalog import load_catalog
 
     cat = catalog or load_catalog()
     text = (spec or "").strip().lower().replace(" ", "")
     if not text:
         raise _bad(spec, "is empty", cat)
+    many = _NODES.match(text)
+    if many:
+        nodes = int(many["nodes"])
+        if not 1 <= nodes <= MAX_NODES:
+            raise _bad(spec, f"asks for {nodes} nodes (1 to {MAX_NODES} allowed)", cat)
+        node = parse_rig(many["node"], cat)
+        if node.nodes != 1:
+            raise _bad(spec, "nests nodes inside a node", cat)
+        if not node.gpus or node.gpus[0].unified:
+            raise _bad(spec, "repeats a node without discrete GPUs (several nodes are for GPU clusters)", cat)
+        return replace(node, nodes=nodes, label=spec.strip())
     gpus: list[GpuSpec] = []
     cpu_ram = cpu_bw = None
     cpu_src = ""

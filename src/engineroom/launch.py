@@ -201,7 +201,7 @@ def probe_health(url: str, health_path: str, timeout: float = 2.0) -> int | None
 def up(
     spec: LaunchSpec,
     *,
-    timeout: float = 300.0,
+    timeout: float | None = None,
     on_wait: Callable[[str, float], None] | None = None,
     poll: float = 0.25,
     on_spawn: Callable[[int], None] | None = None,
@@ -224,6 +224,8 @@ def up(
         )
     _clear_state()
     engine = adapter(spec.engine)
+    if timeout is None:               # no --timeout: the engine's own (an adapter's START_TIMEOUT_S, else 300 s)
+        timeout = engine.start_timeout
     try:
         return _up_once(spec, engine, timeout=timeout, on_wait=on_wait, poll=poll, on_spawn=on_spawn,
                         options=options or {})
@@ -276,6 +278,7 @@ def _up_once(spec: LaunchSpec, engine: Engine, *, timeout: float, on_wait: Calla
         _write_state(state)
         if on_spawn:
             on_spawn(proc.pid)
+        hinted, last_hint = -2.0, ""      # the engine's last log line, re-read every 2 s (adapters with wait_hint)
         while True:
             code = proc.poll()
             if code is not None:
@@ -297,7 +300,10 @@ def _up_once(spec: LaunchSpec, engine: Engine, *, timeout: float, on_wait: Calla
                 _write_state(state)
                 return state
             if on_wait:
-                on_wait(phase, elapsed)
+                if elapsed - hinted >= 2:
+                    hinted = elapsed
+                    last_hint = engine.wait_hint("\n".join(tail(log_path, 40))) or last_hint
+                on_wait(f"{phase}: {last_hint}" if last_hint else phase, elapsed)
             if elapsed > timeout:
                 kill_tree(proc.pid)
                 _clear_state()

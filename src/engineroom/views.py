@@ -56,24 +56,50 @@ def _markup(text: str) -> Text:
 
 # --- engines ---------------------------------------------------------------------------------
 
+def install_summary(manifest: Mapping[str, Any]) -> str:
+    """One phrase for an install manifest: a source build (seconds, backend, jobs) or an
+    environment pip/uv made (seconds, installer)."""
+    if "build_seconds" in manifest:
+        return (f"built {manifest.get('built_at', '?')} in {manifest['build_seconds']:.0f} s "
+                f"({manifest.get('backend', '?')}, -j{manifest.get('jobs', '?')})")
+    if "install_seconds" in manifest:
+        return (f"installed {manifest.get('installed_at', '?')} in {manifest['install_seconds']:.0f} s "
+                f"({manifest.get('installer', '?')})")
+    return "installed"
+
+
+def _runs_here(runs: Mapping[str, Mapping[str, Any]]) -> str:
+    parts = []
+    for kind in ("launch", "verify", "bench", "demo"):
+        run = runs.get(kind)
+        if not run:
+            continue
+        extra = run.get("passed") or (f"{run['decode_tps']} tok/s" if run.get("decode_tps") else "")
+        parts.append(f"{kind} {run['status']}" + (f" {extra}" if extra else "") + f" (run {run['run']})")
+    return ", ".join(parts) or "no runs"
+
+
 def engines_table(rows: Sequence[Mapping[str, Any]]) -> Table:
-    """``engineroom engines``: one row per adapter, found or not (its error in the path column)."""
-    table = Table("engine", "version", "path", "found via")
+    """``engineroom engines``: one row per adapter, found or not (its error in the path column),
+    how engineroom tests it, and the latest runs this machine's store holds for it."""
+    table = Table("engine", "version", "path", "found via", "how engineroom tests it", "runs here")
     for r in rows:
+        tested, here = escape(r.get("tested") or ""), _runs_here(r.get("runs_here") or {})
         if r["found"]:
             origin = r["origin"]
             if r.get("install"):
-                b = r["install"]
-                origin += f", built {b['built_at']} in {b['build_seconds']:.0f} s ({b['backend']}, -j{b['jobs']})"
-            table.add_row(r["engine"], r["version"], r["path"], origin)
+                origin += ", " + install_summary(r["install"])
+            table.add_row(r["engine"], r["version"], r["path"], origin, tested, here)
         else:
-            table.add_row(r["engine"], "[red]not found[/]", escape(r["error"]), "")
+            table.add_row(r["engine"], "[red]not found[/]", escape(r["error"]), "", tested, here)
     return table
 
 
 def built_line(name: str, manifest: Mapping[str, Any]) -> Text:
-    return _markup(f"[green]built[/] {name} {manifest['tag']} in {manifest['build_seconds']:.0f} s "
-                   f"({manifest['backend']}, -j{manifest['jobs']}): {escape(manifest['bin_dir'])}")
+    where = escape(str(manifest.get("bin_dir") or manifest.get("root") or ""))
+    tag = manifest.get("tag", manifest.get("version", ""))
+    return _markup(f"[green]{'built' if 'build_seconds' in manifest else 'installed'}[/] {name} {tag}: "
+                   f"{install_summary(manifest)}: {where}")
 
 
 class BuildProgress:
@@ -212,6 +238,23 @@ def recipe_lines(spec: LaunchSpec, argv: Sequence[str], pick: Pick | None, *, bi
         lines.append(f"# {spec.engine} is not installed here: `engineroom engines install {spec.engine}`")
     if not model_present and not (pick is not None and pick.missing_file):
         lines.append(f"# the model is not downloaded yet: `engineroom models pull {model}`")
+    return lines
+
+
+def cluster_recipe_lines(specs: Sequence[LaunchSpec], pick: Pick, *, head_given: bool) -> list[str]:
+    """``recipe`` of a pick spanning machines: one block per node, rank 0 (the head) first."""
+    from .redaction import redact_argv, redact_data
+
+    c = pick.cluster or {}
+    lines = [f"# {pick.source}",
+             f"# {c.get('nodes')} nodes x {c.get('gpus_per_node')} GPUs; run each block on its node, in this order"]
+    lines += [f"# note: {note}" for note in pick.notes]
+    if not head_given:
+        lines.append("# replace head-node with the head's address on the cluster network (or pass --head-addr)")
+    for spec in specs:
+        lines.append(f"# --- node {spec.node}" + (f": {spec.role}" if spec.role else ""))
+        lines += [f"{key}={shlex.quote(value)} \\" for key, value in redact_data(spec.env).items()]
+        lines.append(shlex.join(redact_argv(list(spec.argv))))
     return lines
 
 

@@ -147,6 +147,9 @@ class MultiGpu(Strict):
     mode: Literal["tensor_parallel", "layer_split"]
     scaling: float = Field(ge=0, le=1)       # per-stream decode speed-up per extra card, fraction of ideal
     source: str
+    # runs pipeline-parallel stages across nodes of a cluster (TP within a node, PP across):
+    # plan proposes TP = GPUs per node x PP = nodes for a rig like 2x(8xH100)
+    multi_node: bool = False
 
 
 MemoryModel = Literal["llama_buffers", "kv_pool"]
@@ -168,6 +171,42 @@ class KvCacheSpace(Strict):
     block_size: int = Field(default=16, ge=1)        # tokens per KV block (the build's default)
     runtime_gib: float = Field(default=0.0, ge=0)    # process memory beside the weights
     source: str
+
+
+class DockerImage(Strict):
+    """The engine's official container image, pinned by tag (``recipe --compose``, ``up --docker``).
+
+    ``image`` None: the engine publishes no official image; ``source`` is then the one sentence
+    that says so (and what to do instead), which engineroom prints when refusing a compose file.
+    ``entrypoint`` replaces the program of the adapter's argv (``argv[0]``): the image's path to
+    it, or the interpreter that runs ``-m module`` for a Python engine; the adapter's
+    ``container_command`` gives the arguments that follow it. ``health_probe``: the tool the
+    image has for its healthcheck; ``ipc`` / ``shm_size``: what the engine's workers need for
+    shared memory (PyTorch's tensor sharing between processes).
+    """
+
+    image: str | None = None                 # registry/repository, e.g. vllm/vllm-openai
+    tag: str | None = None                   # pinned tag (never "latest")
+    source: str                              # where the image and tag come from
+    entrypoint: tuple[str, ...] = ()         # what replaces argv[0] in the container
+    health_probe: Literal["curl", "python3"] = "curl"
+    ipc: str | None = None                   # "host": the engine shares memory between processes
+    shm_size: str | None = None              # e.g. "16gb" (only where ipc is not host)
+
+    @model_validator(mode="after")
+    def _pinned(self) -> DockerImage:
+        if (self.image is None) != (self.tag is None):
+            raise ValueError("docker: give image and tag together (or neither, for an engine with no official image)")
+        if self.tag is not None and self.tag in ("latest", ""):
+            raise ValueError("docker: pin the image by a release tag, not 'latest'")
+        if self.image is not None and not self.entrypoint:
+            raise ValueError("docker: an image needs the entrypoint that replaces the adapter's program")
+        return self
+
+    @property
+    def reference(self) -> str | None:
+        """``image:tag``, or None when the engine has no official image."""
+        return f"{self.image}:{self.tag}" if self.image and self.tag else None
 
 
 class Backend(Strict):
@@ -238,11 +277,15 @@ class Engine(Strict):
     # unified KV); fit/plan/up use these for a "default launch", explicit flags otherwise
     default_slots: int = Field(default=1, ge=1)
     default_kv_unified: bool = False
+    # llama_buffers engines: the logits rows the reserved compute graph holds -- one per slot
+    # (llama.cpp: n_outputs_max = n_seqs) or one per ubatch token (ik_llama.cpp reserves them all)
+    graph_outputs: Literal["slots", "ubatch"] = "slots"
     defaults_source: str = ""
     kv_block_rule: KvBlockRule | None = None  # None: the engine is not known to refuse any head size
     backends: tuple[Backend, ...] = ()       # its builds per device kind; each vendor in exactly one
     backend: str | None = None               # set on a view: the build this Engine describes
     kv_cache_space: KvCacheSpace | None = None   # set on a view from its backend (None: VRAM-fraction pool)
+    docker: DockerImage | None = None        # its official container image (None: not described yet)
 
     @model_validator(mode="after")
     def _backends_cover_vendors(self) -> Engine:

@@ -63,7 +63,8 @@ def _show(items: Any, to: Console = console) -> None:
 
 def _launch_options(ctx: int | None, port: int | None, threads: int | None, parallel: int | None,
                     kv_unified: bool | None, engine_bin: Path | None, chat_template_file: Path | None,
-                    tools_template: bool, timeout: float, extra: Sequence[str] | None, *, engine: str | None = None,
+                    tools_template: bool, timeout: float | None, extra: Sequence[str] | None, *,
+                    engine: str | None = None,
                     kv: str | None = None, tp: int | None = None, api_key: str | None = None,
                     api_key_env: str | None = None, api_key_file: Path | None = None) -> dict[str, Any]:
     opts = dict(ctx=ctx, port=port, threads=threads, parallel=parallel, kv_unified=kv_unified,
@@ -95,8 +96,9 @@ def _given(ctx_: typer.Context) -> list[str]:
 
 
 def _pick(model: str | None, priority: str | None, rig: str | None, from_plan: Path | None,
-          pick: int) -> Pick | None:
-    """The plan's pick when --priority, --rig or --from-plan asks for one, else None."""
+          pick: int, engine: str | None = None) -> Pick | None:
+    """The plan's pick when --priority, --rig or --from-plan asks for one, else None (a typed
+    --engine plans for that engine only, so the quant and KV type are ones it runs)."""
     from .. import flows
     from ..errors import BadInput
 
@@ -110,7 +112,7 @@ def _pick(model: str | None, priority: str | None, rig: str | None, from_plan: P
         return None
     if model is None:
         raise BadInput("name the model to plan, e.g. `engineroom up smollm2-135m --priority balanced`.")
-    return flows.pick_from_plan(model, priority=priority, rig=rig, pick=pick)
+    return flows.pick_from_plan(model, priority=priority, rig=rig, pick=pick, engine=engine)
 
 
 def _planned(ctx_: typer.Context, model: str | None, opts: dict[str, Any], *, priority: str | None,
@@ -121,7 +123,8 @@ def _planned(ctx_: typer.Context, model: str | None, opts: dict[str, Any], *, pr
     from .. import flows
     from ..errors import BadInput
 
-    chosen = _pick(model, priority, rig, from_plan, pick)
+    chosen = _pick(model, priority, rig, from_plan, pick,
+                   engine=opts.get("engine") if "engine" in _given(ctx_) else None)
     if chosen is not None:
         opts = flows.apply_pick(chosen, opts, _given(ctx_))
         model = chosen.model_ref
@@ -162,7 +165,8 @@ _UNIFIED = typer.Option(None, "--kv-unified/--no-kv-unified",
 _BIN = typer.Option(None, "--engine-bin", help="Explicit engine binary.")
 _TEMPLATE = typer.Option(None, "--chat-template-file", help="Jinja chat template to use instead of the model's.")
 _TOOLS = typer.Option(False, "--tools-template", help="Use engineroom's tool-capable template for this model.")
-_TIMEOUT = typer.Option(300.0, "--timeout", help="Seconds to wait for the server to become healthy.")
+_TIMEOUT = typer.Option(None, "--timeout", help="Seconds to wait for the server to become healthy "
+                         "(default: the engine's: 300 s, longer for slow-starting engines).")
 # API keys by reference (apikey.py): engineroom keeps a variable's name or a file's path, never the key
 _KEY_ENV = typer.Option(None, "--api-key-env", metavar="VAR",
                         help="Require this API key, read from environment variable VAR at launch (only the name is "

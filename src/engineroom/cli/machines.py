@@ -27,19 +27,23 @@ def engines(
     if ctx_.invoked_subcommand is not None:
         return
     from .. import engines as registry
+    from ..flows.history import engine_history
 
+    history = engine_history()
     rows = []
     for adapter in registry.all_engines():
+        common = {"engine": adapter.name, "adapter": adapter.origin, "tested": adapter.tested,
+                  "runs_here": history.get(adapter.name, {})}
         try:
             binary = adapter.find_binary(engine_bin)
-            row = {"engine": adapter.name, "found": True, "path": str(binary.path),
-                   "origin": binary.origin, "version": adapter.binary_version(binary), "adapter": adapter.origin}
+            row = {**common, "found": True, "path": str(binary.path), "origin": binary.origin,
+                   "version": adapter.binary_version(binary)}
             builds = adapter.installed()
             if builds and binary.origin.startswith("engineroom engines install"):
                 row["install"] = builds[0]
             rows.append(row)
         except EngineroomError as err:
-            rows.append({"engine": adapter.name, "found": False, "error": str(err), "adapter": adapter.origin})
+            rows.append({**common, "found": False, "error": str(err)})
     for problem in registry.problems():
         rows.append({"engine": problem.entry_point, "found": False, "error": f"adapter {problem.why}",
                      "adapter": problem.entry_point})

@@ -102,7 +102,10 @@ def fit_cmd(
                                            help="Slots share one KV cache (default: not, as `up --parallel N` "
                                                 "launches)."),
     tp: int = typer.Option(1, "--tp", help="GPUs for one instance (tensor parallel or layer split)."),
-    rig: str = typer.Option(..., "--rig", help="Rig spec: 2x3090, 1xH200, cpu:64GB, m3max:128GB, or 'auto'."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline stages (vLLM, SGLang; on a cluster rig such as 2x(8xH100) "
+                                            "the stages sit on the nodes)."),
+    rig: str = typer.Option(..., "--rig", help="Rig spec: 2x3090, 1xH200, cpu:64GB, m3max:128GB, 2x(8xH100) "
+                                                "(two nodes), or 'auto'."),
     rope_scaling: str | None = typer.Option(None, "--rope-scaling",
                                             help="RoPE scaling (yarn, linear) the engine will run with: allows "
                                                  "--ctx beyond the model's maximum positions."),
@@ -115,7 +118,7 @@ def fit_cmd(
 
     the_rig = resolve_rig(rig)
     subject = resolve_model(model)
-    m, f = fit_one(subject, the_rig, engine, quant, kv, ctx, n_seqs=seqs, tp=tp, rope_scaling=rope_scaling,
+    m, f = fit_one(subject, the_rig, engine, quant, kv, ctx, n_seqs=seqs, tp=tp, pp=pp, rope_scaling=rope_scaling,
                    kv_unified=kv_unified)
     slots, unified = f.request.n_seqs, f.request.kv_unified
     launch_line = (f"engineroom up MODEL --ctx {ctx} --parallel {slots} "

@@ -17,31 +17,66 @@ from ..redaction import redact_data
 from .base import _CLIENT_KEY, _CLIENT_KEY_ENV, _THREADS, JsonOpt, _show, app
 
 _URL = typer.Option(None, "--url", help="OpenAI-compatible server URL (default: the managed server).")
+_PROMPTS = typer.Option(None, "--prompts",
+                        help="--suite standard: a JSONL file of extra prompts "
+                             "({\"prompt\", \"name\"?, \"system\"?, \"max_tokens\"?} per line).")
 
 
 def _print_check(result: CheckResult) -> None:
     console.print(views.check_line(result))
 
 
+_JUNIT_FILE = typer.Option(None, "--junit", help="Also write the results as JUnit XML here.")
+
+
 @app.command()
 def verify(url: str | None = _URL, api_key_env: str | None = _CLIENT_KEY_ENV,
-           api_key: str | None = _CLIENT_KEY, json_out: bool = JsonOpt) -> None:
-    """API conformance (smoke): reachable, answer, streaming, tool call, json_schema.
+           api_key: str | None = _CLIENT_KEY, json_out: bool = JsonOpt,
+           suite: str = typer.Option("smoke", "--suite",
+                                     help="smoke: 6 quick checks; full: 26 conformance checks (tool calls, reasoning, "
+                                          "usage, stop, logprobs, seed, schemas, images, Responses API, ...); "
+                                          "stress: needles, big tool return, the context ceiling."),
+           repeat: int = typer.Option(1, "--repeat", help="Run each check K times and report pass k/K "
+                                                          "(sampling makes single runs lie)."),
+           junit: Path | None = _JUNIT_FILE,
+           baseline: int | None = typer.Option(None, "--baseline",
+                                               help="A stored run id: list the checks that regressed since it."),
+           fast: bool = typer.Option(False, "--fast", help="Smaller token budgets and sizes (small CPU models)."),
+           ) -> None:
+    """API conformance: smoke (default), full or stress suite; results stored, shown in the run's card.
 
-    Exit code = number of failed checks. SKIP only where the server declares a feature absent.
+    Exit code = number of failed checks. SKIP only where the server declares a feature absent or a
+    check could not be exercised (with the reason).
     """
     from .. import flows
+    from ..errors import BadInput
     from ..store import Store
 
+    suite = suite.strip().lower()
+    if junit is not None and junit.is_dir():
+        raise BadInput(f"--junit {junit} is a folder; give a file name.")
     key = flows.client_key(url, api_key=api_key, api_key_env=api_key_env)
     info = flows.connect(url, api_key=key)
     with Store() as store:
-        outcome = flows.verify(info, store, on_result=None if json_out else _print_check, api_key=key)
+        outcome = flows.verify(info, store, on_result=None if json_out else _print_check, api_key=key,
+                               suite=suite, repeat=repeat, fast=fast, baseline=baseline)
+    if junit is not None:
+        from ..checks.junit import junit_xml
+
+        try:
+            junit.write_text(junit_xml(outcome.results, suite=suite, engine=info.engine, model=info.model_id,
+                                       run_id=outcome.run_id))
+        except OSError as exc:
+            raise BadInput(f"cannot write the JUnit file {junit} ({exc.strerror}).") from None
     if json_out:
-        print_json({"run_id": outcome.run_id, "engine": info.engine, "model": info.model_id,
-                    "results": outcome.results, "failed": outcome.failed})
+        print_json({"run_id": outcome.run_id, "engine": info.engine, "model": info.model_id, "suite": suite,
+                    "results": outcome.results, "failed": outcome.failed, "baseline": outcome.baseline})
     else:
         _show(views.verify_summary(info, outcome))
+        if outcome.baseline is not None:
+            regressed = outcome.baseline["regressed"]
+            console.print(f"since run {baseline}: {len(regressed)} regressed"
+                          + (f" ({', '.join(r['name'] for r in regressed)})" if regressed else ""))
     raise typer.Exit(min(outcome.failed, 125))
 
 
@@ -51,7 +86,9 @@ def bench(
     suite_name: str = typer.Option(
         "quick", "--suite",
         help="quick: 192 tokens per request, 1 warm-up + 5 measured per workload (12 requests, 2,304 tokens); "
-             "long: 1000 / 800 tokens, 3 warm-ups + 5 measured (16 requests, 14,400 tokens: ~6x as long)."),
+             "long: 1000 / 800 tokens, 3 warm-ups + 5 measured (16 requests, 14,400 tokens: ~6x as long); "
+             "standard, depth, concurrency, spec: the longer suites with integrity checks and roofline "
+             "(benchmarks/bench_suites.md)."),
     long: bool = typer.Option(False, "--long", help="Same as --suite long."),
     max_tokens: int | None = typer.Option(None, "--max-tokens", help="Tokens per request (default: the suite's)."),
     warmup: int | None = typer.Option(None, "--warmup",
@@ -60,19 +97,44 @@ def bench(
     full_length: bool = typer.Option(True, "--full-length/--natural-stop",
                                      help="Ask the engine to ignore end-of-sequence (when it supports it) so every "
                                           "run reaches max tokens."),
+    streams: int | None = typer.Option(None, "--streams",
+                                       help="--suite concurrency: simultaneous streams (default: the slot count "
+                                            "the engine reports; never guessed)."),
+    prompts: Path | None = _PROMPTS,
+    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens",
+                                             help="--suite concurrency: tokens of each stream's salted prompt "
+                                                  "(default 16,384, capped by the context)."),
+    depths: str | None = typer.Option(None, "--depths", help="--suite depth: the depths in tokens, e.g. 1024,4096 "
+                                                             "(default: 1K, 10K, 32K, 90K where the context allows)."),
+    compare: tuple[int, int] = typer.Option((0, 0), "--compare", metavar="RUN_A RUN_B",
+                                            help="Compare two stored bench runs: each delta with a noise band."),
     api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY,
     json_out: bool = JsonOpt,
 ) -> None:
     """Per-stream speed: TTFT, decode and wall tokens/s (client clock) beside the engine's own timings.
 
-    Each workload's figures carry mean, std and CV over its measured requests.
+    Each workload's figures carry mean, std and CV over its measured requests. --suite standard | depth |
+    concurrency | spec run the longer suites, each with its integrity checklist and roofline share.
     """
     from .. import flows
     from ..bench import BenchPlan, default_workloads, suite
+    from ..bench.suites import suite_spec
     from ..errors import BadInput
     from ..report import render_card
     from ..store import Store
 
+    if compare != (0, 0):
+        _compare(compare, json_out)
+        return
+    if suite_spec(suite_name) is not None:
+        if long:
+            raise BadInput(f"give --long or --suite {suite_name}, not both.")
+        _bench_suite(url, suite_name, streams=streams, prompts=prompts, max_tokens=max_tokens, warmup=warmup,
+                     runs=runs, depths=_depths(depths), prompt_tokens=prompt_tokens, api_key=api_key,
+                     api_key_env=api_key_env, json_out=json_out)
+        return
+    if streams is not None or prompts is not None or depths is not None or prompt_tokens is not None:
+        raise BadInput("--streams, --prompts and --depths go with --suite concurrency / standard / depth.")
     if long and suite_name.strip().lower() not in ("quick", "long"):
         raise BadInput(f"give --long or --suite {suite_name}, not both.")
     chosen = suite("long" if long else suite_name)
@@ -99,6 +161,68 @@ def bench(
         print_text(card)
     if outcome.summary.get("status") != "OK":
         raise typer.Exit(1)
+
+
+def _bench_suite(url: str | None, name: str, *, streams: int | None, prompts: Path | None, max_tokens: int | None,
+                 warmup: int | None, runs: int | None, depths: list[int] | None, prompt_tokens: int | None,
+                 api_key: str | None, api_key_env: str | None, json_out: bool) -> None:
+    from .. import flows
+    from ..errors import BadInput
+    from ..report import render_card
+    from ..store import Store
+
+    for flag, value, least in (("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", runs, 1),
+                               ("--streams", streams, 1), ("--prompt-tokens", prompt_tokens, 16)):
+        if value is not None and value < least:
+            raise BadInput(f"{flag} must be at least {least}, not {value}.")
+    key = flows.client_key(url, api_key=api_key, api_key_env=api_key_env)
+    info = flows.connect(url, api_key=key)
+    with Store() as store, views.request_progress(err_console) as bar:
+        task = bar.add_task(f"bench --suite {name}", total=None)
+        outcome = flows.bench_suite(info, store, name, streams=streams, prompt_file=prompts, measured=runs,
+                                    warmup=warmup, max_tokens=max_tokens, depths=depths, prompt_tokens=prompt_tokens,
+                                    api_key=key,
+                                    progress=lambda done, total, label: bar.update(task, completed=done, total=total,
+                                                                                   description=label))
+        card = render_card(store.get_run(outcome.run_id), store.records(outcome.run_id))
+    if json_out:
+        print_json({"run_id": outcome.run_id, "summary": outcome.summary})
+    else:
+        print_text(card)
+    if outcome.summary.get("status") != "OK":
+        raise typer.Exit(1)
+
+
+def _depths(text: str | None) -> list[int] | None:
+    from ..errors import BadInput
+
+    if text is None:
+        return None
+    try:
+        values = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise BadInput(f"--depths takes whole numbers of tokens separated by commas, not {text!r}.") from None
+    if not values or min(values) < 16:
+        raise BadInput(f"--depths needs at least one depth of 16 tokens or more (got {text!r}).")
+    return values
+
+
+def _compare(pair: tuple[int, int], json_out: bool) -> None:
+    from ..bench.compare import compare_runs
+    from ..errors import BadInput
+    from ..report.suites import compare_text
+    from ..store import Store
+
+    with Store() as store:
+        runs_ = [store.get_run(i) for i in pair]
+        for r in runs_:
+            if r.get("kind") not in ("bench", "demo"):
+                raise BadInput(f"run #{r.get('id')} is a {r.get('kind')} run, not a bench run.")
+        result = compare_runs(runs_[0], store.records(pair[0]), runs_[1], store.records(pair[1]))
+    if json_out:
+        print_json(result)
+    else:
+        print_text(compare_text(result))
 
 
 @app.command("runs")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -39,6 +41,20 @@ from .base import (
     app,
 )
 
+if TYPE_CHECKING:
+    from ..flows import Pick
+
+# recipe --compose / up --docker (compose.py, flows.docker)
+_COMPOSE = typer.Option(False, "--compose",
+                        help="Write a docker-compose.yml for the engine's official image instead (printed, or to "
+                             "--out), validated against the Compose specification.")
+_OUT = typer.Option(None, "--out", help="With --compose: write the compose file here (a folder: its "
+                                        "docker-compose.yml).")
+_HOST = typer.Option(None, "--host", help="With --compose / --docker: the host address the port is published on "
+                                          "(default 127.0.0.1, this machine only).")
+_DOCKER = typer.Option(False, "--docker", help="Run the engine's official image with Docker Compose (the file "
+                                               "`recipe --compose` writes) and wait until it is healthy.")
+
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def up(
@@ -48,10 +64,10 @@ def up(
     ctx: int | None = _CTX, port: int | None = _PORT, threads: int | None = _THREADS,
     parallel: int | None = _PARALLEL, kv_unified: bool | None = _UNIFIED, engine_bin: Path | None = _BIN,
     chat_template_file: Path | None = _TEMPLATE, tools_template: bool = _TOOLS,
-    timeout: float = _TIMEOUT, engine: str | None = _ENGINE, kv: str | None = _KV, tp: int | None = _TP,
+    timeout: float | None = _TIMEOUT, engine: str | None = _ENGINE, kv: str | None = _KV, tp: int | None = _TP,
     priority: str | None = _PRIORITY, rig: str | None = _PLAN_RIG, from_plan: Path | None = _FROM_PLAN,
     pick: int = _PICKN, api_key_env: str | None = _KEY_ENV, api_key_file: Path | None = _KEY_FILE,
-    api_key: str | None = _KEY, json_out: bool = JsonOpt,
+    api_key: str | None = _KEY, docker: bool = _DOCKER, host: str | None = _HOST, json_out: bool = JsonOpt,
 ) -> None:
     """Start a managed server for MODEL and wait until it is healthy. With --priority (or --from-plan)
     it launches the plan's pick; flags given as well override the plan. Extra engine args go after `--`."""
@@ -63,6 +79,9 @@ def up(
     model, opts, chosen = _planned(ctx_, model, opts, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
                                    missing="name a model to launch, e.g. `engineroom up smollm2-135m` "
                                            "(or give --from-plan FILE).")
+    if docker or host is not None:
+        _docker_up(model, opts, chosen, docker=docker, host=host, json_out=json_out)
+        return
     _start(flows.start, model, opts, json_out, pick=chosen)
 
 
@@ -73,7 +92,7 @@ def switch(
     ctx: int | None = _CTX, port: int | None = _PORT, threads: int | None = _THREADS,
     parallel: int | None = _PARALLEL, kv_unified: bool | None = _UNIFIED, engine_bin: Path | None = _BIN,
     chat_template_file: Path | None = _TEMPLATE, tools_template: bool = _TOOLS,
-    timeout: float = _TIMEOUT, engine: str | None = _ENGINE, kv: str | None = _KV, tp: int | None = _TP,
+    timeout: float | None = _TIMEOUT, engine: str | None = _ENGINE, kv: str | None = _KV, tp: int | None = _TP,
     api_key_env: str | None = _KEY_ENV, api_key_file: Path | None = _KEY_FILE, api_key: str | None = _KEY,
     json_out: bool = JsonOpt,
 ) -> None:
@@ -98,7 +117,12 @@ def recipe(
     engine: str | None = _ENGINE, kv: str | None = _KV, tp: int | None = _TP,
     priority: str | None = _PRIORITY, rig: str | None = _PLAN_RIG, from_plan: Path | None = _FROM_PLAN,
     pick: int = _PICKN, api_key_env: str | None = _KEY_ENV, api_key_file: Path | None = _KEY_FILE,
-    api_key: str | None = _KEY, json_out: bool = JsonOpt,
+    api_key: str | None = _KEY,
+    head_addr: str | None = typer.Option(None, "--head-addr",
+                                         help="A pick spanning nodes (--rig 2x(8xH100)): the head node's address "
+                                              "on the cluster network, written into every node's command."),
+    compose_file: bool = _COMPOSE, out_file: Path | None = _OUT, host: str | None = _HOST,
+    json_out: bool = JsonOpt,
 ) -> None:
     """Print the command line and environment `up` would run (the plan's pick with --priority), without
     running it, downloading anything or needing the engine installed."""
@@ -110,8 +134,23 @@ def recipe(
                            api_key_env=api_key_env, api_key_file=api_key_file)
     model, opts, chosen = _planned(ctx_, model, opts, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
                                    missing="name a model, e.g. `engineroom recipe smollm2-135m --priority balanced`.")
-    prepared = flows.prepare(model, download=False, require_binary=False, pick=chosen, **opts)
-    spec = prepared.spec
+    if compose_file or out_file is not None or host is not None:
+        _compose_recipe(model, opts, chosen, compose_file=compose_file, out=out_file, host=host, json_out=json_out)
+        return
+    prepared = flows.prepare(model, download=False, require_binary=False, pick=chosen, head_addr=head_addr, **opts)
+    # a key the engine reads from its environment is printed as a mask, like everywhere else
+    spec = replace(prepared.spec, env=redact_data(prepared.spec.env))
+    if prepared.cluster and chosen is not None:
+        if json_out:
+            print_json({"engine": spec.engine, "cluster": chosen.cluster, "head_addr_given": head_addr is not None,
+                        "steps": [{"node": s.node, "role": s.role, "argv": redact_argv(list(s.argv)),
+                                   "env": redact_data(s.env)} for s in prepared.cluster],
+                        "engine_installed": prepared.binary_found,
+                        "plan": {"source": chosen.source, "notes": list(chosen.notes)}})
+            return
+        for line in views.cluster_recipe_lines(prepared.cluster, chosen, head_given=head_addr is not None):
+            console.print(line, markup=False, soft_wrap=True)
+        return
     argv = redact_argv(list(spec.argv))
     model_present = Path(spec.model_path).is_file()
     out = {"engine": spec.engine, "argv": argv, "env": spec.env, "url": spec.url, "model": spec.model,
@@ -188,3 +227,47 @@ def logs(
         for line in launch.follow(Path(log_path)):
             console.print(line, markup=False, highlight=False)
 
+
+
+def _compose_recipe(model: str, opts: dict, chosen: Pick | None, *, compose_file: bool, out: Path | None,
+                    host: str | None, json_out: bool) -> None:
+    from .. import compose, flows
+    from ..errors import BadInput
+
+    if not compose_file:
+        raise BadInput("--out and --host go with --compose (a recipe's plain command line is printed).")
+    done = flows.compose_recipe(model, out=out, bind=host or compose.DEFAULT_BIND, pick=chosen, **opts)
+    r = done.recipe
+    if json_out:
+        # the document holds no secret (compose.render refuses one); its text is printed as written, since
+        # text redaction would take `HF_TOKEN: null` (pass-through from the shell) for an assignment
+        print_json({**redact_data({
+            "engine": done.prepared.spec.engine, "image": r.image, "image_source": r.image_source,
+            "project": r.project, "service": r.service, "url": r.url, "path": str(done.path) if done.path else None,
+            "validated": done.checks, "notes": list(r.notes), "mounts": [to_jsonable(m) for m in r.mounts],
+            "compose": r.document}), "yaml": done.text})
+        return
+    if done.path is None:
+        sys.stdout.write(done.text)
+        return
+    console.print(f"wrote {done.path}: {r.image} serving on {r.url}; validated by "
+                  f"{', '.join(f'{k} ({v})' for k, v in done.checks.items())}", markup=False, soft_wrap=True)
+    console.print(f"run it: docker compose -p {r.project} -f {done.path} up -d", markup=False, soft_wrap=True)
+
+
+def _docker_up(model: str, opts: dict, chosen: Pick | None, *, docker: bool, host: str | None, json_out: bool) -> None:
+    from .. import compose, flows
+    from ..errors import BadInput
+
+    if not docker:
+        raise BadInput("--host goes with --docker (a managed server listens on 127.0.0.1 only).")
+    with console.status(f"starting {model} in a container") as spin:
+        server = flows.docker_up(model, bind=host or compose.DEFAULT_BIND, pick=chosen,
+                                 say=lambda msg: spin.update(msg),
+                                 on_wait=lambda phase, t: spin.update(f"{model}: {phase} ({t:.0f} s)"), **opts)
+    if json_out:
+        print_json(redact_data(to_jsonable(server)))
+        return
+    console.print(f"{server.engine} ready in {server.ready_s:.0f} s at {server.url} ({server.image}, compose project "
+                  f"{server.project}: {server.compose_file})", markup=False, soft_wrap=True)
+    console.print(f"stop it: {' '.join(server.down)}", markup=False, soft_wrap=True)

@@ -17,6 +17,7 @@ work on any OpenAI-compatible endpoint and learn the engine from the server itse
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -114,6 +115,16 @@ class Engine:
         fn = self._hook("loads_refusal")
         return fn(path) if fn else None
 
+    def wait_hint(self, log_text: str) -> str | None:
+        """What the engine is doing while it starts (its last meaningful log line), or None."""
+        fn = self._hook("wait_hint")
+        return fn(log_text) if fn else None
+
+    @property
+    def start_timeout(self) -> float:
+        """Seconds to wait for the server to become healthy when the user gives no --timeout."""
+        return float(getattr(self.impl, "START_TIMEOUT_S", 300.0))
+
     def memory_report(self, log_text: str) -> MemoryReport | None:
         """What the engine says it allocated, read from its log; None when it says nothing."""
         fn = self._hook("memory_report")
@@ -144,6 +155,19 @@ class Engine:
             return None
         return dict(fn(resp.text)) or None
 
+    def count_tokens(self, url: str, text: str, api_key: str | None = None, timeout: float = 30.0) -> int | None:
+        """How many tokens the running server's own tokenizer makes of ``text`` (no special
+        tokens added): the adapter's ``count_tokens``; None when the engine has no tokenizer
+        endpoint or the server does not answer (bench then sizes prompts by an estimate and says so)."""
+        fn = self._hook("count_tokens")
+        if fn is None:
+            return None
+        try:
+            found = fn(url, text, api_key=api_key, timeout=timeout)
+        except httpx.HTTPError:
+            return None
+        return int(found) if isinstance(found, int) and not isinstance(found, bool) else None
+
     def normalise_timings(self, raw: Any) -> Any:
         fn = self._hook("normalise_timings")
         return fn(raw) if fn else None
@@ -159,20 +183,67 @@ class Engine:
         return fn(**kwargs)
 
     @property
+    def tested(self) -> str:
+        """How engineroom's own tests and recorded runs exercise this engine (the adapter's
+        ``TESTED``: "real: ...", "parser-validated: ...", "documented only: ..."), or ""."""
+        return str(getattr(self.impl, "TESTED", "") or "")
+
+    @property
     def can_install(self) -> bool:
         return self._hook("install") is not None
 
-    def placeholder_binary(self) -> Any:
+    def placeholder_binary(self, vendor: str | None = None) -> Any:
         """A stand-in for the engine's program where it is not installed, so a recipe can still
-        be rendered (NotFound when the adapter cannot render without the real one)."""
+        be rendered (NotFound when the adapter cannot render without the real one). ``vendor``:
+        the accelerator of the machine the recipe is for ("cpu", "nvidia", ...), for an adapter
+        whose builds differ by device (its ``placeholder_binary(vendor=...)``); None = this machine."""
         fn = self._hook("placeholder_binary")
         if fn is None:
             raise NotFound(f"{self.name} is not installed here and its adapter cannot render without it.")
+        if vendor is not None and "vendor" in inspect.signature(fn).parameters:
+            return fn(vendor=vendor)
         return fn()
+
+    def container_command(self, spec: LaunchSpec) -> list[str]:
+        """The arguments that follow the container image's entrypoint (the catalog's ``docker.entrypoint``,
+        which stands in for the program): by default the argv without its program, ``argv[1:]``."""
+        fn = self._hook("container_command")
+        return [str(a) for a in fn(spec)] if fn else [str(a) for a in spec.argv[1:]]
+
+    def container_env(self, spec: LaunchSpec) -> dict[str, str]:
+        """The environment the engine needs inside its official image: by default ``spec.env``; an
+        adapter whose environment is about this machine's install (library paths, a CPU build's
+        settings, offline switches) returns what holds in the image instead."""
+        fn = self._hook("container_env")
+        return {str(k): str(v) for k, v in (fn(spec) if fn else spec.env).items()}
 
     def binary_version(self, binary: Any) -> str:
         fn = self._hook("binary_version")
         return fn(binary) if fn else ""
+
+    def validate_argv(self, binary: Any, argv: Sequence[str]) -> str | None:
+        """Why the engine's own argument parser rejects ``argv`` (one sentence), or None when it
+        accepts it or the adapter has no parser to ask."""
+        fn = self._hook("validate_argv")
+        return fn(binary, argv) if fn else None
+
+    @property
+    def can_validate(self) -> bool:
+        return self._hook("validate_argv") is not None
+
+    def render_cluster(self, binary: Any, options: LaunchOptions, **cluster: Any) -> list[LaunchSpec]:
+        """One LaunchSpec per node for a multi-node launch (``nodes``, ``gpus_per_node``,
+        ``head_addr``, ``pp``, ...: the adapter's ``render_cluster`` documents them)."""
+        fn = self._hook("render_cluster")
+        if fn is None:
+            raise NotFound(f"{self.name} has no multi-node recipe in engineroom (vLLM and SGLang have one).")
+        return list(fn(binary, options, **cluster))
+
+    def serving_model(self, path: Path, progress: Callable[[float | None, str], None] | None = None) -> Path:
+        """The model path the engine loads for ``path`` (an adapter may convert a file it cannot
+        read, e.g. a GGUF into a safetensors folder); by default ``path`` itself."""
+        fn = self._hook("serving_model")
+        return Path(fn(path, progress)) if fn else path
 
     def catalog_dir(self) -> Path | None:
         """A folder of catalog YAML the adapter's package ships (engines/, models/, ...), or None."""

@@ -36,6 +36,10 @@ class LaunchSpec:
     health_path: str = "/health"
     engine_version: str = ""          # what the binary says of itself (`--version`)
     changes: tuple[dict, ...] = ()    # arguments engineroom added for this machine: {args, why, source}
+    # a multi-node recipe (render_cluster): the node this command runs on (0 = the head) and
+    # what it is there for ("ray head", "rank 1", "serve"); a one-machine launch leaves both
+    node: int = 0
+    role: str = ""
 
     @property
     def url(self) -> str:
@@ -79,6 +83,14 @@ class LaunchOptions:
     changes: tuple[LaunchChange, ...] = ()
     log_path: Path | None = None
     api_key_file: Path | None = None   # a 0600 file holding the key: never the key itself
+    # engine-neutral serving settings (None: the engine's default); each adapter translates them
+    spec_method: str | None = None     # speculative decoding, a catalog spec method ("mtp", "eagle3", "ngram", ...)
+    spec_tokens: int | None = None     # tokens drafted per step
+    draft_model: str | None = None     # the drafter (path or repo) where the method needs one
+    tool_parser: str | None = None     # the engine's tool-call parser name ("qwen3_coder")
+    reasoning_parser: str | None = None
+    mem_fraction: float | None = None  # share of device memory the engine may take (paged-KV engines)
+    thinking: bool | None = None       # server-wide default for the chat template's thinking switch
 
 
 @dataclass(frozen=True)

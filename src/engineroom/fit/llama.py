@@ -8,6 +8,8 @@ a CPU-only rig the device is the RAM, with the CPU backend's repack / AMX buffer
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..arch import LayerKind, ModelArch
 from ..catalog import Catalog
 from ..hardware import Rig
@@ -21,6 +23,7 @@ from .cpu_buffers import (
     cpu_weight_buffers,
     tensor_nbytes,
 )
+from .engine import engine_spec
 from .kv import recurrent_state_bytes
 from .llama_cache import _masks, _pad, _slots_text, _ubatch, llama_kv_bytes
 from .llama_compute import _CUDA_RUNTIME, _cpu_compute_note, llama_cpu_compute, llama_cuda_compute
@@ -43,6 +46,7 @@ def _llama_layer_split(split: WeightSplit, caps: list[int]) -> list[range]:
 def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
                catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str]]:
     notes: list[str] = []
+    req = replace(req, graph_outputs=engine_spec(req.engine, catalog).graph_outputs)
     split = weight_split(arch, req)
     kv_total, kv_note = llama_kv_bytes(arch, req, catalog=catalog)
     r, s = recurrent_state_bytes(arch, req.n_seqs)

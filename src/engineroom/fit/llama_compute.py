@@ -143,7 +143,10 @@ def llama_cpu_compute(arch: ModelArch, req: FitRequest) -> int:
     if sim is not None:
         return sim
     mask, ub, units, _ = _cpu_compute_terms(arch, req)
-    return int(mask + ub * 4 * units + _CPU_CONST) + kv_rotation_bytes(arch, req)
+    peak = mask + ub * 4 * units
+    if req.graph_outputs == "ubatch":      # logits for every ubatch token at the graph's end
+        peak = max(peak, mask + 4 * arch.vocab_size * ub + 4 * arch.hidden_size * ub)
+    return int(peak + _CPU_CONST) + kv_rotation_bytes(arch, req)
 
 
 def _cpu_compute_note(arch: ModelArch, req: FitRequest) -> str:
@@ -153,7 +156,7 @@ def _cpu_compute_note(arch: ModelArch, req: FitRequest) -> str:
         n_kv, _ = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.n_seqs, ub, req.kv_unified)
         return (f"CPU compute {mib(sim)}: ggml-alloc replayed over the {arch.architecture} graph of a "
                 f"{ub}-token ubatch (inputs incl. the f16 KQ mask of {n_kv} cells x {ub}; {_slots_text(req)}; "
-                f"{req.n_seqs} output row(s))")
+                f"{ub if req.graph_outputs == 'ubatch' else req.n_seqs} output row(s))")
     mask, ub, units, how = _cpu_compute_terms(arch, req)
     rot = kv_rotation_bytes(arch, req)
     cells = f"{mask // (2 * ub)}"

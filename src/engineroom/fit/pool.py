@@ -15,7 +15,7 @@ from .engine import engine_spec, kv_bytes_per_elem
 from .kv import pool_kv_grow_per_card, recurrent_state_bytes
 from .request import GB, Component, FitRequest, GpuFit
 from .space import _fit_space
-from .weights import weight_split
+from .weights import WeightSplit, weight_split
 
 # kv_pool activation coefficient per KV bytes-per-element (the catalog's number; spec:
 # "coef x 48 x ctx / TP" bytes, measured on vLLM).
@@ -39,8 +39,15 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
     if tp not in valid_tp(arch, max(8, tp)):
         raise BadInput(f"TP={tp} does not divide the {arch.n_heads} attention heads of {arch.name}; "
                        f"valid TP: {', '.join(map(str, valid_tp(arch)))}.")
+    pp = max(1, req.pp)
     if rig.gpus and tp > len(rig.gpus):
-        raise BadInput(f"TP={tp} needs {tp} GPUs but the rig {rig.label or ''} has {len(rig.gpus)}.")
+        raise BadInput(f"TP={tp} needs {tp} GPUs but the rig {rig.label or ''} has {len(rig.gpus)}"
+                       + (" per node (tensor parallelism stays within a node)." if rig.nodes > 1 else "."))
+    if pp > 1 and rig.gpus and tp * pp > len(rig.gpus) * rig.nodes:
+        raise BadInput(f"TP={tp} x PP={pp} needs {tp * pp} GPUs but the rig {rig.label or ''} has "
+                       f"{len(rig.gpus) * rig.nodes}.")
+    if pp > arch.n_layers:
+        raise BadInput(f"PP={pp} is more pipeline stages than {arch.name} has layers.")
     frac = req.mem_fraction if req.mem_fraction is not None else eng.default_mem_fraction
     assert frac is not None      # the catalog schema requires it of every kv_pool engine and build
     split = weight_split(arch, req)
@@ -62,6 +69,11 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
     draft = req.draft_bytes // tp
     gpus = rig.gpus[:tp] if rig.gpus else ()
     ks = eng.kv_cache_space if not gpus else None   # a fixed-space build (vLLM CPU): catalog data
+    if pp > 1:
+        if not rig.gpus:
+            raise BadInput(f"pipeline stages (PP={pp}) need GPUs; the rig {rig.label or ''} has none.")
+        return _fit_stages(arch, req, rig, frac, split, act + scratch, coef, b, scratch, overhead, kv_need, kv_note,
+                           r + s, draft)
     if ks is not None:
         return _fit_space(arch, req, rig, eng, ks, frac, w, split.source, act + scratch, coef, kv_need, kv_note,
                           kv_fixed, draft, catalog)
@@ -90,4 +102,67 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
         # a safetensors checkpoint carries its vision tower: it is already in the weights
         # (a language-model-only launch would leave it out)
         notes.append("the vision tower is part of the checkpoint's weights")
+    return out, [], notes, info
+
+
+def stage_layers(n_layers: int, pp: int) -> list[range]:
+    """The layers of each pipeline stage: contiguous, as even as can be, the remainder on the
+    first stages (vLLM's get_pp_indices and SGLang split the same way by default)."""
+    base, extra = divmod(n_layers, pp)
+    out, start = [], 0
+    for stage in range(pp):
+        size = base + (1 if stage < extra else 0)
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
+def _fit_stages(arch: ModelArch, req: FitRequest, rig: Rig, frac: float, split: WeightSplit, act: int,
+                coef: float, b: int, scratch: int, overhead: int, kv_need: int, kv_note: str, state: int, draft: int
+                ) -> tuple[list[GpuFit], list[Component], list[str], dict]:
+    """TP x PP: every stage holds its layers (the first also the embedding, the last the output
+    head) split over its TP ranks, and the KV cache and recurrent state of its layers; the
+    activations and the runtime reserve are per GPU. GPU index = stage x TP + rank, a stage
+    never straddling nodes when TP = GPUs per node."""
+    tp, pp = max(1, req.tp), req.pp
+    layers = stage_layers(len(split.per_layer), pp)
+    n = max(1, len(split.per_layer))
+    out: list[GpuFit] = []
+    info = {}
+    for stage, rng in enumerate(layers):
+        w_stage = sum(split.per_layer[i] for i in rng)
+        parts = [f"layers {rng.start}-{rng.stop - 1}"]
+        if stage == 0:
+            w_stage += split.embedding
+            parts.append("embedding")
+        if stage == pp - 1:
+            w_stage += split.head
+            parts.append("output head")
+        share = len(rng) / n
+        for rank in range(tp):
+            gi = stage * tp + rank
+            gpu = rig.gpus[gi % len(rig.gpus)]
+            cap = gpu.free_bytes or gpu.vram_bytes
+            where = f"{split.source}: stage {stage} ({', '.join(parts)}) / TP {tp}"
+            comps = [Component("weights", w_stage // tp, where),
+                     Component("activations", act, f"{coef:g} x 48 x ctx / TP"
+                               + (f" + GDN prefill scratch (b={b})" if scratch else "")),
+                     Component("cuda_graphs", overhead, f"(0.5 + {frac} + 0.3 x (TP-1)) GB")]
+            if state:
+                comps.append(Component("recurrent_state", int(state * share) // tp,
+                                       f"{req.n_seqs} seq(s) of linear-attention state of the stage's layers / TP"))
+            if draft and stage == pp - 1:
+                comps.append(Component("draft", draft, "draft model / TP, on the last stage"))
+            budget = int(frac * cap)
+            kv = int(kv_need * share)
+            pool = budget - sum(c.bytes for c in comps)
+            comps.append(Component("kv_cache", kv, f"{kv_note}, x {len(rng)}/{n} layers of stage {stage}"))
+            if pool > kv:
+                comps.append(Component("kv_pool_spare", pool - kv, f"pool sized from {frac} x VRAM"))
+            out.append(GpuFit(gi, cap, tuple(comps)))
+            info[gi] = (pool, kv, budget)
+    nodes = -(-tp * pp // len(rig.gpus))
+    notes = [f"{req.engine} sizes its KV pool from {frac} x VRAM",
+             f"TP {tp} x PP {pp} = {tp * pp} GPUs on {nodes} node(s): layers split "
+             f"{'/'.join(str(len(r)) for r in layers)} by stage; KV per stage in proportion to its layers"]
     return out, [], notes, info

@@ -36,6 +36,7 @@ class FitRequest:
     kv_dtype: str = "f16"              # a catalog KV type of the engine, id or alias
     n_seqs: int = 1
     tp: int = 1
+    pp: int = 1                        # pipeline stages (kv_pool engines; the stages may sit on other nodes)
     spec_method: str | None = None     # "mtp" | "dflash" | "draft" | None
     spec_tokens: int = 0
     draft_bytes: int = 0
@@ -64,6 +65,8 @@ class FitRequest:
     repack: bool = True                # llama.cpp --repack (default); False = -nr / --no-repack
     rope_scaling: str | None = None    # --rope-scaling yarn|linear: ctx may exceed the model's maximum
     swa_full: bool = False             # llama.cpp --swa-full (full-size SWA cache)
+    # logits rows of the reserved graph (catalog graph_outputs; fit fills it from the engine)
+    graph_outputs: str = "slots"
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,12 @@ def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None =
     check_ctx(arch, req.ctx, req.rope_scaling)
     eng = engine_spec(req.engine, catalog)
     kv_dtype_spec(req.engine, req.kv_dtype, catalog)  # validates the dtype first
+    if req.pp < 1:
+        raise BadInput("Pipeline stages (pp) must be at least 1.")
     if eng.memory_model == "llama_buffers":
+        if req.pp > 1:
+            raise BadInput(f"{eng.id} does not run pipeline-parallel stages (pp={req.pp}); it splits layers across "
+                           f"the GPUs of one machine instead (tp, -sm layer). vLLM and SGLang run pipeline stages.")
         gpus, host, notes = _fit_llama(arch, req, rig, catalog)
         if req.rope_scaling and arch.max_position and req.ctx > arch.max_position:
             notes.append(f"ctx {req.ctx:,} is beyond the model's {arch.max_position:,} positions: RoPE scaling "

@@ -7,13 +7,27 @@ Checks and bench never import the launcher; the flow gives them a ServerInfo.
 
 from __future__ import annotations
 
+from .docker import ComposeOutcome, DockerServer, compose_recipe, docker_up
 from .host import host_summary
 from .picks import MissingFile, Pick, apply_pick, pick_from_file, pick_from_plan, pick_from_row
 from .prediction import Prediction, predict_memory
-from .runs import BenchOutcome, DemoOutcome, VerifyOutcome, bench, client_key, connect, demo, run_conditions, verify
+from .runs import (
+    BenchOutcome,
+    DemoOutcome,
+    VerifyOutcome,
+    bench,
+    bench_suite,
+    client_key,
+    connect,
+    demo,
+    run_conditions,
+    verify,
+)
 from .serving import DEFAULT_PORT, Prepared, check_ctx, check_port, prepare, record_launch, start, stop, switch
 
-__all__ = ["DEFAULT_PORT", "BenchOutcome", "DemoOutcome", "MissingFile", "Pick", "Prediction", "Prepared",
-           "VerifyOutcome", "apply_pick", "bench", "check_ctx", "check_port", "client_key", "connect", "demo",
-           "host_summary", "pick_from_file", "pick_from_plan", "pick_from_row", "predict_memory", "prepare",
-           "record_launch", "run_conditions", "start", "stop", "switch", "verify"]
+__all__ = ["DEFAULT_PORT", "BenchOutcome", "ComposeOutcome", "DemoOutcome", "DockerServer", "MissingFile", "Pick",
+           "Prediction", "Prepared", "VerifyOutcome", "apply_pick", "bench", "bench_suite", "check_ctx", "check_port",
+           "client_key",
+           "compose_recipe", "connect", "demo", "docker_up", "host_summary", "pick_from_file", "pick_from_plan",
+           "pick_from_row", "predict_memory", "prepare", "record_launch", "run_conditions", "start", "stop",
+           "switch", "verify"]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import BadInput, NotFound
+from ..errors import BadInput, EngineroomError, NotFound
 
 if TYPE_CHECKING:
     pass
@@ -26,6 +26,12 @@ class Pick:
     source: str                      # "plan smollm2-135m --priority balanced on cpu:24GB, pick 1"
     notes: tuple[str, ...] = ()      # what the launch leaves out of the plan, and why
     missing_file: str = ""           # why no file can be fetched for the pick (model_ref is then a placeholder)
+    # a pick spanning machines: {"nodes", "gpus_per_node", "pp"} (recipe renders one command per node)
+    cluster: dict | None = None
+    # planned for a rig named by spec (--rig 2x3090), not this machine: the recipe is for that
+    # machine, so it names the engine's program plainly instead of this machine's install
+    other_rig: str = ""
+    other_vendor: str = ""           # that rig's accelerator vendor ("cpu", "nvidia", ...)
 
 
 def _serving_ref(model_id: str, quant_id: str) -> str:
@@ -82,12 +88,16 @@ def pick_from_row(row: dict, model_id: str, source: str) -> Pick:
         ref, missing = _serving_ref(model_id, quant), ""
     except MissingFile as exc:
         ref, missing = exc.placeholder, str(exc)
+    cluster = None
+    if int(row.get("nodes") or 1) > 1:
+        cluster = {"nodes": int(row["nodes"]), "gpus_per_node": int(row.get("gpus_per_node") or 1),
+                   "pp": int(row.get("pp") or 1)}
     return Pick(engine=engine, model_ref=ref, settings=settings, plan={**row, "model": model_id}, source=source,
-                notes=tuple(notes), missing_file=missing)
+                notes=tuple(notes), missing_file=missing, cluster=cluster)
 
 
 def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None = None,
-                   pick: int = 1) -> Pick:
+                   pick: int = 1, engine: str | None = None) -> Pick:
     """Plan ``model`` for ``rig`` (default: this machine) under ``priority`` and take plan ``pick``."""
     from ..hardware import resolve_rig
     from ..plan import plan as make_plan
@@ -96,13 +106,16 @@ def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None =
     if pick < 1:
         raise BadInput(f"--pick counts plans from 1; got {pick}.")
     the_rig = resolve_rig(rig)
-    plans = make_plan(model, the_rig, priority, limit=pick)
+    plans = make_plan(model, the_rig, priority, limit=pick, engine=engine)
     if len(plans) < pick:
         raise NotFound(f"the plan has {len(plans)} configuration(s) for {model}; --pick {pick} is beyond them.")
     chosen = plans[pick - 1]
     row = plans_as_rows([chosen])[0]      # the same row `plan --json` writes, so --from-plan gets it too
     source = f"plan {model} --priority {chosen.priority} on {the_rig.label or 'this machine'}, pick {pick}"
-    return pick_from_row(row, chosen.model, source)
+    picked = pick_from_row(row, chosen.model, source)
+    if the_rig.source != "spec":
+        return picked
+    return replace(picked, other_rig=the_rig.label, other_vendor=the_rig.vendor)
 
 
 def pick_from_file(path: Path, pick: int = 1) -> Pick:
@@ -123,7 +136,17 @@ def pick_from_file(path: Path, pick: int = 1) -> Pick:
         raise BadInput(f"--pick {pick} is not among the {len(plans)} plan(s) in {path}.")
     row = plans[pick - 1]
     source = f"{path}, plan {pick} ({doc.get('priority', '?')} on {doc.get('rig', '?')})"
-    return pick_from_row(row, doc["model"], source)
+    picked = pick_from_row(row, doc["model"], source)
+    rig = doc.get("rig")
+    if not isinstance(rig, str) or rig in ("", "this machine"):
+        return picked
+    try:                       # a plan for a rig named by spec: the recipe is for that machine
+        from ..hardware import parse_rig
+
+        vendor = parse_rig(rig).vendor
+    except EngineroomError:
+        return picked
+    return replace(picked, other_rig=rig, other_vendor=vendor)
 
 
 def apply_pick(pick: Pick, options: dict, given: Sequence[str]) -> dict:

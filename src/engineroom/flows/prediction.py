@@ -50,15 +50,18 @@ def predict_memory(engine: str, arch: ModelArch | None, settings: dict, probe: C
                            cpu_features=features, repack=bool(settings.get("repack", True)))
             req, basis = f.request, f"the catalog's {model_id} {quant} (the file is not downloaded)"
         else:
-            req = FitRequest(engine=engine, ctx=int(settings["ctx"]), quant=(arch.file_type or None),
+            req = FitRequest(engine=engine, ctx=int(settings["ctx"]),
+                             quant=(settings.get("quant") or arch.file_type or None),
                              kv_dtype=settings.get("kv_dtype") or "f16", n_seqs=int(settings.get("n_seqs") or 1),
                              kv_unified=bool(settings.get("kv_unified")), repack=bool(settings.get("repack", True)),
                              cpu_features=features, rope_scaling=settings.get("rope_scaling"),
-                             tp=int(settings.get("tp") or 1))
+                             tp=int(settings.get("tp") or 1), kv_space_bytes=settings.get("kv_space_bytes"))
             f, basis = fit(arch, req, rig, catalog=cat), "the model file's header"
     except (EngineroomError, KeyError, TypeError, ValueError) as exc:
         return Prediction({}, {}, "", f"fit cannot size this launch ({str(exc).rstrip('.')})")
     comps = f.bytes_by_component(per_gpu=bool(rig.gpus))
+    if "kv_pool_spare" in comps:   # a paged pool: the whole of it, as a pool engine reports it (beside its parts)
+        comps["kv_pool"] = comps.get("kv_cache", 0) + comps["kv_pool_spare"]
     comps["total"] = f.total_bytes
     request = {k: (sorted(v) if isinstance(v, frozenset) else v) for k, v in asdict(req).items()}
     request.pop("cpu_features", None)

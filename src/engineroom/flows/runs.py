@@ -106,19 +106,40 @@ class VerifyOutcome:
     run_id: int
     results: list
     failed: int
+    suite: str = "smoke"
+    baseline: dict | None = None      # checks.baseline.compare against --baseline RUN
 
 
 def verify(info: ServerInfo, store: Store, *, run_id: int | None = None,
-           on_result: Callable[[CheckResult], None] | None = None, api_key: str | None = None) -> VerifyOutcome:
-    """Run the smoke suite, storing each check as it finishes."""
+           on_result: Callable[[CheckResult], None] | None = None, api_key: str | None = None,
+           suite: str = "smoke", repeat: int = 1, fast: bool = False, baseline: int | None = None,
+           timeout_scale: float = 1.0) -> VerifyOutcome:
+    """Run a verify suite (smoke by default; full, stress), storing each check as it finishes.
+
+    ``repeat`` runs each check K times (pass k/K); ``baseline`` names a stored run whose checks
+    this one is compared with (what regressed). The stress suite gets the engine's tokenizer and
+    counters through its adapter, and a restart callback when it checks the managed server.
+    """
     from dataclasses import asdict
 
     from ..checks import run_smoke
-    from ..client import OpenAIClient
 
+    if suite != "smoke" or repeat != 1:
+        from ..checks.suites import suite_checks
+
+        if suite != "stress":
+            suite_checks(suite)           # an unknown suite is refused before a run is stored
+        if repeat < 1:
+            raise BadInput(f"--repeat must be at least 1, not {repeat}.")
+    before = None
+    if baseline is not None:
+        before = [r["payload"] for r in store.records(baseline, "check")]
+        if not before:
+            raise BadInput(f"run {baseline} holds no verify checks to compare with.")
     own_run = run_id is None
     if run_id is None:
-        run_id = store.start_run("verify", run_conditions(info))
+        conditions = {**run_conditions(info), "verify": {"suite": suite, "repeat": repeat, "fast": fast}}
+        run_id = store.start_run("verify", conditions, label="" if suite == "smoke" else f"verify --suite {suite}")
     rid: int = run_id       # (for the closure: mypy does not narrow a captured variable)
 
     def record(result: CheckResult) -> None:
@@ -126,13 +147,64 @@ def verify(info: ServerInfo, store: Store, *, run_id: int | None = None,
         if on_result:
             on_result(result)
 
-    with _closing_run(store, run_id), OpenAIClient(info.url, api_key=api_key) as client:
-        results = run_smoke(client, info, on_result=record)
+    with _closing_run(store, run_id):
+        if suite == "smoke" and repeat == 1:
+            from ..client import OpenAIClient
+
+            with OpenAIClient(info.url, api_key=api_key) as client:
+                results = run_smoke(client, info, on_result=record, timeout_scale=timeout_scale)
+        else:
+            results = _run_suite(info, store, rid, suite, repeat=repeat, fast=fast, api_key=api_key,
+                                 on_result=record, timeout_scale=timeout_scale)
+        compared = None
+        if before is not None and baseline is not None:
+            from ..checks.baseline import compare
+
+            compared = compare(before, [asdict(r) for r in results], baseline)
+            store.add_record(rid, "check_baseline", compared)
     failed = sum(1 for r in results if r.status == "FAIL")
     if own_run:
-        counts = {s: sum(1 for r in results if r.status == s) for s in ("PASS", "FAIL", "SKIP")}
+        counts: dict[str, object] = {s: sum(1 for r in results if r.status == s) for s in ("PASS", "FAIL", "SKIP")}
+        if compared is not None:
+            counts["regressed"] = len(compared["regressed"])
         store.finish_run(run_id, "OK" if failed == 0 else "FAILED", counts)
-    return VerifyOutcome(run_id, results, failed)
+    return VerifyOutcome(run_id, results, failed, suite, compared)
+
+
+def _run_suite(info: ServerInfo, store: Store, run_id: int, suite: str, *, repeat: int, fast: bool,
+               api_key: str | None, on_result: Callable[[CheckResult], None], timeout_scale: float) -> list:
+    """The full / stress suites: the dialect stored first, the engine's own helpers handed in as callables."""
+    from ..checks.context import RecordingClient
+    from ..checks.suites import dialect_record, make_ctx, run_suite
+
+    engine = engines.adapter(info.engine) if engines.has_adapter(info.engine) else None
+    state = launch.read_state()
+    managed = state is not None and state.url == info.url
+    with RecordingClient(info.url, api_key=api_key) as client:
+        ctx = make_ctx(client, info, timeout_scale=timeout_scale, fast=fast)
+        if engine is not None:
+            ctx.count_tokens = lambda text: engine.count_tokens(info.url, text, api_key=api_key)
+            ctx.metrics = lambda: engine.metrics(info.url, api_key=api_key)
+        store.add_record(run_id, "verify_dialect", dialect_record(ctx.dialect, info))
+        restart = (lambda: _restart_managed(api_key)) if managed else None
+        return run_suite(suite, client, info, repeat=repeat, on_result=on_result, timeout_scale=timeout_scale,
+                         fast=fast, ctx=ctx, restart=restart)
+
+
+def _restart_managed(api_key: str | None) -> ServerInfo:
+    """Start the managed server again with the argv it was launched with (a stress probe killed it)."""
+    state = launch.read_state()
+    if state is None:
+        raise BadInput("there is no managed server to restart.")
+    from ..engines.base import LaunchSpec
+
+    spec = LaunchSpec(engine=state.engine, argv=tuple(state.argv), port=state.port, host=state.host,
+                      env=dict(state.env), log_path=Path(state.log_path), model=state.model,
+                      model_path=state.model_path, health_path=state.health_path,
+                      engine_version=state.engine_version, changes=tuple(state.changes))
+    launch.down()                 # whatever is left of it (a hung process) goes first
+    launch.up(spec, options=state.options)
+    return connect(state.url, api_key=api_key)
 
 
 @dataclass
@@ -169,6 +241,74 @@ def bench(info: ServerInfo, store: Store, plan: BenchPlan, *, run_id: int | None
     if own_run:
         store.finish_run(run_id, result.status, result.summary)
     return BenchOutcome(run_id, result.summary)
+
+
+def _roofline_basis(info: ServerInfo, depths: Sequence[int]) -> dict:
+    """What the roofline share needs (bench.roofline): the model file (the managed server's, or
+    the one the engine names), the KV type launched, and this machine's memory bandwidth."""
+    from ..bench.roofline import roofline_basis
+    from ..hardware import detect_rig
+
+    state = launch.read_state()
+    model_path = state.model_path if state is not None and state.url == info.url else info.extra.get("model_path")
+    rig = detect_rig()
+    if rig.gpus:
+        known = [g.bandwidth_gbs for g in rig.gpus if g.bandwidth_gbs]
+        bw = min(known) if known and len(known) == len(rig.gpus) else None
+        source = "the GPU's datasheet bandwidth (catalog)"
+    else:
+        bw, source = rig.cpu_bandwidth_gbs, rig.cpu_bandwidth_source
+    return roofline_basis(str(model_path) if model_path else None, info.engine, None, info.n_ctx, bw, source,
+                          depths=depths)
+
+
+def bench_suite(info: ServerInfo, store: Store, name: str, *, streams: int | None = None,
+                prompt_file: Path | None = None, measured: int | None = None, warmup: int | None = None,
+                max_tokens: int | None = None, depths: Sequence[int] | None = None, prompt_tokens: int | None = None,
+                progress: Callable[[int, int, str], None] | None = None, api_key: str | None = None) -> BenchOutcome:
+    """Run a longer suite (bench.suites: standard, depth, concurrency, spec), storing each request
+    as it finishes, with the engine's tokenizer, counters and slot count through its adapter."""
+    from ..bench.clientside import KindClient
+    from ..bench.suiterun import SuiteContext, run_suite, suite_conditions
+    from ..bench.suites import load_prompt_file, suite_spec
+
+    spec = suite_spec(name)
+    if spec is None:
+        raise BadInput(f"there is no bench suite {name!r}.")
+    changes: dict = {}
+    if measured is not None:
+        changes.update(measured=measured, rounds=measured)
+    if warmup is not None:
+        changes["warmup"] = warmup
+    if max_tokens is not None:
+        changes["max_tokens"] = max_tokens
+    if prompt_tokens is not None:
+        changes["prompt_tokens"] = prompt_tokens
+    if depths:
+        changes.update(depths=tuple(sorted(int(d) for d in depths)), near_end=False)
+    spec = spec.with_(**changes) if changes else spec
+    engine = engines.adapter(info.engine) if engines.has_adapter(info.engine) else None
+    extra = load_prompt_file(prompt_file, max_tokens or 256) if prompt_file else ()
+    if extra and spec.kind != "standard":
+        raise BadInput("--prompts goes with --suite standard.")
+    ctx = SuiteContext(
+        server=info, new_client=lambda: KindClient(info.url, api_key=api_key),
+        count_tokens=(lambda text: engine.count_tokens(info.url, text, api_key=api_key)) if engine else None,
+        metrics=(lambda: engine.metrics(info.url, api_key=api_key)) if engine else None,
+        progress=progress, streams=streams, extra_workloads=extra)
+    if engine is not None and ctx.count_tokens and ctx.count_tokens("tokenizer probe") is None:
+        ctx.count_tokens = None          # the engine has no tokenizer endpoint: sizes are estimated, and say so
+    conditions = {**suite_conditions(spec, ctx), **run_conditions(info)}
+    conditions["roofline"] = _roofline_basis(info, conditions["bench"].get("depths") or ())
+    run_id = store.start_run("bench", conditions, label=f"bench --suite {spec.name}")
+    ctx.emit = lambda kind, payload: store.add_record(run_id, kind, payload)
+    with _closing_run(store, run_id):
+        result = run_suite(spec, ctx)
+    from ..bench.suitesummary import summarize_suite
+
+    summary = summarize_suite(store.records(run_id), store.get_run(run_id)["conditions"])
+    store.finish_run(run_id, summary["status"], summary)
+    return BenchOutcome(run_id, summary if result is not None else {})
 
 
 @dataclass

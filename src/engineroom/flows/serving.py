@@ -50,6 +50,9 @@ def check_ctx(ctx: int | None, arch: ModelArch, extra_args: Sequence[str], adapt
 
 
 # --------------------------------------------------------------------------- prepare / start
+HEAD_PLACEHOLDER = "head-node"   # the head's address in a printed cluster recipe when none is given
+
+
 @dataclass(frozen=True)
 class Prepared:
     """Everything checked before anything is stopped or started (``switch`` relies on that)."""
@@ -60,6 +63,7 @@ class Prepared:
     pick: Pick | None = None
     binary_found: bool = True        # False: a recipe rendered without the engine installed
     key: apikey.LaunchKey | None = None   # the launch's API key: references, and the file the engine reads
+    cluster: tuple[LaunchSpec, ...] = ()  # a pick spanning machines: one command per node, rank order
 
 
 def prepare(
@@ -77,7 +81,7 @@ def prepare(
     chat_template_file: Path | None = None,
     tools_template: bool = False,
     extra_args: Sequence[str] = (),
-    timeout: float = 300.0,
+    timeout: float | None = None,
     engine: str = engines.DEFAULT_ENGINE,
     say: Callable[[str], None] | None = None,
     pick: Pick | None = None,
@@ -86,9 +90,13 @@ def prepare(
     api_key: str | None = None,
     api_key_env: str | None = None,
     api_key_file: str | None = None,
+    head_addr: str | None = None,
+    container: bool = False,
 ) -> Prepared:
     """Resolve and pull the model, find and check the engine, render its LaunchSpec, predict
-    its memory; start nothing. ``download=False, require_binary=False``: a recipe (what would run)."""
+    its memory; start nothing. ``download=False, require_binary=False``: a recipe (what would run).
+    ``container``: rendered for the engine's container image, which brings its own program, so
+    the adapter's stand-in program is rendered (nothing of this machine's install leaks in)."""
     from ..cpuprobe import probe_cpu
 
     options = dict(ctx=ctx, port=port, host=host, threads=threads, parallel=parallel, kv_unified=kv_unified,
@@ -97,6 +105,9 @@ def prepare(
                    chat_template_file=str(chat_template_file) if chat_template_file else None,
                    tools_template=tools_template, extra_args=list(extra_args), timeout=timeout, engine=engine)
     port = check_port(port)
+    if pick is not None and pick.cluster and download:
+        raise BadInput(f"the plan's pick spans {pick.cluster['nodes']} machines; engineroom launches one machine: "
+                       "`engineroom recipe` with the same arguments prints each node's command.")
     if ctx is not None and ctx <= 0:
         raise BadInput(f"--ctx must be a positive number of tokens; got {ctx}.")
     if parallel is not None and parallel <= 0:
@@ -110,13 +121,17 @@ def prepare(
                        f"{', '.join(engines.names())}); `engineroom plan` still sizes it.")
     adapter = engines.adapter(engine)
     try:
+        if container:
+            raise NotFound(f"{engine} runs from its image")
+        if pick is not None and pick.other_rig and not download:
+            raise NotFound(f"the recipe is for {pick.other_rig}, not this machine")
         binary = adapter.find_binary(engine_bin)
         found = True
     except NotFound as exc:
-        if require_binary:
+        if require_binary and not container:
             raise NotFound(f"{str(exc).rstrip('.')}; `engineroom recipe` with the same arguments prints the "
                            "command line it would run.", detail=exc.detail) from None
-        binary, found = adapter.placeholder_binary(), False
+        binary, found = adapter.placeholder_binary(pick.other_vendor if pick and pick.other_rig else None), False
     probe = probe_cpu()
     if found and require_binary:
         adapter.check_binary_cpu(binary, probe)
@@ -133,6 +148,9 @@ def prepare(
     arch = _read_arch(path)
     if ctx is not None and arch is not None:
         check_ctx(ctx, arch, extra_args, adapter)
+    # what the engine serves for that file (an engine that serves folders converts a GGUF once;
+    # a recipe converts nothing)
+    serve_path = adapter.serving_model(path, (lambda _f, m: say(m)) if say else None) if download else path
     template = chat_template_file
     if tools_template:
         if template is not None:
@@ -153,13 +171,21 @@ def prepare(
     options.update(key.options, extra_args=list(extra_args))
     try:
         lopts = LaunchOptions(
-            model_path=path, model_name=mref.name if mref else str(pick.plan.get("model") if pick else ""),
+            model_path=serve_path, model_name=mref.name if mref else str(pick.plan.get("model") if pick else ""),
             port=port, host=host, ctx=ctx, n_seqs=parallel,
             kv_unified=kv_unified, kv_dtype=kv_dtype, threads=threads, tp=tp or 1,
             chat_template_file=Path(template) if template else None, extra_args=tuple(extra_args),
             changes=tuple(changes), api_key_file=key.file,
         )
         spec = adapter.render(binary, lopts)
+        cluster: tuple[LaunchSpec, ...] = ()
+        if pick is not None and pick.cluster:
+            # the commands run on the cluster's machines, not this one: the engine's plain name
+            c = pick.cluster
+            cluster = tuple(adapter.render_cluster(
+                adapter.placeholder_binary(pick.other_vendor or "nvidia"), lopts, nodes=c["nodes"],
+                gpus_per_node=c["gpus_per_node"],
+                head_addr=head_addr or HEAD_PLACEHOLDER, pipeline=c["pp"] > 1))
         settings = adapter.launch_settings(lopts, trained_ctx=arch.max_position if arch is not None else None)
         model_id, quant = (str(pick.plan.get("model") or ""), str(pick.plan.get("quant") or "")) if pick else ("", "")
         if not model_id and mref is not None and getattr(mref, "catalog_id", None):
@@ -171,7 +197,7 @@ def prepare(
     except BaseException:
         apikey.discard(key)
         raise
-    return Prepared(spec, options, prediction, pick, found, key=key)
+    return Prepared(spec, options, prediction, pick, found, key=key, cluster=cluster)
 
 
 def _launch(prepared: Prepared, *, before: Callable[[], object] | None = None,
@@ -203,7 +229,7 @@ def _read_arch(path: Path) -> ModelArch | None:
         return None
 
 
-def start(model_ref: str | ModelRef, *, timeout: float = 300.0,
+def start(model_ref: str | ModelRef, *, timeout: float | None = None,
           on_wait: Callable[[str, float], None] | None = None,
           on_spawn: Callable[[int], None] | None = None, pick: Pick | None = None,
           **options: Any) -> launch.ServerState:
@@ -236,7 +262,7 @@ def switch(model_ref: str | ModelRef, *, given: Sequence[str] = (), on_wait: Cal
     if "extra_args" not in given and MASK in (merged.get("extra_args") or ()):
         raise BadInput("the running server's engine arguments held a secret, which engineroom does not keep; "
                        "give them again after `--` (for an API key: --api-key-env VAR).")
-    timeout = merged.pop("timeout", 300.0)
+    timeout = merged.pop("timeout", None)
     prepared = prepare(model_ref, timeout=timeout, pick=pick, **merged)
     state = _launch(prepared, before=stop, timeout=timeout, on_wait=on_wait)
     return record_launch(state, prepared)

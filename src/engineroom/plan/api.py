@@ -58,9 +58,14 @@ class Plan:
     fit: Fit | None = field(default=None, repr=False, compare=False)
     # llama.cpp slots as sized: -np n_seqs with --no-kv-unified unless True (the launcher passes both)
     kv_unified: bool = False
+    pp: int = 1                      # pipeline stages (one per node of a cluster rig)
+    nodes: int = 1                   # machines one instance spans
+    gpus_per_node: int = 0           # GPUs of each of those machines (0: a CPU rig)
 
     @property
     def layout(self) -> str:
+        if self.pp > 1:
+            return f"TP={self.tp} x PP={self.pp}"
         if self.instances > 1:
             return f"{self.instances} instances" + (f" x TP={self.tp}" if self.tp > 1 else "")
         if self.tp > 1:
@@ -134,7 +139,8 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
             rank=i + 1, priority=prio.id, model=model.id, engine=c.engine.id, quant=c.quant.id,
             quant_format=c.quant.format, kv_dtype=c.kv.id, ctx=c.ctx, max_ctx=c.max_ctx, n_seqs=c.n_seqs,
             spec=c.drafter.id if c.drafter else None, spec_tokens=c.drafter.spec_tokens if c.drafter else 0,
-            tp=c.tp, instances=c.instances, multi_gpu_mode=c.engine.multi_gpu.mode,
+            tp=c.tp, instances=c.instances, multi_gpu_mode=c.engine.multi_gpu.mode, pp=c.pp,
+            nodes=c.groups[0].nodes if c.pp > 1 else 1, gpus_per_node=c.groups[0].n_gpus,
             per_gpu_bytes=tuple(g.used_bytes for ff in c.fits for g in ff.per_gpu),
             capacity_bytes=tuple(g.capacity_bytes for ff in c.fits for g in ff.per_gpu),
             breakdown=tuple((x.name, x.bytes, x.note) for x in busiest.components),
@@ -171,7 +177,7 @@ def how_to_choose(model_ref: str | ResolvedModel, rig: Rig, ctx: int | None = No
 
 
 def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, kv_dtype: str, ctx: int,
-            n_seqs: int | None = 1, tp: int = 1, *, catalog: Catalog | None = None,
+            n_seqs: int | None = 1, tp: int = 1, *, pp: int = 1, catalog: Catalog | None = None,
             kv_unified: bool | None = None, rope_scaling: str | None = None,
             cpu_features: frozenset[str] | None = None, repack: bool = True) -> tuple[Model, Fit]:
     """One fit from catalog ids (the `engineroom fit` command): the quant's catalog size is the
@@ -198,13 +204,13 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
     if n_seqs is None:
         n_seqs, default_unified = e.default_slots, e.default_kv_unified
         kv_unified = default_unified if kv_unified is None else kv_unified
-    if ctx <= 0 or n_seqs <= 0 or tp <= 0:
-        raise BadInput("--ctx, --seqs and --tp must be positive.")
+    if ctx <= 0 or n_seqs <= 0 or tp <= 0 or pp <= 0:
+        raise BadInput("--ctx, --seqs, --tp and --pp must be positive.")
     if rig.gpus and tp > rig.n_gpus:
         raise BadInput(f"--tp {tp} needs {tp} GPUs but the rig {rig.label} has {rig.n_gpus}.")
     arch = subject.arch or arch_from_catalog(model)
     req = FitRequest(engine=e.id, ctx=ctx, quant=q.id, weight_bytes=q.weight_bytes, kv_dtype=kv_dtype,
-                     n_seqs=n_seqs, tp=tp, mem_fraction=e.default_mem_fraction, kv_unified=bool(kv_unified),
+                     n_seqs=n_seqs, tp=tp, pp=pp, mem_fraction=e.default_mem_fraction, kv_unified=bool(kv_unified),
                      rope_scaling=rope_scaling, cpu_features=cpu_features, repack=repack)
     refused = kv_refusal(arch, req, cat)
     if refused:
@@ -222,7 +228,8 @@ def plans_as_rows(plans: Iterable[Plan]) -> list[dict[str, Any]]:
         rows.append({
             "rank": p.rank, "engine": p.engine, "quant": p.quant, "quant_format": p.quant_format, "kv": p.kv_dtype,
             "ctx": p.ctx, "max_ctx": p.max_ctx, "seqs": p.n_seqs, "kv_unified": p.kv_unified, "spec": p.spec,
-            "tp": p.tp, "instances": p.instances, "layout": p.layout,
+            "tp": p.tp, "pp": p.pp, "nodes": p.nodes, "gpus_per_node": p.gpus_per_node, "instances": p.instances,
+            "layout": p.layout,
             "per_gpu_gb": [round(b / GB, 2) for b in p.per_gpu_bytes],
             "decode_tps": [round(p.decode.low, 1), round(p.decode.high, 1)] if p.decode else None,
             "aggregate_tps": round(p.aggregate_tps, 1) if p.aggregate_tps else None,

@@ -40,7 +40,7 @@ class _Cand:
     drafter: Drafter | None
     tp: int
     instances: int
-    groups: tuple[Rig, ...]          # one sub-rig per instance
+    groups: tuple[Rig, ...]          # one sub-rig per instance (a pipeline: the whole cluster)
     ctx: int = 0
     n_seqs: int = 1
     max_ctx: int | None = None
@@ -50,12 +50,13 @@ class _Cand:
     aggregate: float | None = None
     notes: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    pp: int = 1                      # pipeline stages (one per node on a cluster rig)
 
     def request(self, arch: ModelArch, ctx: int, n_seqs: int, vision: bool) -> FitRequest:
         d = self.drafter
         return FitRequest(
             engine=self.engine.id, ctx=ctx, quant=self.quant.id, weight_bytes=self.quant.weight_bytes,
-            kv_dtype=self.kv.id, n_seqs=n_seqs, tp=self.tp,
+            kv_dtype=self.kv.id, n_seqs=n_seqs, tp=self.tp, pp=self.pp,
             spec_method=d.method if d else None, spec_tokens=d.spec_tokens if d else 0,
             draft_bytes=int(d.size_gb * GB) if d else 0, vision=vision,
             mem_fraction=self.engine.default_mem_fraction, rope_scaling=self.rope_scaling,
@@ -67,10 +68,20 @@ def _max_seqs(arch: ModelArch, req: FitRequest, rig: Rig, cat: Catalog, cap: int
     return max_concurrency(arch, req, rig, limit=cap, catalog=cat)
 
 
-def _rig_groups(rig: Rig, engine: Engine, arch: ModelArch) -> list[tuple[int, int, tuple[Rig, ...]]]:
-    """(tp, instances, sub-rigs): every way to use all of the rig's devices."""
+def _rig_groups(rig: Rig, engine: Engine, arch: ModelArch) -> list[tuple[int, int, int, tuple[Rig, ...]]]:
+    """(tp, pp, instances, sub-rigs): every way to use all of the rig's devices. A cluster
+    (``rig.nodes`` > 1) runs each one-node layout on every node, and, for an engine that runs
+    pipeline stages across nodes, one instance of TP = GPUs per node x PP = nodes."""
     if not rig.gpus:
-        return [(1, 1, (rig,))]
+        return [(1, 1, 1, (rig,))]
+    if rig.nodes > 1:
+        node = replace(rig, nodes=1)
+        out = [(tp, 1, inst * rig.nodes,
+                tuple(replace(g, label=f"node{k}:{g.label}") for k in range(rig.nodes) for g in groups))
+               for tp, _, inst, groups in _rig_groups(node, engine, arch)]
+        if engine.multi_gpu.multi_node and not arch.n_heads % rig.n_gpus and arch.n_layers >= rig.nodes:
+            out.append((rig.n_gpus, rig.nodes, 1, (rig,)))
+        return out
     n = rig.n_gpus
     out = []
     for tp in range(1, n + 1):
@@ -82,7 +93,7 @@ def _rig_groups(rig: Rig, engine: Engine, arch: ModelArch) -> list[tuple[int, in
                        for i in range(0, n, tp))
         if tp > 1 and engine.multi_gpu.mode == "tensor_parallel" and len({g.vram_bytes for g in rig.gpus}) > 1:
             continue  # mixed VRAM: TP shards evenly, the smallest card binds (spec: use TP=1 x instances)
-        out.append((tp, n // tp, groups))
+        out.append((tp, 1, n // tp, groups))
     return out
 
 
@@ -120,7 +131,7 @@ def _quant_runs_on(quant: Quant, engine: Engine, rig: Rig) -> str | None:
 def _capacity(rig: Rig) -> int:
     if not rig.gpus:
         return rig.cpu_ram_bytes or 0
-    return sum(g.free_bytes if g.free_bytes is not None else g.vram_bytes for g in rig.gpus)
+    return rig.nodes * sum(g.free_bytes if g.free_bytes is not None else g.vram_bytes for g in rig.gpus)
 
 
 def _bandwidth(rig: Rig) -> float | None:

@@ -129,7 +129,7 @@ class _Planner:
                 if not drafters:
                     self.rejected.append(f"{e.id} + {q.id}: no drafter for {self.prio.constraints.spec_method}")
                     continue
-                for tp, inst, groups in layouts:
+                for tp, pp, inst, groups in layouts:
                     if q.weight_bytes > min(_capacity(g) for g in groups) * 1.0:
                         self.rejected.append(f"{e.id} + {q.id}: {q.size_gb:g} GB of weights exceed "
                                              f"{units.capacity(min(_capacity(g) for g in groups))} per instance")
@@ -140,7 +140,7 @@ class _Planner:
                             self.rejected.append(f"{e.id} + KV {kv.id}: {e.id} refuses it ({refused})")
                             continue
                         for d in drafters:
-                            out.append(_Cand(e, q, kv, d, tp, inst, groups, rope_scaling=self.rope_scaling))
+                            out.append(_Cand(e, q, kv, d, tp, inst, groups, rope_scaling=self.rope_scaling, pp=pp))
         return out
 
     # -- sizing --------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from typing import Any
 
 from engineroom import units
 from engineroom.bench import statistics
+from engineroom.bench.suitesummary import is_suite_run as _is_suite_run
 from engineroom.redaction import redact
 
 CHECK_RECORD_KIND = "check"
@@ -162,6 +163,11 @@ def _check_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "status": str(p.get("status") or "?").upper(),
             "reason": p.get("reason") or "",
             "seconds": p.get("seconds"),
+            # verify --suite full/stress: pass k/K of --repeat, and a format a chat template forced
+            "passes": (p.get("details") or {}).get("passes"),
+            "ran": (p.get("details") or {}).get("ran"),
+            "repeat": (p.get("details") or {}).get("repeat"),
+            "forced": (p.get("details") or {}).get("forced"),
         })
     return rows
 
@@ -178,13 +184,42 @@ def _verify_section(rows: list[dict[str, Any]]) -> list[str]:
     if other:
         extra.append(f"{other} with another status")
     lines = ["## Verify", "", f"**verify {passed}/{ran}** passed" + (f" ({', '.join(extra)})" if extra else ""), ""]
-    lines += ["| check | result | seconds | reason |", "|---|---|---:|---|"]
+    repeated = any(isinstance(r.get("repeat"), int) and r["repeat"] > 1 for r in rows)
+    if repeated:
+        lines += ["| check | result | passed | seconds | reason |", "|---|---|---:|---:|---|"]
+    else:
+        lines += ["| check | result | seconds | reason |", "|---|---|---:|---|"]
     for r in rows:
         secs = r["seconds"]
         secs_txt = f"{secs:.2f}" if isinstance(secs, (int, float)) else "n/a"
-        lines.append(f"| {_cell(r['name'])} | {r['status']} | {secs_txt} | {_cell(r['reason'])} |")
+        flaky = f" {r['passes']}/{r['ran']} |" if repeated and r.get("ran") else (" n/a |" if repeated else "")
+        lines.append(f"| {_cell(r['name'])} | {r['status']} |{flaky} {secs_txt} | {_cell(r['reason'])} |")
     lines.append("")
+    forced = sorted({r["forced"] for r in rows if r.get("forced")})
+    for why in forced:
+        names = ", ".join(r["name"] for r in rows if r.get("forced") == why)
+        lines += [f"**Format forced, not the model's skill**: {why} (PASSes of {names}).", ""]
     return lines
+
+
+def _baseline_section(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``verify --baseline RUN``: the checks that regressed (or improved) since that run."""
+    found = [r.get("payload") or {} for r in records if r.get("kind") == "check_baseline"]
+    if not found:
+        return []
+    b = found[-1]
+    regressed, improved = b.get("regressed") or [], b.get("improved") or []
+    lines = [f"## Since run {b.get('baseline_run')}", "",
+             f"{len(regressed)} regressed, {len(improved)} improved, "
+             f"{len(b.get('newly_skipped') or [])} newly skipped.", ""]
+    for r in regressed:
+        lines.append(f"- regressed: {_cell(r.get('name'))}: {r.get('was')} -> {r.get('now')} "
+                     f"({_cell(r.get('reason'))})")
+    for r in improved:
+        lines.append(f"- improved: {_cell(r.get('name'))}: {r.get('was')} -> {r.get('now')}")
+    for r in b.get("newly_skipped") or []:
+        lines.append(f"- newly skipped: {_cell(r.get('name'))} ({_cell(r.get('reason'))})")
+    return lines + ([""] if regressed or improved or b.get("newly_skipped") else [])
 
 
 # -- bench --------------------------------------------------------------------------
@@ -419,8 +454,14 @@ def render_card(run: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) ->
     lines = _header(run, cond)
     if checks:
         lines += _verify_section(checks)
+        lines += _baseline_section(records)
     summary = statistics.summarize(records)
-    if bench_payloads:
+    if bench_payloads and _is_suite_run(cond):     # --suite standard / depth / concurrency / spec
+        from engineroom.report.suites import suite_section
+
+        lines += suite_section(records, cond, run)
+        lines += _counters_section(statistics.engine_counters(records))
+    elif bench_payloads:
         lines += _bench_section(records, cond, run, summary)
         lines += _counters_section(statistics.engine_counters(records))
     elif isinstance(cond.get("bench"), Mapping) and cond["bench"].get("workloads") and run.get("kind") != "verify":

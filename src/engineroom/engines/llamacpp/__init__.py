@@ -23,6 +23,7 @@ from .command import (
                       api_key_file_in,
                       check_binary_cpu,
                       compiled_cpu_features,
+                      container_command,
                       cpu_adjustments,
                       crash_fallback,
                       launch_settings,
@@ -60,12 +61,17 @@ from .server import (
                       METRIC_NAMES,
                       MiB,
                       classify_failure,
+                      count_tokens,
                       health_state,
                       memory_report,
                       normalise_metrics,
                       normalise_timings,
                       probe,
 )
+
+# how engineroom exercises it (README's engine table; `engineroom engines` shows it)
+TESTED = ("real: up -> verify -> bench on the CPU build in CI (tests/, SmolLM2-135M); CUDA build on an H200 "
+          "(benchmarks/gpu_launch_memory.md)")
 
 # llama.cpp's own words — flags, response and /props fields — that no module outside this
 # adapter may use (tests/test_adapters.py checks every string literal of src/ against them).
@@ -79,7 +85,9 @@ __all__ = ["API_KEY_FILE_FLAG", "API_KEY_FLAG", "BINARY", "BUILD_TARGETS", "DEFA
            "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS", "FULL_LENGTH_BODY", "KV_CACHE_TYPES",
            "MANIFEST", "METRIC_NAMES", "NO_REPACK", "OWN_NAMES", "ROPE_SCALING_FLAGS", "SOURCE_PACKAGE",
            "SOURCE_VERSION", "Binary", "MiB", "api_key_file_args", "api_key_file_in", "binary_version",
-           "check_binary_cpu", "classify_failure", "cmake_options", "compiled_cpu_features", "cpu_adjustments",
+           "check_binary_cpu", "classify_failure", "cmake_options", "count_tokens", "compiled_cpu_features",
+           "container_command",
+           "cpu_adjustments",
            "crash_fallback", "find_binary", "health_state", "install", "install_root", "installed",
            "launch_settings", "loads_refusal", "memory_report", "normalise_metrics", "normalise_timings",
            "placeholder_binary", "probe", "relaunch_spec", "render", "repack_disabled", "rope_scaling_arg",

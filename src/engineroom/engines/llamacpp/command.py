@@ -236,6 +236,12 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     )
 
 
+def container_command(spec: LaunchSpec) -> list[str]:
+    """The arguments after the image's entrypoint: the official server images run llama-server
+    itself (ENTRYPOINT /app/llama-server), so everything after the program, unchanged."""
+    return [str(a) for a in spec.argv[1:]]
+
+
 def loads_refusal(path: Path) -> str | None:
     """Why llama-server cannot serve ``path`` (one sentence), or None: it serves one GGUF file."""
     if path.is_dir():

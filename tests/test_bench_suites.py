@@ -1,0 +1,376 @@
+"""The longer bench suites: workloads as data, depth with the prefix-cache guard, concurrency,
+reasoning split, spec-decode acceptance, the integrity checklist, roofline and A/B.
+
+Statistics are tested on hand-built raw records; the integration tests run the real
+llama-server + SmolLM2 on the CPU with tiny sizes (the figures are not asserted: this is a
+noisy shared 2-core machine; what is asserted is what the records must hold).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from engineroom.bench.clientside import ClientMonitor, KindClient, encode_kinds
+from engineroom.bench.compare import compare_runs, t_975
+from engineroom.bench.records import encode_arrivals
+from engineroom.bench.roofline import roofline
+from engineroom.bench.speculative import acceptance
+from engineroom.bench.suiterun import SuiteContext, run_suite
+from engineroom.bench.suites import (
+    SUITE_SPECS,
+    haystack,
+    load_prompt_file,
+    plan_depths,
+    suite_spec,
+)
+from engineroom.bench.suitestats import cache_reuse, client_load, kept, reasoning
+from engineroom.bench.suitesummary import summarize_suite
+from engineroom.engines.base import DecodeWindow, EngineTimings
+from engineroom.errors import BadInput, NotFound
+from engineroom.store import Store
+
+from conftest import real_llama_server, run_cli
+
+
+def rec(group, *, tokens=40, max_tokens=40, ttft=0.1, tps=100.0, prompt=300, cached=0, kinds=None,
+        warmup=False, engine_tps=None, draft=None, accepted=None, round_=None, stream=None, lag_us=None,
+        discarded=None, finish="length", content_chars=None):
+    """A hand-built suite record: token chunks every 1/tps s after ``ttft``."""
+    times = [ttft + i / tps for i in range(tokens)]
+    engine = EngineTimings(decode_tokens=tokens, decode_ms=(tokens - 1) / (engine_tps or tps) * 1000,
+                           decode_window=DecodeWindow.FIRST_TOKEN_FREE, prompt_tokens=prompt - cached,
+                           prompt_ms=50.0, cached_tokens=cached, draft_tokens=draft, draft_accepted=accepted,
+                           source="hand-built").as_dict()
+    r = {"workload": group, "index": 0, "warmup": warmup, "sent": {"max_tokens": max_tokens, "body": {}},
+         "sent_unix": 0.0, "status": 200, "error": None, "end_us": round((times[-1] + 0.001) * 1e6),
+         "arrivals_us": encode_arrivals(0.0, times), "completion_tokens": tokens, "prompt_tokens": prompt,
+         "cached_prompt_tokens": cached, "finish_reason": finish, "chunks": tokens + 2,
+         "content_chars": 4 * tokens if content_chars is None else content_chars, "reasoning_chars": 0,
+         "engine": engine, "engine_raw": None, "suite": "t", "group": {"workload": group},
+         "arrival_kinds": encode_kinds(kinds or ["c"] * tokens), "discarded": discarded}
+    if round_ is not None:
+        r.update(round=round_, stream=stream, scheduled_lag_us=lag_us or 0, group={"streams": 2})
+    return {"kind": "bench_request", "payload": r}
+
+
+def cond(kind="standard", **bench):
+    return {"bench": {"suite": kind, "kind": kind, "agreement_tolerance_pct": 1.0, "cv_threshold_pct": 10.0,
+                      **bench}, "host": {"gpus": []}}
+
+
+LOAD_OK = {"kind": "client_load", "payload": {"cpu_s": 0.1, "wall_s": 10.0, "interval_us": 5000,
+                                              "lags_us": [100] * 200}}
+
+
+# -- workloads as data ----------------------------------------------------------------------
+
+
+def test_haystacks_are_salted_and_sized_by_the_engines_tokenizer():
+    words = lambda text: len(text.split())  # noqa: E731 - a stand-in tokenizer: one token per word
+    a, b = haystack("aaaa11112222", 2000, words), haystack("bbbb33334444", 2000, words)
+    assert a.text[:60] != b.text[:60]                    # different from the first token on: nothing to reuse
+    assert a.text.startswith("Record aaaa11112222")
+    assert 0.98 * 2000 <= words(a.text) <= 2000 and a.sized_by == "engine tokenizer"
+    assert haystack("aaaa11112222", 2000, words).text == a.text   # deterministic per salt
+    est = haystack("cccc", 500, None)
+    assert est.counted_tokens is None and est.sized_by.startswith("estimate")
+    with pytest.raises(BadInput, match="at least 16 tokens"):
+        haystack("x", 4)
+
+
+def test_depths_scale_from_the_context_the_engine_reports():
+    assert plan_depths((1024, 10240, 32768, 92160), 131072, 64) == [1024, 10240, 32768, 92160]
+    assert plan_depths((1024, 10240, 32768, 92160), 40000, 64) == [1024, 10240, 32768]
+    assert plan_depths((1024, 10240, 32768, 92160), 8192, 64) == [1024, 7680]      # SmolLM2's 8K in CI
+    assert plan_depths((1024, 10240, 32768, 92160), 8192, 64, near_end=False) == [1024]
+    with pytest.raises(BadInput, match="does not report its context size"):
+        plan_depths((1024,), None, 64)
+    assert set(SUITE_SPECS) == {"standard", "depth", "concurrency", "spec"}
+    assert suite_spec("DEPTH") is SUITE_SPECS["depth"] and suite_spec("quick") is None
+
+
+def test_prompt_files_are_jsonl_with_one_sentence_per_bad_line(tmp_path):
+    good = tmp_path / "p.jsonl"
+    good.write_text('{"prompt": "hi", "name": "greet", "max_tokens": 12}\n\n{"prompt": "bye", "system": "s"}\n')
+    ws = load_prompt_file(good, 64)
+    assert [(w.name, w.max_tokens, w.system) for w in ws] == [("greet", 12, None), ("prompt-3", 64, "s")]
+    bad = tmp_path / "b.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{"text": "no prompt"}\n')
+    with pytest.raises(BadInput, match=r"line 2 needs a non-empty \"prompt\""):
+        load_prompt_file(bad, 64)
+    with pytest.raises(NotFound, match="no prompt file"):
+        load_prompt_file(tmp_path / "missing.jsonl", 64)
+
+
+# -- statistics on recorded raw data -------------------------------------------------------
+
+
+def test_cache_guard_reads_the_engines_count_and_allows_the_template_preamble():
+    assert not cache_reuse(rec("d", cached=30)["payload"]).contaminated       # the shared preamble
+    dirty = cache_reuse(rec("d", cached=299, prompt=300)["payload"])
+    assert dirty.contaminated and "299 of 300" in dirty.describe()
+    recs = [rec("d", cached=299, discarded="prefix cache")["payload"], rec("d")["payload"],
+            rec("d", warmup=True)["payload"]]
+    assert len(kept(recs)) == 1
+
+
+def test_reasoning_split_and_thinking_that_used_the_whole_budget():
+    r = rec("w", tokens=8, tps=100.0, ttft=0.2, kinds=["r"] * 5 + ["c"] * 3)["payload"]
+    got = reasoning(r)
+    assert (got["reasoning_chunks"], got["content_chunks"]) == (5, 3)
+    assert got["ttft_s"] == pytest.approx(0.2) and got["first_content_s"] == pytest.approx(0.25)
+    assert not got["thinking_exhausted"]
+    spent = rec("w", tokens=8, kinds=["r"] * 8, content_chars=0)["payload"]
+    assert reasoning(spent)["thinking_exhausted"]
+    summary = summarize_suite([rec("w"), rec("w"), {"kind": "bench_request", "payload": spent}, LOAD_OK], cond())
+    g = summary["groups"]["w"]
+    assert g["n_kept"] == 2 and g["reasoning"]["thinking_exhausted"] == 1     # flagged, not averaged in
+    assert {c["name"]: c["status"] for c in summary["integrity"]}["thinking_budget"] == "FAIL"
+    assert summary["status"] == "INVALID"
+
+
+def test_spec_acceptance_from_records_equals_the_engines_counters():
+    reqs = [rec("r", draft=48, accepted=39), rec("r", draft=20, accepted=5), rec("r", draft=0, accepted=0)]
+    metrics = [{"kind": "engine_metrics", "payload": {"when": "before", "counters": {
+        "spec_drafted_tokens_total": 10.0, "spec_accepted_tokens_total": 4.0, "spec_drafts_total": 2.0}}},
+        {"kind": "engine_metrics", "payload": {"when": "after", "counters": {
+            "spec_drafted_tokens_total": 78.0, "spec_accepted_tokens_total": 48.0, "spec_drafts_total": 6.0}}}]
+    a = acceptance(reqs + metrics)
+    assert (a["drafted"], a["accepted"], a["counters_drafted"], a["counters_accepted"]) == (68, 44, 68.0, 44.0)
+    assert a["agrees"] is True and a["acceptance_rate"] == pytest.approx(44 / 68)
+    assert a["fire_rate"] == pytest.approx(2 / 3) and a["mean_acceptance_length"] == pytest.approx(1 + 44 / 4)
+    assert acceptance(reqs[:1] + metrics)["agrees"] is False
+    assert "no draft counts" in acceptance([{"kind": "bench_request", "payload": {
+        **rec("x")["payload"], "engine": None}}])["skip"]
+
+
+def test_integrity_checklist_marks_a_failing_result_and_keeps_it():
+    ok = [rec("w", tps=100.0, engine_tps=100.0) for _ in range(3)]
+    s = summarize_suite(ok + [LOAD_OK], cond())
+    checks = {c["name"]: c["status"] for c in s["integrity"]}
+    assert s["valid"] and s["status"] == "OK"
+    assert checks["client_vs_engine"] == checks["cv"] == checks["full_length"] == "PASS"
+    assert checks["prefix_cache"] == "SKIP"          # standard repeats its prompts by design
+    lying = [rec("w", tps=100.0, engine_tps=103.0) for _ in range(3)]          # 3% off: beyond 1%
+    short = [rec("w", tokens=5, max_tokens=40)]
+    saturated = {"kind": "client_load", "payload": {"cpu_s": 9.8, "wall_s": 10.0, "interval_us": 5000,
+                                                    "lags_us": [60000] * 50}}
+    bad = summarize_suite(lying + short + [saturated], cond())
+    failed = {c["name"] for c in bad["integrity"] if c["status"] == "FAIL"}
+    assert {"client_vs_engine", "full_length", "client_not_bottleneck"} <= failed
+    assert bad["status"] == "INVALID" and not bad["valid"] and bad["groups"]["w"]["n_kept"] == 4
+    dirty = summarize_suite([rec("depth", cached=290)] * 2 + [LOAD_OK], cond("depth"))
+    assert {c["name"]: c["status"] for c in dirty["integrity"]}["prefix_cache"] == "FAIL"
+
+
+def test_client_monitor_sees_a_client_saturated_on_purpose():
+    """A thread that holds the interpreter (a long C-level loop) starves the probe thread:
+    its wake-ups come hundreds of ms late, so the result is marked invalid."""
+    stop = threading.Event()
+
+    def hog():
+        while not stop.is_set():
+            sum(range(2_000_000))        # one C call, no switch to other threads while it runs
+
+    with ClientMonitor() as mon:
+        t = threading.Thread(target=hog)
+        t.start()
+        threading.Event().wait(1.0)
+        stop.set()
+        t.join()
+    load = client_load(mon.record())
+    assert load["lag_ms_max"] >= 20.0
+    s = summarize_suite([rec("w"), rec("w"), {"kind": "client_load", "payload": mon.record()}], cond())
+    assert {c["name"]: c["status"] for c in s["integrity"]}["client_not_bottleneck"] == "FAIL"
+
+
+def test_concurrency_figures_count_latency_from_the_scheduled_send():
+    recs = [rec("N=2", round_=r, stream=s, lag_us=2000 * s, ttft=0.1, tps=50.0) for r in range(3) for s in range(2)]
+    s = summarize_suite(recs + [LOAD_OK], cond("concurrency"))
+    g = s["groups"]["N=2"]
+    assert len(g["rounds"]) == 3 and all(x["tokens"] == 80 for x in g["rounds"])
+    assert g["ttft_from_schedule_s"]["p99"] == pytest.approx(0.102, abs=1e-4)   # queueing of stream 1 counted
+    assert g["aggregate_tps"]["mean"] == pytest.approx(80 / (0.1 + 39 / 50 + 0.001 + 0.002), rel=1e-3)
+    assert g["errors"] == g["silent"] == 0
+
+
+def test_roofline_share_from_the_stored_basis():
+    basis = {"weights_bytes": 100_000_000, "kv_bytes_at": [[0, 0], [1000, 1_000_000], [2000, 2_000_000]],
+             "bandwidth_gbs": 10.0, "not_available": None}
+    one = roofline(basis, 1000, 50.0)
+    assert one["limit_tps"] == pytest.approx(10e9 / 101e6) and one["pct"] == pytest.approx(50 / (10e9 / 101e6) * 100)
+    two = roofline(basis, 1500, 150.0, streams=2)
+    assert two["limit_tps"] == pytest.approx(2 * 10e9 / (100e6 + 2 * 1.5e6))
+    assert roofline({"not_available": "no bandwidth"}, 10, 1.0)["not_available"] == "no bandwidth"
+
+
+def test_compare_says_whether_a_difference_is_real():
+    def run(i, rates):
+        return ({"id": i, "conditions": cond()}, [rec("w", tps=x) for x in rates])
+
+    a, b = run(1, [100, 102, 98, 101, 99]), run(2, [101, 99, 100, 102, 98])
+    same = compare_runs(*a, *b)
+    assert [r["verdict"] for r in same["rows"] if r["metric"] == "decode_tps"] == ["not real"]
+    faster = compare_runs(*a, *run(3, [150, 152, 148, 151, 149]))
+    row = next(r for r in faster["rows"] if r["metric"] == "decode_tps")
+    assert row["verdict"] == "real" and row["delta_pct"] == pytest.approx(50, abs=1.5)
+    assert row["band"] < abs(row["delta"])
+    assert t_975(4) == pytest.approx(2.776) and t_975(100) == 1.96
+
+
+def test_summary_recomputes_identically_from_the_store(tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+    run_id = store.start_run("bench", cond())
+    for r in [rec("w"), rec("w", tps=90.0), LOAD_OK]:
+        store.add_record(run_id, r["kind"], r["payload"])
+    direct = summarize_suite([rec("w"), rec("w", tps=90.0), LOAD_OK], cond())
+    again = summarize_suite(store.records(run_id), store.get_run(run_id)["conditions"])
+    assert json.dumps(direct, sort_keys=True, default=str) == json.dumps(again, sort_keys=True, default=str)
+
+
+def test_cli_refuses_bad_suite_arguments_in_one_sentence():
+    proc = run_cli("bench", "--suite", "depth", "--depths", "1k,2k")
+    assert proc.returncode != 0 and "--depths takes whole numbers" in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = run_cli("bench", "--compare", "99998", "99999")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+
+
+# -- the real llama-server ------------------------------------------------------------------
+
+THINK_TEMPLATE = """{%- for message in messages -%}
+{%- if message['role'] == 'assistant' and message.get('reasoning_content') -%}
+<|im_start|>assistant
+<think>
+{{ message['reasoning_content'] }}
+</think>
+
+{{ message['content'] }}<|im_end|>
+{% else -%}
+<|im_start|>{{ message['role'] }}
+{{ message['content'] }}<|im_end|>
+{% endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+<|im_start|>assistant
+<think>
+{% endif -%}
+"""
+
+
+def _ctx(url, store, run_id, **kw):
+    from engineroom import engines
+
+    engine = engines.adapter("llama.cpp")
+    info = engines.detect(url)
+    return info, SuiteContext(server=info, new_client=lambda: KindClient(url),
+                              count_tokens=lambda text: engine.count_tokens(url, text),
+                              metrics=lambda: engine.metrics(url),
+                              emit=lambda k, p: store.add_record(run_id, k, p), **kw)
+
+
+@pytest.fixture(scope="module")
+def spec_server(llama_server_binary, smollm2, tmp_path_factory):
+    """Two slots and llama.cpp's draft-free n-gram speculation (flags from its --help)."""
+    log = tmp_path_factory.mktemp("suites") / "spec.log"
+    with real_llama_server(llama_server_binary, smollm2, "-np", "2", "--spec-type", "ngram-simple",
+                           log_path=log, ctx=4096) as url:
+        yield url
+
+
+def test_depth_discards_a_cache_hit_and_reruns_with_a_fresh_salt(spec_server, tmp_path):
+    salts = iter(["aaaa00000001", "aaaa00000001", "bbbb00000002", "cccc00000003", "dddd00000004"])
+    store = Store(tmp_path / "d.sqlite")
+    run_id = store.start_run("bench", cond("depth"))
+    info, ctx = _ctx(spec_server, store, run_id, salts=lambda: next(salts))
+    assert info.n_ctx and info.total_slots == 2
+    spec = SUITE_SPECS["depth"].with_(depths=(256,), near_end=False, warmup=0, measured=3, max_tokens=12)
+    result = run_suite(spec, ctx)
+    reqs = [r["payload"] for r in store.records(run_id, "bench_request")]
+    assert [r["salt"] for r in reqs] == ["aaaa00000001", "aaaa00000001", "bbbb00000002", "cccc00000003"]
+    assert reqs[1]["discarded"] and "prefix cache" in reqs[1]["discarded"]
+    assert [bool(r["discarded"]) for r in reqs] == [False, True, False, False]
+    assert all(r["sized_by"] == "engine tokenizer" and r["prompt_tokens"] > 256 for r in reqs)
+    g = result.summary["groups"]["depth 256"]
+    assert (g["n_kept"], g["n_discarded"]) == (3, 1)
+    checks = {c["name"]: c for c in result.summary["integrity"]}
+    assert checks["prefix_cache"]["status"] == "PASS" and "1 contaminated sample" in checks["prefix_cache"]["detail"]
+    assert g["prefill_tps"]["n"] == 3 and g["decode_tps"]["n"] == 3
+
+
+def test_concurrency_uses_the_engines_slot_count(spec_server, tmp_path):
+    store = Store(tmp_path / "c.sqlite")
+    run_id = store.start_run("bench", cond("concurrency"))
+    _, ctx = _ctx(spec_server, store, run_id)
+    spec = SUITE_SPECS["concurrency"].with_(warmup=0, rounds=2, prompt_tokens=128, max_tokens=12)
+    result = run_suite(spec, ctx)
+    assert result.conditions["bench"]["streams"] == 2
+    assert result.conditions["bench"]["streams_source"] == "the engine's reported slot count"
+    reqs = [r["payload"] for r in store.records(run_id, "bench_request")]
+    assert sorted((r["round"], r["stream"]) for r in reqs) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(r["scheduled_lag_us"] >= 0 and r["status"] == 200 for r in reqs)
+    g = result.summary["groups"]["N=2"]
+    assert g["errors"] == 0 and g["silent"] == 0 and len(g["rounds"]) == 2
+    assert g["ttft_from_schedule_s"]["p50"] >= g["ttft_s"]["min"]
+    assert g["aggregate_tps"]["n"] == 2 and g["inter_token_ms"]["p99"] is not None
+
+
+def test_ngram_speculation_acceptance_matches_the_engines_counters(spec_server, tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+    run_id = store.start_run("bench", cond("spec"))
+    _, ctx = _ctx(spec_server, store, run_id)
+    spec = SUITE_SPECS["spec"].with_(warmup=0, measured=1)
+    result = run_suite(spec, ctx)
+    a = summarize_suite(store.records(run_id), cond("spec"))["speculative"]
+    assert a["drafted"] > 0 and a["accepted"] > 0, a
+    assert a["agrees"] is True and a["counters_drafted"] == a["drafted"]
+    assert a["acceptance_rate"] == pytest.approx(a["counters_acceptance_rate"])
+    assert result.summary["speculative"]["fire_rate"] == 1.0
+
+
+def test_reasoning_split_on_the_real_engine(llama_server_binary, smollm2, tmp_path):
+    """A template that opens a <think> block makes llama-server's own parser send SmolLM2's
+    output as reasoning; with no </think> before max_tokens, the run is flagged."""
+    template = tmp_path / "think.jinja"
+    template.write_text(THINK_TEMPLATE)
+    with real_llama_server(llama_server_binary, smollm2, "-np", "1", log_path=tmp_path / "think.log",
+                           ctx=2048, template=template) as url:
+        store = Store(tmp_path / "r.sqlite")
+        run_id = store.start_run("bench", cond("standard"))
+        _, ctx = _ctx(url, store, run_id)
+        spec = SUITE_SPECS["spec"].with_(kind="standard", warmup=0, measured=1, max_tokens=24)
+        result = run_suite(spec, ctx)
+    r = [x["payload"] for x in store.records(run_id, "bench_request")][0]
+    split = reasoning(r)
+    assert split["reasoning_chunks"] > 0 and split["kinds_recorded"]
+    assert r["reasoning_chars"] > 0
+    if split["content_chunks"] == 0:        # thinking ran to max_tokens: flagged, not averaged in
+        assert split["thinking_exhausted"] and result.summary["groups"]["repeat"]["n_kept"] == 0
+    else:
+        assert split["first_content_s"] > split["ttft_s"]
+
+
+def test_cli_depth_suite_card(spec_server):
+    proc = run_cli("bench", "--url", spec_server, "--suite", "depth", "--depths", "256", "--runs", "3",
+                   "--warmup", "0", "--max-tokens", "12", timeout=300)
+    out = proc.stdout
+    assert "## Bench suite: depth" in out and "Integrity checklist:" in out, proc.stderr
+    assert "| depth 256 |" in out and "roofline" in out.lower()
+    assert proc.returncode in (0, 1)          # 1 only when an integrity check failed on this noisy machine
+    assert ("Status: **OK**" in out) == (proc.returncode == 0)
+
+
+def test_depths_option_is_only_for_suites():
+    proc = run_cli("bench", "--depths", "256")
+    assert proc.returncode != 0 and "go with --suite" in proc.stdout + proc.stderr
+
+
+def test_prompt_file_path(tmp_path):
+    p = Path(tmp_path / "x.jsonl")
+    p.write_text("not json\n")
+    with pytest.raises(BadInput, match="line 1 is not JSON"):
+        load_prompt_file(p, 8)

