@@ -51,7 +51,10 @@ def test_engines_lists_the_build_with_how_it_was_made(installed_build, tmp_path)
     data_dir = Path(installed_build["bin_dir"]).parents[4]      # <data>/engines/llama.cpp/<tag>/build/bin
     proc = run_cli("engines", "--json", env={"ENGINEROOM_DATA_DIR": str(data_dir), llamacpp.ENV_BINARY: ""})
     assert proc.returncode == 0, proc.stderr
-    row = json.loads(proc.stdout)[0]
+    rows = json.loads(proc.stdout)
+    assert {"llama.cpp", "ik_llama.cpp", "vllm", "sglang"} <= {r["engine"] for r in rows}
+    row = next(r for r in rows if r["engine"] == "llama.cpp")
+    assert row["tested"].startswith("real:") and isinstance(row["runs_here"], dict)
     assert row["origin"] == f"engineroom engines install ({installed_build['tag']})"
     assert row["install"]["build_seconds"] == installed_build["build_seconds"]
 

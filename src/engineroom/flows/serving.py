@@ -131,7 +131,9 @@ def prepare(
         if require_binary and not container:
             raise NotFound(f"{str(exc).rstrip('.')}; `engineroom recipe` with the same arguments prints the "
                            "command line it would run.", detail=exc.detail) from None
-        binary, found = adapter.placeholder_binary(pick.other_vendor if pick and pick.other_rig else None), False
+        # a container recipe is for the engine's GPU image; a recipe for another rig, for that rig
+        vendor = "nvidia" if container else (pick.other_vendor if pick and pick.other_rig else None)
+        binary, found = adapter.placeholder_binary(vendor), False
     probe = probe_cpu()
     if found and require_binary:
         adapter.check_binary_cpu(binary, probe)
