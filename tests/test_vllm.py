@@ -273,14 +273,16 @@ def test_the_ray_cluster_recipe_parses_with_vllms_own_parser(vllm_python):
     assert bad is not None and "--distributed-executor-backnd" in bad
 
 
-def test_up_verify_bench_on_the_real_vllm(vllm_python, smollm2, request):
+def test_up_verify_bench_on_the_real_vllm(vllm_python, smollm2, request, tmp_path):
     """`engineroom up smollm2-135m --engine vllm` (the GGUF converted once, cached), verify and
     bench through the same flows as llama.cpp, each run stored; then down."""
     from engineroom import paths
     from engineroom.launch import free_port
 
     caller_cache = request.config._engineroom_caller_dirs["ENGINEROOM_CACHE_DIR"]
-    env = {"ENGINEROOM_CACHE_DIR": caller_cache}   # the converted folder and vLLM's compile cache are kept
+    env = {"ENGINEROOM_CACHE_DIR": caller_cache,   # the converted folder and vLLM's compile cache are kept
+           # a state folder of its own: the session's managed llama-server may be running beside it
+           "ENGINEROOM_STATE_DIR": str(tmp_path / "vllm-state")}
     port = free_port()
     t0 = time.monotonic()
     up = run_cli("up", "smollm2-135m", "--engine", "vllm", "--ctx", "2048", "--parallel", "2", "--port", str(port),
