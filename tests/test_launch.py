@@ -142,7 +142,10 @@ def test_health_timeout_stops_everything(smollm2, tmp_path):
     assert launch.read_state() is None
 
 
-def test_ctrl_c_during_up_leaves_nothing_running(smollm2, tmp_path):
+def test_ctrl_c_during_up_leaves_nothing_running(smollm2, tmp_path, monkeypatch):
+    # a state folder of its own: a state the session's managed server wrote must not end the wait
+    # below early (the Ctrl-C then reached a CLI still importing: CI saw it die of SIGINT, -2)
+    monkeypatch.setenv("ENGINEROOM_STATE_DIR", str(tmp_path / "state"))
     stand_in = _hanging_engine_stand_in(tmp_path)
     cli = subprocess.Popen([sys.executable, "-m", "engineroom.cli", "up", "smollm2-135m", "--engine-bin",
                             str(stand_in), "--port", str(launch.free_port())],
