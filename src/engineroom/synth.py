@@ -233,15 +233,27 @@ def _read_tokenizer(source: Path) -> tuple:
             kv.get("tokenizer.chat_template"))
 
 
+_FALLBACK_PAIRS = (" t", "th", "he", " a", "in", "er", "an", " s", "re", "on", " w", "at", "en", "nd", " o",
+                   "or", "es", "is", "it", " c", "ed", "ng", " b", "ou", "ar", "al", " f", " m", "te", "st")
+
+
 def _tokenizer(vocab_size: int, source: Path | None) -> dict:
     if source is not None and source.exists():
         tokens_t, types_t, merges_t, pre, ids, tmpl = _read_tokenizer(Path(source))
         tokens, types, merges, ids = list(tokens_t), list(types_t), list(merges_t), dict(ids)
-    else:  # a tiny byte-level vocab: 256 byte tokens + specials
+    else:  # a small byte-level BPE vocab: 256 byte tokens, specials and merges of common pairs
         byte_map = _bytes_to_unicode()
         tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + [byte_map[b] for b in range(256)]
         types = [3, 3, 3] + [1] * 256
-        merges, pre, tmpl = [], "default", None
+        # llama.cpp's gpt2 tokenizer refuses a file without merges ("cannot find tokenizer
+        # merges"): a few dozen English pairs make it a real (if weak) BPE vocab that loads
+        merges = []
+        for pair in _FALLBACK_PAIRS:
+            a, b = (byte_map[ord(c)] for c in pair)
+            merges.append(f"{a} {b}")
+            tokens.append(a + b)
+            types.append(1)
+        pre, tmpl = "default", None
         ids = {"bos": 1, "eos": 2, "unknown": 0, "padding": 0}
     if vocab_size < len(tokens):
         keep = set(tokens[:vocab_size])

@@ -33,7 +33,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .redaction import redact_argv
-from .units import capacity, gib, mem
+from .units import capacity, gib, mem, mib
 
 if TYPE_CHECKING:
     from .checks.smoke import CheckResult
@@ -264,9 +264,29 @@ _STATUS_STYLE = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}
 
 
 def check_line(result: CheckResult) -> Text:
-    """One check as it finishes: PASS / FAIL / SKIP, its time and the reason."""
+    """One check as it finishes: PASS / FAIL / SKIP, its time and the reason (a soak's reason starts
+    with its verdict: WARN is a PASS, INCONCLUSIVE a FAIL)."""
     style = _STATUS_STYLE.get(result.status, "white")
+    if result.details.get("verdict") == "WARN":
+        style = "yellow"
     return _markup(f"[{style}]{result.status:4}[/] {result.name:<20} {result.seconds:6.2f} s  {escape(result.reason)}")
+
+
+def soak_turn_line(rec: Mapping[str, Any]) -> Text:
+    """One soak turn as it ends: tokens, TTFT, decode, the answer's check, memory."""
+    def num(value: Any, fmt: str) -> str:
+        return format(value, fmt) if isinstance(value, (int, float)) else "n/a"
+
+    check = rec.get("check") or {}
+    mem_rec = rec.get("memory") or {}
+    memory = (f"{mem_rec.get('source')} {mib(mem_rec['bytes'], 1)}" if isinstance(mem_rec.get("bytes"), int)
+              else "memory n/a")
+    status = str(check.get("status") or "?")
+    style = "green" if status == "ok" else "red" if status == "error" else "yellow"
+    return _markup(f"  soak turn {rec.get('turn')} (session {rec.get('session')}, {rec.get('kind')}): "
+                   f"{num(rec.get('prompt_tokens'), 'd')} + {num(rec.get('completion_tokens'), 'd')} tok, "
+                   f"TTFT {num(rec.get('ttft_s'), '.2f')} s, {num(rec.get('decode_tps'), '.1f')} tok/s, "
+                   f"[{style}]{escape(status)}[/], {escape(memory)}")
 
 
 def verify_summary(info: ServerInfo, outcome: VerifyOutcome) -> Text:

@@ -16,6 +16,7 @@ milliseconds late — and then its timestamps are late too. The raw lags are sto
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -59,35 +60,82 @@ def decode_kinds(runs: Any) -> list[str] | None:
     return out
 
 
-class ClientMonitor:
-    """CPU time and wake-up lag of this process while a bench runs (use as a context manager)."""
+def _task_schedstat() -> dict[int, tuple[int, int, int]] | None:
+    """Per thread of this process: (ns on a CPU, ns runnable but waiting on a run queue, times
+    run), from Linux's /proc/self/task/*/schedstat; None where the OS does not give it."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    out: dict[int, tuple[int, int, int]] = {}
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                on_cpu, waited, slices = (int(x) for x in f.read().split()[:3])
+        except (OSError, ValueError):
+            continue             # the thread ended between the listing and the read
+        out[int(tid)] = (on_cpu, waited, slices)
+    return out or None
 
-    def __init__(self, interval_s: float = 0.005) -> None:
+
+class ClientMonitor:
+    """CPU time, wake-up lag and run-queue wait of this process while a bench runs (a context manager).
+
+    The run-queue wait catches what the other two miss: a client whose stream threads are ready
+    but not running (a shared, oversubscribed core) reads its tokens late while its CPU share stays
+    low and a lone probe thread still wakes on time. It is summed over every thread seen (sampled
+    every ``schedstat_every_s``, so threads that end mid-run are counted up to their last sample)."""
+
+    def __init__(self, interval_s: float = 0.005, schedstat_every_s: float = 0.2) -> None:
         self.interval_s = interval_s
+        self.schedstat_every_s = schedstat_every_s
         self.lags_us: list[int] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._probe, name="engineroom-lag-probe", daemon=True)
         self.cpu_s = 0.0
         self.wall_s = 0.0
+        self._sched0: dict[int, tuple[int, int, int]] | None = None
+        self._sched: dict[int, tuple[int, int, int]] = {}
+
+    def _sample_sched(self) -> None:
+        now = _task_schedstat()
+        if now is not None:
+            self._sched.update(now)
 
     def _probe(self) -> None:
+        next_sched = time.perf_counter()
         while not self._stop.is_set():
             t0 = time.perf_counter()
             time.sleep(self.interval_s)
             self.lags_us.append(max(0, round((time.perf_counter() - t0 - self.interval_s) * 1e6)))
+            if self._sched0 is not None and t0 >= next_sched:
+                self._sample_sched()
+                next_sched = t0 + self.schedstat_every_s
+
+    def _runqueue(self) -> dict[str, Any]:
+        if self._sched0 is None:
+            return {"runq_wait_s": None, "runq_slices": None, "threads_seen": None}
+        base = self._sched0
+        waited = sum(w - base.get(tid, (0, 0, 0))[1] for tid, (_, w, _n) in self._sched.items())
+        slices = sum(n - base.get(tid, (0, 0, 0))[2] for tid, (_, _w, n) in self._sched.items())
+        return {"runq_wait_s": max(0, waited) / 1e9, "runq_slices": max(0, slices), "threads_seen": len(self._sched)}
 
     def __enter__(self) -> ClientMonitor:
         self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
+        self._sched0 = _task_schedstat()
+        if self._sched0 is not None:
+            self._sched = dict(self._sched0)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=2)
+        self._sample_sched()
         self.cpu_s = time.process_time() - self._cpu0
         self.wall_s = time.perf_counter() - self._wall0
 
     def record(self) -> dict[str, Any]:
         """The raw figures, as stored (``client_load`` record payload)."""
         return {"cpu_s": self.cpu_s, "wall_s": self.wall_s, "interval_us": round(self.interval_s * 1e6),
-                "lags_us": list(self.lags_us)}
+                "lags_us": list(self.lags_us), **self._runqueue()}

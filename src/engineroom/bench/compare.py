@@ -26,7 +26,7 @@ from engineroom.bench import statistics as st
 from engineroom.bench.suitestats import group_label, kept
 from engineroom.bench.suitesummary import is_suite_run, round_figures
 
-__all__ = ["compare_runs", "samples", "t_975", "welch"]
+__all__ = ["Arm", "compare_arms", "compare_boot_samples", "compare_runs", "samples", "t_975", "welch"]
 
 # two-sided 95% t quantiles by degrees of freedom (1..30); above 30 the normal 1.96 (within 2%)
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
@@ -113,3 +113,65 @@ def compare_runs(run_a: Mapping[str, Any], records_a: Sequence[Mapping[str, Any]
             "boots_note": ("the band is each run's own variation; engines vary boot to boot (about 20% in the spec's "
                            "experience), so a launch setting's effect is settled only with each arm over at least 2 "
                            "boots, interleaved")}
+
+
+Arm = Sequence[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]]    # [(run, records)] per boot
+
+
+def compare_arms(arm_a: Arm, arm_b: Arm) -> dict[str, Any]:
+    """A/B over boots: each arm is one stored run per boot (interleaved by the caller).
+
+    Per group and metric: the pooled per-request samples give ``delta`` and the Welch band, as
+    ``compare_runs``; besides, each boot's mean. The verdict is ``real`` only when all three hold:
+    |delta| exceeds the pooled band; it exceeds the boot-to-boot spread inside either arm (the
+    largest range of an arm's boot means: an engine that varies 10% boot to boot cannot show a 5%
+    effect); and every A boot against every B boot differs in the same direction. ``not real`` when
+    any fails and each arm has at least 2 boots of at least 2 samples; else ``cannot tell``.
+    """
+    result = compare_boot_samples([samples(run, recs) for run, recs in arm_a],
+                                  [samples(run, recs) for run, recs in arm_b])
+    return {"runs_a": [run.get("id") for run, _ in arm_a], "runs_b": [run.get("id") for run, _ in arm_b], **result}
+
+
+BootSamples = Sequence[Mapping[str, Mapping[str, Sequence[float]]]]    # per boot: group -> metric -> values
+
+
+def compare_boot_samples(per_a: BootSamples, per_b: BootSamples) -> dict[str, Any]:
+    """``compare_arms`` on samples already taken from the records (one mapping per boot)."""
+    every = [*per_a, *per_b]
+    groups = [g for g in (per_a[0] if per_a else {}) if all(g in s for s in every)]
+    rows: list[dict[str, Any]] = []
+    for group in groups:
+        metrics = [m for m in per_a[0][group] if all(m in s[group] for s in every)]
+        for metric in metrics:
+            boots_a = [list(s[group][metric]) for s in per_a]
+            boots_b = [list(s[group][metric]) for s in per_b]
+            if not all(boots_a) or not all(boots_b):
+                continue
+            a = [x for boot in boots_a for x in boot]
+            b = [x for boot in boots_b for x in boot]
+            w = welch(a, b)
+            mean_a, mean_b = _st.fmean(a), _st.fmean(b)
+            means_a = [_st.fmean(x) for x in boots_a]
+            means_b = [_st.fmean(x) for x in boots_b]
+            spread = max(max(means_a) - min(means_a), max(means_b) - min(means_b))
+            signs = {math.copysign(1.0, mb - ma) for ma in means_a for mb in means_b if mb != ma}
+            enough = len(boots_a) >= 2 and len(boots_b) >= 2 and min(len(x) for x in boots_a + boots_b) >= 2
+            if w["band"] is None or not enough:
+                verdict, why = "cannot tell", "each arm needs at least 2 boots of at least 2 measured requests"
+            elif abs(w["delta"]) <= w["band"]:
+                verdict, why = "not real", "within the noise band"
+            elif abs(w["delta"]) <= spread:
+                verdict, why = "not real", "within the boot-to-boot spread"
+            elif len(signs) > 1:
+                verdict, why = "not real", "the boots disagree on the direction"
+            else:
+                verdict, why = "real", "beyond the noise band and the boot-to-boot spread, in every boot pairing"
+            rows.append({"group": group, "metric": metric, "a_mean": mean_a, "b_mean": mean_b, "n_a": len(a),
+                         "n_b": len(b), "boots_a": means_a, "boots_b": means_b, "boot_spread": spread,
+                         "boot_spread_pct": spread / mean_a * 100.0 if mean_a else None,
+                         "delta": w["delta"], "delta_pct": (w["delta"] / mean_a * 100.0) if mean_a else None,
+                         "band": w["band"],
+                         "band_pct": (w["band"] / mean_a * 100.0) if (mean_a and w["band"] is not None) else None,
+                         "verdict": verdict, "why": why})
+    return {"rows": rows}

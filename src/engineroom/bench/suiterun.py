@@ -12,11 +12,21 @@ What each kind does (the sizes come from ``suites``; the figures from ``suitesta
 - ``concurrency``: N streams at once, N = the slot count the engine reports
   (``ServerInfo.total_slots``) or the one the caller gives; never guessed. Every stream of a
   round has one *scheduled* send time; each record keeps ``scheduled_lag_us`` (actual send -
-  scheduled), so latency is measured from the schedule and client-side queueing counts.
+  scheduled), so latency is measured from the schedule and client-side queueing counts;
+- ``agentic``: sessions of a recorded coding-agent conversation (``agentic``), one turn at a
+  time, each turn the whole conversation so far with the ten tools; a session stops early when
+  its next turn would not fit the context with the reply and headroom (an ``agentic_stop``
+  record says so);
+- ``sweep``: concurrency cells over N and prompt size (``sweep``), a cell skipped when its
+  estimate would overrun the budget (each decision a ``sweep_cell`` record);
+- ``rate``: a seeded Poisson schedule (``arrivals``); each request is sent at its scheduled
+  time by the first free sender, and keeps ``scheduled_s`` and ``scheduled_lag_us``.
 
 Records are ``runner.measure_request``'s, plus: ``suite``, ``group`` (what the figures are
 grouped by), ``salt`` / ``sized_by`` / ``target_tokens`` for haystacks, ``round`` / ``stream``
-/ ``scheduled_lag_us`` for concurrency, ``arrival_kinds`` (reasoning / content per token
+/ ``scheduled_lag_us`` for concurrency and sweep, ``session`` / ``turn`` /
+``previous_prompt_tokens`` / ``step`` for agentic, ``arrival`` / ``scheduled_s`` for rate,
+``tool_calls`` (name and argument size of each call the model made), ``arrival_kinds`` (reasoning / content per token
 chunk, run-length), ``counters_delta`` (the engine's counters around a sequential request) and
 ``discarded`` (why, or None). Around the whole run: ``engine_metrics`` before / after, and the
 client's own load (``client_load``: its CPU time and wake-up lags) — all stored raw.
@@ -24,12 +34,17 @@ client's own load (``client_load``: its CPU time and wake-up lags) — all store
 
 from __future__ import annotations
 
+import json
+import queue
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from engineroom.bench import agentic, sweep
+from engineroom.bench.arrivals import poisson_schedule
 from engineroom.bench.clientside import ClientMonitor, encode_kinds
 from engineroom.bench.records import BenchRequest
 from engineroom.bench.runner import StreamingClient, measure_request
@@ -48,9 +63,12 @@ from engineroom.bench.workloads import Workload
 from engineroom.engines.base import ServerInfo
 from engineroom.errors import BadInput
 
-__all__ = ["MAX_CACHE_RETRIES", "SuiteContext", "SuiteResult", "run_suite", "suite_conditions"]
+__all__ = ["AGENTIC_STOP_KIND", "MAX_CACHE_RETRIES", "SUITE_KINDS", "SuiteContext", "SuiteResult", "run_suite",
+           "suite_conditions"]
 
 MAX_CACHE_RETRIES = 3
+SUITE_KINDS = ("standard", "depth", "concurrency", "spec", "agentic", "sweep", "rate")
+AGENTIC_STOP_KIND = agentic.STOP_KIND
 SCHEDULE_AHEAD_S = 0.05      # a round's streams are scheduled this far ahead, so every thread is waiting
 
 Emit = Callable[[str, dict[str, Any]], Any]          # (record kind, payload) -> stored
@@ -126,7 +144,35 @@ def suite_conditions(spec: SuiteSpec, ctx: SuiteContext) -> dict[str, Any]:
                             prompt_tokens=_concurrency_prompt(spec, server))
     if spec.kind in ("standard", "spec"):
         out["bench"]["workloads"] = [w.describe() for w in _workloads(spec, ctx)]
+    if spec.kind == "agentic":
+        turns, scale = agentic.plan_turns(server.n_ctx, spec.max_tokens, spec.turns, spec.prompt_tokens)
+        out["bench"].update(sessions=spec.measured, turns=len(turns), turns_asked=spec.turns, scale=scale,
+                            target_tokens=spec.prompt_tokens, context_fill=agentic.CONTEXT_FILL,
+                            tool_choice=spec.tool_choice, tools=[t["function"]["name"] for t in agentic.TOOLS],
+                            plan=[{"turn": t.turn, "tool": t.exchange.tool if t.exchange else None,
+                                   "output_tokens": t.output_tokens, "context_tokens": t.context_tokens}
+                                  for t in turns])
+    if spec.kind == "sweep":
+        n = _streams(spec, ctx)
+        out["bench"].update(streams_max=n, streams_source="--streams" if ctx.streams is not None else
+                            "the engine's reported slot count", stream_counts=sweep.stream_counts(n),
+                            contexts=_sweep_contexts(spec, server), rounds=spec.rounds, budget_s=spec.budget_s,
+                            knee_gain_pct=spec.knee_gain_pct, slo_ttft_ms=spec.slo_ttft_ms,
+                            slo_itl_ms=spec.slo_itl_ms)
+    if spec.kind == "rate":
+        schedule = poisson_schedule(spec.rate, spec.arrival_seed, duration_s=spec.duration_s, count=spec.requests)
+        out["bench"].update(rate=spec.rate, duration_s=spec.duration_s, requests=spec.requests,
+                            arrival_seed=spec.arrival_seed, scheduled=len(schedule),
+                            schedule_span_s=schedule[-1] if schedule else 0.0, max_inflight=spec.max_inflight,
+                            prompt_tokens=_concurrency_prompt(spec, server), slo_ttft_ms=spec.slo_ttft_ms,
+                            slo_itl_ms=spec.slo_itl_ms)
     return out
+
+
+def _sweep_contexts(spec: SuiteSpec, server: ServerInfo) -> list[int]:
+    room = _concurrency_prompt(spec.with_(prompt_tokens=10**9), server)
+    asked = spec.contexts or (spec.prompt_tokens,)
+    return sorted({min(int(c), room) for c in asked})
 
 
 def _concurrency_prompt(spec: SuiteSpec, server: ServerInfo) -> int:
@@ -148,19 +194,30 @@ def _workloads(spec: SuiteSpec, ctx: SuiteContext) -> tuple[Workload, ...]:
     return chosen
 
 
-def _payload(spec: SuiteSpec, ctx: SuiteContext, workload: Workload) -> tuple[dict[str, Any], dict[str, Any]]:
+def _payload(spec: SuiteSpec, ctx: SuiteContext, workload: Workload, messages: list[dict[str, Any]] | None = None,
+             request: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The body and what the record keeps of it; ``messages`` replace the workload's (agentic),
+    ``request`` adds fields (its tools and tool_choice)."""
     body = dict(ctx.server.capabilities.full_length_body)
-    payload: dict[str, Any] = {"model": ctx.server.model_id or "default", "messages": workload.messages(),
+    payload: dict[str, Any] = {"model": ctx.server.model_id or "default",
+                               "messages": messages if messages is not None else workload.messages(),
                                "max_tokens": workload.max_tokens, "stream": True,
-                               "stream_options": {"include_usage": True}, **spec.sampler.as_payload(), **body}
-    sent = {"max_tokens": workload.max_tokens, "sampler": spec.sampler.as_payload(), "body": body,
-            "prompt_sha256": workload.prompt_sha256[:16]}
+                               "stream_options": {"include_usage": True}, **spec.sampler.as_payload(),
+                               **(request or {}), **body}
+    sent: dict[str, Any] = {"max_tokens": workload.max_tokens, "sampler": spec.sampler.as_payload(), "body": body,
+                            "prompt_sha256": workload.prompt_sha256[:16]}
+    if messages is not None:
+        sent["messages"] = len(messages)
+    if request:
+        sent["request"] = {k: ([t.get("function", {}).get("name") for t in v] if k == "tools" else v)
+                           for k, v in request.items()}
     return payload, sent
 
 
 def _request(spec: SuiteSpec, ctx: SuiteContext, client: StreamingClient, workload: Workload, *, index: int,
-             warmup: bool, extra: Mapping[str, Any], t_scheduled: float | None = None) -> dict[str, Any]:
-    payload, sent = _payload(spec, ctx, workload)
+             warmup: bool, extra: Mapping[str, Any], t_scheduled: float | None = None,
+             messages: list[dict[str, Any]] | None = None, request: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    payload, sent = _payload(spec, ctx, workload, messages, request)
     if t_scheduled is not None:
         delay = t_scheduled - time.perf_counter()
         if delay > 0:
@@ -172,6 +229,9 @@ def _request(spec: SuiteSpec, ctx: SuiteContext, client: StreamingClient, worklo
         rec = measure_request(result, workload=workload, index=index, warmup=warmup, sent=sent,
                               sent_unix=sent_unix, server=ctx.server).to_dict()
         rec["arrival_kinds"] = encode_kinds(getattr(result, "token_kinds", None) or [])
+        calls = getattr(result, "tool_calls", None) or []
+        if calls:
+            rec["tool_calls"] = [{"name": c.name, "arguments_chars": len(c.arguments or "")} for c in calls]
         t_request = float(result.t_request)
     except Exception as exc:  # noqa: BLE001 - a transport failure becomes a failed request, as in the runner
         rec = BenchRequest(workload=workload.name, index=index, warmup=warmup, sent=sent, sent_unix=sent_unix,
@@ -195,9 +255,11 @@ def _phases(spec: SuiteSpec) -> list[tuple[bool, int]]:
 
 
 def _sequential(spec: SuiteSpec, ctx: SuiteContext, client: StreamingClient, workload: Workload, *, index: int,
-                warmup: bool, extra: Mapping[str, Any]) -> dict[str, Any]:
+                warmup: bool, extra: Mapping[str, Any], messages: list[dict[str, Any]] | None = None,
+                request: Mapping[str, Any] | None = None) -> dict[str, Any]:
     before = ctx.metrics() if ctx.metrics else None
-    rec = _request(spec, ctx, client, workload, index=index, warmup=warmup, extra=extra)
+    rec = _request(spec, ctx, client, workload, index=index, warmup=warmup, extra=extra, messages=messages,
+                   request=request)
     after = ctx.metrics() if ctx.metrics else None
     if before and after:
         rec["counters_delta"] = counters_delta(before, after)
@@ -235,6 +297,23 @@ def _run_depth(spec: SuiteSpec, ctx: SuiteContext, depths: Sequence[int], tick: 
             tick(f"depth {depth} {'warm-up' if warmup else 'measured'} {index + 1}")
 
 
+def _round(spec: SuiteSpec, ctx: SuiteContext, pool: ThreadPoolExecutor, clients: Sequence[StreamingClient], n: int,
+           tokens: int, *, round_no: int, index: int, warmup: bool, group: Mapping[str, Any]) -> None:
+    """One round of ``n`` simultaneous streams on salted ``tokens``-token prompts, one scheduled send."""
+    prompts = [haystack(ctx.salts(), tokens, ctx.count_tokens) for _ in range(n)]   # sized before the clock
+    t_sched = time.perf_counter() + SCHEDULE_AHEAD_S
+    futures = [pool.submit(_request, spec, ctx, clients[i],
+                           Workload(f"{spec.kind} N={n}", prompts[i].text, spec.max_tokens),
+                           index=index, warmup=warmup, t_scheduled=t_sched,
+                           extra={"group": dict(group), "round": round_no, "stream": i,
+                                  "salt": prompts[i].salt, "target_tokens": tokens,
+                                  "counted_tokens": prompts[i].counted_tokens,
+                                  "sized_by": prompts[i].sized_by})
+               for i in range(n)]
+    for fut in futures:
+        ctx.store("bench_request", fut.result())
+
+
 def _run_concurrency(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], None]) -> None:
     n = _streams(spec, ctx)
     tokens = _concurrency_prompt(spec, ctx.server)
@@ -242,36 +321,166 @@ def _run_concurrency(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], N
     rounds = [(True, i) for i in range(spec.warmup)] + [(False, i) for i in range(spec.rounds)]
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="engineroom-stream") as pool:
         for round_no, (warmup, index) in enumerate(rounds):
-            prompts = [haystack(ctx.salts(), tokens, ctx.count_tokens) for _ in range(n)]   # sized before the clock
-            t_sched = time.perf_counter() + SCHEDULE_AHEAD_S
-            futures = [pool.submit(_request, spec, ctx, clients[i],
-                                   Workload(f"concurrency N={n}", prompts[i].text, spec.max_tokens),
-                                   index=index, warmup=warmup, t_scheduled=t_sched,
-                                   extra={"group": {"streams": n}, "round": round_no, "stream": i,
-                                          "salt": prompts[i].salt, "target_tokens": tokens,
-                                          "counted_tokens": prompts[i].counted_tokens,
-                                          "sized_by": prompts[i].sized_by})
-                       for i in range(n)]
-            for fut in futures:
-                ctx.store("bench_request", fut.result())
+            _round(spec, ctx, pool, clients, n, tokens, round_no=round_no, index=index, warmup=warmup,
+                   group={"streams": n})
             tick(f"N={n} {'warm-up' if warmup else 'round'} {index + 1}")
 
 
-def _total(spec: SuiteSpec, ctx: SuiteContext, depths: Sequence[int]) -> int:
+def _run_agentic(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], None]) -> None:
+    """Warm-ups (turn 1 of a session of their own each), then ``measured`` sessions of the plan's turns."""
+    plan, _ = agentic.plan_turns(ctx.server.n_ctx, spec.max_tokens, spec.turns, spec.prompt_tokens)
+    request = {"tools": agentic.TOOLS, "tool_choice": spec.tool_choice}
+    client = ctx.new_client()
+    n_ctx = int(ctx.server.n_ctx or 0)
+    for i in range(spec.warmup):
+        session = agentic.SessionBuilder(ctx.salts(), ctx.count_tokens)
+        workload = Workload("agentic turn 1", json.dumps(session.messages), spec.max_tokens)   # hashed, not sent
+        rec = _sequential(spec, ctx, client, workload, index=i, warmup=True, messages=list(session.messages),
+                          request=request, extra={"group": {"turn": 1}, "session": -1 - i, "turn": 1,
+                                                  "salt": session.salt, "previous_prompt_tokens": None, "step": {}})
+        ctx.store("bench_request", rec)
+        tick(f"warm-up {i + 1}")
+    for s in range(spec.measured):
+        session = agentic.SessionBuilder(ctx.salts(), ctx.count_tokens)
+        previous: int | None = None
+        for k, turn in enumerate(plan):
+            step = session.add(turn)               # the recorded call and its output, sized before the clock
+            grown = 0
+            if turn.exchange is not None:
+                grown = (step.get("output_counted_tokens") or turn.output_tokens) + agentic.call_tokens(turn.exchange)
+            if previous is not None and previous + grown + spec.max_tokens + DEPTH_HEADROOM > n_ctx:
+                ctx.store(AGENTIC_STOP_KIND, {"session": s, "turn": turn.turn, "previous_prompt_tokens": previous,
+                                              "adding_tokens": grown, "n_ctx": n_ctx,
+                                              "why": "the next turn would not fit the context with the reply and "
+                                                     "headroom"})
+                for later in plan[k:]:
+                    tick(f"session {s + 1} turn {later.turn} not sent (context)")
+                break
+            workload = Workload(f"agentic turn {turn.turn}", json.dumps(session.messages), spec.max_tokens)
+            rec = _sequential(spec, ctx, client, workload, index=s, warmup=False, messages=list(session.messages),
+                              request=request, extra={"group": {"turn": turn.turn}, "session": s,
+                                                      "turn": turn.turn, "salt": session.salt,
+                                                      "previous_prompt_tokens": previous, "step": step,
+                                                      "sized_by": agentic.sized_by(step)})
+            ctx.store("bench_request", rec)
+            previous = rec.get("prompt_tokens") if isinstance(rec.get("prompt_tokens"), int) else previous
+            tick(f"session {s + 1} turn {turn.turn}")
+
+
+def _run_sweep(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], None]) -> None:
+    """Cells (prompt size x N), each ``rounds`` rounds, none started that its estimate says would
+    overrun ``budget_s``; warm-ups are single requests before the first cell."""
+    max_n = _streams(spec, ctx)
+    contexts = _sweep_contexts(spec, ctx.server)
+    counts = sweep.stream_counts(max_n)
+    clients = [ctx.new_client() for _ in range(max_n)]
+    start = time.perf_counter()
+    done: list[dict[str, Any]] = []
+    round_no = 0
+    with ThreadPoolExecutor(max_workers=max_n, thread_name_prefix="engineroom-stream") as pool:
+        for i in range(spec.warmup):
+            _round(spec, ctx, pool, clients, 1, contexts[0], round_no=round_no, index=i, warmup=True,
+                   group={"streams": 1, "ctx": contexts[0]})
+            round_no += 1
+            tick(f"warm-up {i + 1}")
+        for c in contexts:
+            for n in counts:
+                elapsed = time.perf_counter() - start
+                estimate = sweep.estimate_cell_s(c, n, spec.rounds, done)
+                cell = {"ctx": c, "streams": n, "estimate_s": estimate, "elapsed_s": elapsed,
+                        "budget_s": spec.budget_s}
+                if estimate is not None and elapsed + estimate > spec.budget_s:
+                    ctx.store(sweep.SWEEP_CELL_KIND, {**cell, "status": "skipped"})
+                    tick(f"ctx {c} N={n} skipped (budget)")
+                    continue
+                slowest = 0.0
+                for r in range(spec.rounds):
+                    t0 = time.perf_counter()
+                    _round(spec, ctx, pool, clients, n, c, round_no=round_no, index=r, warmup=False,
+                           group={"streams": n, "ctx": c})
+                    round_no += 1
+                    slowest = max(slowest, time.perf_counter() - t0)
+                done.append({"ctx": c, "streams": n, "round_s": slowest})
+                ctx.store(sweep.SWEEP_CELL_KIND, {**cell, "status": "run", "round_s": slowest,
+                                                  "took_s": time.perf_counter() - start - elapsed})
+                tick(f"ctx {c} N={n}")
+
+
+def _run_rate(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], None]) -> None:
+    """Warm-ups one at a time, then every arrival of the schedule sent at its time by a free sender."""
+    schedule = poisson_schedule(spec.rate, spec.arrival_seed, duration_s=spec.duration_s, count=spec.requests)
+    tokens = _concurrency_prompt(spec, ctx.server)
+    group = {"rate": spec.rate}
+    client = ctx.new_client()
+    for i in range(spec.warmup):
+        prompt = haystack(ctx.salts(), tokens, ctx.count_tokens)
+        rec = _sequential(spec, ctx, client, Workload(f"rate {spec.rate:g}/s", prompt.text, spec.max_tokens),
+                          index=i, warmup=True, extra={"group": group, "salt": prompt.salt, "target_tokens": tokens,
+                                                       "counted_tokens": prompt.counted_tokens,
+                                                       "sized_by": prompt.sized_by})
+        ctx.store("bench_request", rec)
+        tick(f"warm-up {i + 1}")
+    prompts = [haystack(ctx.salts(), tokens, ctx.count_tokens) for _ in schedule]     # sized before the clock
+    workers = max(1, min(spec.max_inflight, len(schedule)))
+    free: queue.SimpleQueue[StreamingClient] = queue.SimpleQueue()
+    for c in [client] + [ctx.new_client() for _ in range(workers - 1)]:
+        free.put(c)
+
+    stop = threading.Event()            # Ctrl-C: arrivals not yet sent are dropped, not waited for
+
+    def send(i: int, t_sched: float) -> dict[str, Any] | None:
+        sender = free.get()
+        try:
+            if stop.wait(max(0.0, t_sched - time.perf_counter())):
+                return None
+            return _request(spec, ctx, sender, Workload(f"rate {spec.rate:g}/s", prompts[i].text, spec.max_tokens),
+                            index=i, warmup=False, t_scheduled=t_sched,
+                            extra={"group": group, "arrival": i, "scheduled_s": schedule[i],
+                                   "salt": prompts[i].salt, "target_tokens": tokens,
+                                   "counted_tokens": prompts[i].counted_tokens, "sized_by": prompts[i].sized_by})
+        finally:
+            free.put(sender)
+
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="engineroom-arrival")
+    try:
+        t0 = time.perf_counter() + SCHEDULE_AHEAD_S
+        futures: list[Future[dict[str, Any] | None]] = [pool.submit(send, i, t0 + off)
+                                                        for i, off in enumerate(schedule)]
+        for n, fut in enumerate(as_completed(futures), 1):
+            answered = fut.result()
+            if answered is not None:
+                ctx.store("bench_request", answered)
+            tick(f"arrival {n} of {len(schedule)} answered")
+    finally:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _total(spec: SuiteSpec, ctx: SuiteContext, depths: Sequence[int], bench: Mapping[str, Any]) -> int:
     if spec.kind == "depth":
         return len(depths) * (spec.warmup + spec.measured)
     if spec.kind == "concurrency":
         return spec.warmup + spec.rounds
+    if spec.kind == "agentic":
+        return spec.warmup + spec.measured * int(bench.get("turns") or 0)
+    if spec.kind == "sweep":
+        return spec.warmup + len(bench.get("contexts") or []) * len(bench.get("stream_counts") or [])
+    if spec.kind == "rate":
+        return spec.warmup + int(bench.get("scheduled") or 0)
     return len(_workloads(spec, ctx)) * (spec.warmup + spec.measured)
+
+
+_RUNNERS: dict[str, Callable[[SuiteSpec, SuiteContext, Callable[[str], None]], None]] = {
+    "agentic": _run_agentic, "sweep": _run_sweep, "rate": _run_rate}
 
 
 def run_suite(spec: SuiteSpec, ctx: SuiteContext) -> SuiteResult:
     """Run ``spec``; records go to ``ctx.emit`` as they finish (an interrupted run keeps them)."""
-    if spec.kind not in ("standard", "depth", "concurrency", "spec"):
+    if spec.kind not in SUITE_KINDS:
         raise BadInput(f"unknown suite kind {spec.kind!r}.")
     conditions = suite_conditions(spec, ctx)
     depths = conditions["bench"].get("depths") or []
-    total, done = _total(spec, ctx, depths), 0
+    total, done = _total(spec, ctx, depths, conditions["bench"]), 0
 
     def tick(label: str) -> None:
         nonlocal done
@@ -291,6 +500,8 @@ def run_suite(spec: SuiteSpec, ctx: SuiteContext) -> SuiteResult:
                 _run_depth(spec, ctx, depths, tick)
             elif spec.kind == "concurrency":
                 _run_concurrency(spec, ctx, tick)
+            elif spec.kind in _RUNNERS:
+                _RUNNERS[spec.kind](spec, ctx, tick)
             else:
                 _run_standard(spec, ctx, tick)
     finally:

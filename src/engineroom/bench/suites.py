@@ -1,10 +1,12 @@
 """The longer bench suites, as data: what each sends, sized from the context the engine reports.
 
-``engineroom bench --suite standard|depth|concurrency|spec`` (the default ``quick`` and ``long``
-stay in ``workloads``, unchanged). Every suite is a ``SuiteSpec``: which kind of run
-(``suiterun`` executes it), its prompts, lengths, repetitions and sampler. Nothing here talks
-to an engine; ``plan_suite`` turns a spec into concrete sizes for one server (its context per
-slot, its slot count).
+``engineroom bench --suite standard|depth|concurrency|spec|agentic|sweep|rate`` (the default
+``quick`` and ``long`` stay in ``workloads``, unchanged; ``--sweep`` and ``--rate R`` select the
+last two). The agentic conversation is ``agentic``'s data, the sweep's cells and knee
+``sweep``'s, the Poisson schedule and goodput ``arrivals``'. Every suite is a ``SuiteSpec``:
+which kind of run (``suiterun`` executes it), its prompts, lengths, repetitions and sampler. Nothing here talks
+to an engine; ``plan_depths`` (and ``agentic.plan_turns``) turn a spec into concrete sizes for
+one server (its context per slot); ``suiterun`` resolves its slot count.
 
 Prompt sources:
 
@@ -14,14 +16,16 @@ Prompt sources:
   is drawn for every request (``fresh_salt``). Sized in real tokens through the engine's own
   tokenizer where its adapter exposes one (``Engine.count_tokens``), else by a
   4-characters-per-token estimate (the record says which: ``sized_by``);
+- ``agentic``: a recorded coding-agent session (``agentic.SCRIPT``): realistic tool outputs,
+  salted per session, sized by the engine's tokenizer;
 - ``repeat``: a prompt that repeats itself, so a draft-free n-gram speculator has something
   to look up (spec-decode acceptance);
 - user prompt files (JSONL, ``load_prompt_file``): one object per line, ``{"prompt": "...",
   "name"?: "...", "system"?: "...", "max_tokens"?: N}``.
 
 Sampler values are always explicit (``runner.Sampler``): the suites use temperature 0 for
-depth, concurrency and spec (repeatable, no sampling noise in the figures) and the quick
-suite's sampler for standard.
+depth, concurrency, spec, agentic, sweep and rate (repeatable, no sampling noise in the
+figures) and the quick suite's sampler for standard.
 """
 
 from __future__ import annotations
@@ -130,7 +134,7 @@ class SuiteSpec:
     """One named suite: a kind of run and its sizes (``suiterun`` executes it)."""
 
     name: str
-    kind: str                                  # "standard" | "depth" | "concurrency" | "spec"
+    kind: str            # "standard" | "depth" | "concurrency" | "spec" | "agentic" | "sweep" | "rate"
     about: str
     warmup: int = 1
     measured: int = 3
@@ -143,6 +147,18 @@ class SuiteSpec:
     workloads: tuple[Workload, ...] = ()       # standard / spec: the prompts
     cv_threshold_pct: float = 10.0
     agreement_tolerance_pct: float = 1.0
+    turns: int = 12                            # agentic: turns per session (measured = sessions)
+    tool_choice: str = "auto"                  # agentic: sent with the ten tools on every turn
+    contexts: tuple[int, ...] = ()             # sweep: prompt sizes (empty: prompt_tokens)
+    budget_s: float = 300.0                    # sweep: no cell is started that would overrun it
+    knee_gain_pct: float = 15.0                # sweep: an added stream must add this share of one stream's rate
+    slo_ttft_ms: float = 2000.0                # sweep / rate: TTFT from the scheduled send
+    slo_itl_ms: float = 100.0                  # sweep / rate: TPOT (mean inter-token time after the first)
+    rate: float = 1.0                          # rate: Poisson arrivals per second
+    duration_s: float | None = 60.0            # rate: schedule length (or requests)
+    requests: int | None = None                # rate: number of arrivals (the first limit reached wins)
+    arrival_seed: int = 1234                   # rate: the schedule's random seed (recorded)
+    max_inflight: int = 64                     # rate: client senders; a request none is free for waits (counted)
 
     def with_(self, **changes: object) -> SuiteSpec:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -165,6 +181,25 @@ SUITE_SPECS: dict[str, SuiteSpec] = {
         "N simultaneous streams, N = the engine's reported slot count (or --streams): 3 rounds of salted "
         "16K-token prompts (capped by the context), 256 tokens out, latency from the scheduled send time",
         warmup=1, measured=3, rounds=3, max_tokens=256, prompt_tokens=16384),
+    "agentic": SuiteSpec(
+        "agentic", "agentic",
+        "multi-turn agentic replay: a coding agent's session (ten tools; file reads, grep hits, test logs, a "
+        "diff) growing turn by turn toward ~50K tokens, scaled to the engine's context per slot; every turn "
+        "sends the whole conversation; 1 warm-up + 2 salted sessions of 12 turns, TTFT / prefill / decode "
+        "and cached tokens per turn",
+        warmup=1, measured=2, max_tokens=64, prompt_tokens=50000, turns=12),
+    "sweep": SuiteSpec(
+        "sweep", "sweep",
+        "N = 1, 2, 4, ... simultaneous streams up to the engine's slot count (or --streams) at each prompt "
+        "size (--depths; default 1,024 tokens), 2 rounds a cell within a time budget (--budget-s, 300 s): "
+        "aggregate and per-stream decode, TTFT p50 / p95, the knee and a recommended slot count",
+        warmup=1, measured=2, rounds=2, max_tokens=64, prompt_tokens=1024),
+    "rate": SuiteSpec(
+        "rate", "rate",
+        "request-rate mode: Poisson arrivals at --rate R per second (seeded) for --duration-s (60 s) or "
+        "--requests N, salted 512-token prompts, latency from the scheduled send; goodput against "
+        "--slo-ttft-ms (2,000) and --slo-itl-ms (TPOT, 100)",
+        warmup=1, measured=1, max_tokens=64, prompt_tokens=512),
     "spec": SuiteSpec(
         "spec", "spec",
         "a prompt that repeats itself (what a draft-free n-gram speculator can look up): acceptance rate, "

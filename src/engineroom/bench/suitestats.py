@@ -26,7 +26,8 @@ from engineroom.bench.records import arrivals_us, max_tokens, ttft_s
 from engineroom.bench.statistics import engine_timings, is_ok, percentile
 
 __all__ = ["CACHE_ALLOWANCE_FRACTION", "CACHE_ALLOWANCE_TOKENS", "CLIENT_LAG_LIMIT_MS", "CLIENT_CPU_LIMIT",
-           "CLIENT_LOAD_KIND", "CacheReuse", "cache_reuse", "client_load", "counters_delta", "group_label",
+           "CLIENT_RUNQ_LIMIT_MS", "CLIENT_LOAD_KIND", "CacheReuse", "cache_reuse", "client_load", "counters_delta",
+           "group_label",
            "is_silent", "kept", "latency_from_schedule_s", "reasoning", "records_of"]
 
 CLIENT_LOAD_KIND = "client_load"
@@ -36,6 +37,9 @@ CACHE_ALLOWANCE_FRACTION = 0.05
 # its probe thread woke this late at the 99th percentile (its timestamps are then as late).
 CLIENT_CPU_LIMIT = 0.9
 CLIENT_LAG_LIMIT_MS = 20.0
+# a client thread that was ready waited this long for a CPU, on average, each time it ran: its
+# tokens were read that late (the probe thread alone can still wake on time)
+CLIENT_RUNQ_LIMIT_MS = 10.0
 
 
 def records_of(records: Iterable[Mapping[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -84,8 +88,11 @@ def cache_reuse(rec: Mapping[str, Any]) -> CacheReuse:
 
 
 def is_silent(rec: Mapping[str, Any]) -> bool:
-    """An answer that succeeded but carried no token (HTTP 200, no error, nothing streamed)."""
-    return is_ok(rec) and not (rec.get("completion_tokens") or 0) and not (arrivals_us(rec) or [])
+    """An answer that succeeded but streamed nothing to time (HTTP 200, no error, no token chunk),
+    whatever the engine's own count says: an engine can report tokens generated whose text is
+    empty (seen on the H200 with a random-weight model under greedy decoding: 1,024 "tokens", no
+    text), and a request with no arrivals has no TTFT or decode rate to report."""
+    return is_ok(rec) and not (arrivals_us(rec) or [])
 
 
 def reasoning(rec: Mapping[str, Any]) -> dict[str, Any]:
@@ -135,6 +142,12 @@ def group_label(rec: Mapping[str, Any]) -> str:
     if isinstance(group, Mapping):
         if "depth" in group:
             return f"depth {group['depth']}"
+        if "ctx" in group and "streams" in group:      # a sweep cell
+            return f"ctx {group['ctx']} N={group['streams']}"
+        if "turn" in group:                            # an agentic turn, over sessions
+            return f"turn {group['turn']}"
+        if "rate" in group:
+            return f"rate {float(group['rate']):g}/s"
         if "streams" in group:
             return f"N={group['streams']}"
         if "workload" in group:
@@ -152,7 +165,17 @@ def client_load(payload: Mapping[str, Any] | None) -> dict[str, Any]:
     return {"recorded": True, "cpu_s": cpu, "wall_s": wall, "cpu_fraction": cpu / wall if wall > 0 else None,
             "lag_ms_p50": percentile(lags, 50), "lag_ms_p99": percentile(lags, 99),
             "lag_ms_max": lags[-1] if lags else None, "n_wakeups": len(lags),
-            "interval_ms": (payload.get("interval_us") or 0) / 1000.0}
+            "interval_ms": (payload.get("interval_us") or 0) / 1000.0, **_runqueue(payload, wall)}
+
+
+def _runqueue(payload: Mapping[str, Any], wall: float) -> dict[str, Any]:
+    """Run-queue wait of the client's threads: in all, per time a thread was run (how late a
+    ready thread got the CPU, on average), and per wall second (threads ready but not running)."""
+    waited, slices = payload.get("runq_wait_s"), payload.get("runq_slices")
+    if not isinstance(waited, (int, float)) or not isinstance(slices, int):
+        return {"runq_wait_s": None, "runq_wait_ms_per_run": None, "runq_waiting_threads": None}
+    return {"runq_wait_s": float(waited), "runq_wait_ms_per_run": waited * 1000.0 / slices if slices else 0.0,
+            "runq_waiting_threads": waited / wall if wall > 0 else None}
 
 
 def median_or_none(xs: Iterable[float | None]) -> float | None:

@@ -15,6 +15,21 @@ is one depth, one stream count, or one workload. Per group:
 - ``reasoning``: time to first token vs first content token, reasoning / content chunks,
   requests whose thinking ran out of budget;
 - ``roofline``: the share of the bandwidth limit (``roofline``) at that depth.
+
+The newer kinds add a block of their own beside the groups (a group is then one agentic turn
+over the sessions, one sweep cell, or the one request rate):
+
+- ``agentic`` (``agentic_figures``): the per-turn curve (context tokens, cached tokens and
+  their share of the previous turn's prompt, new tokens, TTFT, prefill of the new tokens,
+  decode), totals, tool calls made, sessions stopped short of the context, and the TTFT-growth
+  verdict; its checklist replaces two checks: ``prefix_cache`` judges turn 1 of each session
+  only (later turns reuse their own session's prompt by design) and ``client_vs_engine``
+  compares the turns streamed one token per chunk (``agentic.content_only``);
+- ``sweep`` (``sweep_figures``): per cell the rounds' median aggregate rate, per-stream decode,
+  TTFT from the schedule p50 / p95, TPOT p95; the knee per prompt size and the recommended slot
+  count (``bench.sweep``); the cells the budget skipped;
+- ``rate`` (``arrivals.goodput``): goodput, throughput, TTFT / TPOT / e2e percentiles from the
+  scheduled send, errors and silent-empty streams.
 """
 
 from __future__ import annotations
@@ -24,6 +39,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from engineroom.bench import statistics as st
+from engineroom.bench.agentic import STOP_KIND as AGENTIC_STOP_KIND
+from engineroom.bench.agentic import content_only, ttft_verdict
+from engineroom.bench.arrivals import goodput, request_latency
 from engineroom.bench.integrity import checklist, is_valid
 from engineroom.bench.records import gaps_us
 from engineroom.bench.roofline import roofline
@@ -39,10 +57,13 @@ from engineroom.bench.suitestats import (
     reasoning,
     records_of,
 )
+from engineroom.bench.sweep import SWEEP_CELL_KIND, knee, recommend
 
-__all__ = ["STATUS_INVALID", "is_suite_run", "round_figures", "summarize_suite"]
+__all__ = ["STATUS_INVALID", "agentic_figures", "is_suite_run", "round_figures", "summarize_suite", "sweep_figures"]
 
 STATUS_INVALID = "INVALID"
+# the checklist's cache rule per kind: sweep and rate send salted prompts, like concurrency
+_CHECKED_AS = {"sweep": "concurrency", "rate": "concurrency"}
 
 
 def is_suite_run(conditions: Mapping[str, Any]) -> bool:
@@ -88,6 +109,11 @@ def round_figures(recs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _median(values: list[float]) -> float | None:
+    """The median, or None when nothing could be timed (never a crash on an empty group)."""
+    return _st.median(values) if values else None
+
+
 def _group(name: str, recs: Sequence[Mapping[str, Any]], keep: Sequence[Mapping[str, Any]], kind: str,
            basis: Mapping[str, Any] | None, tol: float) -> dict[str, Any]:
     usable = [r for r in keep if st.is_usable(r)]
@@ -114,17 +140,20 @@ def _group(name: str, recs: Sequence[Mapping[str, Any]], keep: Sequence[Mapping[
     }
     streams = 1
     rate = decode.get("mean")
-    if kind == "concurrency":
+    if kind in ("concurrency", "sweep"):
         rounds = round_figures(keep)
         agg = st.describe(r["aggregate_tps"] for r in rounds)
         streams = max((r["streams"] for r in rounds), default=1)
         f.update(rounds=rounds, aggregate_tps=agg, cv_pct=agg.get("cv_pct"),
-                 per_stream_decode_median=_st.median([x for x in (st.decode_tps(r) for r in usable) if x is not None])
-                 if usable else None,
+                 per_stream_decode_median=_median([x for x in (st.decode_tps(r) for r in usable) if x is not None]),
                  ttft_from_schedule_s=_pcts(latency_from_schedule_s(r) for r in keep if st.is_ok(r)),
                  scheduled_lag_ms=_pcts((r.get("scheduled_lag_us") or 0) / 1000.0 for r in keep),
                  errors=sum(x["errors"] for x in rounds), silent=sum(x["silent"] for x in rounds))
         rate = agg.get("mean")
+        tpots = [request_latency(r)["tpot_s"] for r in usable]
+        f["tpot_ms"] = _pcts(tpots, 1000.0)
+    if kind == "rate":       # per-request decode varies with the offered load by design: no CV claim
+        f["cv_pct"] = None
     f["roofline"] = roofline(basis, depth, rate, streams=streams)
     return f
 
@@ -144,7 +173,21 @@ def summarize_suite(records: Iterable[Mapping[str, Any]], conditions: Mapping[st
     figures = {name: _group(name, rs, keeps[name], kind, basis, tol) for name, rs in groups.items()}
     loads = records_of(records, CLIENT_LOAD_KIND)
     load = client_load(loads[-1] if loads else None)
-    checks = checklist(groups, keeps, figures, load, conditions, kind)
+    checks = checklist(groups, keeps, figures, load, conditions, _CHECKED_AS.get(kind, kind))
+    extra: dict[str, Any] = {}
+    if kind == "agentic":
+        checks = _agentic_checks(checks, keeps, tol)
+        extra["agentic"] = agentic_figures(figures, reqs, records)
+    elif kind == "sweep":
+        extra["sweep"] = sweep_figures(figures, keeps, records, bench)
+    elif kind == "rate":
+        checks = [_check("cv", "SKIP", "request-rate mode: each request's decode rate follows the load at its "
+                                       "arrival by design; goodput and percentiles describe it") if c["name"] == "cv"
+                  else c for c in checks]
+        measured = [r for rs in groups.values() for r in rs if not r.get("warmup")]
+        extra["rate"] = goodput(measured, slo_ttft_ms=float(bench.get("slo_ttft_ms") or 0.0),
+                                slo_itl_ms=float(bench.get("slo_itl_ms") or 0.0),
+                                rate=float(bench["rate"]) if bench.get("rate") else None)
     valid = is_valid(checks)
     status = st.run_status(reqs) if reqs else st.STATUS_NO_TOKENS
     if status == st.STATUS_OK and not valid:
@@ -155,6 +198,155 @@ def summarize_suite(records: Iterable[Mapping[str, Any]], conditions: Mapping[st
         warnings.append(f"speculative: {spec['warning']}")
     if spec.get("agrees") is False:
         warnings.append("speculative: the records' draft counts differ from the engine's counters")
+    if kind == "sweep" and extra["sweep"]["skipped"]:
+        warnings.append(f"sweep: {len(extra['sweep']['skipped'])} cell(s) not run: the time budget "
+                        f"({extra['sweep']['budget_s']:g} s) would have been exceeded")
+    if kind == "agentic" and extra["agentic"]["stops"]:
+        warnings.append(f"agentic: {len(extra['agentic']['stops'])} session(s) stopped before the planned last turn "
+                        "(the next turn would not have fitted the context)")
     return {"status": status, "suite": bench.get("suite"), "kind": kind, "groups": figures,
             "speculative": spec, "client_load": load, "integrity": checks, "valid": valid, "warnings": warnings,
-            "counters": st.engine_counters(records)}
+            "counters": st.engine_counters(records), **extra}
+
+
+def _check(name: str, status: str, detail: str) -> dict[str, str]:
+    return {"name": name, "status": status, "detail": detail}
+
+
+def _mean(xs: Iterable[float | int | None]) -> float | None:
+    vals = [float(x) for x in xs if x is not None]
+    return _st.fmean(vals) if vals else None
+
+
+def _turn(rec: Mapping[str, Any]) -> int:
+    t = rec.get("turn")
+    return int(t) if isinstance(t, int) else 0
+
+
+def _agentic_checks(checks: list[dict[str, str]], keeps: Mapping[str, Sequence[Mapping[str, Any]]],
+                    tol: float) -> list[dict[str, str]]:
+    """The agentic replay's own cache and cross-check rules in place of the generic ones."""
+    measured = [r for rs in keeps.values() for r in rs if st.is_ok(r)]
+    firsts = [r for r in measured if _turn(r) == 1]
+    dirty = [r for r in firsts if cache_reuse(r).contaminated]
+    known = [r for r in measured if cache_reuse(r).cached is not None]
+    if dirty:
+        cache = _check("prefix_cache", "FAIL", f"{len(dirty)} session(s) reused the cache on turn 1, before their "
+                                               f"own conversation existed: {cache_reuse(dirty[0]).describe()}")
+    elif not known:
+        cache = _check("prefix_cache", "SKIP", "the engine reports no cached-token count")
+    else:
+        later = [r for r in known if _turn(r) > 1 and isinstance(r.get("previous_prompt_tokens"), int)]
+        reused = sum(min(cache_reuse(r).cached or 0, int(r["previous_prompt_tokens"])) for r in later)
+        offered = sum(int(r["previous_prompt_tokens"]) for r in later)
+        share = f"; later turns reused {reused / offered:.0%} of their previous turn's prompt (by design)" \
+            if offered else ""
+        most = max((cache_reuse(r).cached or 0 for r in firsts), default=0)
+        cache = _check("prefix_cache", "PASS", f"turn 1 of {len(firsts)} session(s) reused at most the template "
+                                               f"preamble (max {most} tokens){share}")
+    bad, good, skipped = [], [], []
+    for name, recs in keeps.items():
+        text = [r for r in recs if st.is_usable(r) and content_only(r)]
+        a = st.agreement(text, tolerance_pct=tol)
+        if not a["n"]:
+            skipped.append(name)
+        elif abs(a["diff_pct"]) > tol:
+            bad.append(f"{name} {a['diff_pct']:+.2f}%")
+        else:
+            good.append(f"{name} {a['diff_pct']:+.2f}%")
+    which = "on the turns streamed one token per chunk"
+    if bad:
+        cross = _check("client_vs_engine", "FAIL", f"beyond {tol:g}% {which}: " + ", ".join(bad))
+    elif good:
+        cross = _check("client_vs_engine", "PASS", f"within {tol:g}% {which}: " + ", ".join(good)
+                       + (f" (not compared: {', '.join(skipped)})" if skipped else ""))
+    else:
+        cross = _check("client_vs_engine", "SKIP", "no turn streamed one token per chunk with a long enough decode "
+                                                   "window (a tool-call chunk, or text a tool-call parser held back, "
+                                                   "carries several tokens, so those turns are not compared per "
+                                                   "token)")
+    swap = {"prefix_cache": cache, "client_vs_engine": cross}
+    return [swap.get(c["name"], c) for c in checks]
+
+
+def agentic_figures(figures: Mapping[str, Mapping[str, Any]], reqs: Sequence[Mapping[str, Any]],
+                    records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The per-turn curve, totals and the TTFT-growth verdict of an agentic replay."""
+    measured = [r for r in kept(reqs) if st.is_ok(r)]
+    by: dict[int, list[Mapping[str, Any]]] = {}
+    for r in measured:
+        by.setdefault(_turn(r), []).append(r)
+    curve = []
+    for turn, rs in sorted(by.items()):
+        cached = [cache_reuse(r).cached for r in rs]
+        new = [(r.get("prompt_tokens") or 0) - (c or 0) for r, c in zip(rs, cached, strict=True)]
+        ttft = [st.ttft_s(r) for r in rs]
+        prev = [int(r["previous_prompt_tokens"]) for r in rs if isinstance(r.get("previous_prompt_tokens"), int)]
+        # the previous prompt's share served from the cache (a few more cached tokens can come from its reply)
+        reused = [min(c or 0, int(r["previous_prompt_tokens"])) for r, c in zip(rs, cached, strict=True)
+                  if isinstance(r.get("previous_prompt_tokens"), int)]
+        curve.append({
+            "turn": turn, "n": len(rs), "context_tokens": _mean(r.get("prompt_tokens") for r in rs),
+            "cached_tokens": _mean(cached), "new_tokens": _mean(new),
+            "reused_pct": (sum(reused) / sum(prev) * 100.0) if prev and sum(prev) else None,
+            "ttft_s": _mean(ttft),
+            "prefill_new_tps": _mean(n / t for n, t in zip(new, ttft, strict=True) if t and n > 0),
+            "engine_prompt_tps": _mean(st.engine_prompt_tps(r) for r in rs),
+            "decode_tps": _mean(st.decode_tps(r) for r in rs if st.is_usable(r)),
+            "tool_calls": sum(1 for r in rs if r.get("tool_calls")),
+            "output_tokens": _mean((r.get("step") or {}).get("output_counted_tokens")
+                                   or (r.get("step") or {}).get("output_target_tokens") for r in rs if r.get("step"))})
+    stops = records_of(records, AGENTIC_STOP_KIND)
+    sessions = sorted({int(r["session"]) for r in measured if isinstance(r.get("session"), int)})
+    prompt = sum(int(r.get("prompt_tokens") or 0) for r in measured)
+    cached_all = sum(cache_reuse(r).cached or 0 for r in measured)
+    points = [(int(p["turn"] or 0), float(p["context_tokens"]), float(p["ttft_s"])) for p in curve
+              if p["context_tokens"] is not None and p["ttft_s"] is not None]
+    later = [r for r in measured if isinstance(r.get("previous_prompt_tokens"), int)
+             and cache_reuse(r).cached is not None]
+    offered = sum(int(r["previous_prompt_tokens"]) for r in later)
+    reused_all = sum(min(cache_reuse(r).cached or 0, int(r["previous_prompt_tokens"])) for r in later)
+    return {"curve": curve, "verdict": ttft_verdict(points, reused_all / offered * 100.0 if offered else None),
+            "stops": stops,
+            "totals": {"sessions": len(sessions), "turns": max(by, default=0), "requests": len(measured),
+                       "prompt_tokens": prompt, "cached_tokens": cached_all, "computed_tokens": prompt - cached_all,
+                       "completion_tokens": sum(int(r.get("completion_tokens") or 0) for r in measured),
+                       "ttft_s": sum(st.ttft_s(r) or 0.0 for r in measured),
+                       "wall_s": sum(st.wall_s(r) or 0.0 for r in measured),
+                       "tool_calls": sum(1 for r in measured if r.get("tool_calls")),
+                       "max_context_tokens": max((int(r.get("prompt_tokens") or 0) for r in measured), default=0)}}
+
+
+def sweep_figures(figures: Mapping[str, Mapping[str, Any]], keeps: Mapping[str, Sequence[Mapping[str, Any]]],
+                  records: Sequence[Mapping[str, Any]], bench: Mapping[str, Any]) -> dict[str, Any]:
+    """The sweep's cells (medians over rounds), the knee per prompt size and the slot count to launch with."""
+    slo_ttft = float(bench.get("slo_ttft_ms") or 0.0) or None
+    slo_itl = float(bench.get("slo_itl_ms") or 0.0) or None
+    cells: list[dict[str, Any]] = []
+    for name, rs in keeps.items():
+        measured = [r for r in rs if isinstance(r.get("group"), Mapping) and "ctx" in r["group"]]
+        if not measured:
+            continue
+        g, f = measured[0]["group"], figures[name]
+        aggs = [x["aggregate_tps"] for x in f.get("rounds") or [] if x["aggregate_tps"] is not None]
+        ttft = f.get("ttft_from_schedule_s") or {}
+        cells.append({"ctx": int(g["ctx"]), "streams": int(g["streams"]), "rounds": len(f.get("rounds") or []),
+                      "aggregate_tps": _st.median(aggs) if aggs else None,
+                      "per_stream_tps": f.get("per_stream_decode_median"),
+                      "ttft_p50_ms": ttft["p50"] * 1000.0 if ttft.get("p50") is not None else None,
+                      "ttft_p95_ms": ttft["p95"] * 1000.0 if ttft.get("p95") is not None else None,
+                      "tpot_p95_ms": (f.get("tpot_ms") or {}).get("p95"),
+                      "errors": f.get("errors", 0), "silent": f.get("silent", 0)})
+    cells.sort(key=lambda c: (c["ctx"], c["streams"]))
+    gain = float(bench.get("knee_gain_pct") or 15.0)
+    knees = {ctx: knee([c for c in cells if c["ctx"] == ctx], gain_pct=gain, slo_ttft_ms=slo_ttft,
+                       slo_itl_ms=slo_itl) for ctx in sorted({c["ctx"] for c in cells})}
+    decisions = records_of(records, SWEEP_CELL_KIND)
+    skipped = [d for d in decisions if d.get("status") == "skipped"]
+    ran = [d for d in decisions if d.get("status") == "run"]
+    elapsed = max((float(d.get("elapsed_s") or 0) + float(d.get("took_s") or 0) for d in ran), default=0.0)
+    max_n = int(bench.get("streams_max") or max((c["streams"] for c in cells), default=1))
+    return {"cells": cells, "knees": {str(k): v for k, v in knees.items()},
+            "recommended": recommend(knees, max_n, str(bench.get("streams_source") or "the most tried")),
+            "skipped": skipped, "budget_s": float(bench.get("budget_s") or 0.0), "elapsed_s": elapsed,
+            "knee_gain_pct": gain, "slo_ttft_ms": slo_ttft, "slo_itl_ms": slo_itl}

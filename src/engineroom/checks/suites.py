@@ -1,7 +1,9 @@
 """Running a verify suite: each check K times, its exchanges kept, flakiness as pass k/K.
 
-``run_suite("smoke" | "full" | "stress", ...)`` returns one ``CheckResult`` per check. Its
-``details`` hold, besides the check's own figures:
+``run_suite("smoke" | "full" | "stress" | "soak" | "toolstream", ...)`` returns one ``CheckResult``
+per check (the soak and toolstream suites: one each, ``checks.soak`` / ``checks.toolstream``, which
+repeat by ``--turns`` / ``--tries``, not ``--repeat``). Its ``details`` hold, besides the check's own
+figures:
 
 - ``suite``; ``attempts``: ``[{status, reason, seconds}]`` for every one of the K runs;
   ``passes`` / ``ran`` / ``repeat`` (k of the K runs that were not SKIPs passed);
@@ -22,13 +24,24 @@ from typing import Any
 from engineroom.checks.context import Ctx, Dialect, RecordingClient, probe_dialect, read_dialect
 from engineroom.checks.full import FULL_CHECKS, TOOL_CHECKS, FullCheck
 from engineroom.checks.smoke import CheckResult
+from engineroom.checks.soak import MemoryProbe, SoakOptions, run_soak
+from engineroom.checks.toolstream import DEFAULT_TRIES, MAX_TRIES, run_toolstream
 from engineroom.engines.base import ServerInfo
 from engineroom.errors import BadInput, EngineroomError
 
-SUITES = ("smoke", "full", "stress")
+SUITES = ("smoke", "full", "stress", "soak", "toolstream")
+# Suites that are one long check repeated by their own bound, not K times by --repeat.
+SELF_REPEATING = {"soak": "--turns / --minutes", "toolstream": "--tries"}
 
 # What a stress suite needs from its caller: restart the managed server, return its new ServerInfo.
 Restart = Callable[[], ServerInfo]
+
+
+def check_tries(tries: int) -> int:
+    """``--tries`` of the toolstream suite, checked (``BadInput`` with one sentence)."""
+    if not 1 <= tries <= MAX_TRIES:
+        raise BadInput(f"--tries must be between 1 and {MAX_TRIES:,}, not {tries}.")
+    return tries
 
 
 def suite_checks(suite: str) -> tuple[tuple[str, FullCheck], ...]:
@@ -37,6 +50,8 @@ def suite_checks(suite: str) -> tuple[tuple[str, FullCheck], ...]:
         return FULL_CHECKS[:6]
     if suite == "full":
         return FULL_CHECKS
+    if suite in ("stress", "soak", "toolstream"):
+        return ()
     raise BadInput(f"unknown verify suite {suite!r} (known: {', '.join(SUITES)}).")
 
 
@@ -91,15 +106,35 @@ def make_ctx(client: RecordingClient, info: ServerInfo, *, timeout_scale: float 
 def run_suite(suite: str, client: RecordingClient, info: ServerInfo, *, repeat: int = 1,
               on_result: Callable[[CheckResult], None] | None = None, timeout_scale: float = 1.0,
               fast: bool = False, only: Sequence[str] = (), dialect: Dialect | None = None,
-              restart: Restart | None = None, ctx: Ctx | None = None) -> list[CheckResult]:
+              restart: Restart | None = None, ctx: Ctx | None = None, soak: SoakOptions | None = None,
+              memory: MemoryProbe | None = None, memory_note: str = "",
+              on_turn: Callable[[dict[str, Any]], None] | None = None, tries: int | None = None) -> list[CheckResult]:
     """Run ``suite``'s checks in order, each ``repeat`` times; ``on_result`` sees each as it finishes.
 
     ``only`` keeps the named checks (in suite order). ``restart`` is used by the stress suite
     when the engine dies mid-way (the managed server only); the other suites never restart.
     ``ctx`` (from ``make_ctx``, with the engine's tokenizer and counters) replaces the one made here.
+    The soak suite takes ``soak`` (mode and bounds), the caller's ``memory`` probe (or, without
+    one, ``memory_note`` saying why there is none) and ``on_turn`` (each turn's record as it ends);
+    the toolstream suite takes ``tries``.
     """
     if repeat < 1:
         raise BadInput(f"--repeat must be at least 1, not {repeat}.")
+    if suite in SELF_REPEATING and repeat != 1:
+        raise BadInput(f"the {suite} suite repeats by {SELF_REPEATING[suite]}, not --repeat.")
+    if suite in ("soak", "toolstream"):
+        ctx = ctx or make_ctx(client, info, timeout_scale=timeout_scale, fast=fast, dialect=dialect)
+        if suite == "soak":
+            result = run_soak(ctx, soak or SoakOptions(), memory=memory, memory_note=memory_note, on_turn=on_turn)
+        else:
+            chosen = DEFAULT_TRIES if tries is None else check_tries(tries)
+            result = run_toolstream(ctx, chosen)
+            if ctx.dialect.forced_tools and result.status != "SKIP":
+                result.details["forced"] = ctx.dialect.forced_tools
+        result.details.setdefault("suite", suite)
+        if on_result is not None:
+            on_result(result)
+        return [result]
     if suite == "stress":
         from engineroom.checks.stress import run_stress
 

@@ -29,24 +29,40 @@ def _print_check(result: CheckResult) -> None:
 _JUNIT_FILE = typer.Option(None, "--junit", help="Also write the results as JUnit XML here.")
 
 
+
 @app.command()
 def verify(url: str | None = _URL, api_key_env: str | None = _CLIENT_KEY_ENV,
            api_key: str | None = _CLIENT_KEY, json_out: bool = JsonOpt,
            suite: str = typer.Option("smoke", "--suite",
                                      help="smoke: 6 quick checks; full: 26 conformance checks (tool calls, reasoning, "
                                           "usage, stop, logprobs, seed, schemas, images, Responses API, ...); "
-                                          "stress: needles, big tool return, the context ceiling."),
+                                          "stress: needles, big tool return, the context ceiling; "
+                                          "soak: a long session judged on memory growth, latency drift, errors and "
+                                          "answer quality; toolstream: N streamed tool calls, PASS / DROP counts."),
            repeat: int = typer.Option(1, "--repeat", help="Run each check K times and report pass k/K "
                                                           "(sampling makes single runs lie)."),
+           mode: str | None = typer.Option(None, "--mode",
+                                           help="--suite soak: fresh (default; sessions of 5 varied turns) or "
+                                                "continuous (one growing tool conversation per session, ~25K "
+                                                "tokens by turn 5, scaled to the context)."),
+           minutes: float | None = typer.Option(None, "--minutes",
+                                                help="--suite soak: stop starting turns after M minutes."),
+           turns: int | None = typer.Option(None, "--turns",
+                                            help="--suite soak: run N turns (5 a session). Default without "
+                                                 "--minutes/--turns: fresh 20 sessions, continuous 5 (--fast: 3 "
+                                                 "each), at most 30 minutes."),
+           tries: int | None = typer.Option(None, "--tries",
+                                            help="--suite toolstream: streamed tool-call tries (default 30: 10 "
+                                                 "prompts x3)."),
            junit: Path | None = _JUNIT_FILE,
            baseline: int | None = typer.Option(None, "--baseline",
                                                help="A stored run id: list the checks that regressed since it."),
            fast: bool = typer.Option(False, "--fast", help="Smaller token budgets and sizes (small CPU models)."),
            ) -> None:
-    """API conformance: smoke (default), full or stress suite; results stored, shown in the run's card.
+    """API conformance: smoke (default), full, stress, soak or toolstream suite; results stored, shown in the card.
 
-    Exit code = number of failed checks. SKIP only where the server declares a feature absent or a
-    check could not be exercised (with the reason).
+    Exit code = number of failed checks (a soak's INCONCLUSIVE counts as failed). SKIP only where the
+    server declares a feature absent or a check could not be exercised (with the reason).
     """
     from .. import flows
     from ..errors import BadInput
@@ -55,11 +71,14 @@ def verify(url: str | None = _URL, api_key_env: str | None = _CLIENT_KEY_ENV,
     suite = suite.strip().lower()
     if junit is not None and junit.is_dir():
         raise BadInput(f"--junit {junit} is a folder; give a file name.")
+    flows.runs.verify_options(suite, repeat, mode, minutes, turns, tries)   # refused before a server is asked
     key = flows.client_key(url, api_key=api_key, api_key_env=api_key_env)
     info = flows.connect(url, api_key=key)
     with Store() as store:
         outcome = flows.verify(info, store, on_result=None if json_out else _print_check, api_key=key,
-                               suite=suite, repeat=repeat, fast=fast, baseline=baseline)
+                               suite=suite, repeat=repeat, fast=fast, baseline=baseline, mode=mode,
+                               minutes=minutes, turns=turns, tries=tries,
+                               on_turn=None if json_out else lambda rec: err_console.print(views.soak_turn_line(rec)))
     if junit is not None:
         from ..checks.junit import junit_xml
 
@@ -87,25 +106,56 @@ def bench(
         "quick", "--suite",
         help="quick: 192 tokens per request, 1 warm-up + 5 measured per workload (12 requests, 2,304 tokens); "
              "long: 1000 / 800 tokens, 3 warm-ups + 5 measured (16 requests, 14,400 tokens: ~6x as long); "
-             "standard, depth, concurrency, spec: the longer suites with integrity checks and roofline "
+             "standard, depth, concurrency, spec: the longer suites with integrity checks and roofline; "
+             "agentic: a coding agent's multi-turn session (ten tools, tool outputs growing toward ~50K "
+             "tokens, scaled to the engine's context; TTFT / prefill / decode and cached tokens per turn; "
+             "--runs sessions, --turns turns); sweep: as --sweep; rate: as --rate "
              "(benchmarks/bench_suites.md)."),
     long: bool = typer.Option(False, "--long", help="Same as --suite long."),
     max_tokens: int | None = typer.Option(None, "--max-tokens", help="Tokens per request (default: the suite's)."),
     warmup: int | None = typer.Option(None, "--warmup",
-                                      help="Unscored warm-up requests per workload (default: the suite's)."),
-    runs: int | None = typer.Option(None, "--runs", help="Measured requests per workload (default: the suite's)."),
+                                      help="Unscored warm-up requests per workload (default: the suite's; "
+                                           "--suite agentic: turn 1 of a session of its own each; --sweep / "
+                                           "--rate: single requests before the first cell / arrival)."),
+    runs: int | None = typer.Option(None, "--runs", help="Measured requests per workload (default: the suite's; "
+                                                         "--suite agentic: sessions; --sweep: rounds per cell)."),
     full_length: bool = typer.Option(True, "--full-length/--natural-stop",
                                      help="Ask the engine to ignore end-of-sequence (when it supports it) so every "
                                           "run reaches max tokens."),
     streams: int | None = typer.Option(None, "--streams",
-                                       help="--suite concurrency: simultaneous streams (default: the slot count "
-                                            "the engine reports; never guessed)."),
+                                       help="--suite concurrency: simultaneous streams; --sweep: the most streams "
+                                            "tried (default: the slot count the engine reports; never guessed)."),
     prompts: Path | None = _PROMPTS,
     prompt_tokens: int | None = typer.Option(None, "--prompt-tokens",
-                                             help="--suite concurrency: tokens of each stream's salted prompt "
-                                                  "(default 16,384, capped by the context)."),
+                                             help="--suite concurrency / --sweep / --rate: tokens of each request's "
+                                                  "salted prompt (defaults 16,384 / 1,024 / 512, capped by the "
+                                                  "context); --suite agentic: the size the conversation grows "
+                                                  "toward (default 50,000, capped at 80% of the context)."),
     depths: str | None = typer.Option(None, "--depths", help="--suite depth: the depths in tokens, e.g. 1024,4096 "
-                                                             "(default: 1K, 10K, 32K, 90K where the context allows)."),
+                                                             "(default: 1K, 10K, 32K, 90K where the context allows); "
+                                                             "--sweep: the prompt sizes swept."),
+    sweep_: bool = typer.Option(False, "--sweep",
+                                help="Sweep N = 1, 2, 4, ... streams up to the engine's slot count (or --streams) "
+                                     "at each prompt size (--depths) within --budget-s: aggregate and per-stream "
+                                     "decode, TTFT p50 / p95, the knee and a recommended slot count."),
+    budget_s: float | None = typer.Option(None, "--budget-s",
+                                          help="--sweep: time budget in seconds (default 300); a cell that would "
+                                               "overrun it is skipped, and the card says so."),
+    rate: float | None = typer.Option(None, "--rate",
+                                      help="Request-rate mode: Poisson arrivals at R requests/s (seeded), latency "
+                                           "from the scheduled send, goodput against --slo-ttft-ms / --slo-itl-ms."),
+    duration_s: float | None = typer.Option(None, "--duration-s",
+                                            help="--rate: send arrivals for this many seconds (default 60)."),
+    requests: int | None = typer.Option(None, "--requests",
+                                        help="--rate: send this many arrivals (with --duration-s: whichever ends "
+                                             "first)."),
+    slo_ttft_ms: float | None = typer.Option(None, "--slo-ttft-ms",
+                                             help="--rate / --sweep: TTFT SLO from the scheduled send, ms "
+                                                  "(default 2,000)."),
+    slo_itl_ms: float | None = typer.Option(None, "--slo-itl-ms",
+                                            help="--rate / --sweep: inter-token SLO on each request's TPOT (mean "
+                                                 "time per token after the first), ms (default 100)."),
+    turns: int | None = typer.Option(None, "--turns", help="--suite agentic: turns per session (default 12)."),
     compare: tuple[int, int] = typer.Option((0, 0), "--compare", metavar="RUN_A RUN_B",
                                             help="Compare two stored bench runs: each delta with a noise band."),
     api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY,
@@ -114,7 +164,8 @@ def bench(
     """Per-stream speed: TTFT, decode and wall tokens/s (client clock) beside the engine's own timings.
 
     Each workload's figures carry mean, std and CV over its measured requests. --suite standard | depth |
-    concurrency | spec run the longer suites, each with its integrity checklist and roofline share.
+    concurrency | spec | agentic, --sweep and --rate run the longer suites, each with its integrity
+    checklist and roofline share.
     """
     from .. import flows
     from ..bench import BenchPlan, default_workloads, suite
@@ -126,15 +177,30 @@ def bench(
     if compare != (0, 0):
         _compare(compare, json_out)
         return
-    if suite_spec(suite_name) is not None:
+    chosen_name = suite_name.strip().lower()
+    if sweep_ and rate is not None:
+        raise BadInput("--sweep and --rate are two different runs; give one of them.")
+    for flag, on, name in (("--sweep", sweep_, "sweep"), ("--rate", rate is not None, "rate")):
+        if on:
+            if chosen_name not in ("quick", name):
+                raise BadInput(f"give {flag} or --suite {suite_name}, not both.")
+            chosen_name = name
+    modes = {"turns": turns, "budget_s": budget_s, "rate": rate, "duration_s": duration_s, "requests": requests,
+             "slo_ttft_ms": slo_ttft_ms, "slo_itl_ms": slo_itl_ms}
+    if suite_spec(chosen_name) is not None:
         if long:
-            raise BadInput(f"give --long or --suite {suite_name}, not both.")
-        _bench_suite(url, suite_name, streams=streams, prompts=prompts, max_tokens=max_tokens, warmup=warmup,
+            raise BadInput(f"give --long or --suite {chosen_name}, not both.")
+        _bench_suite(url, chosen_name, streams=streams, prompts=prompts, max_tokens=max_tokens, warmup=warmup,
                      runs=runs, depths=_depths(depths), prompt_tokens=prompt_tokens, api_key=api_key,
-                     api_key_env=api_key_env, json_out=json_out)
+                     api_key_env=api_key_env, json_out=json_out, modes=modes)
         return
     if streams is not None or prompts is not None or depths is not None or prompt_tokens is not None:
         raise BadInput("--streams, --prompts and --depths go with --suite concurrency / standard / depth.")
+    given = [f for f, v in (("--turns", turns), ("--budget-s", budget_s), ("--duration-s", duration_s),
+                            ("--requests", requests), ("--slo-ttft-ms", slo_ttft_ms), ("--slo-itl-ms", slo_itl_ms))
+             if v is not None]
+    if given:
+        raise BadInput(f"{', '.join(given)} go(es) with --suite agentic, --sweep or --rate.")
     if long and suite_name.strip().lower() not in ("quick", "long"):
         raise BadInput(f"give --long or --suite {suite_name}, not both.")
     chosen = suite("long" if long else suite_name)
@@ -165,23 +231,42 @@ def bench(
 
 def _bench_suite(url: str | None, name: str, *, streams: int | None, prompts: Path | None, max_tokens: int | None,
                  warmup: int | None, runs: int | None, depths: list[int] | None, prompt_tokens: int | None,
-                 api_key: str | None, api_key_env: str | None, json_out: bool) -> None:
+                 api_key: str | None, api_key_env: str | None, json_out: bool,
+                 modes: dict[str, float | int | None] | None = None) -> None:
+    import math
+
     from .. import flows
     from ..errors import BadInput
     from ..report import render_card
     from ..store import Store
 
+    modes = {k: v for k, v in (modes or {}).items() if v is not None}
     for flag, value, least in (("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", runs, 1),
-                               ("--streams", streams, 1), ("--prompt-tokens", prompt_tokens, 16)):
+                               ("--streams", streams, 1), ("--prompt-tokens", prompt_tokens, 16),
+                               ("--turns", modes.get("turns"), 1), ("--requests", modes.get("requests"), 1)):
         if value is not None and value < least:
             raise BadInput(f"{flag} must be at least {least}, not {value}.")
+    for opt in ("budget_s", "rate", "duration_s", "slo_ttft_ms", "slo_itl_ms"):
+        value = modes.get(opt)
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise BadInput(f"--{opt.replace('_', '-')} must be a positive number, not {value}.")
+    belongs = {"turns": ("agentic",), "budget_s": ("sweep",), "rate": ("rate",), "duration_s": ("rate",),
+               "requests": ("rate",), "slo_ttft_ms": ("sweep", "rate"), "slo_itl_ms": ("sweep", "rate")}
+    for opt in modes:
+        if name not in belongs[opt]:
+            where = " or ".join("--suite agentic" if k == "agentic" else f"--{k}" for k in belongs[opt])
+            raise BadInput(f"--{opt.replace('_', '-')} goes with {where}, not --suite {name}.")
+    if streams is not None and name not in ("concurrency", "sweep"):
+        raise BadInput(f"--streams goes with --suite concurrency or --sweep, not --suite {name}.")
+    if runs is not None and name == "rate":
+        raise BadInput("--runs does not apply to --rate: give --requests N or --duration-s S.")
     key = flows.client_key(url, api_key=api_key, api_key_env=api_key_env)
     info = flows.connect(url, api_key=key)
     with Store() as store, views.request_progress(err_console) as bar:
         task = bar.add_task(f"bench --suite {name}", total=None)
         outcome = flows.bench_suite(info, store, name, streams=streams, prompt_file=prompts, measured=runs,
                                     warmup=warmup, max_tokens=max_tokens, depths=depths, prompt_tokens=prompt_tokens,
-                                    api_key=key,
+                                    api_key=key, **modes,  # type: ignore[arg-type]
                                     progress=lambda done, total, label: bar.update(task, completed=done, total=total,
                                                                                    description=label))
         card = render_card(store.get_run(outcome.run_id), store.records(outcome.run_id))

@@ -17,6 +17,8 @@ from ..store import Store
 if TYPE_CHECKING:
     from ..bench import BenchPlan
     from ..checks import CheckResult
+    from ..checks.soak import MemoryProbe, SoakOptions
+    from ..resources import ResourceSampler
 
 from .host import host_summary
 from .serving import start, stop
@@ -101,6 +103,30 @@ def _closing_run(store: Store, run_id: int) -> Iterator[None]:
         raise
 
 
+def verify_options(suite: str, repeat: int = 1, mode: str | None = None, minutes: float | None = None,
+                   turns: int | None = None, tries: int | None = None) -> SoakOptions | None:
+    """The verify flags checked together, before a server is asked or a run stored: each soak /
+    toolstream flag with its suite, each value sane (``BadInput``, one sentence); the soak's options."""
+    from ..checks.suites import SELF_REPEATING, check_tries, suite_checks
+
+    suite_checks(suite)                   # an unknown suite is refused
+    if repeat < 1:
+        raise BadInput(f"--repeat must be at least 1, not {repeat}.")
+    if suite in SELF_REPEATING and repeat != 1:
+        raise BadInput(f"the {suite} suite repeats by {SELF_REPEATING[suite]}, not --repeat.")
+    if tries is not None:
+        if suite != "toolstream":
+            raise BadInput("--tries goes with --suite toolstream.")
+        check_tries(tries)
+    if suite == "soak":
+        from ..checks.soak import soak_options
+
+        return soak_options(mode, minutes, turns)
+    if mode is not None or minutes is not None or turns is not None:
+        raise BadInput("--mode, --minutes and --turns go with --suite soak.")
+    return None
+
+
 @dataclass
 class VerifyOutcome:
     run_id: int
@@ -113,24 +139,24 @@ class VerifyOutcome:
 def verify(info: ServerInfo, store: Store, *, run_id: int | None = None,
            on_result: Callable[[CheckResult], None] | None = None, api_key: str | None = None,
            suite: str = "smoke", repeat: int = 1, fast: bool = False, baseline: int | None = None,
-           timeout_scale: float = 1.0) -> VerifyOutcome:
-    """Run a verify suite (smoke by default; full, stress), storing each check as it finishes.
+           timeout_scale: float = 1.0, mode: str | None = None, minutes: float | None = None,
+           turns: int | None = None, tries: int | None = None,
+           on_turn: Callable[[dict], None] | None = None) -> VerifyOutcome:
+    """Run a verify suite (smoke by default; full, stress, soak, toolstream), storing each check as it finishes.
 
     ``repeat`` runs each check K times (pass k/K); ``baseline`` names a stored run whose checks
     this one is compared with (what regressed). The stress suite gets the engine's tokenizer and
-    counters through its adapter, and a restart callback when it checks the managed server.
+    counters through its adapter, and a restart callback when it checks the managed server. The
+    soak suite (``mode``, bounded by ``minutes`` / ``turns``) stores each turn as a ``soak_turn``
+    record as it ends (``on_turn`` sees it too) and reads memory per turn: VRAM through NVML when
+    the server runs on this machine's GPUs, else the managed engine's process-tree USS, else the
+    engine's own /metrics. The toolstream suite runs ``tries`` streamed tool calls.
     """
     from dataclasses import asdict
 
     from ..checks import run_smoke
 
-    if suite != "smoke" or repeat != 1:
-        from ..checks.suites import suite_checks
-
-        if suite != "stress":
-            suite_checks(suite)           # an unknown suite is refused before a run is stored
-        if repeat < 1:
-            raise BadInput(f"--repeat must be at least 1, not {repeat}.")
+    soak_opts = verify_options(suite, repeat, mode, minutes, turns, tries)
     before = None
     if baseline is not None:
         before = [r["payload"] for r in store.records(baseline, "check")]
@@ -138,7 +164,12 @@ def verify(info: ServerInfo, store: Store, *, run_id: int | None = None,
             raise BadInput(f"run {baseline} holds no verify checks to compare with.")
     own_run = run_id is None
     if run_id is None:
-        conditions = {**run_conditions(info), "verify": {"suite": suite, "repeat": repeat, "fast": fast}}
+        asked: dict[str, object] = {"suite": suite, "repeat": repeat, "fast": fast}
+        if soak_opts is not None:
+            asked.update(mode=soak_opts.mode, minutes=soak_opts.minutes, turns=soak_opts.turns)
+        if suite == "toolstream":
+            asked["tries"] = tries
+        conditions = {**run_conditions(info), "verify": asked}
         run_id = store.start_run("verify", conditions, label="" if suite == "smoke" else f"verify --suite {suite}")
     rid: int = run_id       # (for the closure: mypy does not narrow a captured variable)
 
@@ -155,7 +186,8 @@ def verify(info: ServerInfo, store: Store, *, run_id: int | None = None,
                 results = run_smoke(client, info, on_result=record, timeout_scale=timeout_scale)
         else:
             results = _run_suite(info, store, rid, suite, repeat=repeat, fast=fast, api_key=api_key,
-                                 on_result=record, timeout_scale=timeout_scale)
+                                 on_result=record, timeout_scale=timeout_scale, soak=soak_opts, tries=tries,
+                                 on_turn=on_turn)
         compared = None
         if before is not None and baseline is not None:
             from ..checks.baseline import compare
@@ -172,8 +204,11 @@ def verify(info: ServerInfo, store: Store, *, run_id: int | None = None,
 
 
 def _run_suite(info: ServerInfo, store: Store, run_id: int, suite: str, *, repeat: int, fast: bool,
-               api_key: str | None, on_result: Callable[[CheckResult], None], timeout_scale: float) -> list:
-    """The full / stress suites: the dialect stored first, the engine's own helpers handed in as callables."""
+               api_key: str | None, on_result: Callable[[CheckResult], None], timeout_scale: float,
+               soak: SoakOptions | None = None, tries: int | None = None,
+               on_turn: Callable[[dict], None] | None = None) -> list:
+    """The full / stress / soak / toolstream suites: the dialect stored first, the engine's own helpers
+    handed in as callables (and, for the soak, how memory is read)."""
     from ..checks.context import RecordingClient
     from ..checks.suites import dialect_record, make_ctx, run_suite
 
@@ -187,8 +222,133 @@ def _run_suite(info: ServerInfo, store: Store, run_id: int, suite: str, *, repea
             ctx.metrics = lambda: engine.metrics(info.url, api_key=api_key)
         store.add_record(run_id, "verify_dialect", dialect_record(ctx.dialect, info))
         restart = (lambda: _restart_managed(api_key)) if managed else None
-        return run_suite(suite, client, info, repeat=repeat, on_result=on_result, timeout_scale=timeout_scale,
-                         fast=fast, ctx=ctx, restart=restart)
+        if suite != "soak":
+            return run_suite(suite, client, info, repeat=repeat, on_result=on_result, timeout_scale=timeout_scale,
+                             fast=fast, ctx=ctx, restart=restart, tries=tries)
+        pid = state.pid if managed and state is not None and launch.is_alive(state.pid, state.proc_created) else None
+        probe, note, sampler = _soak_memory(info, pid, api_key)
+
+        def turn_done(rec: dict) -> None:
+            store.add_record(run_id, "soak_turn", rec)
+            if on_turn is not None:
+                on_turn(rec)
+
+        try:
+            with sampler:
+                return run_suite(suite, client, info, on_result=on_result, timeout_scale=timeout_scale, fast=fast,
+                                 ctx=ctx, soak=soak, memory=probe, memory_note=note, on_turn=turn_done)
+        finally:
+            payload = sampler.record()
+            payload["engine_source"] = (f"the managed server's process tree (pid {pid})" if pid is not None
+                                        else "not visible from this machine (a --url server)")
+            store.add_record(run_id, RESOURCES_KIND, payload)
+
+
+def _loopback(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").lower()
+    return host in ("localhost", "::1", "0.0.0.0") or host.startswith("127.")
+
+
+def _reported_memory(url: str, api_key: str | None) -> dict | None:
+    """What the engine's own /metrics says of its memory, engine-neutrally: the standard Prometheus
+    ``process_resident_memory_bytes`` (summed over the processes that report it); None without it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from .. import net
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        resp = net.get(f"{url.rstrip('/')}/metrics", timeout=5.0, headers=headers)
+    except Exception:  # noqa: BLE001 - a server without /metrics has nothing to report
+        return None
+    if resp.status_code != 200:
+        return None
+    total, series = 0.0, 0
+    try:
+        for family in text_string_to_metric_families(resp.text):
+            for sample in family.samples:
+                if sample.name == "process_resident_memory_bytes":
+                    total += float(sample.value)
+                    series += 1
+    except ValueError:
+        return None
+    return {"bytes": int(total), "series": series} if series else None
+
+
+def _soak_memory(info: ServerInfo, pid: int | None,
+                 api_key: str | None) -> tuple[MemoryProbe | None, str, ResourceSampler]:
+    """How the soak reads memory each turn, and a background sampler (peaks within a turn, the
+    ``resources`` record): NVML when the server runs on this machine and it has GPUs, else the
+    managed engine's process-tree USS, else the engine's /metrics; (None, why) when none applies."""
+    import time
+
+    from ..checks.soak import MemoryProbe
+    from ..resources import ResourceSampler, gpu_memory, process_tree_memory
+
+    local = pid is not None or _loopback(info.url)
+    gpus = gpu_memory() if local else None
+    sampler = ResourceSampler(pid, interval_s=1.0, gpus=bool(gpus), clock=time.perf_counter)
+
+    def peak_of(key: Callable[[dict], int | None]) -> Callable[[float, float], int | None]:
+        def peak(t0: float, t1: float) -> int | None:
+            values = [v for s in list(sampler.samples) if t0 <= s.get("t", 0) <= t1 and (v := key(s)) is not None]
+            return max(values) if values else None
+        return peak
+
+    if gpus:
+        names = ", ".join(sorted({str(g.get("name")) for g in gpus}))
+
+        def vram() -> dict | None:
+            found = gpu_memory()
+            if not found:
+                return None
+            out: dict = {"bytes": sum(int(g["used_bytes"]) for g in found),
+                         "gpus": [{k: g.get(k) for k in ("index", "used_bytes", "total_bytes")} for g in found]}
+            tree = process_tree_memory(pid) if pid is not None else None
+            if tree is not None and isinstance(tree.get("uss_bytes"), int):
+                out["host_bytes"] = int(tree["uss_bytes"])     # judged too: host RAM never shows in VRAM
+            return out
+
+        def sampled_vram(s: dict) -> int | None:
+            found = s.get("gpus")
+            return sum(int(g["used_bytes"]) for g in found) if found else None
+
+        host = (f"; the managed engine's host memory (USS of pid {pid} and its children) is judged beside it"
+                if pid is not None else "")
+        return (MemoryProbe("nvml", f"total VRAM used on this machine's {len(gpus)} GPU(s) ({names}), through "
+                                    f"NVML (every process on them counts){host}", vram, peak_of(sampled_vram)), "",
+                sampler)
+    if pid is not None:
+        first = process_tree_memory(pid)
+        if first is not None and first.get("uss_bytes") is not None:
+            def uss() -> dict | None:
+                found = process_tree_memory(pid)
+                if found is None or found.get("uss_bytes") is None:
+                    return None
+                return {"bytes": int(found["uss_bytes"]), "rss_bytes": found.get("rss_bytes"),
+                        "pids": len(found.get("pids") or [])}
+
+            def sampled_uss(s: dict) -> int | None:
+                value = (s.get("engine") or {}).get("uss_bytes")
+                return int(value) if isinstance(value, int) else None
+
+            return (MemoryProbe("uss", f"unique memory (USS) of the managed engine's process tree (pid {pid} and "
+                                       "its children; RSS would count the mapped model file)", uss,
+                                peak_of(sampled_uss)), "", sampler)
+    reported = _reported_memory(info.url, api_key)
+    if reported is not None:
+        return (MemoryProbe("engine_report", "the engine's own /metrics: process_resident_memory_bytes (RSS as the "
+                                             "engine reports it; it counts the mapped model, so only its growth "
+                                             "means anything)",
+                            lambda: _reported_memory(info.url, api_key)), "", sampler)
+    gpu_part = "this machine has no NVML GPU" if local else "the server is not on this machine (NVML would not see it)"
+    pid_part = ("the managed engine's USS cannot be read" if pid is not None
+                else "no engine pid is known (a --url server)")
+    note = (f"no memory source: {gpu_part}, {pid_part}, and {info.engine}'s /metrics reports no process memory; run "
+            "the soak on the managed server (`engineroom up`) to read its process tree")
+    return None, note, sampler
 
 
 def _restart_managed(api_key: str | None) -> ServerInfo:
@@ -205,6 +365,30 @@ def _restart_managed(api_key: str | None) -> ServerInfo:
     launch.down()                 # whatever is left of it (a hung process) goes first
     launch.up(spec, options=state.options)
     return connect(state.url, api_key=api_key)
+
+
+RESOURCES_KIND = "resources"      # the record kind of a run's resource samples (resources.ResourceSampler)
+
+
+@contextlib.contextmanager
+def _sampling(info: ServerInfo, store: Store, run_id: int) -> Iterator[None]:
+    """Sample GPU memory (NVML), the engine's process tree (the managed server's pid: USS and RSS)
+    and the host while the block runs; the raw series is stored as one ``resources`` record, also
+    when the run is interrupted."""
+    from ..resources import ResourceSampler
+
+    state = launch.read_state()
+    managed = state is not None and state.url == info.url.rstrip("/") and launch.is_alive(state.pid, state.proc_created)
+    pid = state.pid if managed and state is not None else None
+    sampler = ResourceSampler(pid)
+    try:
+        with sampler:
+            yield
+    finally:
+        payload = sampler.record()
+        payload["engine_source"] = (f"the managed server's process tree (pid {pid})" if pid is not None
+                                    else "not visible from this machine (a --url server)")
+        store.add_record(run_id, RESOURCES_KIND, payload)
 
 
 @dataclass
@@ -235,8 +419,9 @@ def bench(info: ServerInfo, store: Store, plan: BenchPlan, *, run_id: int | None
 
     with _closing_run(store, rid), OpenAIClient(info.url, api_key=api_key) as client:
         counters("before")
-        result = run_bench(client, info, plan, progress=progress,
-                           on_record=lambda rec: store.add_record(rid, "bench_request", rec))
+        with _sampling(info, store, rid):
+            result = run_bench(client, info, plan, progress=progress,
+                               on_record=lambda rec: store.add_record(rid, "bench_request", rec))
         counters("after")
     if own_run:
         store.finish_run(run_id, result.status, result.summary)
@@ -265,9 +450,15 @@ def _roofline_basis(info: ServerInfo, depths: Sequence[int]) -> dict:
 def bench_suite(info: ServerInfo, store: Store, name: str, *, streams: int | None = None,
                 prompt_file: Path | None = None, measured: int | None = None, warmup: int | None = None,
                 max_tokens: int | None = None, depths: Sequence[int] | None = None, prompt_tokens: int | None = None,
+                turns: int | None = None, budget_s: float | None = None, rate: float | None = None,
+                duration_s: float | None = None, requests: int | None = None, slo_ttft_ms: float | None = None,
+                slo_itl_ms: float | None = None,
                 progress: Callable[[int, int, str], None] | None = None, api_key: str | None = None) -> BenchOutcome:
-    """Run a longer suite (bench.suites: standard, depth, concurrency, spec), storing each request
-    as it finishes, with the engine's tokenizer, counters and slot count through its adapter."""
+    """Run a longer suite (bench.suites: standard, depth, concurrency, spec, agentic, sweep, rate),
+    storing each request as it finishes, with the engine's tokenizer, counters and slot count
+    through its adapter. ``depths`` are the sweep's prompt sizes for ``sweep``; ``duration_s`` /
+    ``requests`` bound the rate schedule (one given alone replaces the suite's default)."""
+    from ..bench.agentic import ToolKindClient
     from ..bench.clientside import KindClient
     from ..bench.suiterun import SuiteContext, run_suite, suite_conditions
     from ..bench.suites import load_prompt_file, suite_spec
@@ -284,15 +475,24 @@ def bench_suite(info: ServerInfo, store: Store, name: str, *, streams: int | Non
         changes["max_tokens"] = max_tokens
     if prompt_tokens is not None:
         changes["prompt_tokens"] = prompt_tokens
-    if depths:
+    if depths and spec.kind == "sweep":
+        changes["contexts"] = tuple(sorted({int(d) for d in depths}))
+    elif depths:
         changes.update(depths=tuple(sorted(int(d) for d in depths)), near_end=False)
+    for key, value in (("turns", turns), ("budget_s", budget_s), ("rate", rate), ("slo_ttft_ms", slo_ttft_ms),
+                       ("slo_itl_ms", slo_itl_ms)):
+        if value is not None:
+            changes[key] = value
+    if duration_s is not None or requests is not None:
+        changes.update(duration_s=duration_s, requests=requests)
     spec = spec.with_(**changes) if changes else spec
     engine = engines.adapter(info.engine) if engines.has_adapter(info.engine) else None
     extra = load_prompt_file(prompt_file, max_tokens or 256) if prompt_file else ()
     if extra and spec.kind != "standard":
         raise BadInput("--prompts goes with --suite standard.")
     ctx = SuiteContext(
-        server=info, new_client=lambda: KindClient(info.url, api_key=api_key),
+        server=info, new_client=lambda: (ToolKindClient if spec.kind == "agentic" else KindClient)(info.url,
+                                                                                                 api_key=api_key),
         count_tokens=(lambda text: engine.count_tokens(info.url, text, api_key=api_key)) if engine else None,
         metrics=(lambda: engine.metrics(info.url, api_key=api_key)) if engine else None,
         progress=progress, streams=streams, extra_workloads=extra)
@@ -302,7 +502,7 @@ def bench_suite(info: ServerInfo, store: Store, name: str, *, streams: int | Non
     conditions["roofline"] = _roofline_basis(info, conditions["bench"].get("depths") or ())
     run_id = store.start_run("bench", conditions, label=f"bench --suite {spec.name}")
     ctx.emit = lambda kind, payload: store.add_record(run_id, kind, payload)
-    with _closing_run(store, run_id):
+    with _closing_run(store, run_id), _sampling(info, store, run_id):
         result = run_suite(spec, ctx)
     from ..bench.suitesummary import summarize_suite
 

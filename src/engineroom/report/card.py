@@ -444,6 +444,38 @@ def _memory_section(memory: Any) -> list[str]:
     return lines + [""]
 
 
+_RESOURCE_ROWS = (("engine_uss_bytes", "engine memory, unique (USS)"),
+                  ("engine_rss_bytes", "engine memory, resident (RSS)"),
+                  ("host_ram_used_bytes", "host RAM used"), ("host_cpu_pct", "host CPU %"))
+
+
+def _resources_section(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """GPU memory per device, the engine's memory and the host's, idle / peak / after the run."""
+    found = [r["payload"] for r in records if r.get("kind") == "resources" and isinstance(r.get("payload"), Mapping)]
+    if not found:
+        return []
+    rec = found[-1]
+    summary = rec.get("summary") or {}
+    samples = rec.get("samples") or []
+    gpu_keys = sorted(k for k in summary if k.startswith("gpu") and k.endswith("_used_bytes"))
+    rows = [(f"GPU {k[3:-11]} memory used (NVML)", k) for k in gpu_keys]
+    rows += [(label, key) for key, label in _RESOURCE_ROWS if key in summary]
+    lines = ["## Resources during the run", "",
+             f"{len(samples)} samples every {_fmt(rec.get('interval_s'), 1)} s; "
+             f"engine: {rec.get('engine_source') or '?'}; "
+             + ("GPU: NVML." if gpu_keys else "GPU: not measured (no NVML here)."), "",
+             "| quantity | idle (before) | peak | after |", "|---|---:|---:|---:|"]
+    for label, key in rows:
+        d = summary[key]
+        show = (lambda v: f"{v:.0f}") if key.endswith("_pct") else _bytes
+        lines.append(f"| {label} | {show(d.get('idle'))} | {show(d.get('peak'))} | {show(d.get('after'))} |")
+    cpu = summary.get("engine_cpu_s")
+    if isinstance(cpu, Mapping) and cpu.get("wall_s"):
+        lines += ["", f"Engine CPU: {cpu['total']:.1f} s over {cpu['wall_s']:.1f} s "
+                      f"({cpu['cores']:.2f} cores busy on average)."]
+    return lines + [""]
+
+
 def render_card(run: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
     """A markdown card for ``run`` (a ``Store.get_run`` dict) from its ``Store.records``."""
     cond = run.get("conditions") or {}
@@ -455,6 +487,9 @@ def render_card(run: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) ->
     if checks:
         lines += _verify_section(checks)
         lines += _baseline_section(records)
+        from engineroom.report.verifycard import soak_section, toolstream_section
+
+        lines += soak_section(records) + toolstream_section(records)
     summary = statistics.summarize(records)
     if bench_payloads and _is_suite_run(cond):     # --suite standard / depth / concurrency / spec
         from engineroom.report.suites import suite_section
@@ -473,6 +508,7 @@ def render_card(run: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) ->
                     + ") before any bench request finished.")
         lines += ["## Bench", "", said, ""]
     lines += _memory_section(cond.get("memory"))
+    lines += _resources_section(records)
     if not checks and not bench_payloads:
         lines += ["No checks or bench requests were recorded for this run.", ""]
     sources = [s["engine_source"] for s in summary["workloads"].values() if s["engine_source"]]

@@ -54,7 +54,13 @@ def suite_section(records: Sequence[Mapping[str, Any]], cond: Mapping[str, Any],
     lines = [f"## Bench suite: {s['suite']}", "", f"Status: **{s['status']}** ({valid}).", ""]
     if bench.get("about"):
         lines += [f"_{bench['about']}_", ""]
-    if kind == "concurrency":
+    if kind == "agentic":         # the per-turn curve is its table
+        lines += _agentic_lines(s["agentic"], bench, cond.get("n_ctx"))
+    elif kind == "sweep":
+        lines += _sweep_lines(s["sweep"]) + ["Per cell:", ""]
+    elif kind == "rate":
+        lines += _rate_lines(s["rate"], bench)
+    if kind in ("concurrency", "sweep"):
         lines += ["| streams | rounds kept | aggregate tok/s mean ± std (CV%) | per-stream decode median | "
                   "TTFT from schedule s p50 / p95 / p99 | inter-token ms p50 / p95 / p99 | send lag ms p50 / p99 | "
                   "errors / silent | roofline % |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -64,7 +70,7 @@ def suite_section(records: Sequence[Mapping[str, Any]], cond: Mapping[str, Any],
                          f"{_f(g.get('per_stream_decode_median'))} | {_pct(g.get('ttft_from_schedule_s'), 1, 3)} | "
                          f"{_pct(g['inter_token_ms'])} | {_f(lag.get('p50'), 1)} / {_f(lag.get('p99'), 1)} | "
                          f"{g.get('errors', 0)} / {g.get('silent', 0)} | {_roof(g['roofline'])} |")
-    else:
+    elif kind != "agentic":
         lines += ["| group | kept / requests (discarded) | prompt tokens | TTFT s | prefill tok/s (client) | "
                   "engine prompt tok/s | decode tok/s mean ± std (CV%) | inter-token ms p50 / p95 / p99 | "
                   "roofline % |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -123,6 +129,80 @@ def suite_section(records: Sequence[Mapping[str, Any]], cond: Mapping[str, Any],
         notes.append(f"Streams: {bench['streams']} ({bench.get('streams_source')})")
     lines += [f"- {n}." for n in notes] + [""]
     return lines
+
+
+def _agentic_lines(a: Mapping[str, Any], bench: Mapping[str, Any], n_ctx: Any) -> list[str]:
+    t = a["totals"]
+    scale = bench.get("scale")
+    lines = [f"Agentic replay: {t['sessions']} session(s) of up to {bench.get('turns')} turns "
+             f"({len(bench.get('tools') or [])} tools offered, tool_choice {bench.get('tool_choice')}); tool outputs "
+             f"scaled x{_f(scale, 3)} to fit {int(float(bench.get('context_fill') or 0) * 100)}% of the "
+             f"{_f(n_ctx)}-token context per slot (toward {_f(bench.get('target_tokens'), 0)}).", "",
+             "| turn | sessions | context tokens | cached tokens (of the previous prompt) | new tokens | TTFT s | "
+             "prefill tok/s (new tokens) | engine prompt tok/s | decode tok/s | tool calls made |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in a["curve"]:
+        reused = f" ({p['reused_pct']:.0f}%)" if p.get("reused_pct") is not None else ""
+        lines.append(f"| {p['turn']} | {p['n']} | {_f(p['context_tokens'], 0)} | {_f(p['cached_tokens'], 0)}{reused} | "
+                     f"{_f(p['new_tokens'], 0)} | {_f(p['ttft_s'], 3)} | {_f(p['prefill_new_tps'], 1)} | "
+                     f"{_f(p['engine_prompt_tps'], 1)} | {_f(p['decode_tps'])} | {p['tool_calls']} / {p['n']} |")
+    v = a["verdict"]
+    lines += ["", f"Totals: {t['requests']} turns sent, {t['prompt_tokens']:,} prompt tokens of which "
+                  f"{t['cached_tokens']:,} came from the prefix cache ({t['computed_tokens']:,} computed), "
+                  f"{t['completion_tokens']:,} generated; TTFT {t['ttft_s']:.1f} s and wall {t['wall_s']:.1f} s in "
+                  f"all; largest context {t['max_context_tokens']:,} tokens; the model called a tool on "
+                  f"{t['tool_calls']} of {t['requests']} turns (the replay continues with the recorded call either "
+                  "way).",
+              f"TTFT growth: **{v.get('verdict') or 'n/a'}** ({v.get('why')}); prefix cache {v.get('cache')}."]
+    for stop in a.get("stops") or []:
+        lines.append(f"Session {int(stop.get('session', 0)) + 1} stopped before turn {stop.get('turn')}: "
+                     f"{stop.get('why')} ({stop.get('previous_prompt_tokens')} + {stop.get('adding_tokens')} tokens, "
+                     f"context {stop.get('n_ctx')}).")
+    return lines + [""]
+
+
+def _sweep_lines(w: Mapping[str, Any]) -> list[str]:
+    lines = ["| prompt tokens | streams | rounds | aggregate tok/s (median) | per-stream decode tok/s | "
+             "TTFT from schedule ms p50 / p95 | TPOT ms p95 | errors / silent |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in w["cells"]:
+        lines.append(f"| {c['ctx']:,} | {c['streams']} | {c['rounds']} | {_f(c['aggregate_tps'])} | "
+                     f"{_f(c['per_stream_tps'])} | {_f(c['ttft_p50_ms'], 0)} / {_f(c['ttft_p95_ms'], 0)} | "
+                     f"{_f(c['tpot_p95_ms'], 1)} | {c['errors']} / {c['silent']} |")
+    lines.append("")
+    for ctx, k in w["knees"].items():
+        lines.append(f"- Knee at {int(ctx):,}-token prompts: N={k.get('knee') or 'n/a'} ({k.get('reason')}).")
+    rec = w["recommended"]
+    lines.append(f"- **Recommended slot count: {rec.get('slots') or 'n/a'}** ({rec.get('reason')}).")
+    lines.append(f"- Knee rule: an added stream must add {w['knee_gain_pct']:g}% of one stream's rate; SLOs TTFT p95 "
+                 f"<= {_f(w.get('slo_ttft_ms'), 0)} ms, TPOT p95 <= {_f(w.get('slo_itl_ms'), 1)} ms.")
+    budget = f"- Budget: {w['elapsed_s']:.0f} s of {w['budget_s']:g} s used"
+    if w["skipped"]:
+        cells = ", ".join(f"{int(d['ctx']):,} tokens N={d['streams']} (estimated {d['estimate_s']:.0f} s, "
+                          f"{max(0.0, d['budget_s'] - d['elapsed_s']):.0f} s left)" for d in w["skipped"])
+        budget += f"; stopped adding points where the budget would have been exceeded: {cells}"
+    return lines + [budget + ".", ""]
+
+
+def _rate_lines(g: Mapping[str, Any], bench: Mapping[str, Any]) -> list[str]:
+    limit = (f"{bench.get('requests')} requests" if bench.get("requests") else "") + (
+        " or " if bench.get("requests") and bench.get("duration_s") else "") + (
+        f"{bench.get('duration_s'):g} s" if bench.get("duration_s") else "")
+    return [f"Request rate: Poisson arrivals at {_f(g.get('offered_rate'))} req/s (seed {bench.get('arrival_seed')}, "
+            f"{limit}; {bench.get('scheduled')} scheduled over {_f(bench.get('schedule_span_s'), 1)} s, sent at "
+            f"{_f(g.get('sent_rate'))} req/s), {bench.get('prompt_tokens')}-token salted prompts, up to "
+            f"{bench.get('max_inflight')} senders; every latency counted from the scheduled send.", "",
+            "| requests | completed | good (all SLOs) | errors / silent | goodput req/s | throughput req/s | "
+            "output tok/s | TTFT ms p50 / p95 / p99 | TPOT ms p50 / p95 / p99 | e2e s p50 / p95 / p99 | "
+            "send lag ms p50 / p99 |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            f"| {g['requests']} | {g['completed']} | {g['good']} | {g['errors']} / {g['silent']} | "
+            f"**{_f(g['goodput_rps'], 3)}** | {_f(g['throughput_rps'], 3)} | {_f(g['output_tps'])} | "
+            f"{_pct(g['ttft_ms'], 1, 0)} | {_pct(g['tpot_ms'], 1, 1)} | {_pct(g['e2e_s'], 1, 2)} | "
+            f"{_f(g['send_lag_ms'].get('p50'), 1)} / {_f(g['send_lag_ms'].get('p99'), 1)} |", "",
+            f"SLOs: TTFT <= {_f(g['slo_ttft_ms'], 0)} ms (missed by {g['missed_ttft']}), TPOT <= "
+            f"{_f(g['slo_itl_ms'], 1)} ms (missed by {g['missed_itl']}); goodput = requests meeting both / "
+            f"{g['wall_s']:.1f} s (schedule start to the last end); per-request inter-token p95, ms p50 / p95: "
+            f"{_f(g['itl_p95_ms'].get('p50'), 1)} / {_f(g['itl_p95_ms'].get('p95'), 1)}.", ""]
 
 
 def compare_text(result: Mapping[str, Any]) -> str:

@@ -3,6 +3,11 @@
 ``smollm2-tools.jinja``: SmolLM2's ChatML plus Hermes-style ``<tool_call>`` JSON calls, so
 llama-server (``--chat-template-file``) declares tool support and grammar-constrains
 ``tool_choice: "required"`` requests for the tiny test model.
+
+``smollm2-think.jinja``: SmolLM2's ChatML with a ``<think>`` block (opened unless
+``enable_thinking`` is false, ``reasoning_content`` rendered back), so llama-server's own
+reasoning parser splits the output into ``reasoning_content`` and ``content``; launch with
+``--reasoning-budget N`` so the engine ends the block (its header says why both are needed).
 """
 
 from __future__ import annotations

