@@ -30,6 +30,7 @@ def _row(result: dict) -> dict:
 def test_a_clear_difference_is_real():
     row = _row(compare_boot_samples(_boots((100, 2), (101, 2)), _boots((150, 2), (149, 2))))
     assert row["verdict"] == "real" and row["delta"] == pytest.approx(49.0)
+    assert row["boot_band"] == pytest.approx(9.925 * (0.5 * (1 / 2 + 1 / 2)) ** 0.5, rel=1e-3)   # t(0.995, df 2)
     assert row["boots_a"] == [100.0, 101.0] and row["n_a"] == 8
 
 
@@ -38,11 +39,11 @@ def test_noise_alone_is_not_real():
     assert row["verdict"] == "not real" and row["why"] == "within the noise band"
 
 
-def test_a_difference_smaller_than_the_boot_to_boot_spread_is_not_real():
+def test_a_difference_within_the_boot_to_boot_variation_is_not_real():
     # tight within each boot (so the pooled band is narrow), but the boots of arm A differ by 20
     row = _row(compare_boot_samples(_boots((90, 0.5), (110, 0.5)), _boots((112, 0.5), (114, 0.5))))
     assert abs(row["delta"]) > row["band"]
-    assert row["verdict"] == "not real" and row["why"] == "within the boot-to-boot spread"
+    assert row["verdict"] == "not real" and row["why"] == "within the boot-to-boot variation"
 
 
 def test_boots_that_disagree_on_the_direction_are_not_real():
@@ -53,6 +54,14 @@ def test_boots_that_disagree_on_the_direction_are_not_real():
                                     _boots((105, 0.2), (111, 0.2), (111, 0.2))))
     assert abs(row["delta"]) > max(row["band"], row["boot_spread"])
     assert row["verdict"] == "not real" and row["why"] == "the boots disagree on the direction"
+
+
+def test_two_boots_a_little_apart_are_not_enough_for_real():
+    """Seen in CI: the same setting twice, each arm's boots 1% apart and B's both ahead by 2%, each
+    boot tight. Two boots an arm cannot tell that from boot-to-boot luck."""
+    row = _row(compare_boot_samples(_boots((100, 0.3), (101, 0.3)), _boots((102.5, 0.3), (103.5, 0.3))))
+    assert abs(row["delta"]) > row["band"] and row["verdict"] == "not real"
+    assert row["why"] == "within the boot-to-boot variation"
 
 
 def test_one_boot_per_arm_cannot_tell():

@@ -34,6 +34,25 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
          2.045, 2.042)
 
 
+# two-sided 99% t quantiles (1..30); above 30 the normal 2.576
+_T995 = (63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012, 2.977,
+         2.947, 2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763,
+         2.756, 2.750)
+
+
+def _interp(table: tuple[float, ...], df: float, beyond: float) -> float:
+    if df >= len(table):
+        return beyond
+    lo = max(1, math.floor(df))
+    hi = min(len(table), lo + 1)
+    a, b = table[lo - 1], table[hi - 1]
+    return a + (b - a) * (df - lo)
+
+
+def t_995(df: float) -> float:
+    return _interp(_T995, df, 2.576)
+
+
 def t_975(df: float) -> float:
     if df >= len(_T975):
         return 1.96
@@ -123,10 +142,10 @@ def compare_arms(arm_a: Arm, arm_b: Arm) -> dict[str, Any]:
 
     Per group and metric: the pooled per-request samples give ``delta`` and the Welch band, as
     ``compare_runs``; besides, each boot's mean. The verdict is ``real`` only when all three hold:
-    |delta| exceeds the pooled band; it exceeds the boot-to-boot spread inside either arm (the
-    largest range of an arm's boot means: an engine that varies 10% boot to boot cannot show a 5%
-    effect); and every A boot against every B boot differs in the same direction. ``not real`` when
-    any fails and each arm has at least 2 boots of at least 2 samples; else ``cannot tell``.
+    |delta| exceeds the pooled band; every A boot against every B boot differs in the same
+    direction; and |delta| exceeds the 99% band of the boot means (a pooled t over boots: an engine
+    that varies 10% boot to boot cannot show a 5% effect in two boots). ``not real`` when any fails and
+    each arm has at least 2 boots of at least 2 samples; else ``cannot tell``.
     """
     result = compare_boot_samples([samples(run, recs) for run, recs in arm_a],
                                   [samples(run, recs) for run, recs in arm_b])
@@ -134,6 +153,16 @@ def compare_arms(arm_a: Arm, arm_b: Arm) -> dict[str, Any]:
 
 
 BootSamples = Sequence[Mapping[str, Mapping[str, Sequence[float]]]]    # per boot: group -> metric -> values
+
+
+def _boot_band(means_a: Sequence[float], means_b: Sequence[float]) -> float:
+    """The 99% half-width of the difference of the arms' boot means (a pooled-variance t over
+    boots, df = boots - 2): what the boot-to-boot variation alone could produce. Pooled rather than
+    Welch because with 2 boots an arm's own variance is one number's worth of evidence (Welch's df
+    would fall toward 1, t toward 64); 99%, not 95%, so a verdict of "real" is rarely wrong."""
+    na, nb = len(means_a), len(means_b)
+    pooled = ((na - 1) * _st.variance(means_a) + (nb - 1) * _st.variance(means_b)) / (na + nb - 2)
+    return t_995(na + nb - 2) * math.sqrt(pooled * (1 / na + 1 / nb))
 
 
 def compare_boot_samples(per_a: BootSamples, per_b: BootSamples) -> dict[str, Any]:
@@ -157,19 +186,20 @@ def compare_boot_samples(per_a: BootSamples, per_b: BootSamples) -> dict[str, An
             spread = max(max(means_a) - min(means_a), max(means_b) - min(means_b))
             signs = {math.copysign(1.0, mb - ma) for ma in means_a for mb in means_b if mb != ma}
             enough = len(boots_a) >= 2 and len(boots_b) >= 2 and min(len(x) for x in boots_a + boots_b) >= 2
-            if w["band"] is None or not enough:
+            boot_band = _boot_band(means_a, means_b) if enough else None
+            if w["band"] is None or boot_band is None:
                 verdict, why = "cannot tell", "each arm needs at least 2 boots of at least 2 measured requests"
             elif abs(w["delta"]) <= w["band"]:
                 verdict, why = "not real", "within the noise band"
-            elif abs(w["delta"]) <= spread:
-                verdict, why = "not real", "within the boot-to-boot spread"
             elif len(signs) > 1:
                 verdict, why = "not real", "the boots disagree on the direction"
+            elif abs(w["delta"]) <= boot_band:
+                verdict, why = "not real", "within the boot-to-boot variation"
             else:
-                verdict, why = "real", "beyond the noise band and the boot-to-boot spread, in every boot pairing"
+                verdict, why = "real", "beyond the noise band and the boot-to-boot variation, in every boot pairing"
             rows.append({"group": group, "metric": metric, "a_mean": mean_a, "b_mean": mean_b, "n_a": len(a),
                          "n_b": len(b), "boots_a": means_a, "boots_b": means_b, "boot_spread": spread,
-                         "boot_spread_pct": spread / mean_a * 100.0 if mean_a else None,
+                         "boot_spread_pct": spread / mean_a * 100.0 if mean_a else None, "boot_band": boot_band,
                          "delta": w["delta"], "delta_pct": (w["delta"] / mean_a * 100.0) if mean_a else None,
                          "band": w["band"],
                          "band_pct": (w["band"] / mean_a * 100.0) if (mean_a and w["band"] is not None) else None,

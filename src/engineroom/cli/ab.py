@@ -25,7 +25,7 @@ def ab_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Boot two launch settings in turn (A B B A ...), bench each boot, and say per metric whether
-    the difference is real: beyond the noise band, beyond the boot-to-boot spread, in every pairing."""
+    the difference is real: beyond the noise band, in every pairing, beyond the boot-to-boot variation."""
     from ..bench import BenchPlan, default_workloads
     from ..errors import BadInput
     from ..flows.ab import ab, parse_arm

@@ -4,7 +4,7 @@
 A B B A (then A B, B A ... for more boots), so a slow drift of the machine (heat, a neighbour's
 load) falls on both arms alike; each boot is a stored bench run labelled with its arm, and
 ``bench.compare.compare_arms`` says, per metric, whether the difference is real: beyond the
-pooled noise band, beyond the arm's own boot-to-boot spread, and the same way in every pairing.
+pooled noise band, the same way in every pairing, and beyond a 99% band over the boot means.
 """
 
 from __future__ import annotations

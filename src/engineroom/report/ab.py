@@ -21,13 +21,12 @@ def ab_text(result: Mapping[str, Any]) -> str:
              f"B: {_arm(result.get('arm_b'))} (runs {', '.join(map(str, result.get('runs_b') or []))}); "
              f"boot order {order}.", "",
              "| group | metric | A mean (n) | B mean (n) | A boots | B boots | delta | noise band (95%) "
-             "| boot spread | verdict |", "|---|---|---:|---:|---|---|---:|---:|---:|---|"]
+             "| boot band (99%) | verdict |", "|---|---|---:|---:|---|---|---:|---:|---:|---|"]
     for r in result.get("rows") or []:
         delta = f"{r['delta']:+.3f}" + (f" ({r['delta_pct']:+.1f}%)" if r.get("delta_pct") is not None else "")
         band = "n/a" if r.get("band") is None else f"±{r['band']:.3f}" + (
             f" (±{r['band_pct']:.1f}%)" if r.get("band_pct") is not None else "")
-        spread = f"{r['boot_spread']:.3f}" + (f" ({r['boot_spread_pct']:.1f}%)"
-                                              if r.get("boot_spread_pct") is not None else "")
+        spread = "n/a" if r.get("boot_band") is None else f"±{r['boot_band']:.3f}"
         boots_a = " / ".join(f"{x:.3f}" for x in r["boots_a"])
         boots_b = " / ".join(f"{x:.3f}" for x in r["boots_b"])
         lines.append(f"| {r['group']} | {r['metric']} | {r['a_mean']:.3f} ({r['n_a']}) | {r['b_mean']:.3f} "
@@ -35,6 +34,6 @@ def ab_text(result: Mapping[str, Any]) -> str:
                      f"**{r['verdict']}**: {r['why']} |")
     if not result.get("rows"):
         lines.append("| (no metric measured in every boot of both arms) | | | | | | | | | |")
-    lines += ["", "_Real means: beyond the pooled 95% band, beyond either arm's boot-to-boot spread, and "
-                  "the same direction in every A-boot / B-boot pairing._"]
+    lines += ["", "_Real means: beyond the pooled 95% band of the requests, the same direction in every "
+                  "A-boot / B-boot pairing, and beyond a 99% band over the boot means._"]
     return "\n".join(lines) + "\n"
