@@ -109,3 +109,15 @@ def test_one_thread_against_two_is_a_real_difference(llama_server_binary, smollm
     decode = _ab(tmp_path, "threads=1", "threads=2")
     assert decode["verdict"] == "real", decode
     assert abs(decode["delta_pct"]) > 10
+
+
+def test_the_ab_table_shows_each_arm_its_boots_and_the_verdict():
+    from engineroom.report.ab import ab_text
+
+    result = compare_boot_samples(_boots((100, 1), (101, 1)), _boots((150, 1), (149, 1)))
+    result.update(arm_a={"threads": 1}, arm_b={"threads": 2, "extra_args": ["-nr"]}, order=list("ABBA"),
+                  model="smollm2-135m", runs_a=[1, 4], runs_b=[2, 3])
+    text = ab_text(result)
+    assert "A: threads=1 (runs 1, 4); B: threads=2, extra_args=-nr (runs 2, 3); boot order A B B A." in text
+    assert "| w | decode_tps | 100.500 (8) | 149.500 (8) | 100.000 / 101.000 | 150.000 / 149.000 |" in text
+    assert "**real**" in text and "boot band (99%)" in text
