@@ -99,3 +99,30 @@ def test_gpu_memory_is_none_without_a_driver_and_real_readings_with_one():
         assert gpus is None          # no NVIDIA driver: None (the caller says "not measured"), never zeros
         return
     assert gpus and all(0 < g["used_bytes"] <= g["total_bytes"] for g in gpus)
+
+
+def test_nvml_readings_through_one_session_each_shut_down(monkeypatch):
+    """gpu_memory and gpu_memory_of on a fake NVML: the readings, and nvmlShutdown after each."""
+    import sys
+    import types
+
+    from engineroom.resources import gpu_memory_of
+
+    calls = []
+    proc = types.SimpleNamespace
+    fake = types.SimpleNamespace(
+        NVMLError=RuntimeError,
+        nvmlInit=lambda: calls.append("init"), nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetCount=lambda: 2, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetMemoryInfo=lambda h: proc(used=(h + 1) << 30, total=80 << 30),
+        nvmlDeviceGetName=lambda h: b"NVIDIA H200",
+        nvmlDeviceGetUtilizationRates=lambda h: proc(gpu=50 + h),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [proc(pid=7, usedGpuMemory=1 << 20),
+                                                        proc(pid=8, usedGpuMemory=None),
+                                                        proc(pid=9, usedGpuMemory=5 << 20)] if h == 1 else [])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert gpu_memory() == [
+        {"index": 0, "name": "NVIDIA H200", "used_bytes": 1 << 30, "total_bytes": 80 << 30, "util_pct": 50},
+        {"index": 1, "name": "NVIDIA H200", "used_bytes": 2 << 30, "total_bytes": 80 << 30, "util_pct": 51}]
+    assert gpu_memory_of({7, 8}) == {1: 1 << 20}          # only the given pids, GPUs they use
+    assert calls == ["init", "shutdown", "init", "shutdown"]

@@ -435,32 +435,3 @@ def with_free_memory_ignored(rig: Rig) -> Rig:
 
 __all__ = ["GpuSpec", "Rig", "cpu_bandwidth", "cpu_model_name", "detect_rig", "physical_cores", "probe_copy_bandwidth",
            "parse_rig", "resolve_rig", "with_free_memory_ignored", "field"]
-
-
-def gpu_memory_of(pids: set[int]) -> dict[int, int] | None:
-    """GPU memory used by processes ``pids`` on each NVIDIA GPU (NVML), {gpu index: bytes};
-    None when NVML is unavailable (no GPU, no driver) — the caller says so, never a zero."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - NVML raises its own error types, or the library is absent
-        return None
-    try:
-        out: dict[int, int] = {}
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            used = 0
-            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-                if proc.pid in pids and proc.usedGpuMemory:
-                    used += int(proc.usedGpuMemory)
-            if used:
-                out[i] = used
-        return out
-    except Exception:  # noqa: BLE001
-        return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass

@@ -334,7 +334,7 @@ def measured_memory(engine: Engine, log_path: Path, pid: int) -> dict:
         out["measured"] = {c.name: c.bytes for c in report.components}
         out["measured_source"] = report.source
         out["measured_device"] = report.device
-    from .hardware import gpu_memory_of
+    from .resources import gpu_memory_of
 
     try:
         pids = {pid} | {c.pid for c in psutil.Process(pid).children(recursive=True)}

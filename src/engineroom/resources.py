@@ -17,43 +17,75 @@ peak during a prefill.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["ResourceSampler", "gpu_memory", "process_tree_memory", "summarize_samples"]
+__all__ = ["ResourceSampler", "gpu_memory", "gpu_memory_of", "process_tree_memory", "summarize_samples"]
 
 
-def gpu_memory() -> list[dict[str, Any]] | None:
-    """Per GPU: ``index``, ``name``, ``used_bytes``, ``total_bytes``, ``util_pct`` (None where
-    the driver does not say); None when NVML is unavailable."""
+@contextlib.contextmanager
+def _nvml() -> Iterator[Any]:
+    """The pynvml module, initialised for the block and shut down after; None when NVML is
+    unavailable (no driver, no GPU, no ``nvidia-ml-py``)."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
     except Exception:  # noqa: BLE001 - NVML raises its own error types, or the module is absent
-        return None
+        yield None
+        return
     try:
-        out: list[dict[str, Any]] = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            name = pynvml.nvmlDeviceGetName(h)
-            try:
-                util: int | None = int(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
-            except pynvml.NVMLError:
-                util = None
-            out.append({"index": i, "name": name.decode() if isinstance(name, bytes) else str(name),
-                        "used_bytes": int(mem.used), "total_bytes": int(mem.total), "util_pct": util})
-        return out
-    except Exception:  # noqa: BLE001
-        return None
+        yield pynvml
     finally:
         try:
             pynvml.nvmlShutdown()
         except Exception:  # noqa: BLE001
             pass
+
+
+def gpu_memory() -> list[dict[str, Any]] | None:
+    """Per GPU: ``index``, ``name``, ``used_bytes``, ``total_bytes``, ``util_pct`` (None where
+    the driver does not say); None when NVML is unavailable."""
+    with _nvml() as pynvml:
+        if pynvml is None:
+            return None
+        try:
+            out: list[dict[str, Any]] = []
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+                name = pynvml.nvmlDeviceGetName(h)
+                try:
+                    util: int | None = int(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
+                except pynvml.NVMLError:
+                    util = None
+                out.append({"index": i, "name": name.decode() if isinstance(name, bytes) else str(name),
+                            "used_bytes": int(mem.used), "total_bytes": int(mem.total), "util_pct": util})
+            return out
+        except Exception:  # noqa: BLE001
+            return None
+
+
+def gpu_memory_of(pids: set[int]) -> dict[int, int] | None:
+    """GPU memory used by processes ``pids`` on each NVIDIA GPU (NVML), {gpu index: bytes};
+    None when NVML is unavailable (no GPU, no driver) — the caller says so, never a zero."""
+    with _nvml() as pynvml:
+        if pynvml is None:
+            return None
+        try:
+            out: dict[int, int] = {}
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                used = sum(int(p.usedGpuMemory) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                           if p.pid in pids and p.usedGpuMemory)
+                if used:
+                    out[i] = used
+            return out
+        except Exception:  # noqa: BLE001
+            return None
 
 
 def process_tree_memory(pid: int) -> dict[str, Any] | None:

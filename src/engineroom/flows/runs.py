@@ -225,7 +225,7 @@ def _run_suite(info: ServerInfo, store: Store, run_id: int, suite: str, *, repea
         if suite != "soak":
             return run_suite(suite, client, info, repeat=repeat, on_result=on_result, timeout_scale=timeout_scale,
                              fast=fast, ctx=ctx, restart=restart, tries=tries)
-        pid = state.pid if managed and state is not None and launch.is_alive(state.pid, state.proc_created) else None
+        pid = _managed_pid(info) if managed else None
         probe, note, sampler = _soak_memory(info, pid, api_key)
 
         def turn_done(rec: dict) -> None:
@@ -233,15 +233,9 @@ def _run_suite(info: ServerInfo, store: Store, run_id: int, suite: str, *, repea
             if on_turn is not None:
                 on_turn(rec)
 
-        try:
-            with sampler:
-                return run_suite(suite, client, info, on_result=on_result, timeout_scale=timeout_scale, fast=fast,
-                                 ctx=ctx, soak=soak, memory=probe, memory_note=note, on_turn=turn_done)
-        finally:
-            payload = sampler.record()
-            payload["engine_source"] = (f"the managed server's process tree (pid {pid})" if pid is not None
-                                        else "not visible from this machine (a --url server)")
-            store.add_record(run_id, RESOURCES_KIND, payload)
+        with _recording(sampler, pid, store, run_id):
+            return run_suite(suite, client, info, on_result=on_result, timeout_scale=timeout_scale, fast=fast,
+                             ctx=ctx, soak=soak, memory=probe, memory_note=note, on_turn=turn_done)
 
 
 def _loopback(url: str) -> bool:
@@ -370,17 +364,19 @@ def _restart_managed(api_key: str | None) -> ServerInfo:
 RESOURCES_KIND = "resources"      # the record kind of a run's resource samples (resources.ResourceSampler)
 
 
-@contextlib.contextmanager
-def _sampling(info: ServerInfo, store: Store, run_id: int) -> Iterator[None]:
-    """Sample GPU memory (NVML), the engine's process tree (the managed server's pid: USS and RSS)
-    and the host while the block runs; the raw series is stored as one ``resources`` record, also
-    when the run is interrupted."""
-    from ..resources import ResourceSampler
-
+def _managed_pid(info: ServerInfo) -> int | None:
+    """The managed server's pid when ``info`` is that server and it is still running, else None
+    (a ``--url`` server: this machine cannot see its processes)."""
     state = launch.read_state()
-    managed = state is not None and state.url == info.url.rstrip("/") and launch.is_alive(state.pid, state.proc_created)
-    pid = state.pid if managed and state is not None else None
-    sampler = ResourceSampler(pid)
+    if state is None or state.url != info.url.rstrip("/") or not launch.is_alive(state.pid, state.proc_created):
+        return None
+    return state.pid
+
+
+@contextlib.contextmanager
+def _recording(sampler: ResourceSampler, pid: int | None, store: Store, run_id: int) -> Iterator[None]:
+    """Run ``sampler`` while the block runs; its raw series is stored as one ``resources`` record,
+    also when the run is interrupted."""
     try:
         with sampler:
             yield
@@ -389,6 +385,15 @@ def _sampling(info: ServerInfo, store: Store, run_id: int) -> Iterator[None]:
         payload["engine_source"] = (f"the managed server's process tree (pid {pid})" if pid is not None
                                     else "not visible from this machine (a --url server)")
         store.add_record(run_id, RESOURCES_KIND, payload)
+
+
+def _sampling(info: ServerInfo, store: Store, run_id: int) -> contextlib.AbstractContextManager[None]:
+    """Sample GPU memory (NVML), the managed engine's process tree (USS and RSS) and the host while
+    the block runs, into the run's ``resources`` record."""
+    from ..resources import ResourceSampler
+
+    pid = _managed_pid(info)
+    return _recording(ResourceSampler(pid), pid, store, run_id)
 
 
 @dataclass
