@@ -22,6 +22,7 @@ import pytest
 from engineroom.launch import free_port
 
 from conftest import real_llama_server, run_cli
+from test_verify_suites import REAL_EXPECTED, SLOW_CPU
 
 # Gemma 3 270M is trained for 32,768 tokens, but the stress ladder's prefill is the cost on two
 # cores: --fast sends about 3.7 x n_ctx prompt tokens (a needle at 0.25 of the context, the tool
@@ -106,37 +107,17 @@ def test_stress_fast_on_gemma_reaches_the_engines_real_context(gemma3, llama_ser
 # tool checks run, and three FAIL for the model's reasons: REAL_EXPECTED in test_verify_suites.py.)
 NO_TOOLS = "server declares no tools support (from /props chat_template_caps.supports_tool_calls = false)"
 NO_THINKING = "the served chat template has no thinking block nor switch"
+# Every check that runs is shared with the tool-template table (REAL_EXPECTED, in its order); the
+# tool checks and the two reasoning checks SKIP here with the server's words.
 FULL_ON_OWN_TEMPLATE = {
-    "reachable": ("PASS", "/v1/models lists 'smollm2-135m'"),
-    "basic_answer": ("PASS", "answer contains Paris"),
-    "streaming": ("PASS", ""),
-    "tool_call": ("SKIP", NO_TOOLS),
-    "tool_call_streamed": ("SKIP", NO_TOOLS),
-    "json_schema": ("PASS", "valid against the schema"),             # response_format becomes a grammar
-    "stream_protocol": ("PASS", ""),
-    "tool_call_auto": ("SKIP", NO_TOOLS),
-    "tool_call_in_reasoning": ("SKIP", NO_TOOLS),
-    "parallel_tool_calls": ("SKIP", NO_TOOLS),
-    "tool_choice_named": ("SKIP", NO_TOOLS),
-    "tool_choice_none": ("SKIP", NO_TOOLS),
-    "tool_round_trip": ("SKIP", NO_TOOLS),
+    **REAL_EXPECTED,
+    **dict.fromkeys(("tool_call", "tool_call_streamed", "tool_call_auto", "tool_call_in_reasoning",
+                     "parallel_tool_calls", "tool_choice_named", "tool_choice_none", "tool_round_trip"),
+                    ("SKIP", NO_TOOLS)),
     "reasoning_split": ("SKIP", f"the model does not reason: no reasoning field came back and {NO_THINKING}"),
     "thinking_off": ("SKIP", f"no thinking switch to test: {NO_THINKING}"),
-    "json_schema_complex": ("PASS", "valid against the nested schema"),   # grammar-constrained
-    "usage": ("PASS", "prompt "),
-    "stop_sequence": ("PASS", "stopped right before"),
-    "max_tokens_length": ("PASS", "finish_reason=length after 8 tokens"),
-    "logprobs": ("PASS", "8 tokens with logprobs and 3 alternatives each"),
-    "seed_reproducible": ("PASS", "seed 1234 gave the same"),
-    "image_input": ("SKIP", "the server does not report vision (declared absent)"),   # /props modalities
-    "responses_api": ("PASS", "output message: 'The capital of France is Paris.'"),   # llama-server serves it
-    "long_prompt": ("PASS", ""),
-    "output_quality": ("PASS", ""),
-    "spec_decode": ("SKIP", "the engine reports no drafted tokens: no speculative decoding is running"),
 }
 
-
-SLOW_CPU = 5.0      # two cores shared with engine builds: generous timeouts keep load from becoming FAILs
 
 
 def test_verify_full_on_the_managed_smollm2_states_every_outcome(managed_server):
