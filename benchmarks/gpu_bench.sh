@@ -8,6 +8,7 @@
 #   bash benchmarks/gpu_bench.sh build        # venv, llama.cpp CUDA build, the GGUFs
 #   bash benchmarks/gpu_bench.sh run 1b,8b    # the bench programme per model (gpu_bench.py)
 #   bash benchmarks/gpu_bench.sh run 27b
+#   bash benchmarks/gpu_bench.sh attrib       # the second visit: gpu_attrib.py (TTFT vs -cram 0, rounds)
 # Every call leaves $OUT/gpu_bench.tgz: everything measured so far (raw JSON, logs, the store).
 set -uo pipefail
 W=.ci-work/device
@@ -43,5 +44,8 @@ case "$stage" in
     ;;
   run)
     python3 benchmarks/gpu_bench.py run --out "$G" --models "${2:-1b,8b}" --deadline-s "${3:-540}"
+    ;;
+  attrib)
+    python3 benchmarks/gpu_attrib.py run --out "$G" --deadline-s "${2:-540}"
     ;;
 esac

@@ -165,6 +165,17 @@ def _boot_band(means_a: Sequence[float], means_b: Sequence[float]) -> float:
     return t_995(na + nb - 2) * math.sqrt(pooled * (1 / na + 1 / nb))
 
 
+def _boots_needed(means_a: Sequence[float], means_b: Sequence[float], delta: float, most: int = 12) -> int | None:
+    """Boots per arm at which this |delta| would clear the 99% boot band, if the boot-to-boot
+    spread stayed as measured (the same pooled variance, df = 2n - 2); None beyond ``most``."""
+    na, nb = len(means_a), len(means_b)
+    pooled = ((na - 1) * _st.variance(means_a) + (nb - 1) * _st.variance(means_b)) / (na + nb - 2)
+    for n in range(2, most + 1):
+        if t_995(2 * n - 2) * math.sqrt(pooled * 2 / n) < abs(delta):
+            return n
+    return None
+
+
 def compare_boot_samples(per_a: BootSamples, per_b: BootSamples) -> dict[str, Any]:
     """``compare_arms`` on samples already taken from the records (one mapping per boot)."""
     every = [*per_a, *per_b]
@@ -195,6 +206,9 @@ def compare_boot_samples(per_a: BootSamples, per_b: BootSamples) -> dict[str, An
                 verdict, why = "not real", "the boots disagree on the direction"
             elif abs(w["delta"]) <= boot_band:
                 verdict, why = "not real", "within the boot-to-boot variation"
+                needed = _boots_needed(means_a, means_b, w["delta"])
+                if needed is not None and needed > min(len(means_a), len(means_b)):
+                    why += f" (at this spread, about {needed} boots an arm would tell)"
             else:
                 verdict, why = "real", "beyond the noise band and the boot-to-boot variation, in every boot pairing"
             rows.append({"group": group, "metric": metric, "a_mean": mean_a, "b_mean": mean_b, "n_a": len(a),
