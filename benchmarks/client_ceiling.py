@@ -15,10 +15,11 @@ In one run, interleaved (the machine is shared, so drift hits every client alike
   repetition, each client in a rotated order, doing the same work: N concurrent streams, N x
   (rounds + 1) requests of ``--max-tokens`` tokens, 64-token prompts:
   - **engineroom**: ``bench.suiterun.run_suite`` with the ``concurrency`` suite (one warm-up round +
-    rounds of N simultaneous streams, one ``KindClient`` per stream thread, ``ClientMonitor``
-    running) -- the code path of ``engineroom bench --suite concurrency --streams N``, with the
-    clients wrapped to keep each result's absolute ``t_request`` and token arrival times (the bench
-    record stores them relative to the send) -- run in a subprocess of this script;
+    rounds of N simultaneous streams, every stream on one event loop: ``bench.aiostreams``, aiohttp,
+    ``KindClient._absorb`` per event, ``ClientMonitor`` running) -- the code path of
+    ``engineroom bench --suite concurrency --streams N``, with the client class's ``_absorb`` wrapped to
+    keep each result's absolute ``t_request`` and token arrival times (the bench record stores them
+    relative to the send) -- run in a subprocess of this script;
   - **aiperf** 0.13.0 (``aiperf profile --concurrency N --streaming --use-server-token-count
     --export-level raw``; per-chunk ``perf_ns`` from its raw export);
   - **guidellm** 0.8.1 (``guidellm run --profile kind=concurrent,streams=N``; it keeps the first and
@@ -65,7 +66,9 @@ import psutil
 
 HERE = Path(__file__).resolve().parent
 CLIENTS = ("engineroom", "aiperf", "guidellm")
-PROTOTYPES = ("async-prototype", "async-httpx-prototype")     # not shipped: engineroom's parser on one event loop
+# not shipped: engineroom's parser on one event loop over a raw asyncio.Protocol, httpx.AsyncClient, aiohttp
+# (the last is what bench.aiostreams ships, minus the suite around it; kept to re-measure the HTTP layer)
+PROTOTYPES = ("async-prototype", "async-httpx-prototype", "async-aiohttp-prototype")
 PROTOTYPE = PROTOTYPES[0]
 PROMPT_TOKENS = 64
 FIRST_MS = 20.0
@@ -81,13 +84,22 @@ def engineroom_client(url: str, streams: int, rounds: int, max_tokens: int, out:
     from engineroom.bench.suitestats import CLIENT_LOAD_KIND
     from engineroom.engines.base import ServerInfo
 
-    tap: list[tuple[str, float, list[float], int | None]] = []
+    tap: dict[int, tuple[Any, str | None]] = {}     # id(result) -> (result, the stand-in's chunk id)
 
-    class Tapped(KindClient):  # keeps the absolute clock of each result; the streaming path is KindClient's
-        def stream_chat(self, payload: dict[str, Any], timeout: float | None = None) -> Any:
-            r = super().stream_chat(payload, timeout)
-            tap.append((str(payload["messages"][-1]["content"])[:160], r.t_request, r.token_times, r.status))
-            return r
+    class Tapped(KindClient):
+        """KindClient whose results are also kept here, with their absolute clock (the record stores
+        arrivals relative to the send) and the stand-in's chunk id (which server stream it was). The
+        suite reads the streams on its one event loop (``bench.aiostreams``) and calls this ``_absorb``
+        for every event, so the path measured is the shipped one; one ``json.loads`` per request extra."""
+
+        @staticmethod
+        def _absorb(result: Any, tools: Any, event: str, data: str, now: float) -> None:
+            if id(result) not in tap:
+                try:
+                    tap[id(result)] = (result, json.loads(data).get("id"))
+                except (ValueError, AttributeError):
+                    tap[id(result)] = (result, None)
+            KindClient._absorb(result, tools, event, data, now)
 
     spec = SUITE_SPECS["concurrency"].with_(warmup=1, rounds=rounds, max_tokens=max_tokens,
                                             prompt_tokens=PROMPT_TOKENS)
@@ -98,8 +110,9 @@ def engineroom_client(url: str, streams: int, rounds: int, max_tokens: int, out:
     summary = result.summary
     group = next(iter((summary.get("groups") or {}).values()), {})
     out.write_text(json.dumps({
-        "requests": [{"key": k, "t_request_ns": round(t * 1e9), "tokens_ns": [round(x * 1e9) for x in times],
-                      "status": s} for k, t, times, s in tap],
+        "requests": [{"sid": _sid(cid), "t_request_ns": round(r.t_request * 1e9),
+                      "tokens_ns": [round(x * 1e9) for x in r.token_times], "status": r.status}
+                     for r, cid in tap.values()],
         "client_load": load,
         "summary": {"status": summary.get("status"), "valid": summary.get("valid"),
                     "integrity": summary.get("integrity"), "client_load": summary.get("client_load"),
@@ -212,9 +225,39 @@ def async_prototype_client(url: str, streams: int, rounds: int, max_tokens: int,
                     buf = []
             tap.append((prompt[:160], r.t_request, r.token_times, r.status))
 
+    async def aiohttp_loop(http: Any) -> None:
+        for _ in range(rounds + 1):
+            prompt = haystack(fresh_salt(), PROMPT_TOKENS).text
+            r, tools = StreamResult(), _ToolCallAssembler()
+            r.t_request = time.perf_counter()
+            async with http.post(f"{url}/v1/chat/completions", data=body(prompt),
+                                 headers={"Accept": "text/event-stream", "Content-Type": "application/json"}) as resp:
+                r.status = resp.status
+                sse = b""
+                while True:
+                    data = await resp.content.readany()
+                    if not data:
+                        break
+                    now = time.perf_counter()
+                    sse += data
+                    while b"\n\n" in sse:
+                        raw, sse = sse.split(b"\n\n", 1)
+                        for event, text in _sse_events(iter([*raw.decode().split("\n"), ""])):
+                            if text.strip() != "[DONE]":
+                                r.chunks += 1
+                                KindClient._absorb(r, tools, event, text, now)
+            tap.append((prompt[:160], r.t_request, r.token_times, r.status))
+
     async def main() -> None:
         if transport == "raw":
             await asyncio.gather(*(raw_loop() for _ in range(streams)))
+            return
+        if transport == "aiohttp":
+            import aiohttp
+
+            conn = aiohttp.TCPConnector(limit=streams)
+            async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=600)) as http:
+                await asyncio.gather(*(aiohttp_loop(http) for _ in range(streams)))
             return
         import httpx
 
@@ -336,7 +379,7 @@ def client_command(name: str, args: argparse.Namespace, url: str, n: int, rounds
                 "--client-out", str(work / "engineroom.json")]
     if name in PROTOTYPES:
         return [sys.executable, str(Path(__file__).resolve()), "--async-prototype-client",
-                "raw" if name == PROTOTYPE else "httpx", "--url", url,
+                {"async-prototype": "raw", "async-httpx-prototype": "httpx"}.get(name, "aiohttp"), "--url", url,
                 "--streams", str(n), "--rounds", str(rounds), "--max-tokens", str(args.max_tokens),
                 "--client-out", str(work / "engineroom.json")]
     if name == "aiperf":
@@ -371,8 +414,8 @@ def client_requests(name: str, work: Path, server: dict[str, Any]) -> tuple[list
         data = json.loads((work / "engineroom.json").read_text())
         by_key = {s["key"]: s["sid"] for s in server["stream_log"]}
         for r in data["requests"]:
-            out.append({"sid": by_key.get(r["key"]), "clock": "mono", "tokens_ns": r["tokens_ns"],
-                        "index": None, "ok": r["status"] == 200})
+            out.append({"sid": r["sid"] if "sid" in r else by_key.get(r["key"]), "clock": "mono",
+                        "tokens_ns": r["tokens_ns"], "index": None, "ok": r["status"] == 200})
         extra = {"engineroom_summary": data["summary"]} if "summary" in data else {}
     elif name == "aiperf":
         path = work / "aiperf" / "profile_export_raw.jsonl"
@@ -701,7 +744,7 @@ def main() -> int:
     ap.add_argument("--report", type=Path, help="re-print the tables from a stored --out-json file")
     # internal: the engineroom client, run pinned in a subprocess
     ap.add_argument("--engineroom-client", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--async-prototype-client", choices=["raw", "httpx"], help=argparse.SUPPRESS)
+    ap.add_argument("--async-prototype-client", choices=["raw", "httpx", "aiohttp"], help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--client-out", type=Path, help=argparse.SUPPRESS)

@@ -4,16 +4,20 @@ the plan driving the launch, and fit's prediction stored beside what the engine 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
+import re
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from engineroom import engines, flows, launch
-from engineroom.engines import llamacpp
-from engineroom.engines.base import EngineAdapter, LaunchOptions
+from engineroom.client import ChatResult, StreamResult
+from engineroom.engines import base, llamacpp
+from engineroom.engines.base import UNKNOWN_FAILURE, Capabilities, EngineAdapter, HealthState, LaunchOptions
+from engineroom.errors import NotFound
 from engineroom.memory import compare, rows_as_dicts
 
 from conftest import run_cli
@@ -37,23 +41,47 @@ def test_every_adapter_meets_the_protocol():
         assert eng.name == eng.impl.ENGINE
 
 
-def _string_literals(path: Path) -> list[tuple[int, str]]:
-    """Every string constant of a module that is not a docstring (messages count: they are code)."""
+def _string_literals(path: Path) -> list[tuple[int, str, bool]]:
+    """Every string constant of a module that is not a docstring (messages count: they are code),
+    with whether it is a key of a dict display (``{"timings": ...}``: a record engineroom writes)."""
     tree = ast.parse(path.read_text())
-    docstrings = set()
+    docstrings, dict_keys = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 docstrings.add(id(first.value))
-    return [(n.lineno, n.value) for n in ast.walk(tree)
+        if isinstance(node, ast.Dict):
+            dict_keys.update(id(k) for k in node.keys if k is not None)
+    return [(n.lineno, n.value, id(n) in dict_keys) for n in ast.walk(tree)
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
 
 
 def _uses(literal: str, name: str) -> bool:
+    """Whether a string literal uses an engine's name: a flag as an argument or inside a command
+    line; a field name as the whole literal, quoted in a message, or dotted. Whole words only:
+    ``normalise_timings`` or ``engine_timings`` do not use ``timings``."""
     if name.startswith("-"):   # a flag: as an argument, or inside a command line
         return literal == name or literal.startswith(name + "=") or f" {name} " in f" {literal} "
-    return literal == name or f"'{name}'" in literal or f'"{name}"' in literal or f".{name}" in literal
+    return (literal == name or f"'{name}'" in literal or f'"{name}"' in literal
+            or re.search(rf"\.{re.escape(name)}\b", literal) is not None)
+
+
+# engineroom's own words (Capabilities' fields, the client's result fields): spelt like an engine's
+# field, they are not the engine's when they key a record engineroom writes (``{"timings": ...}`` in
+# a capability's reasons or a check's record); read from an answer (``body["timings"]``,
+# ``.get("timings")``) or quoted in a message they still are.
+NEUTRAL_WORDS = ({f.name for f in dataclasses.fields(Capabilities)} | {f.name for f in dataclasses.fields(ChatResult)}
+                 | {f.name for f in dataclasses.fields(StreamResult)})
+
+
+def test_the_name_matcher_takes_whole_words_and_reads_not_records():
+    assert _uses("timings", "timings") and _uses('the answer has no "timings" field', "timings")
+    assert _uses("r.timings is empty", "timings")
+    assert not _uses("normalise_timings", "timings") and not _uses("engine_timings", "timings")
+    assert not _uses("server.normalise_timings", "timings") and not _uses("x.timings_field", "timings")
+    assert "timings" in NEUTRAL_WORDS and "predicted_n" not in NEUTRAL_WORDS
+    assert _uses("--kv-unified", "--kv-unified") and not _uses("--kv-unified/--no-kv-unified", "--kv-unified")
 
 
 # (file, name): why that one file may hold the name
@@ -77,11 +105,68 @@ def test_engine_specific_names_occur_only_in_their_adapter():
                 continue
             if any(k in path.resolve().parents for k in kin):
                 continue
-            for line, literal in _string_literals(path):
+            for line, literal, record_key in _string_literals(path):
                 rel = str(path.relative_to(SRC))
                 offenders += [f"{rel}:{line} uses {n!r} ({eng.name})" for n in own
-                              if _uses(literal, n) and (rel, n) not in EXEMPT]
+                              if _uses(literal, n) and (rel, n) not in EXEMPT
+                              and not (record_key and literal in NEUTRAL_WORDS)]
     assert not offenders, "\n".join(offenders)
+
+
+class _MinimalAdapter:
+    """An out-of-tree adapter with the required members only, its health in plain strings."""
+
+    ENGINE = "minimal"
+
+    def find_binary(self, explicit=None):
+        raise NotFound("not here")
+
+    def render(self, binary, options):
+        raise NotFound("not here")
+
+    def health_state(self, status_code):
+        return "ready" if status_code == 200 else "warming up"
+
+    def classify_failure(self, log_text):
+        return UNKNOWN_FAILURE
+
+    def probe(self, url, timeout=5.0):        # predates API keys
+        return None
+
+
+def test_a_plugin_without_the_optional_hooks_gets_their_neutral_defaults():
+    impl = _MinimalAdapter()
+    assert isinstance(impl, EngineAdapter)
+    assert not any(isinstance(impl, hook) for hook in (base.ReportsMemory, base.NormalisesTimings,
+                                                          base.NormalisesMetrics, base.Installs, base.ListsInstalls))
+    eng = engines.Engine(impl)
+    assert eng.health_state(200) is HealthState.READY and eng.health_state(200) == "ready"
+    assert eng.health_state(None) is HealthState.LOADING          # a word the enum lacks: not ready
+    assert eng.probe("http://127.0.0.1:1") is None                 # no api_key passed to it
+    assert eng.memory_report("any log") is None and eng.normalise_timings({"x": 1}) is None
+    assert eng.metrics("http://127.0.0.1:1") is None and eng.timings_field is None
+    assert eng.installed() == [] and not eng.can_install and eng.start_timeout == 300.0
+    with pytest.raises(NotFound, match="cannot install minimal"):
+        eng.install()
+    assert eng.launch_settings(LaunchOptions(model_path=Path("m"), ctx=512)) == {
+        "ctx": 512, "n_seqs": 1, "kv_unified": False, "kv_dtype": None}
+
+
+def test_the_builtin_health_states_are_the_enum_and_still_equal_their_strings():
+    for eng in engines.all_engines():
+        for code in (None, 200, 503, 500):
+            state = eng.impl.health_state(code)
+            assert isinstance(state, HealthState) and state == str(state)
+
+
+def test_the_timings_block_is_found_by_the_field_the_adapter_names():
+    assert engines.adapter("llama.cpp").timings_field == llamacpp.TIMINGS_FIELD
+    block = {"predicted_n": 3, "predicted_ms": 20.0}
+    fields = {llamacpp.TIMINGS_FIELD: block, "some_other_engine_field": 1}
+    assert engines.timings_block(fields) == block
+    assert engines.timings_block({"some_other_engine_field": 1}) is None
+    timings = engines.adapter("llama.cpp").normalise_timings(engines.timings_block(fields) or {})
+    assert timings is not None and timings.decode_tokens == 3
 
 
 def test_a_broken_plugin_is_reported_and_the_rest_still_work(tmp_path, monkeypatch):

@@ -160,6 +160,33 @@ def test_kv_pool_engine_needs_default_mem_fraction(raw):
         catalog_from_raw(data)
 
 
+def test_each_kv_pool_engine_carries_its_own_activation_coefficients(raw):
+    cat = catalog_from_raw(raw)
+    vllm, sglang = cat.engine("vllm"), cat.engine("sglang")
+    assert vllm.pool_activation is not None and sglang.pool_activation is not None
+    assert vllm.pool_activation.coef(2.0) == 135.0 and vllm.pool_activation.coef(0.25) == 165.0
+    assert sglang.pool_activation.coef(1.0) == 130.0 and sglang.pool_activation.coef(3.0) == 135.0
+    assert cat.engine("llama.cpp").pool_activation is None
+    data = mutated(raw, "engines/sglang.yaml", lambda e: e.pop("pool_activation"))
+    with pytest.raises(BadInput, match=r"engines/sglang.yaml.*kv_pool engine needs pool_activation"):
+        catalog_from_raw(data)
+
+
+def test_bits_per_weight_is_a_validated_table(raw):
+    from engineroom.fit import FitRequest, weight_split
+
+    assert catalog_from_raw(raw).tables.bits_per_weight["q4_k_m"] == 4.85
+    for bad, why in (({"Q4_K_M": 4.85}, "must be lower case"), ({"q4_k_m": 0}, "between 0 and 64")):
+        data = mutated(raw, "tables.yaml", lambda t, bad=bad: t.__setitem__("bits_per_weight", bad))
+        with pytest.raises(BadInput, match=rf"tables.yaml.*{why}"):
+            catalog_from_raw(data)
+    # fit reads the table from the catalog it is given
+    arch = arch_from_catalog(catalog_from_raw(raw).model("qwen3.6-27b"))
+    doubled = catalog_from_raw(mutated(raw, "tables.yaml", lambda t: t["bits_per_weight"].__setitem__("q4_k_m", 9.7)))
+    req = FitRequest(engine="vllm", ctx=4096, quant="q4_k_m")
+    assert weight_split(arch, req, doubled).total == pytest.approx(2 * weight_split(arch, req).total, rel=1e-6)
+
+
 def test_unknown_key_in_a_kv_dtype_says_did_you_mean(raw):
     data = mutated(raw, "engines/llama.cpp.yaml", lambda e: e["kv_dtypes"][0].__setitem__("bytes_per_elm", 1))
     with pytest.raises(BadInput, match="did you mean 'bytes_per_elem'"):

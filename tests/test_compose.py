@@ -32,12 +32,6 @@ def _service(doc: dict) -> dict:
     return svc
 
 
-def _adapter_or_skip(engine: str) -> engines.Engine:
-    if not engines.has_adapter(engine):
-        pytest.skip(f"no {engine} adapter is registered in this tree yet")
-    return engines.adapter(engine)
-
-
 # --------------------------------------------------------------------------- the schema file
 def test_the_compose_schema_is_the_file_taken_from_docker_compose_1_29_2():
     data = compose.SPEC_FILE.read_bytes()
@@ -161,11 +155,8 @@ def test_a_hugging_face_cache_file_mounts_its_repo_folder_so_the_blob_links_reso
 # --------------------------------------------------------------------------- the other engines
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_vllm_and_sglang_compose_documents(engine):
-    adapter = _adapter_or_skip(engine)
-    try:
-        done = _recipe(REPO_MODEL, engine=engine, tp=2)
-    except NotImplementedError:
-        pytest.skip(f"the {engine} adapter's render is not written yet")
+    adapter = engines.adapter(engine)      # built in (pyproject's entry points): a missing one fails loudly
+    done = _recipe(REPO_MODEL, engine=engine, tp=2)
     svc = _service(done.recipe.document)
     image = compose.image_for(engine)
     assert svc["image"] == f"{image.image}:{image.tag}" and image.tag != "latest"
@@ -220,11 +211,7 @@ def test_docker_compose_config_accepts_every_generated_file_and_rejects_a_bad_ke
     cli = _cli_or_skip()
     texts = {"llama.cpp": _recipe(ctx=2048, tp=2).text}
     for engine in ("vllm", "sglang"):
-        if engines.has_adapter(engine):
-            try:
-                texts[engine] = _recipe(REPO_MODEL, engine=engine).text
-            except NotImplementedError:
-                pass
+        texts[engine] = _recipe(REPO_MODEL, engine=engine).text
     for engine, text in texts.items():
         path = tmp_path / f"{engine}.yml"
         path.write_text(text)

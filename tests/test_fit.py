@@ -317,6 +317,8 @@ TOY_POOL_ENGINE = {
     "decode": {"bandwidth_efficiency": {"low": 0.7, "high": 0.85}, "per_layer_ms": {"low": 0.07, "high": 0.13},
                "per_token_ms": 0.25, "source": "test"},
     "memory_model": "kv_pool", "max_context_step": 512, "default_mem_fraction": 0.8,
+    "pool_activation": {"coef_by_kv_bytes": {2.0: 135.0, 1.0: 130.0}, "coef_below_half_byte": 165.0,
+                        "coef_default": 135.0, "source": "test: vLLM's numbers"},
 }
 
 

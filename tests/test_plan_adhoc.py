@@ -12,7 +12,7 @@ import pytest
 
 from engineroom.catalog import load_catalog
 from engineroom.errors import BadInput
-from engineroom.fit import BITS_PER_WEIGHT
+from engineroom.fit import bits_per_weight
 from engineroom.hardware import parse_rig
 from engineroom.plan import class_quality, fit_one, how_to_choose, plan, resolve_model
 
@@ -96,7 +96,7 @@ def test_int4_checkpoint_config_publishes_its_quant(tmp_path: Path, method, qid,
     subject = resolve_model(str(path))
     published = subject.model.quants[0]
     assert (published.id, published.format) == (qid, fmt)
-    assert published.weight_bytes == pytest.approx(LLAMA_PARAMS * BITS_PER_WEIGHT[qid] / 8, rel=0.005)
+    assert published.weight_bytes == pytest.approx(LLAMA_PARAMS * bits_per_weight()[qid] / 8, rel=0.005)
     assert "bf16" not in [q.id for q in subject.model.quants]     # the checkpoint is not 16-bit
     # 8-bit GPTQ is not read: sized at torch_dtype, and said so
     cfg["quantization_config"] = {"quant_method": "gptq", "bits": 8}

@@ -6,7 +6,10 @@
   does on demand: a leaking memory curve (its /metrics), 500s as the conversation grows, an
   engine that dies, streamed tool calls dropped one way or another.
 - Against the REAL llama-server + SmolLM2-135M on the CPU: a quick soak in both modes with USS
-  memory from the managed server's process tree, and the stream tool-call probe over a few tries.
+  memory from the managed server's process tree, one through --url on a server engineroom did not
+  launch (USS of the process listening on its port), and the stream tool-call probe over a few tries.
+- Turns are stored raw (arrival times, bench's encoding); decode is recomputed from them, and old
+  records that hold only ``decode_tps`` still summarise.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from typing import Any
 import pytest
 from fixtures.standin_server import LEAK_PER_REQUEST, MODEL, StandInServer
 
+from engineroom.bench.records import decode_arrivals, encode_arrivals
 from engineroom.checks.context import RecordingClient
-from engineroom.checks.soak import RULES, MemoryProbe, SoakOptions, judge
+from engineroom.checks.soak import RULES, MemoryProbe, SoakOptions, judge, turn_decode_tps
 from engineroom.checks.suites import run_suite
 from engineroom.engines.base import Capabilities, ServerInfo
 
@@ -245,8 +249,9 @@ def test_soak_cli_reads_the_engines_own_report_stores_turns_junit_card_and_basel
     assert d["memory_source"] == "engine_report"
     assert d["memory_description"].startswith("the engine's own /metrics: process_resident_memory_bytes")
     assert [t["turn"] for t in d["turn_records"]] == list(range(1, 11))
-    assert {"turn", "prompt_tokens", "completion_tokens", "ttft_s", "decode_tps", "check", "memory"} <= set(
+    assert {"turn", "prompt_tokens", "completion_tokens", "ttft_s", "arrivals_us", "end_us", "check", "memory"} <= set(
         d["turn_records"][0])
+    assert "decode_tps" not in d["turn_records"][0]      # raw: the verdict recomputes it from the arrivals
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None and suite.get("name") == "verify.soak" and suite.get("failures") == "0"
     with StandInServer("memory_leak", report_memory=True) as bad:
@@ -273,7 +278,9 @@ def test_soak_against_a_url_without_any_memory_source_is_inconclusive():
     [res] = json.loads(proc.stdout)["results"]
     assert res["status"] == "FAIL" and res["details"]["verdict"] == "INCONCLUSIVE"
     assert res["reason"].startswith("INCONCLUSIVE: no memory source: ")
-    assert "no engine pid is known (a --url server)" in res["reason"]
+    # the stand-in listens inside the test process, which started the CLI: not an engine's process tree
+    assert "no engine pid is known (a --url server: the process listening on port " in res["reason"]
+    assert "is engineroom itself or the one that started it" in res["reason"]
 
 
 BAD_FLAGS = [
@@ -483,3 +490,158 @@ def test_the_card_of_an_unfinished_soak_shows_the_turns_it_stored():
     assert lines[:3] == ["## Soak (not finished)", "",
                          "The run ended after 3 turns, before the soak's verdict; the turns it stored:"]
     assert any(line.startswith("| 3 | 1 | t | 300 |") for line in lines), lines
+
+
+# -- raw turns: arrival times kept, decode recomputed (old records: their stored decode_tps) -----------------
+
+
+def raw(turn: dict[str, Any], tps: float, tokens: int = 64) -> dict[str, Any]:
+    """``turn`` as the driver stores it now: no decode_tps, the arrivals of ``tokens`` chunks at ``tps``."""
+    t0 = 1000.0
+    ttft = float(turn["ttft_s"])
+    times = [t0 + ttft + i / tps for i in range(tokens)]
+    out = {k: v for k, v in turn.items() if k != "decode_tps"}
+    return {**out, "completion_tokens": tokens, "arrivals_us": encode_arrivals(t0, times),
+            "end_us": round((times[-1] + 0.001 - t0) * 1_000_000)}
+
+
+def test_a_turns_decode_rate_is_recomputed_from_its_stored_arrivals():
+    from engineroom.bench.statistics import decode_rate
+
+    [turn] = turns(sessions=1, steps=1)
+    stored = raw(turn, 40.0)
+    assert "decode_tps" not in stored and isinstance(stored["arrivals_us"][0], int)
+    offsets = decode_arrivals(stored["arrivals_us"])
+    assert len(offsets) == 64 and offsets[0] == 200_000                      # the first chunk at TTFT, 0.2 s
+    wall, first = stored["end_us"] / 1e6, offsets[0] / 1e6
+    expected = decode_rate(64, wall, first)[0]
+    assert expected is not None and turn_decode_tps(stored) == pytest.approx(expected)
+    assert turn_decode_tps(stored) == pytest.approx(64 / (wall - first))      # tokens / (wall - TTFT)
+    # under the soak's 100 ms window, or one token: n/a, as before
+    assert turn_decode_tps(raw(turn, 40.0, tokens=3)) is None
+    assert turn_decode_tps({**stored, "arrivals_us": [], "ttft_s": None}) is None
+    # a turn that streamed only tool-call deltas: no text arrival, the window starts at its recorded ttft_s
+    tool_only = {**stored, "arrivals_us": [], "ttft_s": 0.2}
+    assert turn_decode_tps(tool_only) == pytest.approx(64 / (wall - 0.2))
+    # an old record, stored before arrivals were kept: its decode_tps read as is
+    assert turn_decode_tps(turn) == 50.0
+
+
+def test_the_verdict_reads_new_raw_turns_and_old_decode_tps_turns_alike():
+    steady = judge(turns(), "uss")
+    old = turns(decode=lambda s, k: 50.0 if s <= 2 else 30.0)                 # decode falls to 60%
+    new = [raw(t, 50.0 if t["session"] <= 2 else 30.0) for t in turns()]
+    mixed = old[:10] + new[10:]
+    for records in (old, new, mixed):
+        r = rule(judge(records, "uss"), "decode_drift")
+        assert r["outcome"] == "FAIL" and r["measured"]["ratio"] == pytest.approx(0.6, abs=0.02), r
+    assert rule(steady, "decode_drift")["outcome"] == "PASS"
+    assert rule(judge([raw(t, 50.0) for t in turns()], "uss"), "decode_drift")["outcome"] == "PASS"
+
+
+# -- a --url server on this machine: the process listening on its port ---------------------------------------
+
+
+def test_the_listener_of_a_loopback_port_is_found_and_its_uss_read(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from engineroom.flows import runs
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    child = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 20
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert child.poll() is None and time.time() < deadline, "the listener did not start"
+            time.sleep(0.05)
+        found = runs.listening_engine(f"http://127.0.0.1:{port}/")
+        assert found.pid == child.pid and found.why == "", found
+        assert not found.managed and f"listening on port {port}" in found.tree
+        probe_, note, _ = runs._soak_memory(ServerInfo(url=f"http://127.0.0.1:{port}", engine="unknown"),
+                                            found.pid, None, found)
+        if probe_ is not None and probe_.source == "nvml":      # a GPU machine: the listener's host USS beside VRAM
+            assert f"the process tree listening on port {port}" in probe_.description
+        else:
+            assert probe_ is not None and probe_.source == "uss", note
+            assert probe_.description.startswith(f"unique memory (USS) of the process tree listening on port {port} "
+                                                 f"(found by its port")
+            reading = probe_.read()
+            assert reading is not None and reading["bytes"] > 0
+    finally:
+        child.kill()
+        child.wait()
+    # not loopback: not looked up; nothing listening: no pid, and why
+    assert runs.listening_engine("http://10.1.2.3:8000") == runs.EnginePid(None)
+    gone = runs.listening_engine(f"http://127.0.0.1:{port}")
+    assert gone.pid is None and gone.why == f"no process of this machine is seen listening on port {port}"
+
+
+def test_a_listener_lookup_the_os_refuses_falls_back_and_says_why(monkeypatch):
+    import psutil
+
+    from engineroom import resources
+    from engineroom.flows import runs
+
+    def refuse(kind: str = "inet"):
+        raise psutil.AccessDenied()
+
+    monkeypatch.setattr(psutil, "net_connections", refuse)
+    monkeypatch.setattr(resources, "gpu_memory", lambda: None)
+    found = runs.listening_engine("http://127.0.0.1:8080")
+    assert found.pid is None and "psutil: access denied" in found.why and "needs root" in found.why
+    probe, note, _ = runs._soak_memory(ServerInfo(url="http://127.0.0.1:9", engine="llama.cpp"), None, None, found)
+    assert probe is None
+    assert ("no engine pid is known (a --url server: the process listening on port 8080 could not be looked up "
+            "(psutil: access denied") in note
+    # the listener is this very process (an in-process stand-in): engineroom's own memory is not the engine's
+    with StandInServer() as srv:
+        port = int(srv.url.rsplit(":", 1)[1].split("/")[0])
+        monkeypatch.undo()
+        own = runs.listening_engine(srv.url)
+    assert own.pid is None and own.why.startswith(f"the process listening on port {port} is engineroom itself")
+
+
+def test_quick_soak_through_url_on_a_real_unmanaged_llama_server_reads_uss_by_its_port(plain_server):
+    port = int(plain_server.rsplit(":", 1)[1].split("/")[0])
+    t0 = time.perf_counter()
+    # 6 turns: the first session (the baseline at its end) and one turn after it, the fewest that judge memory
+    proc = run_cli("verify", "--url", plain_server, "--suite", "soak", "--fast", "--turns", "6", "--json",
+                   timeout=900)
+    took = time.perf_counter() - t0
+    assert proc.returncode in (0, 1) and proc.stdout.startswith("{"), proc.stderr[-3000:]
+    [res] = json.loads(proc.stdout)["results"]
+    d = res["details"]
+    assert d["verdict"] != "INCONCLUSIVE", res["reason"]
+    assert d["memory_source"] == "uss", d["memory_description"]
+    assert d["memory_description"].startswith(f"unique memory (USS) of the process tree listening on port {port} "
+                                              "(found by its port: a server engineroom did not launch) (pid ")
+    assert d["turns"] == 6 and d["memory"]["baseline_session"] == 1, d["memory"]
+    assert all(isinstance(t["memory"]["bytes"], int) and t["memory"]["bytes"] > 0 for t in d["turn_records"])
+    outcomes = {r["rule"]: r["outcome"] for r in d["rules"]}
+    assert outcomes["errors"] == "PASS" and outcomes["memory_growth"] == "PASS", d["rules"]
+    fired = {r["rule"] for r in d["rules"] if r["outcome"] in ("FAIL", "WARN")}
+    assert fired <= LOAD_RULES, d["rules"]
+    # every turn raw: decode recomputed from its arrivals (tokens / (wall - first text chunk))
+    rated = [t for t in d["turn_records"] if turn_decode_tps(t) is not None]
+    assert rated, d["turn_records"][0]
+    t = rated[0]
+    first = decode_arrivals(t["arrivals_us"])[0] / 1e6
+    assert turn_decode_tps(t) == pytest.approx(t["completion_tokens"] / (t["end_us"] / 1e6 - first))
+    print(f"\nsoak through --url on a real unmanaged llama-server: {d['verdict']} in {took:.0f} s")
+
+
+def test_the_card_shows_the_decode_rate_recomputed_from_a_raw_turns_arrivals():
+    from engineroom.report.verifycard import soak_section
+
+    turn = raw(turns(sessions=1)[0], tps=50.0)
+    (row,) = [line for line in soak_section([{"kind": "soak_turn", "payload": turn}]) if line.startswith("| 1 |")]
+    cells = [c.strip() for c in row.split("|")]
+    assert "decode_tps" not in turn and abs(float(cells[7]) - 50.0) < 1.0, row

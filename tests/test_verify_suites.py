@@ -362,3 +362,45 @@ def test_full_suite_on_real_smollm2_states_every_outcome(tools_server):
     print(f"\nverify --suite full: {ran} checks ran against the real llama-server, "
           f"{len(CAUGHT)} misbehaviours against the stand-in, {len(results) - ran} skipped")
 
+
+
+def test_a_server_that_declares_no_tool_calling_gets_no_tools_list_in_stress_or_soak():
+    """vLLM launched without a tool parser answers any request carrying `tools` with HTTP 400; it
+    declares tools=False. The stress tool return and the soak's tool turns then send the same
+    conversation (the tool call and its result) without the tools list (stand-in: it records bodies)."""
+    from engineroom.checks.soak import SoakOptions
+
+    with StandInServer(None) as srv:
+        info = ServerInfo(url=srv.url, engine="standin", model_id=MODEL, n_ctx=8192, chat_template="{{ messages }}",
+                          capabilities=Capabilities(tools=False))
+        results = {r.name: r for r in run_suite("stress", RecordingClient(srv.url), info, fast=True)}
+        big = results["big_tool_return"]
+        assert big.status == "PASS" and big.details["tools_offered"] is False, big.reason
+        assert "no tools list sent: the server declares no tool calling" in big.reason
+        seen: list[dict] = []
+        run_suite("soak", RecordingClient(srv.url), info, fast=True, soak=SoakOptions("fresh", None, 5),
+                  on_turn=seen.append)
+        bodies = [r["body"] for r in srv.requests if r["path"].endswith("/chat/completions")]
+    # (the IDE prompt keeps its 10 tools under tool_choice "none", which needs no tool parser)
+    assert bodies and not [b for b in bodies if "tools" in b and b.get("tool_choice") != "none"]
+    assert any(m.get("role") == "tool" for b in bodies for m in b["messages"])      # the tool result still went
+    assert seen and not [t for t in seen if t["tools_offered"]]
+
+
+def test_stress_budgets_scale_with_the_slowest_prefill_the_ladder_measured():
+    """Seen on Gemma 3 270M at 32K on this 2-core VM: the ladder prefilled at ~87 tok/s, so the 26K-token
+    tool return needs ~5 minutes; a fixed 240 s cut it off, and the engine, still prefilling, made the
+    next probe time out too. The budget is now twice the prefill at the slowest measured rate + 60 s."""
+    from engineroom.checks.context import Ctx
+    from engineroom.checks.stress import _Stress
+
+    ctx = Ctx.__new__(Ctx)
+    ctx.timeout_scale = 1.0
+    s = _Stress(ctx, None)
+    assert s.budget(240, 26_214) == 240                  # nothing measured yet: the base
+    s.saw({"prompt_tokens": 8234, "prefill_tps": 86.9})
+    s.saw({"prompt_tokens": 100, "prefill_tps": 5.0})    # a tiny prompt says little of prefill: ignored
+    s.saw({"prompt_tokens": 16420, "prefill_tps": 99.7})
+    assert s.prefill_tps == 86.9
+    assert s.budget(240, 26_214) == pytest.approx(60 + 2 * 26_214 / 86.9)
+    assert s.budget(240, 1_000) == 240                   # never below the base

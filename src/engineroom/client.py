@@ -5,12 +5,14 @@ arrival time of every streamed chunk, the exact moment the first token arrived, 
 every failure (broken stream, HTTP error, a chunk that is not JSON) *recorded* in the
 result instead of raised, so a check can say precisely what went wrong and a bench can
 store the raw record. All times are ``time.perf_counter()`` seconds taken by this
-process; engine-reported figures (``timings``, ``usage``) are kept separately, as the
-engine sent them, so the two can be cross-checked.
+process; engine-reported figures (``usage``, the engine's own timings block) are kept
+separately, as the engine sent them, so the two can be cross-checked.
 
-The client is engine-agnostic on purpose: it never looks at which engine answers.
-Fields that only some engines send (``timings``, ``reasoning_content``) are simply
-kept when present.
+The client is engine-agnostic on purpose: it never looks at which engine answers and
+knows no engine's field names. Every top-level field of an answer outside OpenAI's
+chat-completion object is kept, as sent, in ``engine_fields``; ``timings`` is the block
+among them that an adapter declares as its per-response timings (its ``TIMINGS_FIELD``,
+read by its ``normalise_timings``), found through ``engines.timings_block``.
 """
 
 from __future__ import annotations
@@ -18,16 +20,24 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from engineroom import net
+from engineroom import engines, net
 from engineroom.errors import EngineFailed, NotFound
 
-__all__ = ["OpenAIClient", "ChatResult", "StreamResult", "ToolCall"]
+__all__ = ["OPENAI_FIELDS", "OpenAIClient", "ChatResult", "StreamResult", "ToolCall"]
+
+# OpenAI's chat-completion (and chunk) object: every other top-level field is the engine's own
+OPENAI_FIELDS = frozenset({"id", "object", "created", "model", "choices", "usage", "system_fingerprint",
+                           "service_tier", "error"})
+
+
+def _engine_fields(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k not in OPENAI_FIELDS}
 
 
 @dataclass
@@ -55,10 +65,11 @@ class ChatResult:
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
-    timings: dict[str, Any] | None = None     # engine's own figures (llama.cpp), as sent
+    timings: dict[str, Any] | None = None     # the engine's own timings block, as sent (engines.timings_block)
     seconds: float = 0.0                      # client clock: request sent -> body read
     error: str | None = None
     raw: dict[str, Any] | None = None         # the decoded response body
+    engine_fields: dict[str, Any] = field(default_factory=dict)   # its fields outside OpenAI's object
 
     @property
     def ok(self) -> bool:
@@ -80,7 +91,8 @@ class StreamResult:
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
-    timings: dict[str, Any] | None = None
+    timings: dict[str, Any] | None = None     # the engine's own timings block, as sent (engines.timings_block)
+    engine_fields: dict[str, Any] = field(default_factory=dict)   # chunks' fields outside OpenAI's object
     t_request: float = 0.0
     t_first_token: float | None = None
     t_first_delta: float | None = None
@@ -192,6 +204,70 @@ def _sse_events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
             event = value
     if data:        # a stream that ends without the final blank line
         yield event or "message", "\n".join(data)
+
+
+class SSEFeed:
+    """Incremental SSE framing for bytes that arrive in pieces (one event loop reading many streams,
+    ``bench.aiostreams``): every complete event's lines go through ``_sse_events``, so the framing
+    rules are the same as ``stream_chat``'s; a partial line or event waits for the next piece."""
+
+    def __init__(self) -> None:
+        self._rest = b""
+        self._lines: list[str] = []
+
+    def feed(self, data: bytes) -> list[tuple[str, str]]:
+        """The (event, data) pairs that ``data`` completes."""
+        pieces = (self._rest + data).splitlines(keepends=True)     # bytes: splits at \r\n, \n, \r only
+        # an unterminated last line, or one ending in a lone \r (its \n may be in the next piece), waits
+        self._rest = pieces.pop() if pieces and not pieces[-1].endswith(b"\n") else b""
+        out: list[tuple[str, str]] = []
+        for piece in pieces:
+            line = piece.rstrip(b"\r\n").decode("utf-8", "replace")
+            if line:
+                self._lines.append(line)
+            elif self._lines:
+                out.extend(_sse_events(iter([*self._lines, ""])))
+                self._lines = []
+        return out
+
+    def close(self) -> list[tuple[str, str]]:
+        """What is left when the stream ends (an event without its final blank line)."""
+        tail = self._rest.rstrip(b"\r\n").decode("utf-8", "replace")
+        lines, self._rest, self._lines = [*self._lines, *([tail] if tail else [])], b"", []
+        return list(_sse_events(iter(lines)))
+
+
+Absorb = Callable[["StreamResult", "_ToolCallAssembler", str, str, float], None]
+
+
+def stream_body(payload: dict[str, Any]) -> dict[str, Any]:
+    """The body ``stream_chat`` sends: ``payload`` with ``stream`` and ``stream_options.include_usage`` set."""
+    body = copy.deepcopy(payload)
+    body["stream"] = True
+    body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    return body
+
+
+def take_event(result: StreamResult, tools: _ToolCallAssembler, event: str, data: str, now: float,
+               absorb: Absorb) -> bool:
+    """Fold one SSE event that arrived at ``now`` into ``result`` (``absorb``: ``OpenAIClient._absorb``
+    or a subclass's); True at the ``[DONE]`` sentinel, where the stream is over."""
+    if data.strip() == "[DONE]":
+        result.done = True
+        return True
+    result.chunks += 1
+    result.chunk_times.append(now)
+    absorb(result, tools, event, data, now)
+    return False
+
+
+def finish_stream(result: StreamResult, tools: _ToolCallAssembler) -> StreamResult:
+    """Close a stream's bookkeeping (``t_end`` set by the caller): tool calls, and the error of a
+    stream that ended with neither a finish_reason nor ``[DONE]``."""
+    result.tool_calls = tools.result()
+    if result.error is None and not result.done and result.finish_reason is None:
+        result.error = f"stream ended after {result.chunks} chunks without finish_reason or [DONE]"
+    return result
 
 
 class OpenAIClient:
@@ -316,7 +392,8 @@ class OpenAIClient:
             ))
         result.finish_reason = choice.get("finish_reason")
         result.usage = data.get("usage")
-        result.timings = data.get("timings")
+        result.engine_fields = _engine_fields(data)
+        result.timings = engines.timings_block(result.engine_fields) if result.engine_fields else None
         return result
 
     def stream_chat(self, payload: dict[str, Any], timeout: float | None = None) -> StreamResult:
@@ -325,9 +402,7 @@ class OpenAIClient:
         Sets ``stream`` and ``stream_options.include_usage``. ``timeout`` bounds the
         connect, every read, and the whole stream's wall time.
         """
-        body = copy.deepcopy(payload)
-        body["stream"] = True
-        body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        body = stream_body(payload)
         limit = self.timeout if timeout is None else float(timeout)
         result = StreamResult()
         tools = _ToolCallAssembler()
@@ -343,12 +418,8 @@ class OpenAIClient:
                     return result
                 for event, data in _sse_events(response.iter_lines()):
                     now = time.perf_counter()
-                    if data.strip() == "[DONE]":
-                        result.done = True
+                    if take_event(result, tools, event, data, now, self._absorb):
                         break
-                    result.chunks += 1
-                    result.chunk_times.append(now)
-                    self._absorb(result, tools, event, data, now)
                     if now > deadline:
                         result.error = result.error or f"stream still running after {limit:g} s; cut off"
                         break
@@ -360,10 +431,7 @@ class OpenAIClient:
             result.error = f"{where}{type(exc).__name__}: {exc}"
         finally:
             result.t_end = time.perf_counter()
-            result.tool_calls = tools.result()
-        if result.error is None and not result.done and result.finish_reason is None:
-            result.error = f"stream ended after {result.chunks} chunks without finish_reason or [DONE]"
-        return result
+        return finish_stream(result, tools)
 
     @staticmethod
     def _absorb(result: StreamResult, tools: _ToolCallAssembler, event: str, data: str, now: float) -> None:
@@ -386,8 +454,10 @@ class OpenAIClient:
         result.system_fingerprint = result.system_fingerprint or chunk.get("system_fingerprint")
         if chunk.get("usage"):
             result.usage = chunk["usage"]
-        if chunk.get("timings"):
-            result.timings = chunk["timings"]
+        fields = {k: v for k, v in _engine_fields(chunk).items() if v}   # the last chunk that sends one wins
+        if fields:
+            result.engine_fields.update(fields)
+            result.timings = engines.timings_block(result.engine_fields) or result.timings
         choices = chunk.get("choices")
         try:    # a JSON chunk of the wrong shape is recorded like one that is not JSON, never raised
             for choice in choices if isinstance(choices, list) else []:

@@ -10,8 +10,9 @@ recomputed from the record (``encode_kinds``: run-length, ``[["r", 120], ["c", 4
 (``time.process_time``: every thread of the client) and the lag of a probe thread that asks to
 wake every ``interval_s`` (how late each wake-up was, integer µs). A client that saturates its
 core or its interpreter shows both: its CPU share near one core and wake-ups tens of
-milliseconds late — and then its timestamps are late too. The raw lags are stored (a
-``client_load`` record); ``integrity`` judges them.
+milliseconds late — and then its timestamps are late too. Where the streams run on one event
+loop (``aiostreams``), the loop's own lag is recorded too (``loop_lags_us``). The raw lags are
+stored (a ``client_load`` record); ``integrity`` judges them.
 """
 
 from __future__ import annotations
@@ -90,6 +91,10 @@ class ClientMonitor:
         self.interval_s = interval_s
         self.schedstat_every_s = schedstat_every_s
         self.lags_us: list[int] = []
+        # how late the multi-stream event loop ran a callback it asked for every LOOP_PROBE_S
+        # (``aiostreams.StreamDriver`` appends here while it runs): a late loop reads every stream late
+        self.loop_lags_us: list[int] = []
+        self.loop_interval_s = 0.005
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._probe, name="engineroom-lag-probe", daemon=True)
         self.cpu_s = 0.0
@@ -137,5 +142,8 @@ class ClientMonitor:
 
     def record(self) -> dict[str, Any]:
         """The raw figures, as stored (``client_load`` record payload)."""
-        return {"cpu_s": self.cpu_s, "wall_s": self.wall_s, "interval_us": round(self.interval_s * 1e6),
-                "lags_us": list(self.lags_us), **self._runqueue()}
+        out = {"cpu_s": self.cpu_s, "wall_s": self.wall_s, "interval_us": round(self.interval_s * 1e6),
+               "lags_us": list(self.lags_us), **self._runqueue()}
+        if self.loop_lags_us:
+            out.update(loop_interval_us=round(self.loop_interval_s * 1e6), loop_lags_us=list(self.loop_lags_us))
+        return out

@@ -13,8 +13,9 @@ the card says which check failed and why). The checks, each recomputed from raw 
   template preamble (the depth and concurrency prompts are salted to be uncacheable; standard
   and spec repeat their prompts by design, so there it is SKIP);
 - ``client_not_bottleneck``: the client's CPU share of one core under ``CLIENT_CPU_LIMIT`` and
-  its wake-up lag p99 under ``CLIENT_LAG_LIMIT_MS``, and its threads' mean run-queue wait per run
-  under ``CLIENT_RUNQ_LIMIT_MS`` (``clientside.ClientMonitor``);
+  its wake-up lag p99 under ``CLIENT_LAG_LIMIT_MS``, the lag p99 of the event loop that reads the
+  streams (concurrency, sweep, rate: ``aiostreams``) under ``CLIENT_LOOP_LAG_LIMIT_MS``, and its
+  threads' mean run-queue wait per run under ``CLIENT_RUNQ_LIMIT_MS`` (``clientside.ClientMonitor``);
 - ``no_cpu_fallback``: on a host with a GPU, the engine's memory report names a GPU device;
 - ``thinking_budget``: no request spent all of max_tokens thinking with no content.
 """
@@ -28,6 +29,7 @@ from engineroom.bench import statistics as st
 from engineroom.bench.suitestats import (
     CLIENT_CPU_LIMIT,
     CLIENT_LAG_LIMIT_MS,
+    CLIENT_LOOP_LAG_LIMIT_MS,
     CLIENT_RUNQ_LIMIT_MS,
     cache_reuse,
     is_silent,
@@ -128,13 +130,16 @@ def checklist(groups: Mapping[str, Sequence[Mapping[str, Any]]], kept: Mapping[s
         out.append(_check("client_not_bottleneck", "SKIP", "the client's load was not recorded"))
     else:
         cpu, lag = load.get("cpu_fraction"), load.get("lag_ms_p99")
-        runq = load.get("runq_wait_ms_per_run")
+        runq, loop = load.get("runq_wait_ms_per_run"), load.get("loop_lag_ms_p99")
         text = (f"client CPU {cpu:.0%} of one core, wake-up lag p99 {lag:.1f} ms"
+                + (f", event-loop lag p99 {loop:.1f} ms" if loop is not None else "")
                 + (f", run-queue wait {runq:.2f} ms per run" if runq is not None else "")
                 + f" (limits {CLIENT_CPU_LIMIT:.0%}, {CLIENT_LAG_LIMIT_MS:g} ms"
+                + (f", {CLIENT_LOOP_LAG_LIMIT_MS:g} ms" if loop is not None else "")
                 + (f", {CLIENT_RUNQ_LIMIT_MS:g} ms" if runq is not None else "") + ")") if (
             cpu is not None and lag is not None) else "client load incomplete"
         saturated = ((cpu is not None and cpu >= CLIENT_CPU_LIMIT) or (lag is not None and lag >= CLIENT_LAG_LIMIT_MS)
+                     or (loop is not None and loop >= CLIENT_LOOP_LAG_LIMIT_MS)
                      or (runq is not None and runq >= CLIENT_RUNQ_LIMIT_MS))
         out.append(_check("client_not_bottleneck", "FAIL" if saturated else "PASS", text))
 

@@ -12,8 +12,10 @@ Acceptance rate = accepted / drafted; fire rate = requests in which the drafter 
 anything / requests (an acceptance quoted without it misleads: 0.99 acceptance while firing on
 a quarter of the requests); mean acceptance length = 1 + accepted / drafts (tokens a verify
 step yields, the target's own token included), from the counters where they count drafts.
-``agrees`` says whether the records' sums equal the counters' deltas exactly. SKIP, with the
-reason, when the engine exposes neither. One implementation, meant for verify's probes too.
+``agrees`` says whether the records' sums equal the counters' deltas exactly; tokens per step
+(generated / (generated - accepted)) from the records. SKIP, with the reason, when the engine
+exposes neither. The arithmetic is ``engineroom.measures.Acceptance``, the one verify's
+``spec_decode`` probe uses.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from engineroom.bench.statistics import engine_counters, engine_timings, payloads
+from engineroom.measures import Acceptance
 
 __all__ = ["FIRE_RATE_WARN", "acceptance"]
 
@@ -31,7 +34,7 @@ FIRE_RATE_WARN = 0.5
 def acceptance(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     records = list(records)
     reqs = payloads(records)
-    drafted = accepted = 0
+    drafted = accepted = generated = 0
     fired = reported = 0
     for r in reqs:
         t = engine_timings(r)
@@ -40,20 +43,25 @@ def acceptance(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         reported += 1
         drafted += int(t.draft_tokens or 0)
         accepted += int(t.draft_accepted or 0)
+        generated += int(t.decode_tokens or r.get("completion_tokens") or 0)
         fired += 1 if (t.draft_tokens or 0) > 0 else 0
     counted = engine_counters(records)
     delta = counted["delta"] if counted else {}
     c_drafted = delta.get("spec_drafted_tokens_total")
     c_accepted = delta.get("spec_accepted_tokens_total")
     c_drafts = delta.get("spec_drafts_total")
+    per_response = Acceptance(drafted=drafted, accepted=accepted, generated=generated if reported else None)
+    counters = Acceptance(drafted=round(c_drafted or 0), accepted=round(c_accepted or 0),
+                          drafts=round(c_drafts) if c_drafts else None)
     out: dict[str, Any] = {
         "requests": len(reqs), "requests_reporting": reported,
         "drafted": drafted if reported else None, "accepted": accepted if reported else None,
-        "acceptance_rate": accepted / drafted if drafted else None,
+        "acceptance_rate": per_response.rate,
+        "tokens_per_step": per_response.tokens_per_step if drafted else None,
         "fire_rate": fired / len(reqs) if reqs and reported else None,
         "counters_drafted": c_drafted, "counters_accepted": c_accepted, "counters_drafts": c_drafts,
-        "counters_acceptance_rate": (c_accepted / c_drafted) if c_drafted and c_accepted is not None else None,
-        "mean_acceptance_length": (1.0 + c_accepted / c_drafts) if c_drafts and c_accepted is not None else None,
+        "counters_acceptance_rate": counters.rate if c_drafted and c_accepted is not None else None,
+        "mean_acceptance_length": counters.mean_length if c_accepted is not None else None,
         "agrees": None, "skip": None, "warning": None,
     }
     if not reported and c_drafted is None:

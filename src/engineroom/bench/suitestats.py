@@ -5,12 +5,13 @@
   else the usage's ``cached_tokens``, else its counters' delta around the request
   (``counters_delta``: ``prompt_cached_tokens_total``). A request is *contaminated* when it
   reused more than ``CACHE_ALLOWANCE_TOKENS`` and ``CACHE_ALLOWANCE_FRACTION`` of its prompt:
-  the chat template's preamble (tens of tokens, before the salt) is shared by design.
-  One implementation, meant for verify's probes as well.
+  the chat template's preamble (tens of tokens, before the salt) is shared by design. The rule
+  is ``engineroom.measures.cache_reuse``, which verify's stress ladder calls too.
 - ``reasoning``: time to the first token chunk of any kind vs the first *content* chunk,
   reasoning and content chunk counts (``arrival_kinds``), and whether thinking used the whole
   budget with no content (``thinking_exhausted``: flagged and left out of the figures).
-- ``client_load``: the client's CPU share and wake-up lag percentiles from its raw lags.
+- ``client_load``: the client's CPU share and wake-up lag percentiles from its raw lags (and
+  its event loop's lag percentiles, where the streams ran on one loop).
 - ``latency_from_schedule``: a concurrency stream's TTFT counted from its scheduled send.
 """
 
@@ -18,25 +19,27 @@ from __future__ import annotations
 
 import statistics as _st
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from engineroom.bench.clientside import decode_kinds
 from engineroom.bench.records import arrivals_us, max_tokens, ttft_s
 from engineroom.bench.statistics import engine_timings, is_ok, percentile
+from engineroom.measures import CACHE_ALLOWANCE_FRACTION, CACHE_ALLOWANCE_TOKENS, CacheReuse
+from engineroom.measures import cache_reuse as measured_reuse
 
 __all__ = ["CACHE_ALLOWANCE_FRACTION", "CACHE_ALLOWANCE_TOKENS", "CLIENT_LAG_LIMIT_MS", "CLIENT_CPU_LIMIT",
-           "CLIENT_RUNQ_LIMIT_MS", "CLIENT_LOAD_KIND", "CacheReuse", "cache_reuse", "client_load", "counters_delta",
+           "CLIENT_LOOP_LAG_LIMIT_MS", "CLIENT_RUNQ_LIMIT_MS", "CLIENT_LOAD_KIND", "CacheReuse", "cache_reuse",
+           "client_load", "counters_delta",
            "group_label",
            "is_silent", "kept", "latency_from_schedule_s", "reasoning", "records_of"]
 
 CLIENT_LOAD_KIND = "client_load"
-CACHE_ALLOWANCE_TOKENS = 64          # the template preamble every request shares
-CACHE_ALLOWANCE_FRACTION = 0.05
 # The client is the bottleneck when its process used this share of one core over the run, or
 # its probe thread woke this late at the 99th percentile (its timestamps are then as late).
 CLIENT_CPU_LIMIT = 0.9
 CLIENT_LAG_LIMIT_MS = 20.0
+# ... or the event loop that reads every stream (``aiostreams``) ran its probe this late at the 99th percentile
+CLIENT_LOOP_LAG_LIMIT_MS = 20.0
 # a client thread that was ready waited this long for a CPU, on average, each time it ran: its
 # tokens were read that late (the probe thread alone can still wake on time)
 CLIENT_RUNQ_LIMIT_MS = 10.0
@@ -52,39 +55,18 @@ def counters_delta(before: Mapping[str, float], after: Mapping[str, float]) -> d
     return {k: float(after[k]) - float(before[k]) for k in after if k in before and k.endswith("_total")}
 
 
-@dataclass(frozen=True)
-class CacheReuse:
-    cached: int | None          # prompt tokens taken from the prefix cache (None: nobody said)
-    prompt: int | None          # the prompt's tokens in all
-    source: str
-
-    @property
-    def contaminated(self) -> bool:
-        if not self.cached:
-            return False
-        allowance = max(CACHE_ALLOWANCE_TOKENS, CACHE_ALLOWANCE_FRACTION * (self.prompt or 0))
-        return self.cached > allowance
-
-    def describe(self) -> str:
-        of = f" of {self.prompt}" if self.prompt else ""
-        return f"{self.cached}{of} prompt tokens reused ({self.source})"
-
-
 def cache_reuse(rec: Mapping[str, Any]) -> CacheReuse:
+    """A stored request's prefix-cache reuse (``engineroom.measures.cache_reuse``, the rule verify's
+    stress ladder uses too)."""
     timings = engine_timings(rec)
     prompt = rec.get("prompt_tokens") if isinstance(rec.get("prompt_tokens"), int) else None
-    if timings is not None and timings.cached_tokens is not None:
-        total = prompt
-        if timings.prompt_tokens is not None:
-            total = max(prompt or 0, timings.prompt_tokens + timings.cached_tokens)
-        return CacheReuse(timings.cached_tokens, total, "the engine's per-response cached-token count")
     usage = rec.get("cached_prompt_tokens")
-    if isinstance(usage, int):
-        return CacheReuse(usage, prompt, "usage.prompt_tokens_details.cached_tokens")
     delta = rec.get("counters_delta")
-    if isinstance(delta, Mapping) and "prompt_cached_tokens_total" in delta:
-        return CacheReuse(int(delta["prompt_cached_tokens_total"]), prompt, "the engine's counters around it")
-    return CacheReuse(None, prompt, "not reported")
+    counter = delta.get("prompt_cached_tokens_total") if isinstance(delta, Mapping) else None
+    return measured_reuse(prompt=prompt, engine_cached=timings.cached_tokens if timings is not None else None,
+                          engine_prompt=timings.prompt_tokens if timings is not None else None,
+                          usage_cached=usage if isinstance(usage, int) else None,
+                          counter_cached=float(counter) if isinstance(counter, (int, float)) else None)
 
 
 def is_silent(rec: Mapping[str, Any]) -> bool:
@@ -165,7 +147,17 @@ def client_load(payload: Mapping[str, Any] | None) -> dict[str, Any]:
     return {"recorded": True, "cpu_s": cpu, "wall_s": wall, "cpu_fraction": cpu / wall if wall > 0 else None,
             "lag_ms_p50": percentile(lags, 50), "lag_ms_p99": percentile(lags, 99),
             "lag_ms_max": lags[-1] if lags else None, "n_wakeups": len(lags),
-            "interval_ms": (payload.get("interval_us") or 0) / 1000.0, **_runqueue(payload, wall)}
+            "interval_ms": (payload.get("interval_us") or 0) / 1000.0, **_runqueue(payload, wall),
+            **_loop_lag(payload)}
+
+
+def _loop_lag(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """How late the multi-stream event loop ran its probe callback (ms): every stream read waits as long."""
+    lags = sorted(float(x) / 1000.0 for x in payload.get("loop_lags_us") or [])
+    if not lags:
+        return {"loop_lag_ms_p50": None, "loop_lag_ms_p99": None, "loop_lag_ms_max": None}
+    return {"loop_lag_ms_p50": percentile(lags, 50), "loop_lag_ms_p99": percentile(lags, 99),
+            "loop_lag_ms_max": lags[-1]}
 
 
 def _runqueue(payload: Mapping[str, Any], wall: float) -> dict[str, Any]:

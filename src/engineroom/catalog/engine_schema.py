@@ -147,12 +147,30 @@ class MultiGpu(Strict):
     mode: Literal["tensor_parallel", "layer_split"]
     scaling: float = Field(ge=0, le=1)       # per-stream decode speed-up per extra card, fraction of ideal
     source: str
+    # the engine's own arguments for this split, as messages quote them (llama.cpp: "-sm layer")
+    split_args: str = ""
     # runs pipeline-parallel stages across nodes of a cluster (TP within a node, PP across):
     # plan proposes TP = GPUs per node x PP = nodes for a rig like 2x(8xH100)
     multi_node: bool = False
 
 
 MemoryModel = Literal["llama_buffers", "kv_pool"]
+
+
+class PoolActivation(Strict):
+    """kv_pool engines: the activation memory fit reserves beside weights and KV, as
+    ``coef x 48 x ctx / TP`` bytes, ``coef`` chosen by the KV type's bytes per element."""
+
+    coef_by_kv_bytes: dict[float, float]     # KV bytes per element -> coef
+    coef_below_half_byte: float = Field(gt=0)   # a KV type under 0.5 bytes per element not listed
+    coef_default: float = Field(gt=0)        # any other KV type not listed
+    source: str
+
+    def coef(self, kv_bytes_per_elem: float) -> float:
+        found = self.coef_by_kv_bytes.get(kv_bytes_per_elem)
+        if found is not None:
+            return found
+        return self.coef_below_half_byte if kv_bytes_per_elem < 0.5 else self.coef_default
 
 
 class KvCacheSpace(Strict):
@@ -273,6 +291,7 @@ class Engine(Strict):
     memory_model: MemoryModel
     max_context_step: int = Field(gt=0)
     default_mem_fraction: float | None = Field(default=None, gt=0, le=1)  # kv_pool engines only
+    pool_activation: PoolActivation | None = None   # kv_pool engines only (required there)
     # the engine's launch defaults when no slot flag is given (llama-server: no -np = 4 slots,
     # unified KV); fit/plan/up use these for a "default launch", explicit flags otherwise
     default_slots: int = Field(default=1, ge=1)
@@ -317,6 +336,8 @@ class Engine(Strict):
             frac = b.default_mem_fraction if b.default_mem_fraction is not None else self.default_mem_fraction
             if b.memory_model == "kv_pool" and frac is None:   # inherited: the engine's own check below
                 raise ValueError(f"backend {b.id}: a kv_pool build needs default_mem_fraction")
+            if b.memory_model == "kv_pool" and self.pool_activation is None:
+                raise ValueError(f"backend {b.id}: a kv_pool build needs the engine's pool_activation")
             if b.kv_cache_space is not None and (b.memory_model or self.memory_model) != "kv_pool":
                 raise ValueError(f"backend {b.id}: kv_cache_space applies to kv_pool builds only")
         return self
@@ -361,6 +382,8 @@ class Engine(Strict):
             raise ValueError("a kv_pool engine needs default_mem_fraction (the share of VRAM it reserves)")
         if self.memory_model != "kv_pool" and self.default_mem_fraction is not None:
             raise ValueError(f"default_mem_fraction applies to kv_pool engines only, not {self.memory_model}")
+        if self.memory_model == "kv_pool" and self.pool_activation is None:
+            raise ValueError("a kv_pool engine needs pool_activation (its activation coefficients)")
         names = [n.lower() for k in self.kv_dtypes for n in (k.id, *k.aliases)]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

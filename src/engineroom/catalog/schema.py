@@ -332,6 +332,16 @@ class Tables(Strict):
     usual_quants: tuple[UsualQuant, ...]
     published_formats: dict[str, QuantFormat]   # published checkpoint dtype -> quant format
     loaded_as: dict[str, str]               # checkpoint dtype -> the dtype engines load it at
+    bits_per_weight: dict[str, float]       # lower-case quant id -> effective bits per weight (fit's estimate)
+
+    @model_validator(mode="after")
+    def _bits_per_weight(self) -> Tables:
+        for qid, bits in self.bits_per_weight.items():
+            if qid != qid.lower():
+                raise ValueError(f"bits_per_weight: quant id '{qid}' must be lower case (fit looks ids up lower-cased)")
+            if not 0 < bits <= 64:
+                raise ValueError(f"bits_per_weight: {qid} = {bits} is not between 0 and 64 bits per weight")
+        return self
 
     def status_rank(self, status: str) -> int:
         """Higher is more mature: the position counted from the end of engine_status_order."""

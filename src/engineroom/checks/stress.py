@@ -10,8 +10,9 @@ recalled) / ``memory wall`` (HTTP 500 or an out-of-memory error) / ``crash`` (no
 died) / ``harness error`` (HTTP 400 below the context: the prompt was sized wrong). The context
 ladder keeps climbing after a recall miss, so the recall ceiling and the memory ceiling are
 reported separately. Haystacks are salted (``SESSION-<32 random>`` first) and each rung's cached
-prompt tokens are read (usage ``prompt_tokens_details.cached_tokens``, the engine's timings, or its
-counters): a rung served from the prefix cache is flagged, since its prefill figure would lie.
+prompt tokens are read as bench reads them (``engineroom.measures.cache_reuse``: the engine's
+timings, usage ``prompt_tokens_details.cached_tokens``, or its counters): a rung that took more
+than the template's preamble from the prefix cache is flagged, since its prefill figure would lie.
 When the engine dies and the caller gave a ``restart`` callback (the managed server), it is
 restarted and the remaining probes continue; otherwise they are FAILed as not run.
 """
@@ -31,6 +32,7 @@ from engineroom.checks.full import FILLER, TOOL_MARKUP, WEATHER_TOOL
 from engineroom.checks.smoke import CheckResult
 from engineroom.client import StreamResult
 from engineroom.engines.base import ServerInfo
+from engineroom.measures import CacheReuse, cache_reuse
 
 COLOURS = ("amber", "cobalt", "crimson", "jade", "ivory", "violet", "scarlet", "teal")
 ANIMALS = ("falcon", "otter", "lynx", "heron", "badger", "marmot", "ibis", "gecko")
@@ -75,20 +77,24 @@ class Calibration:
         return int(tokens * self.chars_per_token)
 
 
-def _cached(ctx: Ctx, r: StreamResult, before: dict[str, float] | None) -> int | None:
+def _cache_reuse(ctx: Ctx, r: StreamResult, before: dict[str, float] | None) -> CacheReuse:
+    """bench's reading of the prefix cache (``engineroom.measures.cache_reuse``); the engine's
+    counters are asked only when the answer itself says nothing."""
+    prompt = (r.usage or {}).get("prompt_tokens")
+    prompt = prompt if isinstance(prompt, int) else None
     details = (r.usage or {}).get("prompt_tokens_details")
-    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-        return int(details["cached_tokens"])
+    usage_cached = details.get("cached_tokens") if isinstance(details, dict) else None
     norm = ctx.info.normalise_timings
     timings = norm(r.timings) if norm is not None and r.timings else None
-    if timings is not None and timings.cached_tokens is not None:
-        return timings.cached_tokens
-    if before is not None and ctx.metrics is not None:
+    found = cache_reuse(prompt=prompt, engine_cached=timings.cached_tokens if timings is not None else None,
+                        engine_prompt=timings.prompt_tokens if timings is not None else None,
+                        usage_cached=usage_cached if isinstance(usage_cached, int) else None)
+    if found.cached is None and before is not None and ctx.metrics is not None:
         after = ctx.metrics() or {}
         key = "prompt_cached_tokens_total"
         if key in after and key in before:
-            return int(after[key] - before[key])
-    return None
+            found = cache_reuse(prompt=prompt, counter_cached=after[key] - before[key])
+    return found
 
 
 def classify(r: StreamResult) -> str:
@@ -121,15 +127,15 @@ def needle_request(ctx: Ctx, target_tokens: int, cal: Calibration, rng: random.R
     if outcome == "pass" and not recalled:
         outcome = "quality ceiling"
     prompt_tokens = (r.usage or {}).get("prompt_tokens")
-    cached = _cached(ctx, r, before) if outcome != "crash" else None
+    reuse = _cache_reuse(ctx, r, before) if outcome != "crash" else None
     ttft = r.ttft
     return {"target_tokens": target_tokens, "prompt_tokens": prompt_tokens, "chars": len(haystack),
             "http": r.status, "outcome": outcome, "recalled": recalled, "needle": phrase,
             "answer": r.content[:80], "ttft_s": None if ttft is None else round(ttft, 3),
             "prefill_tps": round(prompt_tokens / ttft, 1) if isinstance(prompt_tokens, int) and ttft else None,
             "prefill_source": "client clock: prompt_tokens / TTFT",
-            "cached_tokens": cached,
-            "cache_hit": bool(cached and isinstance(prompt_tokens, int) and cached > 0.1 * prompt_tokens),
+            "cached_tokens": reuse.cached if reuse is not None else None,
+            "cache_hit": bool(reuse is not None and reuse.contaminated),
             "error": r.error}
 
 
@@ -138,6 +144,21 @@ class _Stress:
         self.ctx, self.restart = ctx, restart
         self.dead_since: str | None = None     # the probe during which the engine died, not restarted
         self.restarts: list[str] = []
+        self.prefill_tps: float | None = None   # the slowest prefill seen (client clock), for later budgets
+
+    def saw(self, rung: dict[str, Any]) -> None:
+        rate = rung.get("prefill_tps")
+        if isinstance(rate, (int, float)) and rate > 0 and (rung.get("prompt_tokens") or 0) >= 256:
+            self.prefill_tps = rate if self.prefill_tps is None else min(self.prefill_tps, rate)
+
+    def budget(self, base_s: float, prompt_tokens: int) -> float:
+        """A probe's timeout: its base, or twice the prefill of ``prompt_tokens`` at the slowest rate the
+        ladder measured plus a minute, whichever is longer (a slow CPU at 32K prefills for minutes; a
+        probe cut off while the engine still prefills leaves it busy for the next one)."""
+        seconds = self.ctx.timeout(base_s)
+        if self.prefill_tps:
+            seconds = max(seconds, self.ctx.timeout(60) + 2.0 * prompt_tokens / self.prefill_tps)
+        return seconds
 
     def died(self, probe: str) -> None:
         if self.restart is None:
@@ -175,7 +196,8 @@ def probe_needle_ladder(s: _Stress, cal: Calibration) -> CheckResult:
     targets = [t for t in targets if t <= 0.9 * n_ctx] or [int(n_ctx * 0.5)]
     rng, rungs = random.Random(), []
     for target in targets:
-        rung = needle_request(s.ctx, target, cal, rng, s.ctx.timeout(300))
+        rung = needle_request(s.ctx, target, cal, rng, s.budget(300, target))
+        s.saw(rung)
         rungs.append(rung)
         if rung["outcome"] == "crash":
             s.died("needle_ladder")
@@ -214,7 +236,8 @@ def probe_context_ceiling(s: _Stress, cal: Calibration) -> CheckResult:
     rng, rungs = random.Random(), []
     recall_ceiling = memory_ceiling = None
     for target in targets:
-        rung = needle_request(s.ctx, target, cal, rng, s.ctx.timeout(600))
+        rung = needle_request(s.ctx, target, cal, rng, s.budget(600, target))
+        s.saw(rung)
         rungs.append(rung)
         if rung["outcome"] in ("pass", "quality ceiling"):
             memory_ceiling = rung["prompt_tokens"] or target
@@ -262,13 +285,22 @@ def probe_big_tool_return(s: _Stress, cal: Calibration) -> CheckResult:
                      "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]},
                 {"role": "tool", "tool_call_id": "call_big_1", "content": result},
                 {"role": "user", "content": "Summarise three themes of that tool result."}]
-    body = {**s.ctx.model, "messages": messages, "tools": [WEATHER_TOOL], "max_tokens": 200 if s.ctx.fast else 500,
+    body = {**s.ctx.model, "messages": messages, "max_tokens": 200 if s.ctx.fast else 500,
             "temperature": 0.0, "seed": 42, **s.ctx.dialect.thinking_off}
-    r = s.ctx.client.stream_chat(body, timeout=s.ctx.timeout(240))
+    # a server that declares no tool calling (vLLM without a tool parser: a tools list is HTTP 400)
+    # still gets the tool call and its result in the conversation, without the tools list
+    offered = s.ctx.info.capabilities.tools is not False
+    if offered:
+        body["tools"] = [WEATHER_TOOL]
+    timeout = s.budget(240, int(n_ctx * 0.8))
+    r = s.ctx.client.stream_chat(body, timeout=timeout)
     outcome = classify(r)
-    details = {"tool_result_chars": size, "prompt_tokens": (r.usage or {}).get("prompt_tokens"), "outcome": outcome,
-               "http": r.status, "error": r.error, "scaled": size < BIG_TOOL_CHARS}
+    details = {"tool_result_chars": size, "timeout_s": round(timeout, 1),
+               "prompt_tokens": (r.usage or {}).get("prompt_tokens"), "outcome": outcome,
+               "http": r.status, "error": r.error, "scaled": size < BIG_TOOL_CHARS, "tools_offered": offered}
     scaled = f" (scaled from 100,000 to the {n_ctx:,}-token context)" if size < BIG_TOOL_CHARS else ""
+    if not offered:
+        scaled += "; no tools list sent: the server declares no tool calling"
     if outcome == "crash":
         s.died("big_tool_return")
         return CheckResult("big_tool_return", "FAIL", f"no answer to a {size:,}-char tool result{scaled}: the engine "
@@ -302,10 +334,11 @@ def probe_ide_system_prompt(s: _Stress, cal: Calibration) -> CheckResult:
                                         {"role": "user", "content": "Refactor utils.py: split parse() in two."}],
             "tools": IDE_TOOLS, "tool_choice": "none", "max_tokens": 200 if s.ctx.fast else 2000, "temperature": 0.0,
             **s.ctx.dialect.thinking_off}
-    r = s.ctx.client.stream_chat(body, timeout=s.ctx.timeout(180))
+    timeout = s.budget(180, int(len(IDE_SYSTEM) / cal.chars_per_token) + 1500)     # + 10 tool schemas
+    r = s.ctx.client.stream_chat(body, timeout=timeout)
     outcome = classify(r)
     details = {"outcome": outcome, "http": r.status, "prompt_tokens": (r.usage or {}).get("prompt_tokens"),
-               "error": r.error}
+               "error": r.error, "timeout_s": round(timeout, 1)}
     if outcome == "crash":
         s.died("ide_system_prompt")
     if outcome != "pass":

@@ -12,7 +12,7 @@ import typer
 
 from .. import views
 from ..output import err_console, print_json
-from .base import JsonOpt, _show, app
+from .base import _UNIFIED, JsonOpt, _show, app
 
 _RIG = typer.Option(None, "--rig",
                     help="Rig spec: 2x3090, 1xH200, 3090+4090, cpu:64GB, m3max:128GB (default: this machine).")
@@ -121,8 +121,9 @@ def fit_cmd(
     m, f = fit_one(subject, the_rig, engine, quant, kv, ctx, n_seqs=seqs, tp=tp, pp=pp, rope_scaling=rope_scaling,
                    kv_unified=kv_unified)
     slots, unified = f.request.n_seqs, f.request.kv_unified
-    launch_line = (f"engineroom up MODEL --ctx {ctx} --parallel {slots} "
-                   f"{'--kv-unified' if unified else '--no-kv-unified'}")
+    # `up`'s own engine-neutral switch (cli/base.py _UNIFIED), read from its declaration
+    on, off = _UNIFIED.param_decls[0].split("/")
+    launch_line = f"engineroom up MODEL --ctx {ctx} --parallel {slots} {on if unified else off}"
     if json_out:
         print_json({"model": m.id, **_model_facts(subject), "rig": the_rig.label, "slots": slots,
                     "kv_unified": unified, "launch": launch_line, "fit": f})

@@ -19,26 +19,49 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
 from .. import net, plugins
 from ..errors import EngineFailed, NotFound
 from ..plugins import GROUP, Problem
-from .base import Capabilities, EngineAdapter, LaunchChange, LaunchOptions, LaunchSpec, MemoryReport, ServerInfo
+from . import base
+from .base import (
+    Capabilities,
+    EngineAdapter,
+    EngineBinary,
+    EngineTimings,
+    HealthState,
+    LaunchChange,
+    LaunchOptions,
+    LaunchSpec,
+    MemoryReport,
+    ServerInfo,
+    TimingsNormaliser,
+)
+
+if TYPE_CHECKING:
+    from ..cpuprobe import CpuProbe
+
+T = TypeVar("T")
 
 DEFAULT_ENGINE = "llama.cpp"   # the embedded default: runs on a fresh machine with no GPU
 
 
 class Engine:
-    """One adapter behind a typed face: required members pass through, optional hooks default."""
+    """One adapter behind a typed face: required members pass through, optional hooks default.
 
-    def __init__(self, impl: Any, origin: str = "") -> None:
+    Each optional hook is reached through an ``isinstance`` check against its Protocol in
+    ``base`` (``ReportsMemory``, ``NormalisesTimings``, ...), so mypy checks every call and a
+    plugin that lacks the hook gets the default written beside the Protocol.
+    """
+
+    def __init__(self, impl: EngineAdapter[Any], origin: str = "") -> None:
         self.impl = impl
         self.name: str = impl.ENGINE
         self.origin = origin          # "entry point llama.cpp = engineroom.engines.llamacpp (engineroom 0.1.0)"
@@ -46,19 +69,24 @@ class Engine:
     def __repr__(self) -> str:
         return f"Engine({self.name!r})"
 
-    def _hook(self, name: str) -> Callable[..., Any] | None:
-        fn = getattr(self.impl, name, None)
-        return fn if callable(fn) else None
+    def _data(self, name: str, kind: type[T], default: T) -> T:
+        value = getattr(self.impl, name, None)
+        return value if isinstance(value, kind) else default
 
     # ---- required ---------------------------------------------------------------------
-    def find_binary(self, explicit: str | os.PathLike[str] | None = None) -> Any:
+    def find_binary(self, explicit: str | os.PathLike[str] | None = None) -> EngineBinary:
         return self.impl.find_binary(explicit)
 
-    def render(self, binary: Any, options: LaunchOptions) -> LaunchSpec:
+    def render(self, binary: EngineBinary, options: LaunchOptions) -> LaunchSpec:
         return self.impl.render(binary, options)
 
-    def health_state(self, status_code: int | None) -> str:
-        return self.impl.health_state(status_code)
+    def health_state(self, status_code: int | None) -> HealthState:
+        """The adapter's state as a HealthState (a plugin answering plain strings is read by value)."""
+        state = self.impl.health_state(status_code)
+        try:
+            return HealthState(state)
+        except ValueError:      # a word the enum lacks is not "ready": waited on like a load
+            return HealthState.LOADING
 
     def classify_failure(self, log_text: str) -> str:
         return self.impl.classify_failure(log_text)
@@ -69,82 +97,85 @@ class Engine:
         return self.impl.probe(url, timeout=timeout)
 
     # ---- optional ---------------------------------------------------------------------
-    def cpu_adjustments(self, probe: Any, extra_args: Sequence[str] = ()) -> list[LaunchChange]:
-        fn = self._hook("cpu_adjustments")
-        return list(fn(probe, extra_args)) if fn else []
+    def cpu_adjustments(self, probe: CpuProbe, extra_args: Sequence[str] = ()) -> list[LaunchChange]:
+        impl = self.impl
+        return list(impl.cpu_adjustments(probe, extra_args)) if isinstance(impl, base.AdjustsForCpu) else []
 
     def crash_fallback(self, argv: Sequence[str], returncode: int) -> LaunchChange | None:
-        fn = self._hook("crash_fallback")
-        return fn(argv, returncode) if fn else None
+        impl = self.impl
+        return impl.crash_fallback(argv, returncode) if isinstance(impl, base.FallsBackAfterCrash) else None
 
     def relaunch_spec(self, spec: LaunchSpec, change: LaunchChange) -> LaunchSpec:
-        fn = self._hook("relaunch_spec")
-        if fn:
-            return fn(spec, change)
+        impl = self.impl
+        if isinstance(impl, base.RelaunchesSpec):
+            return impl.relaunch_spec(spec, change)
         return replace(spec, argv=tuple(spec.argv) + tuple(change.args),
                        changes=tuple(spec.changes) + (change.as_dict(),))
 
-    def check_binary_cpu(self, binary: Any, probe: Any) -> dict[str, object]:
-        fn = self._hook("check_binary_cpu")
-        return fn(binary, probe) if fn else {}
+    def check_binary_cpu(self, binary: EngineBinary, probe: CpuProbe) -> dict[str, object]:
+        impl = self.impl
+        return impl.check_binary_cpu(binary, probe) if isinstance(impl, base.ChecksBinaryCpu) else {}
 
     def rope_scaling_arg(self, args: Sequence[str]) -> str | None:
-        fn = self._hook("rope_scaling_arg")
-        return fn(args) if fn else None
+        impl = self.impl
+        return impl.rope_scaling_arg(args) if isinstance(impl, base.FindsRopeScaling) else None
 
     def rope_scaling_example(self, factor: int) -> str:
-        fn = self._hook("rope_scaling_example")
-        return fn(factor) if fn else f"the engine's RoPE-scaling arguments (factor {factor})"
+        impl = self.impl
+        if isinstance(impl, base.ShowsRopeScaling):
+            return impl.rope_scaling_example(factor)
+        return f"the engine's RoPE-scaling arguments (factor {factor})"
 
     def repack_disabled(self, args: Sequence[str]) -> bool:
-        fn = self._hook("repack_disabled")
-        return bool(fn(args)) if fn else False
+        impl = self.impl
+        return bool(impl.repack_disabled(args)) if isinstance(impl, base.Repacks) else False
 
     def split_api_key(self, args: Sequence[str]) -> tuple[list[str], str | None, str | None]:
         """``args`` without the engine's API-key arguments, the key and the key file they gave."""
-        fn = self._hook("split_api_key")
-        return fn(args) if fn else (list(args), None, None)
+        impl = self.impl
+        return impl.split_api_key(args) if isinstance(impl, base.SplitsApiKey) else (list(args), None, None)
 
     def api_key_file_in(self, argv: Sequence[str]) -> str | None:
         """The key file a running server of this engine was launched with (None: no key)."""
-        fn = self._hook("api_key_file_in")
-        return fn(argv) if fn else None
+        impl = self.impl
+        return impl.api_key_file_in(argv) if isinstance(impl, base.FindsApiKeyFile) else None
 
     def loads_refusal(self, path: Path) -> str | None:
         """Why the engine cannot serve the model at ``path`` (one sentence), or None."""
-        fn = self._hook("loads_refusal")
-        return fn(path) if fn else None
+        impl = self.impl
+        return impl.loads_refusal(path) if isinstance(impl, base.RefusesModels) else None
 
     def wait_hint(self, log_text: str) -> str | None:
         """What the engine is doing while it starts (its last meaningful log line), or None."""
-        fn = self._hook("wait_hint")
-        return fn(log_text) if fn else None
+        impl = self.impl
+        return impl.wait_hint(log_text) if isinstance(impl, base.HintsWhileWaiting) else None
 
     @property
     def start_timeout(self) -> float:
         """Seconds to wait for the server to become healthy when the user gives no --timeout."""
-        return float(getattr(self.impl, "START_TIMEOUT_S", 300.0))
+        value = getattr(self.impl, "START_TIMEOUT_S", None)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 300.0
 
     def memory_report(self, log_text: str) -> MemoryReport | None:
         """What the engine says it allocated, read from its log; None when it says nothing."""
-        fn = self._hook("memory_report")
-        return fn(log_text) if fn else None
+        impl = self.impl
+        return impl.memory_report(log_text) if isinstance(impl, base.ReportsMemory) else None
 
     def launch_settings(self, options: LaunchOptions, trained_ctx: int | None = None) -> dict[str, Any]:
         """The settings the engine will run with for ``options`` (its defaults filled in, e.g. the
         context it picks from the model's ``trained_ctx`` when none is given), in fit's words:
         what the memory prediction must be made for."""
-        fn = self._hook("launch_settings")
-        if fn:
-            return dict(fn(options, trained_ctx=trained_ctx))
+        impl = self.impl
+        if isinstance(impl, base.SettlesLaunch):
+            return dict(impl.launch_settings(options, trained_ctx=trained_ctx))
         return {"ctx": options.ctx, "n_seqs": options.n_seqs or 1, "kv_unified": bool(options.kv_unified),
                 "kv_dtype": options.kv_dtype}
 
     def metrics(self, url: str, api_key: str | None = None, timeout: float = 5.0) -> dict[str, float] | None:
         """The server's /metrics as engineroom's neutral counter names (the adapter's
         ``normalise_metrics``); None when the engine exposes none or the server does not answer."""
-        fn = self._hook("normalise_metrics")
-        if fn is None:
+        impl = self.impl
+        if not isinstance(impl, base.NormalisesMetrics):
             return None
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         try:
@@ -153,103 +184,115 @@ class Engine:
             return None
         if resp.status_code != 200:
             return None
-        return dict(fn(resp.text)) or None
+        return dict(impl.normalise_metrics(resp.text)) or None
 
     def count_tokens(self, url: str, text: str, api_key: str | None = None, timeout: float = 30.0) -> int | None:
         """How many tokens the running server's own tokenizer makes of ``text`` (no special
         tokens added): the adapter's ``count_tokens``; None when the engine has no tokenizer
         endpoint or the server does not answer (bench then sizes prompts by an estimate and says so)."""
-        fn = self._hook("count_tokens")
-        if fn is None:
+        impl = self.impl
+        if not isinstance(impl, base.CountsTokens):
             return None
         try:
-            found = fn(url, text, api_key=api_key, timeout=timeout)
+            found = impl.count_tokens(url, text, api_key=api_key, timeout=timeout)
         except httpx.HTTPError:
             return None
-        return int(found) if isinstance(found, int) and not isinstance(found, bool) else None
+        return found if isinstance(found, int) and not isinstance(found, bool) else None
 
-    def normalise_timings(self, raw: Any) -> Any:
-        fn = self._hook("normalise_timings")
-        return fn(raw) if fn else None
+    def normalise_timings(self, raw: dict[str, Any]) -> EngineTimings | None:
+        """The engine's timings block (as the client kept it, ``timings_block``) in neutral fields."""
+        impl = self.impl
+        return impl.normalise_timings(raw) if isinstance(impl, base.NormalisesTimings) else None
 
-    def installed(self) -> list[dict]:
-        fn = self._hook("installed")
-        return list(fn()) if fn else []
+    @property
+    def timings_field(self) -> str | None:
+        """The top-level response field holding the engine's per-response timings (its
+        ``TIMINGS_FIELD``), or None when it sends none."""
+        return self._data("TIMINGS_FIELD", str, "") or None
 
-    def install(self, **kwargs: Any) -> Any:
-        fn = self._hook("install")
-        if fn is None:
+    def installed(self) -> list[dict[str, Any]]:
+        impl = self.impl
+        return list(impl.installed()) if isinstance(impl, base.ListsInstalls) else []
+
+    def install(self, *, version: str | None = None, source: Path | None = None, jobs: int | None = None,
+                cuda: bool | None = None,
+                progress: Callable[[float | None, str], None] | None = None) -> dict[str, Any]:
+        impl = self.impl
+        if not isinstance(impl, base.Installs):
             raise NotFound(f"engineroom cannot install {self.name}; install it yourself and pass --engine-bin.")
-        return fn(**kwargs)
+        return impl.install(version=version, source=source, jobs=jobs, cuda=cuda, progress=progress)
 
     @property
     def tested(self) -> str:
         """How engineroom's own tests and recorded runs exercise this engine (the adapter's
         ``TESTED``: "real: ...", "parser-validated: ...", "documented only: ..."), or ""."""
-        return str(getattr(self.impl, "TESTED", "") or "")
+        return self._data("TESTED", str, "")
 
     @property
     def can_install(self) -> bool:
-        return self._hook("install") is not None
+        return isinstance(self.impl, base.Installs)
 
-    def placeholder_binary(self, vendor: str | None = None) -> Any:
+    def placeholder_binary(self, vendor: str | None = None) -> EngineBinary:
         """A stand-in for the engine's program where it is not installed, so a recipe can still
         be rendered (NotFound when the adapter cannot render without the real one). ``vendor``:
         the accelerator of the machine the recipe is for ("cpu", "nvidia", ...), for an adapter
         whose builds differ by device (its ``placeholder_binary(vendor=...)``); None = this machine."""
-        fn = self._hook("placeholder_binary")
-        if fn is None:
+        impl = self.impl
+        if not isinstance(impl, base.HasPlaceholderBinary):
             raise NotFound(f"{self.name} is not installed here and its adapter cannot render without it.")
-        if vendor is not None and "vendor" in inspect.signature(fn).parameters:
-            return fn(vendor=vendor)
-        return fn()
+        if vendor is not None and "vendor" in inspect.signature(impl.placeholder_binary).parameters:
+            by_vendor: Callable[..., EngineBinary] = impl.placeholder_binary
+            return by_vendor(vendor=vendor)
+        return impl.placeholder_binary()
 
     def container_command(self, spec: LaunchSpec) -> list[str]:
         """The arguments that follow the container image's entrypoint (the catalog's ``docker.entrypoint``,
         which stands in for the program): by default the argv without its program, ``argv[1:]``."""
-        fn = self._hook("container_command")
-        return [str(a) for a in fn(spec)] if fn else [str(a) for a in spec.argv[1:]]
+        impl = self.impl
+        args = impl.container_command(spec) if isinstance(impl, base.RendersContainerCommand) else spec.argv[1:]
+        return [str(a) for a in args]
 
     def container_env(self, spec: LaunchSpec) -> dict[str, str]:
         """The environment the engine needs inside its official image: by default ``spec.env``; an
         adapter whose environment is about this machine's install (library paths, a CPU build's
         settings, offline switches) returns what holds in the image instead."""
-        fn = self._hook("container_env")
-        return {str(k): str(v) for k, v in (fn(spec) if fn else spec.env).items()}
+        impl = self.impl
+        env = impl.container_env(spec) if isinstance(impl, base.RendersContainerEnv) else spec.env
+        return {str(k): str(v) for k, v in env.items()}
 
-    def binary_version(self, binary: Any) -> str:
-        fn = self._hook("binary_version")
-        return fn(binary) if fn else ""
+    def binary_version(self, binary: EngineBinary) -> str:
+        impl = self.impl
+        return impl.binary_version(binary) if isinstance(impl, base.TellsBinaryVersion) else ""
 
-    def validate_argv(self, binary: Any, argv: Sequence[str]) -> str | None:
+    def validate_argv(self, binary: EngineBinary, argv: Sequence[str]) -> str | None:
         """Why the engine's own argument parser rejects ``argv`` (one sentence), or None when it
         accepts it or the adapter has no parser to ask."""
-        fn = self._hook("validate_argv")
-        return fn(binary, argv) if fn else None
+        impl = self.impl
+        return impl.validate_argv(binary, argv) if isinstance(impl, base.ValidatesArgv) else None
 
     @property
     def can_validate(self) -> bool:
-        return self._hook("validate_argv") is not None
+        return isinstance(self.impl, base.ValidatesArgv)
 
-    def render_cluster(self, binary: Any, options: LaunchOptions, **cluster: Any) -> list[LaunchSpec]:
+    def render_cluster(self, binary: EngineBinary, options: LaunchOptions, **cluster: Any) -> list[LaunchSpec]:
         """One LaunchSpec per node for a multi-node launch (``nodes``, ``gpus_per_node``,
         ``head_addr``, ``pp``, ...: the adapter's ``render_cluster`` documents them)."""
-        fn = self._hook("render_cluster")
-        if fn is None:
+        impl = self.impl
+        if not isinstance(impl, base.RendersCluster):
             raise NotFound(f"{self.name} has no multi-node recipe in engineroom (vLLM and SGLang have one).")
-        return list(fn(binary, options, **cluster))
+        return list(impl.render_cluster(binary, options, **cluster))
 
     def serving_model(self, path: Path, progress: Callable[[float | None, str], None] | None = None) -> Path:
         """The model path the engine loads for ``path`` (an adapter may convert a file it cannot
         read, e.g. a GGUF into a safetensors folder); by default ``path`` itself."""
-        fn = self._hook("serving_model")
-        return Path(fn(path, progress)) if fn else path
+        impl = self.impl
+        return Path(impl.serving_model(path, progress)) if isinstance(impl, base.ConvertsModel) else path
 
     def catalog_dir(self) -> Path | None:
         """A folder of catalog YAML the adapter's package ships (engines/, models/, ...), or None."""
-        fn = self._hook("catalog_dir")
-        if fn:
-            found = fn()
+        impl = self.impl
+        if isinstance(impl, base.ShipsCatalog):
+            found = impl.catalog_dir()
             return Path(found) if found else None
         return None
 
@@ -264,6 +307,7 @@ def reload() -> None:
     """Forget the adapters found so far (tests add an entry point and look again)."""
     plugins.reload()
     _registry.cache_clear()
+    _timings_fields.cache_clear()
 
 
 def all_engines() -> tuple[Engine, ...]:
@@ -289,12 +333,28 @@ def has_adapter(engine: str) -> bool:
     return engine in _registry()[0]
 
 
-def timings_normaliser(engine: str) -> Callable[[Any], Any] | None:
+def timings_normaliser(engine: str) -> TimingsNormaliser | None:
     """The adapter's ``normalise_timings`` for ``engine`` (None: unknown engine or none declared)."""
     if not has_adapter(engine):
         return None
-    fn = adapter(engine)._hook("normalise_timings")
-    return fn
+    impl = adapter(engine).impl
+    return impl.normalise_timings if isinstance(impl, base.NormalisesTimings) else None
+
+
+@lru_cache(maxsize=1)
+def _timings_fields() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(f for e in all_engines() if (f := e.timings_field)))
+
+
+def timings_block(engine_fields: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The per-response timings block among an answer's engine-specific fields (the client's
+    ``engine_fields``): the field an adapter names as its ``TIMINGS_FIELD``, when it holds a
+    mapping. The client asks this so it never names an engine's field itself."""
+    for name in _timings_fields():
+        block = engine_fields.get(name)
+        if isinstance(block, Mapping) and block:
+            return dict(block)
+    return None
 
 
 def detect(url: str, timeout: float = 5.0, api_key: str | None = None) -> ServerInfo:
@@ -321,6 +381,6 @@ def detect(url: str, timeout: float = 5.0, api_key: str | None = None) -> Server
     return ServerInfo(url=url, engine="unknown", model_id=model_id)
 
 
-__all__ = ["DEFAULT_ENGINE", "GROUP", "Capabilities", "Engine", "EngineAdapter", "LaunchChange", "LaunchOptions",
-           "LaunchSpec", "MemoryReport", "ServerInfo", "adapter", "all_engines", "detect", "has_adapter", "names",
-           "problems", "reload", "timings_normaliser"]
+__all__ = ["DEFAULT_ENGINE", "GROUP", "Capabilities", "Engine", "EngineAdapter", "EngineBinary", "HealthState",
+           "LaunchChange", "LaunchOptions", "LaunchSpec", "MemoryReport", "ServerInfo", "adapter", "all_engines",
+           "detect", "has_adapter", "names", "problems", "reload", "timings_block", "timings_normaliser"]

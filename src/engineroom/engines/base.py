@@ -14,11 +14,14 @@ CONTRACT used by launch, checks, bench and flows:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    from ..cpuprobe import CpuProbe
 
 UNKNOWN_FAILURE = "unknown (see the log lines above)"   # what classify_failure says when no pattern matched
 
@@ -119,34 +122,215 @@ class MemoryReport:
         return tuple(dict.fromkeys(c.name for c in self.components))
 
 
+class HealthState(StrEnum):
+    """What one answer of the engine's health endpoint means (``health_state``).
+
+    A StrEnum: each member equals its string, so states stored or compared as text
+    ("ready", ...) keep working.
+    """
+
+    STARTING = "starting"     # nothing answers yet
+    LOADING = "loading"       # the server answers but is still loading the model
+    READY = "ready"
+    ERROR = "error"
+
+
 @runtime_checkable
-class EngineAdapter(Protocol):
+class EngineBinary(Protocol):
+    """What engineroom reads of an adapter's binary: the adapter's own type otherwise, handed
+    back to its ``render`` (and the other hooks taking a binary) unread."""
+
+    @property
+    def path(self) -> Path: ...                 # the program (an interpreter for Python engines)
+
+    @property
+    def origin(self) -> str: ...                # where it was found ("--engine-bin", "PATH", ...)
+
+    @property
+    def env(self) -> dict[str, str]: ...        # environment it needs
+
+
+BinaryT = TypeVar("BinaryT", bound=EngineBinary)
+BinaryT_contra = TypeVar("BinaryT_contra", bound=EngineBinary, contravariant=True)   # hooks taking one
+BinaryT_co = TypeVar("BinaryT_co", bound=EngineBinary, covariant=True)               # hooks making one
+
+
+@runtime_checkable
+class EngineAdapter(Protocol[BinaryT]):
     """What every engine adapter provides; engineroom knows engines only through this.
 
     An adapter is an object (a module works: engineroom's own are modules) registered under
-    the ``engineroom.engines`` entry-point group. Optional hooks — ``cpu_adjustments``,
-    ``crash_fallback``, ``relaunch_spec``, ``check_binary_cpu``, ``rope_scaling_arg``,
-    ``rope_scaling_example``, ``memory_report``, ``normalise_timings``, ``install``,
-    ``installed``, ``catalog_dir`` — are reached through ``engines.Engine``, which supplies a
-    neutral default where an adapter has none.
+    the ``engineroom.engines`` entry-point group. ``BinaryT`` is the adapter's own binary
+    type: ``find_binary`` returns one and ``render`` takes it back.
+
+    Beyond these members an adapter may implement any of the optional hooks below (one
+    Protocol each, ``ReportsMemory`` ... ``ShipsCatalog``). Callers never reach a hook
+    themselves: ``engines.Engine`` calls it where the adapter has it (an ``isinstance`` check
+    against the hook's Protocol, so mypy checks the call) and supplies the documented neutral
+    default where it has none, so a plugin that omits a hook still works. Engineroom's own
+    adapters state the hooks they implement in a ``TYPE_CHECKING`` block at the end of their
+    ``__init__``, which mypy checks against these Protocols.
+
+    Data attributes an adapter may also set (read with their defaults by ``Engine``):
+    ``START_TIMEOUT_S`` (float, 300), ``TESTED`` (str), ``TIMINGS_FIELD`` (str: the top-level
+    response field holding its per-response timings, which its ``normalise_timings`` reads),
+    ``OWN_NAMES`` (its flags and field names, kept out of the rest of engineroom), ``FAMILY``.
     """
 
     ENGINE: str                          # the catalog engine id, e.g. "llama.cpp"
 
-    def find_binary(self, explicit: str | os.PathLike[str] | None = None) -> Any:
+    def find_binary(self, explicit: str | os.PathLike[str] | None = None) -> BinaryT:
         """The engine's program on this machine (raises NotFound with the install command)."""
 
-    def render(self, binary: Any, options: LaunchOptions) -> LaunchSpec:
+    def render(self, binary: BinaryT, options: LaunchOptions) -> LaunchSpec:
         """The command line and environment for ``options``; nothing is started."""
 
-    def health_state(self, status_code: int | None) -> str:
-        """'starting' | 'loading' | 'ready' | 'error' for one health-endpoint answer."""
+    def health_state(self, status_code: int | None) -> HealthState:
+        """The state one health-endpoint answer means (``None``: nothing answered)."""
 
     def classify_failure(self, log_text: str) -> str:
-        """Why a start failed, from the engine's log (UNKNOWN_FAILURE when no pattern matched)."""
+        """Why a start failed, from the engine's log: a short phrase shown to the user
+        (UNKNOWN_FAILURE when no pattern matched). Free text, so a plain str."""
 
-    def probe(self, url: str, timeout: float = 5.0) -> ServerInfo | None:
-        """ServerInfo when the server at ``url`` is this engine's, else None."""
+    def probe(self, url: str, timeout: float = 5.0, api_key: str | None = None) -> ServerInfo | None:
+        """ServerInfo when the server at ``url`` is this engine's, else None. (An adapter that
+        predates API keys may omit ``api_key``: it is passed only when a key is given.)"""
+
+
+# --------------------------------------------------------------------------- optional hooks
+# One Protocol per hook; the comment after each is the default ``engines.Engine`` supplies.
+@runtime_checkable
+class AdjustsForCpu(Protocol):           # default: no changes
+    def cpu_adjustments(self, probe: CpuProbe, extra_args: Sequence[str] = ()) -> list[LaunchChange]: ...
+
+
+@runtime_checkable
+class FallsBackAfterCrash(Protocol):     # default: None (no relaunch)
+    def crash_fallback(self, argv: Sequence[str], returncode: int) -> LaunchChange | None: ...
+
+
+@runtime_checkable
+class RelaunchesSpec(Protocol):          # default: the change's arguments appended to the argv
+    def relaunch_spec(self, spec: LaunchSpec, change: LaunchChange) -> LaunchSpec: ...
+
+
+@runtime_checkable
+class ChecksBinaryCpu(Protocol[BinaryT_contra]):   # default: {}
+    def check_binary_cpu(self, binary: BinaryT_contra, probe: CpuProbe) -> dict[str, object]: ...
+
+
+@runtime_checkable
+class FindsRopeScaling(Protocol):        # default: None
+    def rope_scaling_arg(self, args: Sequence[str]) -> str | None: ...
+
+
+@runtime_checkable
+class ShowsRopeScaling(Protocol):        # default: a neutral sentence
+    def rope_scaling_example(self, factor: int) -> str: ...
+
+
+@runtime_checkable
+class Repacks(Protocol):                 # default: False
+    def repack_disabled(self, args: Sequence[str]) -> bool: ...
+
+
+@runtime_checkable
+class SplitsApiKey(Protocol):            # default: the args unchanged, no key, no key file
+    def split_api_key(self, args: Sequence[str]) -> tuple[list[str], str | None, str | None]: ...
+
+
+@runtime_checkable
+class FindsApiKeyFile(Protocol):         # default: None
+    def api_key_file_in(self, argv: Sequence[str]) -> str | None: ...
+
+
+@runtime_checkable
+class RefusesModels(Protocol):           # default: None (no refusal known)
+    def loads_refusal(self, path: Path) -> str | None: ...
+
+
+@runtime_checkable
+class HintsWhileWaiting(Protocol):       # default: None
+    def wait_hint(self, log_text: str) -> str | None: ...
+
+
+@runtime_checkable
+class ReportsMemory(Protocol):           # default: None (the engine says nothing)
+    def memory_report(self, log_text: str) -> MemoryReport | None: ...
+
+
+@runtime_checkable
+class SettlesLaunch(Protocol):           # default: the options' ctx / n_seqs / kv_unified / kv_dtype
+    def launch_settings(self, options: LaunchOptions, trained_ctx: int | None = None) -> Mapping[str, object]: ...
+
+
+@runtime_checkable
+class NormalisesMetrics(Protocol):       # default: no /metrics (Engine.metrics returns None)
+    def normalise_metrics(self, text: str) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
+class CountsTokens(Protocol):            # default: None (bench estimates and says so)
+    def count_tokens(self, url: str, text: str, api_key: str | None = None, timeout: float = 30.0) -> int | None: ...
+
+
+@runtime_checkable
+class NormalisesTimings(Protocol):       # default: None (the block is kept raw only)
+    def normalise_timings(self, raw: dict[str, Any]) -> EngineTimings | None: ...
+
+
+@runtime_checkable
+class ListsInstalls(Protocol):           # default: []
+    def installed(self) -> list[dict[str, Any]]: ...
+
+
+@runtime_checkable
+class Installs(Protocol):                # default: NotFound ("install it yourself")
+    def install(self, *, version: str | None = None, source: Path | None = None, jobs: int | None = None,
+                cuda: bool | None = None,
+                progress: Callable[[float | None, str], None] | None = None) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class HasPlaceholderBinary(Protocol[BinaryT_co]):   # default: NotFound; may take ``vendor=`` too
+    def placeholder_binary(self) -> BinaryT_co: ...
+
+
+@runtime_checkable
+class RendersContainerCommand(Protocol):   # default: argv[1:]
+    def container_command(self, spec: LaunchSpec) -> Sequence[str]: ...
+
+
+@runtime_checkable
+class RendersContainerEnv(Protocol):     # default: spec.env
+    def container_env(self, spec: LaunchSpec) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
+class TellsBinaryVersion(Protocol[BinaryT_contra]):   # default: ""
+    def binary_version(self, binary: BinaryT_contra) -> str: ...
+
+
+@runtime_checkable
+class ValidatesArgv(Protocol[BinaryT_contra]):  # default: None (nothing to ask)
+    def validate_argv(self, binary: BinaryT_contra, argv: Sequence[str]) -> str | None: ...
+
+
+@runtime_checkable
+class RendersCluster(Protocol[BinaryT_contra]):   # default: NotFound (no multi-node recipe)
+    def render_cluster(self, binary: BinaryT_contra, options: LaunchOptions, *, nodes: int, gpus_per_node: int,
+                       head_addr: str) -> list[LaunchSpec]: ...
+
+
+@runtime_checkable
+class ConvertsModel(Protocol):           # default: the path itself
+    def serving_model(self, path: Path,
+                      progress: Callable[[float | None, str], None] | None = None) -> Path: ...
+
+
+@runtime_checkable
+class ShipsCatalog(Protocol):            # default: None (no catalog YAML of its own)
+    def catalog_dir(self) -> Path | None: ...
 
 
 @dataclass(frozen=True)

@@ -65,10 +65,10 @@ from .pool import valid_tp
 from .request import GB, Component, Fit, FitRequest, GpuFit, MiB, Verdict
 from .search import max_concurrency, max_context
 from .verdict import check_ctx, fit, need_bytes
-from .weights import BITS_PER_WEIGHT, WeightSplit, estimate_param_count, weight_split
+from .weights import WeightSplit, bits_per_weight, estimate_param_count, weight_split
 
 __all__ = [
-    "AMX_ALIGN", "amx_alloc_bytes", "AMX_FLAGS", "AMX_ROW_EXTRA", "ASSUMED_CPU_FEATURES", "BITS_PER_WEIGHT",
+    "AMX_ALIGN", "amx_alloc_bytes", "AMX_FLAGS", "AMX_ROW_EXTRA", "ASSUMED_CPU_FEATURES", "bits_per_weight",
     "check_ctx", "Component", "cpu_features_for", "cpu_mapped_bytes", "cpu_weight_buffers", "engine_defaults",
     "engine_spec", "estimate_param_count", "Fit", "fit", "FitRequest", "GB", "GpuFit", "kv_bytes",
     "kv_bytes_per_elem", "kv_dtype_spec", "kv_elems_per_token_layer", "kv_head_dims", "KV_KINDS",

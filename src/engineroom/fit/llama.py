@@ -47,7 +47,7 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
                catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str]]:
     notes: list[str] = []
     req = replace(req, graph_outputs=engine_spec(req.engine, catalog).graph_outputs)
-    split = weight_split(arch, req)
+    split = weight_split(arch, req, catalog)
     kv_total, kv_note = llama_kv_bytes(arch, req, catalog=catalog)
     r, s = recurrent_state_bytes(arch, req.n_seqs)
     output_buf = arch.vocab_size * 4 * req.n_seqs

@@ -17,10 +17,6 @@ from .request import GB, Component, FitRequest, GpuFit
 from .space import _fit_space
 from .weights import WeightSplit, weight_split
 
-# kv_pool activation coefficient per KV bytes-per-element (the catalog's number; spec:
-# "coef x 48 x ctx / TP" bytes, measured on vLLM).
-_VLLM_ACT_COEF = {2.0: 135.0, 1.0: 130.0, 0.75: 155.0, 0.5625: 155.0}
-
 
 def valid_tp(arch: ModelArch, max_tp: int = 8) -> list[int]:
     """TP sizes that divide the attention heads (and the linear-attention key/value heads,
@@ -50,13 +46,14 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
         raise BadInput(f"PP={pp} is more pipeline stages than {arch.name} has layers.")
     frac = req.mem_fraction if req.mem_fraction is not None else eng.default_mem_fraction
     assert frac is not None      # the catalog schema requires it of every kv_pool engine and build
-    split = weight_split(arch, req)
+    split = weight_split(arch, req, catalog)
     w = split.total // tp
     kv_need, kv_note = pool_kv_grow_per_card(arch, req, catalog=catalog)
     r, s = recurrent_state_bytes(arch, req.n_seqs)
     kv_fixed = (r + s) // tp
     bpe = kv_bytes_per_elem(req.engine, req.kv_dtype, catalog)
-    coef = _VLLM_ACT_COEF.get(bpe, 165.0 if bpe < 0.5 else 135.0)
+    assert eng.pool_activation is not None   # the catalog schema requires it of every kv_pool engine
+    coef = eng.pool_activation.coef(bpe)
     act = int(coef * 48 * req.ctx / tp)
     b = int(req.extra.get("max_num_batched_tokens", 0))
     n_lin = arch.count(LayerKind.LINEAR)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..arch import ModelArch
-from ..catalog import Catalog
+from ..catalog import Catalog, load_catalog
 from ..errors import BadInput
 from ..hardware import Rig
 from ..units import gib  # memory in GiB, the one convention (units.py)
@@ -13,6 +13,10 @@ from .llama import _fit_llama
 from .pool import _fit_pool
 from .request import Fit, FitRequest, Verdict
 from .space import _space_verdict
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def check_ctx(arch: ModelArch, ctx: int, rope_scaling: str | None = None) -> None:
@@ -39,8 +43,11 @@ def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None =
         raise BadInput("Pipeline stages (pp) must be at least 1.")
     if eng.memory_model == "llama_buffers":
         if req.pp > 1:
+            how = ", ".join(filter(None, ("tp", eng.multi_gpu.split_args)))   # the catalog's split arguments
+            staged = [e.name for e in (catalog or load_catalog()).engines if e.memory_model != "llama_buffers"]
+            others = f" {_and(staged)} run pipeline stages." if staged else ""
             raise BadInput(f"{eng.id} does not run pipeline-parallel stages (pp={req.pp}); it splits layers across "
-                           f"the GPUs of one machine instead (tp, -sm layer). vLLM and SGLang run pipeline stages.")
+                           f"the GPUs of one machine instead ({how}).{others}")
         gpus, host, notes = _fit_llama(arch, req, rig, catalog)
         if req.rope_scaling and arch.max_position and req.ctx > arch.max_position:
             notes.append(f"ctx {req.ctx:,} is beyond the model's {arch.max_position:,} positions: RoPE scaling "

@@ -17,11 +17,25 @@ from ..store import Store
 if TYPE_CHECKING:
     from ..bench import BenchPlan
     from ..checks import CheckResult
-    from ..checks.soak import MemoryProbe, SoakOptions
-    from ..resources import ResourceSampler
+    from ..checks.soak import SoakOptions
 
+from .demo import DemoOutcome, demo
+from .engineproc import (
+    RESOURCES_KIND,
+    EnginePid,
+    _managed_pid,
+    _recording,
+    _sampling,
+    _soak_memory,
+    listening_engine,
+)
 from .host import host_summary
-from .serving import start, stop
+
+# demo and the engine-process / memory helpers live in flows.demo and flows.engineproc; re-exported here
+__all__ = [
+    "RESOURCES_KIND", "BenchOutcome", "DemoOutcome", "EnginePid", "VerifyOutcome", "bench", "bench_suite",
+    "client_key", "connect", "demo", "listening_engine", "run_conditions", "verify", "verify_options",
+]
 
 
 def connect(url: str | None, api_key: str | None = None) -> ServerInfo:
@@ -225,124 +239,19 @@ def _run_suite(info: ServerInfo, store: Store, run_id: int, suite: str, *, repea
         if suite != "soak":
             return run_suite(suite, client, info, repeat=repeat, on_result=on_result, timeout_scale=timeout_scale,
                              fast=fast, ctx=ctx, restart=restart, tries=tries)
-        pid = _managed_pid(info) if managed else None
-        probe, note, sampler = _soak_memory(info, pid, api_key)
+        # the managed server's pid; a --url server on this machine: the process listening on its port
+        engine_pid = EnginePid(_managed_pid(info)) if managed else listening_engine(info.url)
+        pid = engine_pid.pid
+        probe, note, sampler = _soak_memory(info, pid, api_key, engine_pid)
 
         def turn_done(rec: dict) -> None:
             store.add_record(run_id, "soak_turn", rec)
             if on_turn is not None:
                 on_turn(rec)
 
-        with _recording(sampler, pid, store, run_id):
+        with _recording(sampler, pid, store, run_id, engine_pid):
             return run_suite(suite, client, info, on_result=on_result, timeout_scale=timeout_scale, fast=fast,
                              ctx=ctx, soak=soak, memory=probe, memory_note=note, on_turn=turn_done)
-
-
-def _loopback(url: str) -> bool:
-    from urllib.parse import urlsplit
-
-    host = (urlsplit(url).hostname or "").lower()
-    return host in ("localhost", "::1", "0.0.0.0") or host.startswith("127.")
-
-
-def _reported_memory(url: str, api_key: str | None) -> dict | None:
-    """What the engine's own /metrics says of its memory, engine-neutrally: the standard Prometheus
-    ``process_resident_memory_bytes`` (summed over the processes that report it); None without it."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    from .. import net
-
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        resp = net.get(f"{url.rstrip('/')}/metrics", timeout=5.0, headers=headers)
-    except Exception:  # noqa: BLE001 - a server without /metrics has nothing to report
-        return None
-    if resp.status_code != 200:
-        return None
-    total, series = 0.0, 0
-    try:
-        for family in text_string_to_metric_families(resp.text):
-            for sample in family.samples:
-                if sample.name == "process_resident_memory_bytes":
-                    total += float(sample.value)
-                    series += 1
-    except ValueError:
-        return None
-    return {"bytes": int(total), "series": series} if series else None
-
-
-def _soak_memory(info: ServerInfo, pid: int | None,
-                 api_key: str | None) -> tuple[MemoryProbe | None, str, ResourceSampler]:
-    """How the soak reads memory each turn, and a background sampler (peaks within a turn, the
-    ``resources`` record): NVML when the server runs on this machine and it has GPUs, else the
-    managed engine's process-tree USS, else the engine's /metrics; (None, why) when none applies."""
-    import time
-
-    from ..checks.soak import MemoryProbe
-    from ..resources import ResourceSampler, gpu_memory, process_tree_memory
-
-    local = pid is not None or _loopback(info.url)
-    gpus = gpu_memory() if local else None
-    sampler = ResourceSampler(pid, interval_s=1.0, gpus=bool(gpus), clock=time.perf_counter)
-
-    def peak_of(key: Callable[[dict], int | None]) -> Callable[[float, float], int | None]:
-        def peak(t0: float, t1: float) -> int | None:
-            values = [v for s in list(sampler.samples) if t0 <= s.get("t", 0) <= t1 and (v := key(s)) is not None]
-            return max(values) if values else None
-        return peak
-
-    if gpus:
-        names = ", ".join(sorted({str(g.get("name")) for g in gpus}))
-
-        def vram() -> dict | None:
-            found = gpu_memory()
-            if not found:
-                return None
-            out: dict = {"bytes": sum(int(g["used_bytes"]) for g in found),
-                         "gpus": [{k: g.get(k) for k in ("index", "used_bytes", "total_bytes")} for g in found]}
-            tree = process_tree_memory(pid) if pid is not None else None
-            if tree is not None and isinstance(tree.get("uss_bytes"), int):
-                out["host_bytes"] = int(tree["uss_bytes"])     # judged too: host RAM never shows in VRAM
-            return out
-
-        def sampled_vram(s: dict) -> int | None:
-            found = s.get("gpus")
-            return sum(int(g["used_bytes"]) for g in found) if found else None
-
-        host = (f"; the managed engine's host memory (USS of pid {pid} and its children) is judged beside it"
-                if pid is not None else "")
-        return (MemoryProbe("nvml", f"total VRAM used on this machine's {len(gpus)} GPU(s) ({names}), through "
-                                    f"NVML (every process on them counts){host}", vram, peak_of(sampled_vram)), "",
-                sampler)
-    if pid is not None:
-        first = process_tree_memory(pid)
-        if first is not None and first.get("uss_bytes") is not None:
-            def uss() -> dict | None:
-                found = process_tree_memory(pid)
-                if found is None or found.get("uss_bytes") is None:
-                    return None
-                return {"bytes": int(found["uss_bytes"]), "rss_bytes": found.get("rss_bytes"),
-                        "pids": len(found.get("pids") or [])}
-
-            def sampled_uss(s: dict) -> int | None:
-                value = (s.get("engine") or {}).get("uss_bytes")
-                return int(value) if isinstance(value, int) else None
-
-            return (MemoryProbe("uss", f"unique memory (USS) of the managed engine's process tree (pid {pid} and "
-                                       "its children; RSS would count the mapped model file)", uss,
-                                peak_of(sampled_uss)), "", sampler)
-    reported = _reported_memory(info.url, api_key)
-    if reported is not None:
-        return (MemoryProbe("engine_report", "the engine's own /metrics: process_resident_memory_bytes (RSS as the "
-                                             "engine reports it; it counts the mapped model, so only its growth "
-                                             "means anything)",
-                            lambda: _reported_memory(info.url, api_key)), "", sampler)
-    gpu_part = "this machine has no NVML GPU" if local else "the server is not on this machine (NVML would not see it)"
-    pid_part = ("the managed engine's USS cannot be read" if pid is not None
-                else "no engine pid is known (a --url server)")
-    note = (f"no memory source: {gpu_part}, {pid_part}, and {info.engine}'s /metrics reports no process memory; run "
-            "the soak on the managed server (`engineroom up`) to read its process tree")
-    return None, note, sampler
 
 
 def _restart_managed(api_key: str | None) -> ServerInfo:
@@ -359,41 +268,6 @@ def _restart_managed(api_key: str | None) -> ServerInfo:
     launch.down()                 # whatever is left of it (a hung process) goes first
     launch.up(spec, options=state.options)
     return connect(state.url, api_key=api_key)
-
-
-RESOURCES_KIND = "resources"      # the record kind of a run's resource samples (resources.ResourceSampler)
-
-
-def _managed_pid(info: ServerInfo) -> int | None:
-    """The managed server's pid when ``info`` is that server and it is still running, else None
-    (a ``--url`` server: this machine cannot see its processes)."""
-    state = launch.read_state()
-    if state is None or state.url != info.url.rstrip("/") or not launch.is_alive(state.pid, state.proc_created):
-        return None
-    return state.pid
-
-
-@contextlib.contextmanager
-def _recording(sampler: ResourceSampler, pid: int | None, store: Store, run_id: int) -> Iterator[None]:
-    """Run ``sampler`` while the block runs; its raw series is stored as one ``resources`` record,
-    also when the run is interrupted."""
-    try:
-        with sampler:
-            yield
-    finally:
-        payload = sampler.record()
-        payload["engine_source"] = (f"the managed server's process tree (pid {pid})" if pid is not None
-                                    else "not visible from this machine (a --url server)")
-        store.add_record(run_id, RESOURCES_KIND, payload)
-
-
-def _sampling(info: ServerInfo, store: Store, run_id: int) -> contextlib.AbstractContextManager[None]:
-    """Sample GPU memory (NVML), the managed engine's process tree (USS and RSS) and the host while
-    the block runs, into the run's ``resources`` record."""
-    from ..resources import ResourceSampler
-
-    pid = _managed_pid(info)
-    return _recording(ResourceSampler(pid), pid, store, run_id)
 
 
 @dataclass
@@ -514,52 +388,3 @@ def bench_suite(info: ServerInfo, store: Store, name: str, *, streams: int | Non
     summary = summarize_suite(store.records(run_id), store.get_run(run_id)["conditions"])
     store.finish_run(run_id, summary["status"], summary)
     return BenchOutcome(run_id, summary if result is not None else {})
-
-
-@dataclass
-class DemoOutcome:
-    run_id: int
-    card: str
-    failed: int
-    bench_status: str
-
-
-def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, ctx: int = 2048,
-         threads: int | None = None, max_tokens: int = 256, warmup: int = 3, measured: int = 5,
-         tools_template: bool = True, keep: bool = False, extra_args: Sequence[str] = (),
-         on_spawn: Callable[[int], None] | None = None,
-         say: Callable[[str], None] | None = None,
-         on_wait: Callable[[str, float], None] | None = None,
-         on_result: Callable[[CheckResult], None] | None = None,
-         progress: Callable[[int, int, str], None] | None = None) -> DemoOutcome:
-    """pull -> up -> verify -> bench -> card -> down, all in one stored run."""
-    from ..bench import BenchPlan, default_workloads
-    from ..report import render_card
-
-    say = say or (lambda _m: None)
-    ref = models.resolve(model)          # resolved once; every stage below gets the same reference
-    models.pull(ref, say)
-    state = start(ref, ctx=ctx, port=port if port is not None else 0, threads=threads,
-                  tools_template=tools_template and ref.tool_template is not None,
-                  extra_args=extra_args, say=say, on_wait=on_wait, on_spawn=on_spawn)
-    try:
-        key = client_key(state.url)          # a key after `--` was moved to a file: read it back
-        info = connect(state.url, api_key=key)
-        plan = BenchPlan(workloads=default_workloads(max_tokens), warmup=warmup, measured=measured,
-                         full_length=True)
-        from ..bench import bench_conditions
-
-        run_id = store.start_run("demo", {**bench_conditions(info, plan), **run_conditions(info)},
-                                 label=f"engineroom demo: {model}")
-        with _closing_run(store, run_id):
-            say("verify")
-            checked = verify(info, store, run_id=run_id, on_result=on_result, api_key=key)
-            say("bench")
-            benched = bench(info, store, plan, run_id=run_id, progress=progress, api_key=key)
-        status = "OK" if checked.failed == 0 and benched.summary.get("status") == "OK" else "FAILED"
-        store.finish_run(run_id, status, {"verify_failed": checked.failed, "bench": benched.summary})
-    finally:
-        if not keep:
-            stop()
-    card = render_card(store.get_run(run_id), store.records(run_id))
-    return DemoOutcome(run_id, card, checked.failed, benched.summary.get("status", "?"))

@@ -18,7 +18,6 @@ from ..catalog import Catalog, Model, Quant, block_from_arch, find_model, load_c
 from ..catalog.load import closest_model
 from ..catalog.schema import GB, ArchBlock, Quality, QuantFormat
 from ..errors import BadInput, EngineroomError, NotFound
-from ..fit import BITS_PER_WEIGHT
 from ..refs import ModelRef, RefKind, parse
 
 
@@ -88,7 +87,7 @@ def _unknown_class(qid: str) -> Quality:
 
 def _sized(qid: str, fmt: QuantFormat, engines: tuple[str, ...], params: int, cat: Catalog,
            hf_repo: str | None = None) -> Quant:
-    bits = BITS_PER_WEIGHT[qid.lower()]
+    bits = cat.tables.bits_per_weight[qid.lower()]
     size = params * bits / 8
     return Quant(id=qid, format=fmt, size_gb=float(f"{size / GB:.3g}"), engines=engines, hf_repo=hf_repo,
                  size_source=f"estimate: {params:,} params x {bits:g} bits/weight; no such file checked",
@@ -133,7 +132,7 @@ def _published_and_usual_quants(arch: ModelArch, hf_repo: str | None, cat: Catal
         sizes += f" (GGUF: {params - vision:,}, without the {vision:,}-parameter vision tower)"
     notes = [f"{sizes}; no such file was checked", "quality tiers: class tiers by quant type (no KLD known)"]
     dtype = (arch.torch_dtype or "").lower()
-    if dtype not in BITS_PER_WEIGHT:
+    if dtype not in cat.tables.bits_per_weight:
         notes.append(f"published dtype: {arch.torch_dtype or 'not stated'} in the config; bf16 assumed")
         dtype = "bf16"
     elif dtype in cat.tables.loaded_as:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engineroom import units
+from engineroom.checks.soak import turn_decode_tps
 
 MAX_TURN_ROWS = 120       # a 100-turn soak fits whole; a longer one shows its first and last turns
 MAX_TRY_ROWS = 20
@@ -71,7 +72,7 @@ def _turn_rows(turns: Sequence[Mapping[str, Any]]) -> list[str]:
             memory += f" (peak {units.mib(mem['peak_bytes'], 1)})"
         lines.append(f"| {t.get('turn')} | {t.get('session')} | {_cell(t.get('kind'))} | "
                      f"{_num(t.get('prompt_tokens'), 'd')} | {_num(t.get('completion_tokens'), 'd')} | "
-                     f"{_num(t.get('ttft_s'), '.3f')} | {_num(t.get('decode_tps'), '.1f')} | "
+                     f"{_num(t.get('ttft_s'), '.3f')} | {_num(turn_decode_tps(t), '.1f')} | "
                      f"{_num(t.get('wall_s'), '.2f')} | {_cell(status)[:120]} | {memory} |")
     return lines
 

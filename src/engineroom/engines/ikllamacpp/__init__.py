@@ -9,8 +9,10 @@ its log lines, /props, /health and /metrics.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..llamacpp.command import api_key_file_args, api_key_file_in, rope_scaling_arg, rope_scaling_example, split_api_key
-from ..llamacpp.server import health_state
+from ..llamacpp.server import TIMINGS_FIELD, health_state  # the fork sends the same timings field
 from .command import (
     DEFAULT_SLOTS,
     HADAMARD_K,
@@ -71,9 +73,28 @@ TESTED = ("real: up -> verify -> bench on its CPU build from the ik-llama-cpp-py
 
 __all__ = ["BINARY", "BUILD_TARGETS", "DEFAULT_SLOTS", "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS",
            "FAMILY", "HADAMARD_K", "HADAMARD_V", "JINJA", "KV_CACHE_TYPES", "MANIFEST", "MERGE_QKV", "METRIC_NAMES",
-           "OWN_NAMES", "RUN_TIME_REPACK", "SOURCE_PACKAGE", "SOURCE_VERSION", "SPEC_TYPE", "SPLIT_MODES", "Binary",
+           "OWN_NAMES", "RUN_TIME_REPACK", "SOURCE_PACKAGE", "SOURCE_VERSION", "SPEC_TYPE", "SPLIT_MODES",
+           "TIMINGS_FIELD", "Binary",
            "api_key_file_args", "api_key_file_in", "binary_version", "check_binary_cpu", "classify_failure",
            "cmake_options", "find_binary", "health_state", "install", "install_root", "installed", "known_flags",
            "launch_settings", "loads_refusal", "memory_report", "normalise_metrics", "normalise_timings",
            "parse_help", "placeholder_binary", "probe", "render", "repack_disabled", "rope_scaling_arg",
            "rope_scaling_example", "spec_type_args", "split_api_key", "validate_argv", "write_build_info"]
+
+
+if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and every optional hook it implements
+    from typing import Protocol
+
+    from .. import base as _base
+    from .. import ikllamacpp as _self
+
+    class _Implements(_base.EngineAdapter[Binary], _base.ChecksBinaryCpu[Binary], _base.FindsRopeScaling,
+                      _base.ShowsRopeScaling, _base.Repacks, _base.SplitsApiKey, _base.FindsApiKeyFile,
+                      _base.RefusesModels,
+                      _base.ReportsMemory, _base.SettlesLaunch, _base.NormalisesMetrics,
+                      _base.NormalisesTimings, _base.ListsInstalls, _base.Installs,
+                      _base.HasPlaceholderBinary[Binary], _base.TellsBinaryVersion[Binary],
+                      _base.ValidatesArgv[Binary], Protocol):
+        """The protocol and the hooks this adapter implements (engines/base.py)."""
+
+    _conforms: _Implements = _self

@@ -11,6 +11,8 @@ This package is the adapter (registered as the ``engineroom.engines`` entry poin
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .command import (
                       API_KEY_FILE_FLAG,
                       API_KEY_FLAG,
@@ -59,6 +61,7 @@ from .server import (
                       FAILURE_PATTERNS,
                       FULL_LENGTH_BODY,
                       METRIC_NAMES,
+                      TIMINGS_FIELD,
                       MiB,
                       classify_failure,
                       count_tokens,
@@ -75,16 +78,18 @@ TESTED = ("real: up -> verify -> bench on the CPU build in CI (tests/, SmolLM2-1
 
 # llama.cpp's own words — flags, response and /props fields — that no module outside this
 # adapter may use (tests/test_adapters.py checks every string literal of src/ against them).
-OWN_NAMES = ("-np", "-nr", "--no-repack", "-kvu", "-no-kvu", "-ctk", "-ctv", "--cache-type-k", "--cache-type-v",
+OWN_NAMES = ("-np", "-nr", "--no-repack", "-kvu", "-no-kvu", "--kv-unified", "--no-kv-unified", "-ctk", "-ctv",
+             "--cache-type-k", "--cache-type-v",
              "-lv", "--rope-scale", "--rope-freq-scale", "--yarn-orig-ctx",
              "predicted_per_second", "prompt_per_second", "predicted_ms", "predicted_n", "prompt_n",
-             "ignore_eos", "chat_template_caps", "default_generation_settings", "n_ctx_train", "build_info",
+             TIMINGS_FIELD, "ignore_eos", "chat_template_caps", "default_generation_settings", "n_ctx_train",
+             "build_info",
              *METRIC_NAMES)
 
 __all__ = ["API_KEY_FILE_FLAG", "API_KEY_FLAG", "BINARY", "BUILD_TARGETS", "DEFAULT_KV_UNIFIED", "DEFAULT_SLOTS",
            "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS", "FULL_LENGTH_BODY", "KV_CACHE_TYPES",
            "MANIFEST", "METRIC_NAMES", "NO_REPACK", "OWN_NAMES", "ROPE_SCALING_FLAGS", "SOURCE_PACKAGE",
-           "SOURCE_VERSION", "Binary", "MiB", "api_key_file_args", "api_key_file_in", "binary_version",
+           "SOURCE_VERSION", "TIMINGS_FIELD", "Binary", "MiB", "api_key_file_args", "api_key_file_in", "binary_version",
            "check_binary_cpu", "classify_failure", "cmake_options", "count_tokens", "compiled_cpu_features",
            "container_command",
            "cpu_adjustments",
@@ -92,3 +97,21 @@ __all__ = ["API_KEY_FILE_FLAG", "API_KEY_FLAG", "BINARY", "BUILD_TARGETS", "DEFA
            "launch_settings", "loads_refusal", "memory_report", "normalise_metrics", "normalise_timings",
            "placeholder_binary", "probe", "relaunch_spec", "render", "repack_disabled", "rope_scaling_arg",
            "rope_scaling_example", "slots_and_unified", "soname_env", "split_api_key"]
+
+
+if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and every optional hook it implements
+    from typing import Protocol
+
+    from .. import base as _base
+    from .. import llamacpp as _self
+
+    class _Implements(_base.EngineAdapter[Binary], _base.AdjustsForCpu, _base.FallsBackAfterCrash, _base.RelaunchesSpec,
+                      _base.ChecksBinaryCpu[Binary], _base.FindsRopeScaling, _base.ShowsRopeScaling,
+                      _base.Repacks, _base.SplitsApiKey, _base.FindsApiKeyFile, _base.RefusesModels,
+                      _base.ReportsMemory, _base.SettlesLaunch, _base.NormalisesMetrics, _base.CountsTokens,
+                      _base.NormalisesTimings, _base.ListsInstalls, _base.Installs,
+                      _base.HasPlaceholderBinary[Binary], _base.RendersContainerCommand,
+                      _base.TellsBinaryVersion[Binary], Protocol):
+        """The protocol and the hooks this adapter implements (engines/base.py)."""
+
+    _conforms: _Implements = _self

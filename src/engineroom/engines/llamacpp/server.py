@@ -12,6 +12,7 @@ from ..base import (
     Capabilities,
     DecodeWindow,
     EngineTimings,
+    HealthState,
     MeasuredComponent,
     MemoryReport,
     ServerInfo,
@@ -24,15 +25,15 @@ if TYPE_CHECKING:
 from .discovery import ENGINE
 
 
-def health_state(status_code: int | None) -> str:
+def health_state(status_code: int | None) -> HealthState:
     """llama-server answers 503 while loading and 200 when ready; no answer yet = still starting."""
     if status_code is None:
-        return "starting"
+        return HealthState.STARTING
     if status_code == 200:
-        return "ready"
+        return HealthState.READY
     if status_code == 503:
-        return "loading"
-    return "error"
+        return HealthState.LOADING
+    return HealthState.ERROR
 
 
 # Log patterns -> the reason a start failed, most specific first.
@@ -201,6 +202,11 @@ def probe(url: str, timeout: float = 5.0, api_key: str | None = None) -> ServerI
 # What a bench request carries to generate exactly max_tokens: the end-of-sequence token is
 # not allowed to stop it (a sampling parameter of llama-server's /v1/chat/completions).
 FULL_LENGTH_BODY: dict[str, object] = {"ignore_eos": True}
+
+
+# the top-level field of a chat answer (and of the last stream chunk) that holds llama-server's
+# per-response timings: the client keeps it among the answer's engine fields, this adapter reads it
+TIMINGS_FIELD = "timings"
 
 
 def normalise_timings(raw: dict[str, object] | None) -> EngineTimings | None:

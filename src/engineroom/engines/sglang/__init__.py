@@ -12,6 +12,8 @@ This package is the adapter (the ``engineroom.engines`` entry point ``sglang``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .command import (
                       API_KEY_FILE_FLAG,
                       API_KEY_FLAG,
@@ -88,3 +90,18 @@ __all__ = ["API_KEY_FILE_FLAG", "API_KEY_FLAG", "CPU_TORCH_INDEX", "DEFAULT_PORT
            "loads_refusal", "normalise_metrics", "placeholder_binary", "probe", "render", "render_cluster",
            "server_args", "server_info", "spec_algorithm", "spec_args", "split_api_key", "validate_argv",
            "validate_many", "validation_report", "validation_reports"]
+
+
+if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and every optional hook it implements
+    from typing import Protocol
+
+    from .. import base as _base
+    from .. import sglang as _self
+
+    class _Implements(_base.EngineAdapter[Binary], _base.SplitsApiKey, _base.FindsApiKeyFile, _base.RefusesModels,
+                      _base.SettlesLaunch, _base.NormalisesMetrics, _base.ListsInstalls, _base.Installs,
+                      _base.HasPlaceholderBinary[Binary], _base.TellsBinaryVersion[Binary],
+                      _base.ValidatesArgv[Binary], _base.RendersCluster[Binary], Protocol):
+        """The protocol and the hooks this adapter implements (engines/base.py)."""
+
+    _conforms: _Implements = _self

@@ -10,7 +10,7 @@ import re
 
 import httpx
 
-from ..base import UNKNOWN_FAILURE, Capabilities, ServerInfo
+from ..base import UNKNOWN_FAILURE, Capabilities, HealthState, ServerInfo
 from .discovery import ENGINE
 
 MODEL_INFO_PATH = "/get_model_info"
@@ -18,16 +18,16 @@ SERVER_INFO_PATH = "/get_server_info"      # deprecated alias of /server_info, s
 SERVER_INFO_PATH_NEW = "/server_info"
 
 
-def health_state(status_code: int | None) -> str:
+def health_state(status_code: int | None) -> HealthState:
     """SGLang's /health: no answer while the HTTP server is not up yet (starting), 503 while the
     scheduler warms up (loading), 200 once a request would be served."""
     if status_code is None:
-        return "starting"
+        return HealthState.STARTING
     if status_code == 200:
-        return "ready"
+        return HealthState.READY
     if status_code == 503:
-        return "loading"
-    return "error"
+        return HealthState.LOADING
+    return HealthState.ERROR
 
 
 # Log patterns -> the reason a start failed, most specific first.

@@ -12,6 +12,8 @@ This package is the adapter (entry point ``vllm``); this module re-exports what 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .cluster import render_cluster
 from .command import (
     API_KEY_ENV,
@@ -79,3 +81,19 @@ __all__ = ["API_KEY_ENV", "CPU_KV_DTYPES", "DEFAULT_KVCACHE_SPACE_GIB", "ENGINE"
            "health_state", "install", "installed", "kv_capacity", "kvcache_space_gib", "launch_settings",
            "loads_refusal", "memory_report", "normalise_metrics", "placeholder_binary", "probe", "render",
            "render_cluster", "serving_model", "validate_argv", "vllm_kv_dtype", "wait_hint"]
+
+
+if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and every optional hook it implements
+    from typing import Protocol
+
+    from .. import base as _base
+    from .. import vllm as _self
+
+    class _Implements(_base.EngineAdapter[Binary], _base.RefusesModels, _base.HintsWhileWaiting, _base.ReportsMemory,
+                      _base.SettlesLaunch, _base.NormalisesMetrics, _base.ListsInstalls, _base.Installs,
+                      _base.HasPlaceholderBinary[Binary], _base.TellsBinaryVersion[Binary],
+                      _base.ValidatesArgv[Binary], _base.RendersCluster[Binary], _base.ConvertsModel,
+                      Protocol):
+        """The protocol and the hooks this adapter implements (engines/base.py)."""
+
+    _conforms: _Implements = _self

