@@ -1,4 +1,4 @@
-"""Second H200 visit: attribute two things the first visit (gpu_bench.md) left open, on the 8B shape.
+"""For the next H200 visit (not yet run): two things the first visit (gpu_bench.md) left open, on 8B.
 
 1. **TTFT above the engine's prefill** (0.12 s at 1K to 3.2 s at 32K, growing with the previous
    request's KV). Suspect: llama-server saving the finished slot to its host prompt cache
@@ -9,6 +9,10 @@
    cache, with ``-cram 0``, and (N = 4) on a server with exactly 4 slots; a thread polls
    llama-server's ``/slots`` every 50 ms during each run, so which slots each round used is
    recorded beside the per-round decode rates.
+
+A CPU dry run of this script (the tiny shape, `--model tiny --depths 256 --ctx 2048 --prompt-tokens
+256`) showed the /slots polling working: each round of N = 4 took the next four idle slots
+(12-15, 8-11, 4-7, 0-3). The prompt-cache half is confirmed on the CPU (prompt_cache_ttft.md).
 
 Every run lands in the device's store (raw per-request records, launch memory rows with NVML);
 ``--report`` turns the results into the tables of benchmarks/gpu_attrib.md.

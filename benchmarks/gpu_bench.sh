@@ -8,9 +8,9 @@
 #   bash benchmarks/gpu_bench.sh build        # venv, llama.cpp CUDA build, the GGUFs
 #   bash benchmarks/gpu_bench.sh run 1b,8b    # the bench programme per model (gpu_bench.py)
 #   bash benchmarks/gpu_bench.sh run 27b
-#   bash benchmarks/gpu_bench.sh attrib       # the second visit: gpu_attrib.py (TTFT vs -cram 0, rounds)
-# The second visit ran from a snapshot of the commit (git archive HEAD -> .ci-work/device/head.tar,
-# unpacked to .ci-work/gpu/src), so edits in the working tree made meanwhile do not travel:
+#   bash benchmarks/gpu_bench.sh attrib       # the next visit: gpu_attrib.py (TTFT vs -cram 0, rounds)
+# The next visit (not yet run: gpu_attrib.py) runs from a snapshot of a commit (git archive HEAD ->
+# .ci-work/device/head.tar, unpacked to .ci-work/gpu/src), so working-tree edits do not travel:
 #   GPU_BENCH_MODELS=8b bash benchmarks/gpu_bench.sh build; bash benchmarks/gpu_bench.sh attrib
 # Every call leaves $OUT/gpu_bench.tgz: everything measured so far (raw JSON, logs, the store).
 set -uo pipefail
