@@ -285,11 +285,19 @@ def _verify(state: dict, *args: str, timeout: float = 900) -> dict:
     return out
 
 
-def _unexpected(expected: dict[str, tuple[str, str | tuple[str, ...]]], results: list[dict]) -> dict:
-    """Checks whose status differs from the table or whose reason does not start as it says."""
+Expected = tuple[str, str | tuple[str, ...]]
+
+
+def _unexpected(expected: dict[str, Expected | list[Expected]], results: list[dict]) -> dict:
+    """Checks whose status differs from the table or whose reason does not start as it says (an entry
+    that is a list: any one of its outcomes, for the fork's behaviour that comes and goes)."""
     got = {r["name"]: (r["status"], r["reason"]) for r in results}
-    wrong = {n: got.get(n) for n, (status, start) in expected.items()
-             if n not in got or got[n][0] != status or not got[n][1].startswith(start)}
+
+    def fits(name: str, exp: Expected | list[Expected]) -> bool:
+        return any(got[name][0] == status and got[name][1].startswith(start)
+                   for status, start in (exp if isinstance(exp, list) else [exp]))
+
+    wrong = {n: got.get(n) for n, exp in expected.items() if n not in got or not fits(n, exp)}
     return {**wrong, **{n: got[n] for n in set(got) - set(expected)}}
 
 
@@ -331,10 +339,15 @@ IK_FULL = {
     "logprobs": ("PASS", "8 tokens with logprobs and 3 alternatives each"),
     "seed_reproducible": ("PASS", "seed 1234 gave the same"),
     "image_input": ("SKIP", "the server does not report vision (declared absent)"),
-    "responses_api": ("PASS", "output message: 'The capital of France is Paris.'"),
-    # expected FAIL, the fork's: the first answer to this newly prefilled 926-token prompt is an immediate end
-    # of sequence (1 completion token, empty); the same request sent again answers, and mainline PASSes
-    "long_prompt": ("FAIL", "200 but an empty answer to a 926-token prompt"),
+    # the answer's wording varies from run to run on the fork (CI: 'The capital of France is Paris. I'm happy
+    # to help ...', in double quotes); it always opens with the capital
+    "responses_api": ("PASS", ("output message: 'The capital of France is Paris",
+                               'output message: "The capital of France is Paris')),
+    # expected FAIL now and then, the fork's: the first answer to this newly prefilled 926-token prompt can be
+    # an immediate end of sequence (1 completion token, empty; 2 of 2 starts on the loaded dev VM); the same
+    # request sent again answers, mainline PASSes, and the fresh-clone CI run of 8357196 PASSed it
+    "long_prompt": [("FAIL", "200 but an empty answer to a 926-token prompt"),
+                    ("PASS", "926 prompt tokens (4,016 chars) of a 2,048-token context answered")],
     "output_quality": ("PASS", ""),
     "spec_decode": ("SKIP", "the engine reports no drafted tokens: no speculative decoding is running"),
 }
