@@ -32,6 +32,7 @@ from engineroom.checks.fullbase import (
     TOOL_MARKUP,
     _base,
     _r,
+    _repeated_run,
 )
 from engineroom.checks.smoke import CheckResult, _chat_details, _stream_details
 from engineroom.measures import Acceptance
@@ -355,16 +356,6 @@ def check_long_prompt(ctx: Ctx) -> CheckResult:
         return _r("long_prompt", "FAIL", f"200 but an empty answer to a {prompt_tokens}-token prompt", d)
     return _r("long_prompt", "PASS", f"{prompt_tokens} prompt tokens ({len(filler):,} chars) of a {n_ctx:,}-token "
                                      "context answered", d)
-
-
-def _repeated_run(lines: list[str], n: int = 5) -> str | None:
-    run, prev = 0, None
-    for line in lines:
-        run = run + 1 if line == prev and line else 1
-        prev = line
-        if run >= n:
-            return line
-    return None
 
 
 def check_output_quality(ctx: Ctx) -> CheckResult:
