@@ -63,7 +63,11 @@ def adapters() -> tuple[tuple[Found, ...], tuple[Problem, ...]]:
 
 
 def catalog_dirs() -> tuple[Path, ...]:
-    """Catalog folders the adapters ship (``catalog_dir()``), engineroom's own excluded."""
+    """Catalog folders the adapters ship (``catalog_dir()``), engineroom's own excluded: its
+    built-in adapters keep their entries in the packaged catalog, so only other packages'
+    adapters are imported to ask (the catalog is read before any command, `plan` included)."""
+    if all(ep.dist is not None and ep.dist.name == "engineroom" for ep in metadata.entry_points(group=GROUP)):
+        return ()
     out = []
     for f in adapters()[0]:
         fn = getattr(f.impl, "catalog_dir", None)

@@ -13,11 +13,13 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+# httpx and gguf (which loads numpy) are imported where used: `plan` on a catalog model needs neither
+if TYPE_CHECKING:
+    import httpx
 
 from ..errors import BadInput, EngineroomError, NotFound
 
@@ -29,14 +31,20 @@ _KEEP_ARRAY = 4096          # arrays longer than this keep only their length (to
 _FIRST_PREFIX = 2 << 20     # 2 MiB: enough for most headers without a 256k-token vocab
 _MAX_PREFIX = 1 << 30       # give up on a header larger than 1 GiB
 
-_SCALAR_FORMATS: dict[int, str] = {
-    int(GGUFValueType.UINT8): "<B", int(GGUFValueType.INT8): "<b",
-    int(GGUFValueType.UINT16): "<H", int(GGUFValueType.INT16): "<h",
-    int(GGUFValueType.UINT32): "<I", int(GGUFValueType.INT32): "<i",
-    int(GGUFValueType.FLOAT32): "<f", int(GGUFValueType.BOOL): "<?",
-    int(GGUFValueType.UINT64): "<Q", int(GGUFValueType.INT64): "<q",
-    int(GGUFValueType.FLOAT64): "<d",
-}
+@lru_cache(maxsize=1)
+def _value_types() -> tuple[dict[int, str], int, int]:
+    """(struct format of each scalar GGUF value type, the STRING type, the ARRAY type)."""
+    from gguf import GGUFValueType
+
+    formats = {
+        int(GGUFValueType.UINT8): "<B", int(GGUFValueType.INT8): "<b",
+        int(GGUFValueType.UINT16): "<H", int(GGUFValueType.INT16): "<h",
+        int(GGUFValueType.UINT32): "<I", int(GGUFValueType.INT32): "<i",
+        int(GGUFValueType.FLOAT32): "<f", int(GGUFValueType.BOOL): "<?",
+        int(GGUFValueType.UINT64): "<Q", int(GGUFValueType.INT64): "<q",
+        int(GGUFValueType.FLOAT64): "<d",
+    }
+    return formats, int(GGUFValueType.STRING), int(GGUFValueType.ARRAY)
 
 
 class _NeedMore(Exception):
@@ -66,6 +74,8 @@ class GGUFHeader:
 
 
 def _tensor_nbytes(name: str, dims: tuple[int, ...], ggml_type: int) -> int:
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
     try:
         block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
     except (ValueError, KeyError):
@@ -112,11 +122,12 @@ class _Cursor:
 
 
 def _read_value(cur: _Cursor, vtype: int, depth: int = 0, keep_arrays: bool = False) -> Any:
-    if vtype in _SCALAR_FORMATS:
-        return cur.scalar(_SCALAR_FORMATS[vtype])
-    if vtype == GGUFValueType.STRING:
+    scalar_formats, string_type, array_type = _value_types()
+    if vtype in scalar_formats:
+        return cur.scalar(scalar_formats[vtype])
+    if vtype == string_type:
         return cur.string()
-    if vtype == GGUFValueType.ARRAY:
+    if vtype == array_type:
         if depth > 2:
             raise BadInput("arrays nested too deep")
         etype = cur.scalar("<I")
@@ -124,13 +135,13 @@ def _read_value(cur: _Cursor, vtype: int, depth: int = 0, keep_arrays: bool = Fa
         if count > _MAX_ARRAY:
             raise BadInput(f"an array of {count} elements")
         keep = keep_arrays or count <= _KEEP_ARRAY
-        if etype in _SCALAR_FORMATS:
-            size = struct.calcsize(_SCALAR_FORMATS[etype])
+        if etype in scalar_formats:
+            size = struct.calcsize(scalar_formats[etype])
             if not keep:
                 cur.skip(size * count)
                 return GGUFArray(count, None)
             raw = cur.take(size * count)
-            return GGUFArray(count, list(struct.unpack(f"<{count}{_SCALAR_FORMATS[etype][1]}", raw)))
+            return GGUFArray(count, list(struct.unpack(f"<{count}{scalar_formats[etype][1]}", raw)))
         values = [_read_value(cur, etype, depth + 1, keep_arrays) for _ in range(count)] if keep else None
         if not keep:
             for _ in range(count):
@@ -215,6 +226,8 @@ def read_gguf_header_local(path: str | Path, keep_arrays: bool = False) -> GGUFH
 
 def _auth_headers(url: str) -> dict[str, str]:
     """Send the user's Hugging Face token to the hub only, so gated repos work."""
+    import httpx
+
     host = httpx.URL(url).host
     if host == "huggingface.co" or host.endswith(".huggingface.co"):
         try:
@@ -257,6 +270,8 @@ def _fetch_prefix(client: httpx.Client, url: str, n: int) -> tuple[bytes, int | 
 def read_gguf_header_remote(url: str, client: httpx.Client | None = None) -> GGUFHeader:
     """Header of a GGUF over HTTP(S) with growing range reads (2 MiB, 4 MiB, ...), so a
     multi-gigabyte file costs a few megabytes of traffic."""
+    import httpx
+
     own = client is None
     client = client or httpx.Client(follow_redirects=True, timeout=httpx.Timeout(30.0))
     try:

@@ -12,9 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import httpx
-from gguf import GGMLQuantizationType, LlamaFileType
-
 from ..errors import BadInput
 from ..values import int_or_none
 from .gguf import GGUFArray, _tensor_nbytes, read_gguf_header_local, read_gguf_header_remote
@@ -47,6 +44,8 @@ def _file_type_name(kv: dict[str, Any]) -> str | None:
     ft = _int(kv.get("general.file_type"))
     if ft is None:
         return None
+    from gguf import LlamaFileType  # gguf loads numpy: imported where a GGUF is read
+
     guessed = bool(ft & 1024)
     try:
         name = LlamaFileType(ft & ~1024).name
@@ -249,6 +248,8 @@ def arch_from_gguf(path_or_url: str | Path) -> ModelArch:
         estimated.append("vocab_size: no vocab key, token list or token_embd tensor")
         vocab = 0
 
+    from gguf import GGMLQuantizationType  # gguf loads numpy: imported where a GGUF is read
+
     tensor_bytes: dict[str, int] = {}
     tensor_types: dict[str, str] = {}
     tensor_shapes: dict[str, tuple[int, ...]] = {}
@@ -263,6 +264,8 @@ def arch_from_gguf(path_or_url: str | Path) -> ModelArch:
             mtp_params += math.prod(dims)
         else:
             trunk_params += math.prod(dims)
+
+    import httpx
 
     name = kv.get("general.name")
     return ModelArch(

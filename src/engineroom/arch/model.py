@@ -19,8 +19,10 @@ never by renaming):
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 
 
 class LayerKind(str, Enum):  # noqa: UP042 - StrEnum would change str() and format() of members
@@ -147,12 +149,17 @@ class ModelArch:
 
     # ---- derived counts ---------------------------------------------------------------
     def count(self, kind: LayerKind) -> int:
-        return sum(1 for k in self.layer_kinds if k == kind)
+        return self.kind_counts.get(kind, 0)
+
+    @cached_property
+    def kind_counts(self) -> Counter[LayerKind]:
+        """Layers of each kind (computed once: fit reads them for every request it sizes)."""
+        return Counter(self.layer_kinds)
 
     @property
     def n_kv_layers(self) -> int:
         """Layers whose KV cache grows with context (full + sliding + MLA)."""
-        return sum(1 for k in self.layer_kinds if k in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.MLA))
+        return sum(self.kind_counts.get(k, 0) for k in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.MLA))
 
     @property
     def is_hybrid(self) -> bool:

@@ -12,4 +12,6 @@ Vendor = Literal["nvidia", "amd", "intel", "apple", "cpu"]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: validators are built at the first validation, not at import; a catalog read
+    # back from its cache (catalog/load.py) never validates, so `plan` never pays for them
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)

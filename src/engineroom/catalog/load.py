@@ -17,6 +17,7 @@ the closest allowed key ("did you mean ...").
 from __future__ import annotations
 
 import difflib
+import pickle
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,12 @@ from ..errors import BadInput
 from .schema import Catalog, Drafter, Engine, HardwareClass, Model, Priority, Tables
 
 CATALOG_DIR = Path(__file__).resolve().parent
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml's safe loader where PyYAML has it
 
 
 def _read_yaml(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -215,10 +217,69 @@ def add_plugin_entries(raw: dict[str, Any], folder: Path) -> None:
 
 @lru_cache(maxsize=4)
 def _load_cached(root: str, plugin_dirs: tuple[str, ...] = ()) -> Catalog:
+    stored = _stored_path(root, plugin_dirs)
+    if stored is not None:
+        try:
+            with stored.open("rb") as fh:
+                cat = pickle.load(fh)
+            if isinstance(cat, Catalog):
+                return cat
+        except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
+            pass    # absent, half-written by another process or from another schema: validate again
     raw = read_raw(Path(root))
     for folder in plugin_dirs:
         add_plugin_entries(raw, Path(folder))
-    return catalog_from_raw(raw)
+    cat = catalog_from_raw(raw)
+    if stored is not None:
+        _store(cat, stored)
+    return cat
+
+
+# The validated catalog is kept between processes (a pickle in the cache folder), keyed by every
+# input of the validation: each YAML file's path, size and modification time, the schema's own
+# source files, and the engineroom and pydantic versions. A CLI command then skips reading the
+# YAML and building pydantic's validators (most of `engineroom plan`'s start-up otherwise).
+_SCHEMA_FILES = ("base.py", "schema.py", "engine_schema.py", "load.py", "convert.py")
+
+
+def _stored_path(root: str, plugin_dirs: tuple[str, ...]) -> Path | None:
+    import hashlib
+
+    import pydantic
+
+    from .. import __version__, paths
+
+    h = hashlib.sha256(f"{__version__} {pydantic.VERSION} {root}".encode())
+    try:
+        files = [Path(__file__).with_name(n) for n in _SCHEMA_FILES]
+        for d in (root, *plugin_dirs):
+            files += sorted(Path(d).rglob("*.yaml"))
+        for f in files:
+            st = f.stat()
+            h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        return paths.cache_dir() / "catalog" / f"{h.hexdigest()[:32]}.pickle"
+    except OSError:
+        return None
+
+
+def _store(cat: Catalog, path: Path) -> None:
+    import os
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for old in path.parent.glob("*.pickle"):     # one catalog kept: the others are stale
+            if old != path:
+                old.unlink(missing_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    except OSError:
+        return    # a read-only cache folder: the catalog is validated again next time
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(cat, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except (OSError, pickle.PicklingError):
+        Path(tmp).unlink(missing_ok=True)
 
 
 def load_catalog(root: Path | None = None) -> Catalog:

@@ -61,16 +61,17 @@ from .llama_compute import (  # noqa: F401 - _ffn_width and the names outside __
     llama_cpu_compute_sim,
     llama_cuda_compute,
 )
+from .memo import FitMemo
 from .pool import valid_tp
 from .request import GB, Component, Fit, FitRequest, GpuFit, MiB, Verdict
-from .search import max_concurrency, max_context
+from .search import Fitter, max_concurrency, max_context
 from .verdict import check_ctx, fit, need_bytes
 from .weights import WeightSplit, bits_per_weight, estimate_param_count, weight_split
 
 __all__ = [
     "AMX_ALIGN", "amx_alloc_bytes", "AMX_FLAGS", "AMX_ROW_EXTRA", "ASSUMED_CPU_FEATURES", "bits_per_weight",
     "check_ctx", "Component", "cpu_features_for", "cpu_mapped_bytes", "cpu_weight_buffers", "engine_defaults",
-    "engine_spec", "estimate_param_count", "Fit", "fit", "FitRequest", "GB", "GpuFit", "kv_bytes",
+    "engine_spec", "estimate_param_count", "Fit", "fit", "FitMemo", "Fitter", "FitRequest", "GB", "GpuFit", "kv_bytes",
     "kv_bytes_per_elem", "kv_dtype_spec", "kv_elems_per_token_layer", "kv_head_dims", "KV_KINDS",
     "kv_layer_bytes", "kv_refusal", "kv_rotation_bytes", "kv_shard", "llama_cpu_compute",
     "llama_cpu_compute_sim", "llama_cuda_compute", "llama_kv_bytes", "llama_kv_cells",

@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
 from ..arch import ModelArch
 from ..hardware import Rig
 from .llama_cache import _pad
@@ -83,6 +81,8 @@ def amx_alloc_bytes(ggml_type: str, shape: tuple[int, ...], nbytes: int) -> int:
     t = ggml_type.upper()
     if t == "F16" or len(shape) < 2:
         return nbytes
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # gguf loads numpy: only for a GGUF's tensors
+
     blk, size = GGML_QUANT_SIZES[GGMLQuantizationType[t]]
     kb = shape[0] // blk
     return shape[1] * (kb * size + kb * AMX_ROW_EXTRA.get(t, 0))

@@ -7,13 +7,23 @@ from __future__ import annotations
 from ..catalog import Catalog, Engine, KvDtype, load_catalog
 from ..errors import BadInput
 
+# (id(catalog), engine name) -> (the catalog, its entry): fit looks an engine up for every
+# request it sizes; the catalog is kept beside its id so the id cannot be reused while cached
+_SPECS: dict[tuple[int, str], tuple[Catalog, Engine]] = {}
+
 
 def engine_spec(engine: str, catalog: Catalog | None = None) -> Engine:
     """The catalog entry of ``engine`` (id, name or alias); BadInput names the known ids."""
     cat = catalog or load_catalog()
+    hit = _SPECS.get((id(cat), engine))
+    if hit is not None and hit[0] is cat:
+        return hit[1]
     e = cat.engine(engine)
     if e is None:
         raise BadInput(f"Unknown engine {engine!r}; known: {', '.join(x.id for x in cat.engines)}.")
+    if len(_SPECS) > 512:     # catalogs made by tests come and go
+        _SPECS.clear()
+    _SPECS[(id(cat), engine)] = (cat, e)
     return e
 
 

@@ -9,6 +9,7 @@ and the engine's refusal of a KV type whose block does not divide the head size.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
@@ -33,24 +34,29 @@ KV_KINDS = frozenset({LayerKind.FULL, LayerKind.SLIDING, LayerKind.MLA})
 
 def kv_layer_bytes(arch: ModelArch, bytes_per_elem: float, cells: int | Callable[[LayerKind], int], *,
                    heads_div: int = 1, layers: Iterable[int] | None = None
-                   ) -> Iterator[tuple[LayerKind, int, int, float]]:
-    """(kind, K+V elements per cell, cells, bytes) of every growing KV layer in ``layers``
-    (default: all). ``cells``: the tokens each layer holds, a sliding layer at most its
-    window; or a function of the layer kind, for an engine that sizes its own cells
-    (llama.cpp pads them and adds a ubatch to the window)."""
+                   ) -> Iterator[tuple[LayerKind, int, int, float, int]]:
+    """(kind, K+V elements per cell, cells, bytes of one layer, layers) for each kind of growing
+    KV layer in ``layers`` (default: all); every layer of a kind holds the same cache.
+    ``cells``: the tokens each layer holds, a sliding layer at most its window; or a function
+    of the layer kind, for an engine that sizes its own cells (llama.cpp pads them and adds a
+    ubatch to the window)."""
     if callable(cells):
         cells_of = cells
     else:
         window = arch.sliding_window
         cells_of = lambda k: min(cells, window) if k == LayerKind.SLIDING and window else cells  # noqa: E731
-    kinds = arch.layer_kinds
-    for i in range(len(kinds)) if layers is None else layers:
-        k = kinds[i]
-        if k not in KV_KINDS:
+    if layers is None:
+        counts = arch.kind_counts
+    else:
+        kinds = arch.layer_kinds
+        counts = Counter(kinds[i] for i in layers)
+    for k in arch.kind_counts:          # the model's own order of first appearance
+        n_layers = counts.get(k, 0)
+        if k not in KV_KINDS or not n_layers:
             continue
         ke, ve = kv_elems_per_token_layer(arch, k, heads_div)
         n = cells_of(k)
-        yield k, ke + ve, n, (ke + ve) * n * bytes_per_elem
+        yield k, ke + ve, n, (ke + ve) * n * bytes_per_elem, n_layers
 
 
 def kv_bytes(arch: ModelArch, bytes_per_elem: float, cells: int | Callable[[LayerKind], int], *,
@@ -58,7 +64,8 @@ def kv_bytes(arch: ModelArch, bytes_per_elem: float, cells: int | Callable[[Laye
     """THE KV formula: sum over the growing layers of (K + V elements per token) x cells x
     bytes per element (``kv_layer_bytes``). MLA layers hold the compressed latent + rope key
     (kv_lora_rank + qk_rope_head_dim per token), never 0."""
-    return sum(b for _, _, _, b in kv_layer_bytes(arch, bytes_per_elem, cells, heads_div=heads_div, layers=layers))
+    return sum(b * n for _, _, _, b, n in kv_layer_bytes(arch, bytes_per_elem, cells, heads_div=heads_div,
+                                                          layers=layers))
 
 
 def kv_shard(n_kv_heads: int, tp: int) -> int:

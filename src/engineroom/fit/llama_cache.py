@@ -65,10 +65,10 @@ def llama_kv_bytes(arch: ModelArch, req: FitRequest, layers: range | None = None
 
     total = 0.0
     groups: dict[tuple[str, int, int], int] = {}   # (kind, cells/stream, elems) -> layers
-    for k, elems, cells, b in kv_layer_bytes(arch, bk, cells_of, layers=layers):
-        total += b
+    for k, elems, cells, b, n in kv_layer_bytes(arch, bk, cells_of, layers=layers):
+        total += b * n
         key = (k.value, cells // streams, elems)
-        groups[key] = groups.get(key, 0) + 1
+        groups[key] = groups.get(key, 0) + n
     if req.spec_method == "mtp" and arch.mtp_layers and layers is None:
         ke, ve = kv_elems_per_token_layer(arch, LayerKind.FULL)
         total += arch.mtp_layers * (ke + ve) * base * streams * bk   # MTP layers: full attention

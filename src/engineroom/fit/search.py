@@ -9,42 +9,100 @@ from ..arch import ModelArch
 from ..catalog import Catalog
 from ..hardware import Rig
 from .engine import engine_spec
-from .request import FitRequest
+from .request import Fit, FitRequest
 from .verdict import fit
 
+# what the searches call to size one request: ``fit`` itself, or a memo of it (``memo.FitMemo``)
+Fitter = Callable[..., Fit]
 
-def _ok(arch: ModelArch, req: FitRequest, rig: Rig, catalog: Catalog | None) -> bool:
+
+def _ok(arch: ModelArch, req: FitRequest, rig: Rig, catalog: Catalog | None, fitter: Fitter | None = None) -> bool:
     """Servable (``Fit.servable``): it fits, and a paged pool holds all of ctx x seqs."""
-    return fit(arch, req, rig, catalog=catalog).servable
+    return (fitter or fit)(arch, req, rig, catalog=catalog).servable
 
 
-def max_context(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None = None) -> int:
+def max_context(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None = None,
+                fitter: Fitter | None = None) -> int:
     """Largest ctx that can be *filled* by req.n_seqs sequences (compute scratch at that fill
-    included); 0 when even the smallest context does not fit. Binary search in the engine's
+    included); 0 when even the smallest context does not fit. Searched in the engine's
     max_context_step (catalog: 256 tokens for llama.cpp, 1024 for vLLM/SGLang) up to the
-    model's max positions."""
+    model's max positions (``_largest``)."""
     step = engine_spec(req.engine, catalog).max_context_step
     hi = (arch.max_position or (1 << 21)) // step
-    ok = lambda n: _ok(arch, replace(req, ctx=n * step), rig, catalog)  # noqa: E731
-    if not ok(1):
+    size = lambda n: (fitter or fit)(arch, replace(req, ctx=n * step), rig, catalog=catalog)  # noqa: E731
+    first = size(1)
+    if not first.servable:
         return 0
-    if ok(hi):
-        return hi * step
-    return _last_ok(ok, 1, hi) * step
+    last = size(hi) if hi > 1 else first
+    if last.servable:
+        return max(hi, 1) * step
+    return _largest(size, 1, hi, first, last) * step
 
 
 def max_concurrency(arch: ModelArch, req: FitRequest, rig: Rig, limit: int = 4096, *,
-                    catalog: Catalog | None = None) -> int:
-    """Most sequences that fit at req.ctx each (0 when one does not)."""
-    ok = lambda n: _ok(arch, replace(req, n_seqs=n), rig, catalog)  # noqa: E731
-    if not ok(1):
+                    catalog: Catalog | None = None, fitter: Fitter | None = None) -> int:
+    """Most sequences that fit at req.ctx each, at most ``limit`` (0 when one does not)."""
+    size = lambda n: (fitter or fit)(arch, replace(req, n_seqs=n), rig, catalog=catalog)  # noqa: E731
+    first = size(1)
+    if not first.servable:
         return 0
-    lo, hi = 1, 2
-    while hi <= limit and ok(hi):
-        lo, hi = hi, hi * 2
-    if hi > limit:
+    last = size(limit) if limit > 1 else first
+    if last.servable:
+        return max(limit, 1)
+    return _largest(size, 1, limit, first, last)
+
+
+def _pooled(f: Fit) -> bool:
+    return any(c.name == "kv_pool_spare" for g in f.per_gpu for c in g.components)
+
+
+def _margin(f: Fit) -> int:
+    """Bytes to spare on the tightest device: a paged pool's unused KV (kv_pool_spare), else
+    what the device has left (negative: over). Only the searches' first guess reads it."""
+    if _pooled(f):
+        return min(sum(c.bytes for c in g.components if c.name == "kv_pool_spare") for g in f.per_gpu)
+    return min(g.headroom_bytes for g in f.per_gpu)
+
+
+def _largest(size: Callable[[int], Fit], lo: int, hi: int, at_lo: Fit, at_hi: Fit) -> int:
+    """Largest n in [lo, hi) whose fit is servable, given that lo's is (``at_lo``) and hi's is
+    not (``at_hi``); memory grows with n. Memory is close to linear in context and in
+    sequences, so the margins extrapolate to a first guess (between lo and hi where both
+    margins are a device's headroom; from lo and lo + 1 for a paged pool, whose margin past
+    the pool is not in the fit); the search then gallops from the guess to a bracket and
+    bisects it, so a wrong guess costs evaluations, never the answer."""
+    if hi - lo <= 1:
         return lo
-    return _last_ok(ok, lo, hi)
+    good, bad = lo, hi
+    m0 = _margin(at_lo)
+    if not _pooled(at_lo) and not _pooled(at_hi) and m0 > _margin(at_hi):
+        guess = lo + int((hi - lo) * m0 / (m0 - _margin(at_hi)))
+    else:
+        nxt = size(lo + 1)
+        if not nxt.servable:
+            return lo
+        good, m1 = lo + 1, _margin(nxt)
+        guess = good + m1 // (m0 - m1) if m0 > m1 else (good + bad) // 2
+    guess = min(max(guess, good + 1), bad - 1)
+    step = 1
+    if guess > good and size(guess).servable:
+        good = guess
+        while good + step < bad:               # gallop up
+            if size(good + step).servable:
+                good += step
+                step *= 2
+            else:
+                bad = good + step
+                break
+    elif guess > good:
+        bad = guess
+        while bad - step > good:               # gallop down
+            if size(bad - step).servable:
+                good = bad - step
+                break
+            bad -= step
+            step *= 2
+    return _last_ok(lambda n: size(n).servable, good, bad)
 
 
 def _last_ok(ok: Callable[[int], bool], lo: int, hi: int) -> int:

@@ -13,7 +13,7 @@ from ..arch import ModelArch
 from ..catalog import Catalog, Model, arch_from_catalog, find_engine, find_priority, load_catalog
 from ..catalog.schema import GB
 from ..errors import BadInput, NotFound
-from ..fit import Fit, FitRequest, Verdict, fit, kv_dtype_spec, kv_refusal, max_concurrency, max_context
+from ..fit import Fit, FitMemo, FitRequest, Verdict, fit, kv_dtype_spec, kv_refusal, max_concurrency, max_context
 from ..hardware import Rig
 from .adhoc import ResolvedModel, resolve_model
 from .candidates import _Cand, _quant_runs_on
@@ -76,7 +76,7 @@ class Plan:
 def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, ctx: int | None = None,
          engine: str | None = None, *, catalog: Catalog | None = None, limit: int | None = None,
          arch: ModelArch | None = None, detail: int = 1, seqs: int | None = None,
-         rope_scaling: str | None = None) -> list[Plan]:
+         rope_scaling: str | None = None, memo: FitMemo | None = None) -> list[Plan]:
     """Ranked configs for serving ``model_ref`` on ``rig`` under ``priority`` (default: the
     catalog's default priority). Raises NothingFits (a NotFound) with the closest miss when nothing fits.
     ``model_ref``: anything ``resolve_model`` accepts (a catalog model, or a file or repo).
@@ -94,7 +94,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
     arch = arch or subject.arch or arch_from_catalog(model)
     prio = find_priority(cat, priority) if priority else cat.default_priority()
     p = _Planner(cat, model, arch, rig, prio, ctx, engine, source=subject.source, seqs=seqs,
-                 rope_scaling=rope_scaling)   # ctx beyond the model's maximum only with rope_scaling
+                 rope_scaling=rope_scaling, memo=memo)   # ctx beyond the model's maximum only with rope_scaling
     pool = p.pool = p.candidates()
     prefix = []
     for k in prio.rank:
@@ -166,10 +166,13 @@ def how_to_choose(model_ref: str | ResolvedModel, rig: Rig, ctx: int | None = No
     """The top pick for every priority in the catalog: the seed's "how to choose" table, computed."""
     cat = catalog or load_catalog()
     subject = resolve_model(model_ref, cat)     # once: a remote GGUF header is read once
+    arch = subject.arch or arch_from_catalog(subject.model)
+    memo = FitMemo(arch, cat.for_vendor(rig.vendor))   # one fit per distinct request over every priority
     rows: list[Choice] = []
     for prio in cat.priorities:
         try:
-            top = plan(subject, rig, prio.id, ctx=ctx, engine=engine, catalog=cat, limit=1, detail=1, seqs=seqs)
+            top = plan(subject, rig, prio.id, ctx=ctx, engine=engine, catalog=cat, limit=1, detail=1, seqs=seqs,
+                       arch=arch, memo=memo)
             rows.append(Choice(prio.id, prio.label, top[0]))
         except NothingFits as err:   # any other error (an unknown model...) is the user's, not a row
             rows.append(Choice(prio.id, prio.label, None, str(err)))

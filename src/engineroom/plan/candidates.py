@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from ..arch import ModelArch
 from ..catalog import Catalog, Drafter, Engine, Quant
 from ..catalog.schema import GB, KvDtype
-from ..fit import Fit, FitRequest, max_concurrency
+from ..fit import Fit, FitRequest, Fitter, max_concurrency
 from ..hardware import Rig
 from .speed import SpeedBand
 
@@ -63,9 +63,10 @@ class _Cand:
         )
 
 
-def _max_seqs(arch: ModelArch, req: FitRequest, rig: Rig, cat: Catalog, cap: int = 256) -> int:
+def _max_seqs(arch: ModelArch, req: FitRequest, rig: Rig, cat: Catalog, cap: int = 256,
+              fitter: Fitter | None = None) -> int:
     """fit.max_concurrency, capped (a plan never proposes more than ``cap`` sequences)."""
-    return max_concurrency(arch, req, rig, limit=cap, catalog=cat)
+    return max_concurrency(arch, req, rig, limit=cap, catalog=cat, fitter=fitter)
 
 
 def _rig_groups(rig: Rig, engine: Engine, arch: ModelArch) -> list[tuple[int, int, int, tuple[Rig, ...]]]:

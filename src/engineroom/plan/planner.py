@@ -11,7 +11,7 @@ from .. import units
 from ..arch import ModelArch
 from ..catalog import Catalog, Drafter, Engine, Model, Priority, Quant, find_engine
 from ..catalog.schema import GB, RankKey
-from ..fit import Fit, FitRequest, check_ctx, fit, kv_refusal, max_context
+from ..fit import Fit, FitMemo, FitRequest, check_ctx, kv_refusal, max_context
 from ..hardware import Rig
 from .candidates import (
     _bandwidth,
@@ -39,9 +39,11 @@ from .speed import (
 class _Planner:
     def __init__(self, cat: Catalog, model: Model, arch: ModelArch, rig: Rig, prio: Priority,
                  ctx: int | None, engine: str | None, source: str = "catalog", seqs: int | None = None,
-                 rope_scaling: str | None = None):
+                 rope_scaling: str | None = None, memo: FitMemo | None = None):
         cat = cat.for_vendor(rig.vendor)   # each engine as its build for this rig runs it (catalog backends)
         self.cat, self.model, self.arch, self.rig, self.prio = cat, model, arch, rig, prio
+        # every fit of this model goes through one memo (how_to_choose shares it over the priorities)
+        self.memo = memo if memo is not None and memo.arch is arch and memo.catalog is cat else FitMemo(arch, cat)
         self.source = source          # "catalog", or where a model outside it was read from
         self.user_ctx = ctx
         self.user_seqs = seqs         # --seqs: every candidate serves exactly this many sequences
@@ -146,10 +148,10 @@ class _Planner:
     # -- sizing --------------------------------------------------------------------------
     def _fit_all(self, c: _Cand, ctx: int, n_seqs: int) -> tuple[Fit, ...]:
         req = c.request(self.arch, ctx, n_seqs, self.vision)
-        first = fit(self.arch, req, c.groups[0], catalog=self.cat)
+        first = self.memo.fit(req, c.groups[0])
         if all(g.gpus == c.groups[0].gpus for g in c.groups[1:]):
             return (first,) + tuple(replace(first, rig_label=g.label) for g in c.groups[1:])
-        return (first,) + tuple(fit(self.arch, req, g, catalog=self.cat) for g in c.groups[1:])
+        return (first,) + tuple(self.memo.fit(req, g) for g in c.groups[1:])
 
     def _groups(self, c: _Cand) -> tuple[Rig, ...]:
         """Distinct sub-rigs (identical instances need one fit)."""
@@ -168,7 +170,8 @@ class _Planner:
                 c.max_ctx = max_pos        # already served at the model's full context
             else:
                 req = c.request(self.arch, self.min_ctx, n_seqs, self.vision)
-                c.max_ctx = min(max_context(self.arch, req, g, catalog=self.cat) for g in self._groups(c))
+                c.max_ctx = min(max_context(self.arch, req, g, catalog=self.cat, fitter=self.memo)
+                                for g in self._groups(c))
         return c.max_ctx
 
     def size(self, c: _Cand) -> bool:
@@ -206,7 +209,7 @@ class _Planner:
         n_seqs = base
         if self.seqs_rule == "max":
             req = c.request(self.arch, ctx, 1, self.vision)
-            n_seqs = max(1, min(_max_seqs(self.arch, req, g, self.cat) for g in self._groups(c)))
+            n_seqs = max(1, min(_max_seqs(self.arch, req, g, self.cat, fitter=self.memo) for g in self._groups(c)))
             if n_seqs > 1:
                 fits = self._fit_all(c, ctx, n_seqs)
         elif isinstance(self.seqs_rule, int) and self.seqs_rule > 1:
