@@ -250,8 +250,8 @@ def test_up_verify_and_down_with_a_dead_proxy_in_the_environment(llama_server_bi
 
 
 @pytest.mark.parametrize("argv, says", [
-    (("bench", "--suite", "huge"), "There is no bench suite 'huge'; choose quick or long."),
-    (("bench", "--long", "--suite", "huge"), "give --long or --suite huge, not both."),
+    (("bench", "--suite", "huge"), "there is no bench suite 'huge'; choose one of quick, long, standard, "),
+    (("bench", "--long", "--suite", "standard"), "give --long or --suite standard, not both."),
     (("bench", "--runs", "0"), "--runs must be at least 1, not 0."),
     (("bench", "--warmup", "-1"), "--warmup cannot be negative (got -1)."),
     (("bench", "--max-tokens", "0"), "--max-tokens must be at least 1, not 0."),

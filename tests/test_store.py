@@ -384,5 +384,5 @@ def test_default_path_follows_engineroom_home(tmp_path, monkeypatch):
 def test_unopenable_path_is_bad_input(tmp_path):
     not_a_db = tmp_path / "garbage.sqlite"
     not_a_db.write_bytes(b"this is not sqlite at all" * 100)
-    with pytest.raises(BadInput, match="Cannot open"):
+    with pytest.raises(BadInput, match=r"is damaged \(file is not a database\); nothing was written to it"):
         Store(not_a_db)

@@ -38,6 +38,10 @@ the version bump inside it, so a step that fails leaves the database at its old 
 unchanged (SQLite's DDL is transactional; ``executescript`` is not used because it commits
 first). Version 3 rewrote bench request records into the raw shape of ``bench.records``
 (``bench.legacy`` says how).
+
+Damage, backups and a full disk are ``storecare``'s: every open runs SQLite's quick check and
+refuses a damaged file with the recovery command (``engineroom runs --recover``); a backup is
+taken before each migration and at most daily; a full disk is "disk full", never a hidden error.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from engineroom import storecare
 from engineroom.errors import BadInput
 
 SCHEMA_VERSION = 3
@@ -245,17 +250,32 @@ class Store:
             path = db_path()
         self.path = Path(path).expanduser()
         self._lock = threading.RLock()
+        if storecare.empty_but_known(self.path):
+            raise storecare.StoreDamaged(storecare.damaged_sentence(self.path, "it is empty: 0 bytes"))
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(
                 str(self.path), timeout=30, check_same_thread=False, isolation_level=None
             )
             self._db.row_factory = sqlite3.Row
-            self._db.execute("PRAGMA journal_mode=WAL")
+            try:
+                storecare.check(self._db, self.path)
+                self._db.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.DatabaseError as exc:
+                if storecare.disk_full(exc, self.path) is not None:
+                    raise
+                raise storecare.StoreDamaged(storecare.damaged_sentence(self.path, str(exc))) from None
+            except BaseException:
+                self._db.close()
+                raise
             self._db.execute("PRAGMA synchronous=FULL")   # durable at each commit (module docstring)
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
+            self._scheduled_backup()
         except sqlite3.DatabaseError as exc:
+            full = storecare.disk_full(exc, self.path)
+            if full is not None:
+                raise full from None
             raise BadInput(f"Cannot open the results database {self.path}: {exc}.") from exc
         except OSError as exc:
             raise BadInput(f"Cannot create the results database {self.path}: {exc.strerror}.") from exc
@@ -270,6 +290,8 @@ class Store:
                     f"The results database {self.path} has schema version {version}, newer than "
                     f"this engineroom understands ({SCHEMA_VERSION}); upgrade engineroom."
                 )
+            if 0 < version < SCHEMA_VERSION:   # a copy of the old schema's data, before it is rewritten
+                storecare.backup(self._db, self.path, f"before-v{SCHEMA_VERSION}")
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
@@ -286,7 +308,8 @@ class Store:
                     self._db.execute(f"PRAGMA user_version = {target}")
                     self._db.execute("COMMIT")
                 except BaseException as exc:
-                    self._db.execute("ROLLBACK")
+                    if self._db.in_transaction:    # SQLite has already rolled back after a full disk
+                        self._db.execute("ROLLBACK")
                     if isinstance(exc, Exception):
                         raise BadInput(
                             f"Cannot upgrade the results database {self.path} from schema version "
@@ -294,6 +317,18 @@ class Store:
                             f"it is left at version {target - 1}."
                         ) from exc
                     raise
+
+    def _scheduled_backup(self) -> None:
+        """At most one backup a day (``storecare.BACKUP_EVERY_S``), once the store holds a run."""
+        try:
+            if storecare.backup_due(self.path) and self._db.execute("SELECT 1 FROM runs LIMIT 1").fetchone():
+                storecare.backup(self._db, self.path, "daily")
+        except (OSError, sqlite3.Error):
+            pass   # a backup that cannot be made (a full disk) never keeps the store from opening
+
+    def _full(self, exc: sqlite3.Error) -> BaseException:
+        """A full disk as its one sentence; any other error as it was."""
+        return storecare.disk_full(exc, self.path) or exc
 
     @property
     def schema_version(self) -> int:
@@ -322,12 +357,15 @@ class Store:
         conditions = _plain(conditions)
         pid, started, host = _this_process()
         with self._lock:
-            cur = self._db.execute(
-                "INSERT INTO runs (kind, created, status, label, conditions, fingerprint, "
-                "owner_pid, owner_started, owner_host) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
-                (kind, _now(), label or "", _dumps(conditions), fingerprint(conditions),
-                 pid, started, host),
-            )
+            try:
+                cur = self._db.execute(
+                    "INSERT INTO runs (kind, created, status, label, conditions, fingerprint, "
+                    "owner_pid, owner_started, owner_host) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                    (kind, _now(), label or "", _dumps(conditions), fingerprint(conditions),
+                     pid, started, host),
+                )
+            except sqlite3.OperationalError as exc:
+                raise self._full(exc) from None
             assert cur.lastrowid is not None    # an INSERT always sets it
             return cur.lastrowid
 
@@ -335,10 +373,13 @@ class Store:
         """Close a run with its final status (``OK``, ``REQ_ERRORS``, ``FAIL`` ...)."""
         with self._lock:
             run_id = self._require_run(run_id)["id"]
-            self._db.execute(
-                "UPDATE runs SET finished = ?, status = ?, summary = ? WHERE id = ?",
-                (_now(), status, None if summary is None else _dumps(summary), run_id),
-            )
+            try:
+                self._db.execute(
+                    "UPDATE runs SET finished = ?, status = ?, summary = ? WHERE id = ?",
+                    (_now(), status, None if summary is None else _dumps(summary), run_id),
+                )
+            except sqlite3.OperationalError as exc:
+                raise self._full(exc) from None
 
     def runs(self, limit: int = 50, *, kind: str | None = None) -> list[dict[str, Any]]:
         """The newest runs first."""
@@ -375,8 +416,13 @@ class Store:
                     (run_id, seq, kind, _now(), text),
                 )
                 self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
+            except BaseException as exc:
+                # after SQLITE_FULL SQLite has rolled back already: a second ROLLBACK would only say
+                # "no transaction is active" and hide the real error
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise self._full(exc) from None
                 raise
             return int(seq)
 

@@ -178,6 +178,11 @@ def bench(
         _compare(compare, json_out)
         return
     chosen_name = suite_name.strip().lower()
+    from ..bench.suites import SUITE_SPECS
+    from ..bench.workloads import SUITES
+
+    if chosen_name not in (*SUITES, *SUITE_SPECS):
+        raise BadInput(f"there is no bench suite {suite_name!r}; choose one of {', '.join((*SUITES, *SUITE_SPECS))}.")
     if sweep_ and rate is not None:
         raise BadInput("--sweep and --rate are two different runs; give one of them.")
     for flag, on, name in (("--sweep", sweep_, "sweep"), ("--rate", rate is not None, "rate")):
@@ -311,16 +316,44 @@ def _compare(pair: tuple[int, int], json_out: bool) -> None:
 
 
 @app.command("runs")
-def runs_cmd(limit: int = typer.Option(20, "--limit", "-n"), json_out: bool = JsonOpt) -> None:
+def runs_cmd(limit: int = typer.Option(20, "--limit", "-n"),
+             recover: bool = typer.Option(False, "--recover",
+                                          help="The results database is damaged: keep it aside and copy every "
+                                               "readable run (and the newest backup's) into a new one."),
+             json_out: bool = JsonOpt) -> None:
     """Stored verify / bench / demo runs, newest first."""
+    from ..errors import BadInput
     from ..store import Store
 
+    if limit < 1:
+        raise BadInput(f"--limit must be at least 1, not {limit}.")
+    if recover:
+        _recover(json_out)
+        return
     with Store() as store:
         rows = store.runs(limit)
     if json_out:
         print_json(redact_data(to_jsonable(rows)))
     else:
         _show(views.runs_view(rows))
+
+
+def _recover(json_out: bool) -> None:
+    from .. import storecare
+    from ..paths import db_path
+    from ..store import SCHEMA_VERSION, Store
+
+    done = storecare.recover(db_path(), SCHEMA_VERSION, Store)
+    if json_out:
+        print_json(to_jsonable(done))
+        return
+    kept = f"kept the damaged file as {done.kept_as}" if done.kept_as else "there was no database file"
+    backup = (f"; {done.runs_from_backup} runs and {done.records_from_backup} records only the backup "
+              f"{done.from_backup} held" if done.from_backup else "; no backup to add from")
+    console.print(f"{kept}; a new results database holds {done.runs_salvaged} runs and {done.records_salvaged} "
+                  f"records read from it{backup}.", markup=False, soft_wrap=True)
+    for line in done.unreadable[:20]:
+        console.print(f"unreadable: {line}", markup=False, soft_wrap=True)
 
 
 _CARD_FILE = typer.Option(None, "--output", "-o", help="Write the card to this file.")
