@@ -267,7 +267,7 @@ class Drafter(Strict):
 Metric = Literal[
     "decode_tps", "aggregate_tps", "max_ctx", "gpu_bytes", "quality", "cold_start_s",
     "quant_portability", "engine_non_nvidia_vendors", "headroom_bytes", "engine_status",
-    "shared_prefix_tps",
+    "shared_prefix_tps", "kv_precision", "ctx",
 ]
 
 

@@ -96,8 +96,10 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
     p = _Planner(cat, model, arch, rig, prio, ctx, engine, source=subject.source, seqs=seqs,
                  rope_scaling=rope_scaling, memo=memo)   # ctx beyond the model's maximum only with rope_scaling
     pool = p.pool = p.candidates()
+    # a leading ctx key is bounded by the target context: configs serving all of it come first
+    bounded = bool(prio.rank) and prio.rank[0].metric == "ctx"
     prefix = []
-    for k in prio.rank:
+    for k in prio.rank[1:] if bounded else prio.rank:
         if k.metric not in STATIC_METRICS:
             break
         prefix.append(k)
@@ -112,7 +114,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
         cands: list[_Cand] = []
         for group in _groups(pool, prefix):
             cands.extend(c for c in group if p.size(c))
-            if len(cands) >= limit + 1:
+            if sum(1 for c in cands if not bounded or c.ctx >= p.target_ctx) >= limit + 1:
                 break
     else:
         cands = [c for c in pool if p.size(c)]

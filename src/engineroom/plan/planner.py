@@ -279,6 +279,7 @@ class _Planner:
             "engine_status": float(self.cat.tables.status_rank(e.status)),
             "engine_non_nvidia_vendors": float(sum(1 for v in e.vendors if v != "nvidia")),
             "cold_start_s": e.cold_start_s.value if e.cold_start_s else math.inf,
+            "kv_precision": c.kv.bytes_per_elem,
         }
 
     def metrics(self, c: _Cand) -> dict[str, float]:
@@ -297,6 +298,8 @@ class _Planner:
             "engine_status": float(self.cat.tables.status_rank(e.status)),
             "engine_non_nvidia_vendors": float(sum(1 for v in e.vendors if v != "nvidia")),
             "cold_start_s": e.cold_start_s.value if e.cold_start_s else math.inf,
+            "kv_precision": c.kv.bytes_per_elem,
+            "ctx": float(c.ctx),
         }
         c.metrics = m
         return m

@@ -10,7 +10,7 @@ from .candidates import _Cand
 
 # rank metrics known before any fit: planning can size candidates lazily in rank order
 STATIC_METRICS = {"decode_tps", "quality", "quant_portability", "engine_status",
-                  "engine_non_nvidia_vendors", "cold_start_s"}
+                  "engine_non_nvidia_vendors", "cold_start_s", "kv_precision"}
 
 
 def _rank(cands: list[_Cand], keys: list) -> list[_Cand]:

@@ -31,7 +31,41 @@ _METRIC_TEXT = {
                                             + " besides NVIDIA"),
     "cold_start_s": lambda c: (f"cold start {c.engine.cold_start_s.value:g} s ({c.engine.cold_start_s.source})"
                                if c.engine.cold_start_s else "cold start not published"),
+    "kv_precision": lambda c: f"KV {c.kv.id} at {c.kv.bytes_per_elem:g} B/elem",
+    "ctx": lambda c: f"{c.ctx:,} tokens per sequence",
 }
+
+
+def _kv_trade(p: _Planner, c: _Cand, ranked: list[_Cand]) -> str | None:
+    """What a priority that ranks KV precision traded for what: the speed a less precise KV
+    would have given (kept precision), or why a more precise one was not kept (memory binds)."""
+    keys = [k.metric for k in p.prio.rank]
+    if "kv_precision" not in keys:
+        return None
+    precise = [r for r in ranked if r.kv.bytes_per_elem > c.kv.bytes_per_elem + 0.1]
+    if precise:   # ranked lower: they serve less context, memory binds
+        r = max(precise, key=lambda r: (r.ctx, r.kv.bytes_per_elem))
+        return (f"KV {c.kv.id} instead of {r.kv.id}: memory binds; {_label(r)} serves only {r.ctx:,} of the "
+                f"{p.target_ctx:,} tokens ({r.fits[0].binding}).")
+    others = [kv for kv in c.engine.plan_kv_dtypes if kv.bytes_per_elem > c.kv.bytes_per_elem + 0.1]
+    if others:
+        why = next((m for k, m in p.layout_misses.items() if k[:2] == (c.engine.id, c.quant.id)
+                    and any(k[2] == kv.id for kv in others)), None)
+        return (f"KV {c.kv.id}: memory binds, no more precise KV type of {c.engine.id} serves "
+                f"{p.target_ctx:,} tokens" + (f" {why}" if why else "") + ".")
+    tol = next((k.tolerance for k in p.prio.rank if k.metric == "decode_tps"), 0.0)
+    faster = [r for r in ranked if r.kv.bytes_per_elem < c.kv.bytes_per_elem - 0.1 and r.ctx >= c.ctx
+              and r.metrics.get("decode_tps", 0.0) > c.metrics.get("decode_tps", 0.0) + tol]
+    if faster:
+        r = max(faster, key=lambda r: r.metrics["decode_tps"])
+        a, b = c.metrics["decode_tps"], r.metrics["decode_tps"]
+        saved = c.metrics["gpu_bytes"] - r.metrics["gpu_bytes"]
+        return (f"KV precision kept: {c.kv.id} ({c.kv.bytes_per_elem:g} B/elem) at {a:.0f} t/s, where "
+                f"{_label(r)} ({r.kv.id}, {r.kv.bytes_per_elem:g} B/elem) would decode {b:.0f} t/s "
+                f"(+{(b / a - 1) * 100 if a else 0:.0f}%) with {gib(abs(saved), 1)} "
+                f"{'less' if saved >= 0 else 'more'} memory; memory does not bind here, so the cache stays precise.")
+    return (f"KV {c.kv.id} ({c.kv.bytes_per_elem:g} B/elem): the most precise KV type, "
+            "and no less precise one decodes faster.")
 
 
 def _label(c: _Cand) -> str:
@@ -47,7 +81,7 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
     comps = sorted(busiest.components, key=lambda x: -x.bytes)[:4]
     reasons = [
         f"priority {p.prio.id}: {p.prio.maximise}; here " +
-        "; ".join(_METRIC_TEXT[k.metric](c) for k in p.prio.rank[:2]) + ".",
+        "; ".join(_METRIC_TEXT[k.metric](c) for k in [k for k in p.prio.rank if k.metric != "ctx"][:2]) + ".",
         f"quant {q.id} ({q.format}): {q.size_gb:g} GB on disk ({q.size_source or 'catalog'}); "
         f"quality tier {q.quality.tier}"
         + (f", mean KLD {q.quality.kld:g}" if q.quality.kld is not None else "") + f" — {q.quality.source}.",
@@ -86,6 +120,9 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
                        f"(per-stream scaling {e.multi_gpu.scaling:g}: {e.multi_gpu.source}).")
     cold = f"{e.cold_start_s.value:g} s ({e.cold_start_s.source})" if e.cold_start_s else "not published"
     reasons.append(f"engine {e.id}: status {e.status}, API parity {e.api_parity}, cold start {cold}.")
+    kv_trade = _kv_trade(p, c, ranked) if idx == 0 else None
+    if kv_trade:
+        reasons.append(kv_trade)
     # compare with the best alternative of a different layout / engine, with numbers
     if idx == 0 and len(ranked) > 1:
         alt = next((r for r in ranked[1:] if (r.engine.id, r.quant.id) != (e.id, q.id)), ranked[1])
