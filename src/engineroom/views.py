@@ -202,6 +202,10 @@ def started_lines(state: ServerState, picked_port: bool) -> Lines:
             for c in state.changes or ()]
     out.append(_markup(f"[green]ready[/] {escape(state.model)} at {state.url} (pid {state.pid}, "
                        f"healthy after {took:.1f} s)"))
+    placed = state.memory.get("placement") or {}
+    if placed.get("detail"):      # the engine's placement against the plan's (flows.serving.record_launch)
+        colour = {"as_planned": "green", "accepted": "yellow"}.get(str(placed.get("status")), "dim")
+        out.append(_markup(f"[{colour}]placement:[/] {escape(str(placed['detail']))}"))
     return out + memory_view(state.memory) + [Text(f"log: {state.log_path}")]
 
 
@@ -230,6 +234,7 @@ def recipe_lines(spec: LaunchSpec, argv: Sequence[str], pick: Pick | None, *, bi
     if pick is not None:
         lines.append(f"# {pick.source}")
         lines += [f"# note: {note}" for note in pick.notes]
+    lines += [f"# note: {note}" for note in spec.notes]   # what the adapter added beyond the options, and why
     lines += [f"{key}={shlex.quote(value)} \\" for key, value in spec.env.items()]
     lines.append(shlex.join(argv))
     if pick is not None and pick.missing_file:

@@ -16,7 +16,9 @@ the card says which check failed and why). The checks, each recomputed from raw 
   its wake-up lag p99 under ``CLIENT_LAG_LIMIT_MS``, the lag p99 of the event loop that reads the
   streams (concurrency, sweep, rate: ``aiostreams``) under ``CLIENT_LOOP_LAG_LIMIT_MS``, and its
   threads' mean run-queue wait per run under ``CLIENT_RUNQ_LIMIT_MS`` (``clientside.ClientMonitor``);
-- ``no_cpu_fallback``: on a host with a GPU, the engine's memory report names a GPU device;
+- ``no_cpu_fallback``: the engine placed the launch as its plan did (``placement.check_record`` on the
+  check stored with the launch: no layer, weights or KV on the host that the plan put on a GPU; a
+  smaller context or fewer slots only when accepted); no GPU and no check stored: PASS;
 - ``thinking_budget``: no request spent all of max_tokens thinking with no content.
 """
 
@@ -35,6 +37,7 @@ from engineroom.bench.suitestats import (
     is_silent,
     reasoning,
 )
+from engineroom.placement import check_record as placement_verdict
 
 __all__ = ["checklist", "is_valid"]
 
@@ -146,17 +149,16 @@ def checklist(groups: Mapping[str, Sequence[Mapping[str, Any]]], kept: Mapping[s
     host = conditions.get("host") if isinstance(conditions.get("host"), Mapping) else {}
     gpus = host.get("gpus") if isinstance(host, Mapping) else None
     memory = conditions.get("memory") if isinstance(conditions.get("memory"), Mapping) else {}
-    rows = memory.get("rows") if isinstance(memory, Mapping) else None
-    if isinstance(gpus, (list, tuple)) and not gpus:
+    placed = memory.get("placement") if isinstance(memory, Mapping) else None
+    if isinstance(placed, Mapping) and placed.get("status") not in (None, "unknown"):
+        # the launch's placement against its plan (flows.serving.placement_check), stored with the launch
+        out.append(_check("no_cpu_fallback", *placement_verdict(placed)))
+    elif isinstance(gpus, (list, tuple)) and not gpus:
         out.append(_check("no_cpu_fallback", "PASS", "no GPU on this host: the CPU is what was meant to run"))
-    elif isinstance(gpus, (list, tuple)) and rows:
-        on_gpu = any(str(r.get("component", "")).startswith("GPU") or "CUDA" in str(r.get("component", ""))
-                     for r in rows if isinstance(r, Mapping))
-        out.append(_check("no_cpu_fallback", "PASS" if on_gpu else "FAIL",
-                          "the engine's memory report names a GPU device" if on_gpu else
-                          "a GPU is present but the engine's memory report names none (CPU fallback?)"))
     else:
-        out.append(_check("no_cpu_fallback", "SKIP", "no host or engine memory report recorded to tell"))
+        why = (str(placed.get("detail")) if isinstance(placed, Mapping) and placed.get("detail") else
+               "no placement check was stored with the launch (a server engineroom did not start?)")
+        out.append(_check("no_cpu_fallback", "SKIP", why))
 
     exhausted = [r for r in every if not r.get("warmup") and reasoning(r)["thinking_exhausted"]]
     if exhausted:

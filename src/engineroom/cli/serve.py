@@ -67,10 +67,17 @@ def up(
     timeout: float | None = _TIMEOUT, engine: str | None = _ENGINE, kv: str | None = _KV, tp: int | None = _TP,
     priority: str | None = _PRIORITY, rig: str | None = _PLAN_RIG, from_plan: Path | None = _FROM_PLAN,
     pick: int = _PICKN, api_key_env: str | None = _KEY_ENV, api_key_file: Path | None = _KEY_FILE,
-    api_key: str | None = _KEY, docker: bool = _DOCKER, host: str | None = _HOST, json_out: bool = JsonOpt,
+    api_key: str | None = _KEY, docker: bool = _DOCKER, host: str | None = _HOST,
+    accept_placement: bool = typer.Option(
+        False, "--accept-placement",
+        help="Keep the server running when the engine places it otherwise than planned (layers or buffers on the "
+             "host, a smaller context, fewer slots); without it such a launch is stopped. The acceptance is "
+             "recorded with the launch."),
+    json_out: bool = JsonOpt,
 ) -> None:
-    """Start a managed server for MODEL and wait until it is healthy. With --priority (or --from-plan)
-    it launches the plan's pick; flags given as well override the plan. Extra engine args go after `--`."""
+    """Start a managed server for MODEL and wait until it is healthy and placed as planned. With --priority
+    (or --from-plan) it launches the plan's pick; flags given as well override the plan. Extra engine args go
+    after `--`."""
     from .. import flows
 
     opts = _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
@@ -82,7 +89,7 @@ def up(
     if docker or host is not None:
         _docker_up(model, opts, chosen, docker=docker, host=host, json_out=json_out)
         return
-    _start(flows.start, model, opts, json_out, pick=chosen)
+    _start(flows.start, model, opts, json_out, pick=chosen, accept_placement=accept_placement)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

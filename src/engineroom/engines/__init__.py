@@ -47,6 +47,7 @@ from .base import (
 
 if TYPE_CHECKING:
     from ..cpuprobe import CpuProbe
+    from ..placement import Placement
 
 T = TypeVar("T")
 
@@ -160,6 +161,12 @@ class Engine:
         """What the engine says it allocated, read from its log; None when it says nothing."""
         impl = self.impl
         return impl.memory_report(log_text) if isinstance(impl, base.ReportsMemory) else None
+
+    def placement_report(self, log_text: str) -> Placement | None:
+        """Where the engine put the model (layers, weights and KV per side, context, slots), read
+        from its log; None when it says nothing (the placement check then says unknown)."""
+        impl = self.impl
+        return impl.placement_report(log_text) if isinstance(impl, base.ReportsPlacement) else None
 
     def launch_settings(self, options: LaunchOptions, trained_ctx: int | None = None) -> dict[str, Any]:
         """The settings the engine will run with for ``options`` (its defaults filled in, e.g. the

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from ..cpuprobe import CpuProbe
+    from ..placement import Placement
 
 UNKNOWN_FAILURE = "unknown (see the log lines above)"   # what classify_failure says when no pattern matched
 
@@ -39,6 +40,7 @@ class LaunchSpec:
     health_path: str = "/health"
     engine_version: str = ""          # what the binary says of itself (`--version`)
     changes: tuple[dict, ...] = ()    # arguments engineroom added for this machine: {args, why, source}
+    notes: tuple[str, ...] = ()       # what the adapter rendered beyond the options, and why (recipe prints them)
     # a multi-node recipe (render_cluster): the node this command runs on (0 = the head) and
     # what it is there for ("ray head", "rank 1", "serve"); a one-machine launch leaves both
     node: int = 0
@@ -257,6 +259,11 @@ class HintsWhileWaiting(Protocol):       # default: None
 @runtime_checkable
 class ReportsMemory(Protocol):           # default: None (the engine says nothing)
     def memory_report(self, log_text: str) -> MemoryReport | None: ...
+
+
+@runtime_checkable
+class ReportsPlacement(Protocol):        # default: None (`up` records the placement as unknown)
+    def placement_report(self, log_text: str) -> Placement | None: ...
 
 
 @runtime_checkable

@@ -10,6 +10,7 @@ from ..errors import EngineroomError
 if TYPE_CHECKING:
     from ..arch import ModelArch
     from ..cpuprobe import CpuProbe
+    from ..placement import Check
 
 
 
@@ -67,3 +68,19 @@ def predict_memory(engine: str, arch: ModelArch | None, settings: dict, probe: C
     request.pop("cpu_features", None)
     request["basis"] = basis
     return Prediction(comps, request, rig.label or "this machine")
+
+
+def placement_check(engine: str, log_path: str, pred: Prediction | None, accept: bool = False) -> Check:
+    """The engine's placement (its adapter reads the launch's log) against the plan's (fit's prediction)."""
+    from pathlib import Path
+
+    from .. import engines
+    from ..placement import check, planned
+
+    plan = planned(pred.components, pred.request) if pred and not pred.why_none else None
+    try:
+        text = Path(log_path).read_text(errors="replace")
+    except OSError:
+        text = ""
+    actual = engines.adapter(engine).placement_report(text) if engines.has_adapter(engine) else None
+    return check(engine, plan, actual, accept=accept)

@@ -86,7 +86,7 @@ def run_conditions(info: ServerInfo) -> dict[str, object]:
             cond["launch_changes"] = list(state.changes)
         if state.memory.get("rows"):      # fit's prediction beside the engine's report, for the card
             cond["memory"] = {k: state.memory.get(k) for k in ("rows", "measured_source", "predicted_for",
-                                                                 "prediction_missing")}
+                                                                 "prediction_missing", "placement")}
         if state.engine_version:   # the binary's own --version beats a server's "b0-unknown"
             cond.update(engine_version=state.engine_version, engine_build_info=info.engine_version)
         model_file = Path(state.model_path)

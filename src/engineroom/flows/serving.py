@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import apikey, engines, launch, models
 from ..engines.base import LaunchOptions, LaunchSpec
-from ..errors import BadInput, EngineroomError, NotFound
+from ..errors import BadInput, EngineFailed, EngineroomError, NotFound
 from ..redaction import MASK, redact_data
 from ..refs import ModelRef
 from ..store import Store
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 from .host import host_summary
 from .picks import Pick
-from .prediction import Prediction, predict_memory
+from .prediction import Prediction, placement_check, predict_memory
 
 DEFAULT_PORT = 8080
 
@@ -234,13 +234,14 @@ def _read_arch(path: Path) -> ModelArch | None:
 def start(model_ref: str | ModelRef, *, timeout: float | None = None,
           on_wait: Callable[[str, float], None] | None = None,
           on_spawn: Callable[[int], None] | None = None, pick: Pick | None = None,
-          **options: Any) -> launch.ServerState:
-    """Pull if needed, check the engine for this machine, render its command line, start it; return once healthy."""
+          accept_placement: bool = False, **options: Any) -> launch.ServerState:
+    """Pull if needed, check the engine for this machine, render its command line, start it; return once
+    healthy and placed as planned (``accept_placement``: keep a launch the engine placed otherwise)."""
     if pick is not None and pick.missing_file:
         raise NotFound(pick.missing_file)
     prepared = prepare(model_ref, timeout=timeout, pick=pick, **options)
     state = _launch(prepared, timeout=timeout, on_wait=on_wait, on_spawn=on_spawn)
-    return record_launch(state, prepared)
+    return record_launch(state, prepared, accept_placement=accept_placement)
 
 
 def switch(model_ref: str | ModelRef, *, given: Sequence[str] = (), on_wait: Callable[[str, float], None] | None = None,
@@ -270,8 +271,11 @@ def switch(model_ref: str | ModelRef, *, given: Sequence[str] = (), on_wait: Cal
     return record_launch(state, prepared)
 
 
-def record_launch(state: launch.ServerState, prepared: Prepared) -> launch.ServerState:
-    """Keep fit's prediction beside what the engine reported, in the state file and the store."""
+def record_launch(state: launch.ServerState, prepared: Prepared, *,
+                  accept_placement: bool = False) -> launch.ServerState:
+    """Keep fit's prediction beside what the engine reported, in the state file and the store; a
+    launch the engine placed otherwise than planned (``placement_check``) is recorded, stopped and
+    refused in one sentence, unless ``accept_placement`` (then the acceptance is recorded)."""
     from ..memory import compare, rows_as_dicts
 
     pred = prepared.prediction
@@ -285,6 +289,8 @@ def record_launch(state: launch.ServerState, prepared: Prepared) -> launch.Serve
         "measured_source": state.memory.get("measured_source", ""),
         "rows": rows_as_dicts(compare(pred.components if pred else {}, measured)),
     }
+    placed = placement_check(state.engine, state.log_path, pred, accept_placement)
+    memory["placement"] = placed.as_dict()
     if prepared.pick is not None:
         memory["plan"] = {"source": prepared.pick.source, "row": {k: v for k, v in prepared.pick.plan.items()
                                                                    if k not in ("reasons", "tradeoffs")},
@@ -298,16 +304,22 @@ def record_launch(state: launch.ServerState, prepared: Prepared) -> launch.Serve
                 "host": host_summary(), **({"plan": memory["plan"]} if "plan" in memory else {}),
                 "fit_request": memory["fit_request"], "predicted_for": memory["predicted_for"],
                 # what the card's memory section reads, so `engineroom report RUN` shows the launch
-                "memory": {k: memory[k] for k in ("rows", "measured_source", "predicted_for", "prediction_missing")},
+                "memory": {k: memory[k] for k in ("rows", "measured_source", "predicted_for", "prediction_missing",
+                                                  "placement")},
             }), label=f"up {state.model}")
             for row in memory["rows"]:
                 store.add_record(run_id, "memory_component", row)
-            store.finish_run(run_id, "OK", {"memory": memory["rows"], "measured_source": memory["measured_source"],
-                                            "prediction_missing": memory["prediction_missing"] if not pred or
-                                            pred.why_none else ""})
+            store.add_record(run_id, "placement", placed.as_dict())
+            store.finish_run(run_id, "FAIL" if placed.status == "differs" else "OK",
+                             {"memory": memory["rows"], "measured_source": memory["measured_source"],
+                              "prediction_missing": memory["prediction_missing"] if not pred or pred.why_none else "",
+                              "placement": placed.status, "placement_detail": placed.detail})
         state = launch.update_state(state, launch_run_id=run_id)
     except (sqlite3.Error, OSError, EngineroomError):
         pass   # the server is up; a results store that cannot be written must not take it down
+    if placed.status == "differs":
+        stop()   # not what was planned: nothing keeps running under the plan's name
+        raise EngineFailed(placed.detail, detail=f"log: {state.log_path}")
     return state
 
 

@@ -57,6 +57,7 @@ from .server import (
     memory_report,
     normalise_metrics,
     normalise_timings,
+    placement_report,
     probe,
 )
 
@@ -78,6 +79,7 @@ __all__ = ["BINARY", "BUILD_TARGETS", "DEFAULT_SLOTS", "ENGINE", "ENV_BINARY", "
            "api_key_file_args", "api_key_file_in", "binary_version", "check_binary_cpu", "classify_failure",
            "cmake_options", "find_binary", "health_state", "install", "install_root", "installed", "known_flags",
            "launch_settings", "loads_refusal", "memory_report", "normalise_metrics", "normalise_timings",
+           "placement_report",
            "parse_help", "placeholder_binary", "probe", "render", "repack_disabled", "rope_scaling_arg",
            "rope_scaling_example", "spec_type_args", "split_api_key", "validate_argv", "write_build_info"]
 
@@ -91,7 +93,7 @@ if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and 
     class _Implements(_base.EngineAdapter[Binary], _base.ChecksBinaryCpu[Binary], _base.FindsRopeScaling,
                       _base.ShowsRopeScaling, _base.Repacks, _base.SplitsApiKey, _base.FindsApiKeyFile,
                       _base.RefusesModels,
-                      _base.ReportsMemory, _base.SettlesLaunch, _base.NormalisesMetrics,
+                      _base.ReportsMemory, _base.ReportsPlacement, _base.SettlesLaunch, _base.NormalisesMetrics,
                       _base.NormalisesTimings, _base.ListsInstalls, _base.Installs,
                       _base.HasPlaceholderBinary[Binary], _base.TellsBinaryVersion[Binary],
                       _base.ValidatesArgv[Binary], Protocol):

@@ -6,6 +6,7 @@ import re
 
 import httpx
 
+from ...placement import Placement
 from ..base import (
     UNKNOWN_FAILURE,
     Capabilities,
@@ -16,7 +17,7 @@ from ..base import (
     ServerInfo,
 )
 from ..llamacpp.server import FAILURE_PATTERNS as MAINLINE_FAILURES
-from ..llamacpp.server import FULL_LENGTH_BODY, MiB
+from ..llamacpp.server import FULL_LENGTH_BODY, MiB, PlacementLines, placement_from_log
 from ..llamacpp.server import METRIC_NAMES as MAINLINE_METRICS
 from .discovery import ENGINE
 
@@ -204,3 +205,26 @@ def normalise_metrics(text: str) -> dict[str, float]:
     except ValueError:
         return {}
     return out
+
+# --------------------------------------------------------------------------- where it put things
+# The fork's wording (tests/fixtures/ik_llamacpp/server.log): "llm_load_tensors: offloaded N/M layers
+# to GPU", "llama_init_from_model: n_ctx = N", "initializing slots | ... n_slots=N", "new slot | ...
+# n_ctx_slot=N". Its --fit is off unless asked (its --help), so nothing refits what engineroom sized.
+PLACEMENT_LINES = PlacementLines(
+    load_start=re.compile(r"llama_model_loader: loaded meta data"),
+    model_buffer=_BUFFER_LINES[0][1],
+    kv_buffer=_BUFFER_LINES[1][1],
+    layers=re.compile(r"llm_load_tensors: offloaded (\d+)/(\d+) layers to GPU"),
+    n_ctx=re.compile(rf"{_CTX}: n_ctx\s+=\s+(\d+)"),
+    n_seq_max=None,
+    slots=re.compile(r"initializing slots\b.*?\bn_slots=(\d+)"),
+    slot_ctx=re.compile(r"new slot\b.*?\bn_ctx_slot=(\d+)"),
+    changes=None,
+    source="ik_llama.cpp log: llm_load_tensors offloaded/buffer lines, llama_init_from_model n_ctx, the "
+           "server's n_slots and n_ctx_slot",
+)
+
+
+def placement_report(log_text: str) -> Placement | None:
+    """Where the fork put the model: layers offloaded, weights and KV per side, context and slots."""
+    return placement_from_log(log_text, PLACEMENT_LINES)

@@ -18,6 +18,7 @@ from .command import (
                       API_KEY_FLAG,
                       DEFAULT_KV_UNIFIED,
                       DEFAULT_SLOTS,
+                      FIT_FLAGS,
                       KV_CACHE_TYPES,
                       NO_REPACK,
                       ROPE_SCALING_FLAGS,
@@ -69,6 +70,7 @@ from .server import (
                       memory_report,
                       normalise_metrics,
                       normalise_timings,
+                      placement_report,
                       probe,
 )
 
@@ -80,14 +82,15 @@ TESTED = ("real: up -> verify -> bench on the CPU build in CI (tests/, SmolLM2-1
 # adapter may use (tests/test_adapters.py checks every string literal of src/ against them).
 OWN_NAMES = ("-np", "-nr", "--no-repack", "-kvu", "-no-kvu", "--kv-unified", "--no-kv-unified", "-ctk", "-ctv",
              "--cache-type-k", "--cache-type-v",
-             "-lv", "--rope-scale", "--rope-freq-scale", "--yarn-orig-ctx",
+             "-lv", "--rope-scale", "--rope-freq-scale", "--yarn-orig-ctx", *FIT_FLAGS,
              "predicted_per_second", "prompt_per_second", "predicted_ms", "predicted_n", "prompt_n",
              TIMINGS_FIELD, "ignore_eos", "chat_template_caps", "default_generation_settings", "n_ctx_train",
              "build_info",
              *METRIC_NAMES)
 
 __all__ = ["API_KEY_FILE_FLAG", "API_KEY_FLAG", "BINARY", "BUILD_TARGETS", "DEFAULT_KV_UNIFIED", "DEFAULT_SLOTS",
-           "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS", "FULL_LENGTH_BODY", "KV_CACHE_TYPES",
+           "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS", "FIT_FLAGS", "FULL_LENGTH_BODY",
+           "KV_CACHE_TYPES",
            "MANIFEST", "METRIC_NAMES", "NO_REPACK", "OWN_NAMES", "ROPE_SCALING_FLAGS", "SOURCE_PACKAGE",
            "SOURCE_VERSION", "TIMINGS_FIELD", "Binary", "MiB", "api_key_file_args", "api_key_file_in", "binary_version",
            "check_binary_cpu", "classify_failure", "cmake_options", "count_tokens", "compiled_cpu_features",
@@ -95,6 +98,7 @@ __all__ = ["API_KEY_FILE_FLAG", "API_KEY_FLAG", "BINARY", "BUILD_TARGETS", "DEFA
            "cpu_adjustments",
            "crash_fallback", "find_binary", "health_state", "install", "install_root", "installed",
            "launch_settings", "loads_refusal", "memory_report", "normalise_metrics", "normalise_timings",
+           "placement_report",
            "placeholder_binary", "probe", "relaunch_spec", "render", "repack_disabled", "rope_scaling_arg",
            "rope_scaling_example", "slots_and_unified", "soname_env", "split_api_key"]
 
@@ -108,7 +112,8 @@ if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and 
     class _Implements(_base.EngineAdapter[Binary], _base.AdjustsForCpu, _base.FallsBackAfterCrash, _base.RelaunchesSpec,
                       _base.ChecksBinaryCpu[Binary], _base.FindsRopeScaling, _base.ShowsRopeScaling,
                       _base.Repacks, _base.SplitsApiKey, _base.FindsApiKeyFile, _base.RefusesModels,
-                      _base.ReportsMemory, _base.SettlesLaunch, _base.NormalisesMetrics, _base.CountsTokens,
+                      _base.ReportsMemory, _base.ReportsPlacement, _base.SettlesLaunch, _base.NormalisesMetrics,
+                      _base.CountsTokens,
                       _base.NormalisesTimings, _base.ListsInstalls, _base.Installs,
                       _base.HasPlaceholderBinary[Binary], _base.RendersContainerCommand,
                       _base.TellsBinaryVersion[Binary], Protocol):

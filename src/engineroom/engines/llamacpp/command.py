@@ -187,6 +187,19 @@ KV_CACHE_TYPES = {"f16": "f16", "bf16": "bf16", "q8_0": "q8_0", "q5_1": "q5_1", 
                   "iq4_nl": "iq4_nl", "q4_1": "q4_1", "q4_0": "q4_0", "f32": "f32"}
 
 
+# llama-server fits "unset arguments" to free device memory by default (b11434 common/arg.cpp: -fit on,
+# --fit-target 1024 MiB per device; common/fit.cpp): when the launch would leave less than that free
+# on a GPU it moves layers, or MoE experts, to the host (it cannot shrink a -c given explicitly), and
+# without -c it shrinks the context; nothing in its answers says so. engineroom sizes every launch
+# itself (fit, with the CUDA context and workspace), so it turns that off and checks the placement the
+# engine logs after the launch (flows.serving.placement_check). A user's own fit flag wins.
+FIT_FLAGS = ("-fit", "--fit", "-fitt", "--fit-target", "-fitc", "--fit-ctx")
+FIT_OFF = ("-fit", "off")
+FIT_OFF_WHY = ("-fit off: llama.cpp's own fitting (on by default, leaving 1024 MiB free per GPU) would move "
+               "layers to the host or shrink the context where engineroom's plan packs the memory; engineroom "
+               "sized this launch and checks the engine's placement after it starts")
+
+
 def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     """The llama-server command line for ``options``; nothing is started here.
 
@@ -225,6 +238,10 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     if o.api_key_file:
         argv += api_key_file_args(o.api_key_file)
     argv += ["--metrics", "-lv", "4"]   # -lv 4: log model / KV / compute buffer sizes (the fit oracle)
+    notes: tuple[str, ...] = ()
+    if not _has_flag(extra, *FIT_FLAGS):
+        argv += list(FIT_OFF)
+        notes = (FIT_OFF_WHY,)
     for change in o.changes:
         argv += list(change.args)
     argv += extra
@@ -232,7 +249,7 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         engine=ENGINE, argv=tuple(argv), port=o.port, host=o.host, env=dict(binary.env),
         log_path=o.log_path, model=o.model_name or str(model_path), model_path=str(model_path),
         health_path="/health", engine_version=_version_or_blank(binary),
-        changes=tuple(c.as_dict() for c in o.changes),
+        changes=tuple(c.as_dict() for c in o.changes), notes=notes,
     )
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import httpx
 
+from ...placement import Placement
 from ..base import (
     UNKNOWN_FAILURE,
     Capabilities,
@@ -133,6 +135,76 @@ def memory_report(log_text: str) -> MemoryReport | None:
               for dev, b in totals.items()]
     return MemoryReport(components=tuple(comps), source="llama-server -lv 4 buffer lines and its memory breakdown",
                         device="cuda" if gpu else "cpu")
+
+
+# --------------------------------------------------------------------------- where it put things
+@dataclass(frozen=True)
+class PlacementLines:
+    """The log lines a llama.cpp-family server states its placement in (each group 1: the value)."""
+
+    load_start: re.Pattern[str]       # the real load begins here (the last one: a fit dry run or crash comes first)
+    model_buffer: re.Pattern[str]     # (buffer type, MiB)
+    kv_buffer: re.Pattern[str]        # (buffer type, MiB)
+    layers: re.Pattern[str]           # (on GPU, total)
+    n_ctx: re.Pattern[str]
+    n_seq_max: re.Pattern[str] | None
+    slots: re.Pattern[str]
+    slot_ctx: re.Pattern[str]
+    changes: re.Pattern[str] | None   # the engine's own fitting saying what it changed
+    source: str
+
+
+PLACEMENT_LINES = PlacementLines(
+    load_start=re.compile(r"llama_model_loader: loaded meta data"),
+    model_buffer=_BUFFER_LINES[0][1],
+    kv_buffer=_BUFFER_LINES[1][1],
+    layers=re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU"),
+    n_ctx=re.compile(r"llama_context: n_ctx\s+=\s+(\d+)"),
+    n_seq_max=re.compile(r"llama_context: n_seq_max\s+=\s+(\d+)"),
+    slots=re.compile(r"initializing, n_slots = (\d+)"),
+    slot_ctx=re.compile(r"initializing, n_slots = \d+, n_ctx_slot = (\d+)"),
+    # common/fit.cpp (b11434): what -fit (on by default) changed, or why it had to
+    changes=re.compile(r"common_params_fit_impl: ((?:cannot meet free memory target|context size reduced"
+                       r"|with only dense weights|\s*- \S+ .*\d+ layers \(\s*\d+ overflowing\)).*)"),
+    source="llama-server log: load_tensors offloaded/buffer lines, llama_context n_ctx and n_seq_max, "
+           "the server's n_slots and n_ctx_slot, common_params_fit_impl",
+)
+
+
+def placement_from_log(log_text: str, lines: PlacementLines) -> Placement | None:
+    """Where a llama.cpp-family server put the model, from its log (None: it logged no load)."""
+    starts = [m.start() for m in lines.load_start.finditer(log_text)]
+    before, text = (log_text[:starts[-1]], log_text[starts[-1]:]) if starts else ("", log_text)
+    bufs = [(m.group(1), float(m.group(2))) for m in lines.model_buffer.finditer(text)]
+    if not bufs:
+        return None
+    gpu = any(b.startswith(_GPU_BACKENDS) for b, _ in bufs)
+    host_w = sum(mib for b, mib in bufs if not _on_gpu(b))     # mapped, pinned, repacked: all host memory
+    gpu_w = sum(mib for b, mib in bufs if _on_gpu(b))
+    host_kv = sum(float(m.group(2)) for m in lines.kv_buffer.finditer(text) if not _on_gpu(m.group(1)))
+    layers = lines.layers.search(text)
+
+    def first(rx: re.Pattern[str] | None) -> int | None:
+        m = rx.search(text) if rx is not None else None
+        return int(m.group(1)) if m else None
+
+    changes = tuple(m.group(1).strip() for m in lines.changes.finditer(before + text)) if lines.changes else ()
+    return Placement(
+        device="gpu" if gpu else "cpu",
+        layers_on_gpu=int(layers.group(1)) if layers else None,
+        layers_total=int(layers.group(2)) if layers else None,
+        gpu_weights_bytes=int(round(gpu_w * MiB)) if gpu else None,
+        host_weights_bytes=int(round(host_w * MiB)),
+        host_kv_bytes=int(round(host_kv * MiB)) if gpu else None,
+        ctx_total=first(lines.n_ctx), ctx_per_slot=first(lines.slot_ctx),
+        slots=first(lines.n_seq_max) or first(lines.slots),
+        engine_changes=changes, source=lines.source,
+    )
+
+
+def placement_report(log_text: str) -> Placement | None:
+    """Where llama-server put the model: layers offloaded, weights and KV per side, context and slots."""
+    return placement_from_log(log_text, PLACEMENT_LINES)
 
 
 # --------------------------------------------------------------------------- probing

@@ -55,6 +55,7 @@ from .server import (
     kv_capacity,
     memory_report,
     normalise_metrics,
+    placement_report,
     probe,
     wait_hint,
 )
@@ -79,7 +80,8 @@ __all__ = ["API_KEY_ENV", "CPU_KV_DTYPES", "DEFAULT_KVCACHE_SPACE_GIB", "ENGINE"
            "PACKAGE", "SERVER_MODULE", "SPEC_METHODS", "START_TIMEOUT_S", "TESTED", "VERSION", "VLLM_KV_DTYPES",
            "Binary", "binary_version", "check_spec_config", "classify_failure", "converted_dir", "find_binary",
            "health_state", "install", "installed", "kv_capacity", "kvcache_space_gib", "launch_settings",
-           "loads_refusal", "memory_report", "normalise_metrics", "placeholder_binary", "probe", "render",
+           "loads_refusal", "memory_report", "normalise_metrics", "placeholder_binary", "placement_report", "probe",
+           "render",
            "render_cluster", "serving_model", "validate_argv", "vllm_kv_dtype", "wait_hint"]
 
 
@@ -90,6 +92,7 @@ if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and 
     from .. import vllm as _self
 
     class _Implements(_base.EngineAdapter[Binary], _base.RefusesModels, _base.HintsWhileWaiting, _base.ReportsMemory,
+                      _base.ReportsPlacement,
                       _base.SettlesLaunch, _base.NormalisesMetrics, _base.ListsInstalls, _base.Installs,
                       _base.HasPlaceholderBinary[Binary], _base.TellsBinaryVersion[Binary],
                       _base.ValidatesArgv[Binary], _base.RendersCluster[Binary], _base.ConvertsModel,

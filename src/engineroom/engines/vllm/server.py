@@ -6,6 +6,7 @@ import re
 
 import httpx
 
+from ...placement import Placement
 from ..base import UNKNOWN_FAILURE, Capabilities, HealthState, MeasuredComponent, MemoryReport, ServerInfo
 from .discovery import ENGINE
 
@@ -86,6 +87,19 @@ def kv_capacity(log_text: str) -> dict[str, float] | None:
         out["pool_gib"] = float(s.group(1))
         out["ram_gib"] = float(s.group(2))
     return out
+
+
+def placement_report(log_text: str) -> Placement | None:
+    """vLLM's KV pool as a placement: the tokens its profiling left room for (``ctx_total``) and
+    max_model_len per sequence (``ctx_per_slot``), from its own "KV cache size" line. A pool under
+    ctx x slots serves fewer sequences at full length than planned (vLLM queues the rest)."""
+    found = list(_KV_TOKENS.finditer(log_text))      # a relaunch logs again: the last start wins
+    if not found:
+        return None
+    m = found[-1]
+    return Placement(device="cpu" if m.group(1).startswith("CPU") else "gpu",
+                     ctx_total=int(m.group(2).replace(",", "")), ctx_per_slot=int(m.group(3).replace(",", "")),
+                     source="vLLM log: 'KV cache size: N tokens, Maximum concurrency for C tokens per request'")
 
 
 def memory_report(log_text: str) -> MemoryReport | None:

