@@ -396,21 +396,25 @@ class OpenAIClient:
         result.timings = engines.timings_block(result.engine_fields) if result.engine_fields else None
         return result
 
-    def stream_chat(self, payload: dict[str, Any], timeout: float | None = None) -> StreamResult:
+    def stream_chat(self, payload: dict[str, Any], timeout: float | None = None,
+                    stall_s: float | None = None) -> StreamResult:
         """One streamed ``POST /v1/chat/completions`` (SSE), timed chunk by chunk.
 
         Sets ``stream`` and ``stream_options.include_usage``. ``timeout`` bounds the
-        connect, every read, and the whole stream's wall time.
+        connect, every read, and the whole stream's wall time; ``stall_s`` (shorter) bounds every
+        read alone: no byte for that long ends the stream with an error starting "stalled".
         """
         body = stream_body(payload)
         limit = self.timeout if timeout is None else float(timeout)
+        read = min(limit, float(stall_s)) if stall_s is not None and stall_s > 0 else limit
         result = StreamResult()
         tools = _ToolCallAssembler()
         result.t_request = time.perf_counter()
         deadline = result.t_request + limit
+        http_timeout = httpx.Timeout(limit, connect=min(limit, 10.0), read=read)
         try:
             with self._http.stream("POST", "/v1/chat/completions", json=body,
-                                   timeout=self._timeout(limit),
+                                   timeout=http_timeout,
                                    headers={"Accept": "text/event-stream"}) as response:
                 result.status = response.status_code
                 if response.status_code != 200:
@@ -424,8 +428,8 @@ class OpenAIClient:
                         result.error = result.error or f"stream still running after {limit:g} s; cut off"
                         break
         except httpx.TimeoutException:
-            result.error = (f"stream stalled: no data for {limit:g} s after {result.chunks} chunks"
-                            if result.status else f"no answer within {limit:g} s")
+            result.error = (f"stalled: no data for {read:g} s after {result.chunks} chunks"
+                            if result.status else f"no answer within {read:g} s")
         except httpx.HTTPError as exc:
             where = f"stream broke after {result.chunks} chunks: " if result.status else ""
             result.error = f"{where}{type(exc).__name__}: {exc}"

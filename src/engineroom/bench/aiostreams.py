@@ -82,6 +82,7 @@ class StreamDriver:
                  monitor: ClientMonitor | None = None) -> None:
         first = new_client()
         self.width, self.timeout_s = max(1, width), float(timeout_s)
+        self.stall_s: float | None = None      # the watchdog's limit for the next sends (no byte for that long)
         self.loop_lags_us: list[int] = monitor.loop_lags_us if monitor is not None else []
         if monitor is not None:
             monitor.loop_interval_s = LOOP_PROBE_S
@@ -134,7 +135,7 @@ class StreamDriver:
                 await asyncio.sleep(t_scheduled - time.perf_counter())
             sent_unix, t0 = time.time(), time.perf_counter()
             if self._pool is None:
-                result = await self._stream(payload, self.timeout_s)
+                result = await self._stream(payload, self.timeout_s, self.stall_s)
                 return Sent(result, sent_unix, t0, time.perf_counter())
             client = self._clients.pop()
             try:
@@ -145,12 +146,13 @@ class StreamDriver:
             finally:
                 self._clients.append(client)
 
-    async def _stream(self, payload: dict[str, Any], limit: float) -> StreamResult:
+    async def _stream(self, payload: dict[str, Any], limit: float, stall_s: float | None = None) -> StreamResult:
         """``OpenAIClient.stream_chat`` on this loop: same body, same bookkeeping, same errors."""
         assert self._http is not None
         body = json.dumps(stream_body(payload)).encode()
         result, tools, feed = StreamResult(), _ToolCallAssembler(), SSEFeed()
-        timeout = aiohttp.ClientTimeout(total=None, connect=min(limit, 10.0), sock_read=limit)
+        read = min(limit, stall_s) if stall_s else limit
+        timeout = aiohttp.ClientTimeout(total=None, connect=min(limit, 10.0), sock_read=read)
         result.t_request = time.perf_counter()
         deadline = result.t_request + limit
         try:
@@ -180,8 +182,8 @@ class StreamDriver:
                     except (TimeoutError, aiohttp.ClientError):
                         pass
         except TimeoutError:
-            result.error = (f"stream stalled: no data for {limit:g} s after {result.chunks} chunks"
-                            if result.status else f"no answer within {limit:g} s")
+            result.error = (f"stalled: no data for {read:g} s after {result.chunks} chunks"
+                            if result.status else f"no answer within {read:g} s")
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             where = f"stream broke after {result.chunks} chunks: " if result.status else ""
             result.error = f"{where}{type(exc).__name__}: {exc}"
@@ -249,6 +251,7 @@ def _round(spec: SuiteSpec, ctx: SuiteContext, driver: StreamDriver, n: int, tok
            index: int, warmup: bool, group: Mapping[str, Any]) -> None:
     """One round of ``n`` simultaneous streams on salted ``tokens``-token prompts, one scheduled send."""
     prompts = [haystack(ctx.salts(), tokens, ctx.count_tokens) for _ in range(n)]   # sized before the clock
+    driver.stall_s = ctx.stall_limit(tokens * n)      # n prompts share the engine's prefill
     t_sched = time.perf_counter() + SCHEDULE_AHEAD_S
     waits = [_submit(spec, ctx, driver, Workload(f"{spec.kind} N={n}", prompts[i].text, spec.max_tokens),
                      index=index, warmup=warmup, t_scheduled=t_sched,
@@ -330,6 +333,7 @@ def run_rate(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], None],
     prompts = [haystack(ctx.salts(), tokens, ctx.count_tokens) for _ in schedule]     # sized before the clock
     workers = max(1, min(spec.max_inflight, len(schedule)))
     with StreamDriver(ctx.new_client, workers, ctx.timeout_s, monitor) as driver:   # Ctrl-C: the rest is dropped
+        driver.stall_s = ctx.stall_limit(tokens * workers)
         t0 = time.perf_counter() + SCHEDULE_AHEAD_S
         waits = dict(_submit(spec, ctx, driver, Workload(f"rate {spec.rate:g}/s", prompts[i].text, spec.max_tokens),
                              index=i, warmup=False, t_scheduled=t0 + off,

@@ -46,6 +46,7 @@ from engineroom.bench.statistics import (
     MIN_DECODE_WINDOW_FRACTION,
     decode_rate,
 )
+from engineroom.bench.watchdog import STALL_FLOOR_S, BenchAborted, Watchdog, stream
 from engineroom.bench.workloads import (
     DEFAULT_SUITE,
     SUITES,
@@ -101,6 +102,7 @@ class BenchPlan:
     sampler: Sampler = field(default_factory=Sampler)
     full_length: bool = False
     timeout_s: float = 600.0
+    stall_floor_s: float = STALL_FLOOR_S      # the watchdog's floor (``bench.watchdog``)
     # Merged into every request body, e.g. {"chat_template_kwargs": {"enable_thinking": False}}
     # from the thinking-switch detection; recorded in the conditions.
     extra_body: Mapping[str, Any] = field(default_factory=dict)
@@ -145,6 +147,7 @@ def bench_conditions(server: ServerInfo, plan: BenchPlan) -> dict[str, Any]:
             "full_length_reason": reason,
             "extra_body": dict(plan.extra_body),
             "timeout_s": plan.timeout_s,
+            "stall_floor_s": plan.stall_floor_s,
             "min_decode_window_fraction": MIN_DECODE_WINDOW_FRACTION,
         },
     }
@@ -219,6 +222,7 @@ class BenchResult:
     conditions: dict[str, Any]
     records: list[dict[str, Any]]
     summary: dict[str, Any]
+    aborted: dict[str, Any] | None = None     # why bench stopped sending (``watchdog.BenchAborted``), or None
 
     @property
     def status(self) -> str:
@@ -247,32 +251,43 @@ def run_bench(
     records: list[dict[str, Any]] = []
     total = len(plan.workloads) * (plan.warmup + plan.measured)
     done = 0
+    watchdog = Watchdog(floor_s=plan.stall_floor_s, timeout_s=plan.timeout_s)
+    aborted: dict[str, Any] | None = None
     if progress:
         progress(0, total, "starting")
-    for workload in plan.workloads:
-        payload = build_payload(server, plan, workload, body)
-        sent = _sent(plan, workload, body)
-        phases = [(True, i) for i in range(plan.warmup)] + [(False, i) for i in range(plan.measured)]
-        for warmup, index in phases:
-            sent_unix = time.time()
-            t0 = time.perf_counter()
-            try:
-                result = client.stream_chat(payload, timeout=plan.timeout_s)
-                record = measure_request(result, workload=workload, index=index, warmup=warmup,
-                                         sent=sent, sent_unix=sent_unix, server=server)
-            except Exception as exc:  # noqa: BLE001 - a client bug or transport failure becomes a failed request
-                record = BenchRequest(
-                    workload=workload.name, index=index, warmup=warmup, sent=dict(sent), sent_unix=sent_unix,
-                    status=None, error=f"{type(exc).__name__}: {exc}",
-                    end_us=round((time.perf_counter() - t0) * 1_000_000), arrivals_us=[],
-                    completion_tokens=None, prompt_tokens=None,
-                )
-            rec = record.to_dict()
-            records.append(rec)
-            if on_record:
-                on_record(rec)
-            done += 1
-            if progress:
-                phase = "warm-up" if warmup else "measured"
-                progress(done, total, f"{workload.name} {phase} {index + 1}")
-    return BenchResult(conditions=conditions, records=records, summary=statistics.summarize(records))
+    try:
+        for workload in plan.workloads:
+            payload = build_payload(server, plan, workload, body)
+            sent = _sent(plan, workload, body)
+            prompt_estimate = len(workload.prompt + (workload.system or "")) // 4
+            phases = [(True, i) for i in range(plan.warmup)] + [(False, i) for i in range(plan.measured)]
+            for warmup, index in phases:
+                sent_unix = time.time()
+                t0 = time.perf_counter()
+                stall = watchdog.limit(prompt_estimate)
+                try:
+                    result = stream(client, payload, plan.timeout_s, stall)
+                    record = measure_request(result, workload=workload, index=index, warmup=warmup,
+                                             sent=sent, sent_unix=sent_unix, server=server)
+                except Exception as exc:  # noqa: BLE001 - a client bug or transport failure becomes a failed request
+                    record = BenchRequest(
+                        workload=workload.name, index=index, warmup=warmup, sent=dict(sent), sent_unix=sent_unix,
+                        status=None, error=f"{type(exc).__name__}: {exc}",
+                        end_us=round((time.perf_counter() - t0) * 1_000_000), arrivals_us=[],
+                        completion_tokens=None, prompt_tokens=None,
+                    )
+                rec = record.to_dict()
+                records.append(rec)
+                if on_record:
+                    on_record(rec)
+                done += 1
+                if progress:
+                    phase = "warm-up" if warmup else "measured"
+                    progress(done, total, f"{workload.name} {phase} {index + 1}")
+                watchdog.observe(rec, stall_s=stall)
+    except BenchAborted as stop:
+        aborted = stop.record
+        if progress:
+            progress(done, total, f"stopped: {stop.reason}")
+    return BenchResult(conditions=conditions, records=records, summary=statistics.summarize(records),
+                       aborted=aborted)

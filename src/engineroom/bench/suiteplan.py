@@ -12,6 +12,7 @@ from engineroom.bench import agentic, sweep
 from engineroom.bench.arrivals import poisson_schedule
 from engineroom.bench.runner import StreamingClient
 from engineroom.bench.suites import DEPTH_HEADROOM, SuiteSpec, TokenCounter, fresh_salt, plan_depths
+from engineroom.bench.watchdog import STALL_FLOOR_S, Watchdog
 from engineroom.bench.workloads import Workload
 from engineroom.engines.base import ServerInfo
 from engineroom.errors import BadInput
@@ -35,12 +36,21 @@ class SuiteContext:
     streams: int | None = None                 # concurrency: the caller's explicit N
     extra_workloads: tuple[Workload, ...] = ()  # standard: the user's prompt file
     timeout_s: float = 600.0
+    stall_floor_s: float = STALL_FLOOR_S        # the watchdog's floor (``bench.watchdog``)
     records: list[dict[str, Any]] = field(default_factory=list)
+    watchdog: Watchdog | None = None            # made by ``suiterun.run_suite`` from the two above
 
     def store(self, kind: str, payload: dict[str, Any]) -> None:
+        """Keep one record (and emit it); a finished request then goes to the watchdog, which may
+        stop the run (``watchdog.BenchAborted``) once the record is safe."""
         self.records.append({"kind": kind, "payload": payload})
         if self.emit:
             self.emit(kind, payload)
+        if kind == "bench_request" and self.watchdog is not None:
+            self.watchdog.observe(payload)
+
+    def stall_limit(self, prompt_tokens: int | None) -> float | None:
+        return self.watchdog.limit(prompt_tokens) if self.watchdog is not None else None
 
 
 @dataclass
@@ -74,11 +84,16 @@ def suite_conditions(spec: SuiteSpec, ctx: SuiteContext) -> dict[str, Any]:
         "bench": {"suite": spec.name, "kind": spec.kind, "about": spec.about, "warmup": spec.warmup,
                   "measured": spec.measured, "max_tokens": spec.max_tokens, "sampler": asdict(spec.sampler),
                   "full_length_body": dict(server.capabilities.full_length_body),
-                  "full_length_reason": server.capabilities.reasons.get("full_length", ""),
+                  "full_length": True,
+                  "full_length_reason": server.capabilities.reasons.get("full_length", "") if
+                  server.capabilities.full_length_body else
+                  f"the engine ({server.engine}) declares no way to ask for full length; requests stop where the "
+                  "model stops",
                   "cv_threshold_pct": spec.cv_threshold_pct,
                   "agreement_tolerance_pct": spec.agreement_tolerance_pct,
+                  "itl_p99_ratio": spec.itl_p99_ratio,
                   "tokenizer": "engine" if ctx.count_tokens else "none (sizes estimated)",
-                  "timeout_s": ctx.timeout_s},
+                  "timeout_s": ctx.timeout_s, "stall_floor_s": ctx.stall_floor_s},
     }
     if spec.kind == "depth":
         out["bench"]["depths"] = plan_depths(spec.depths, server.n_ctx, spec.max_tokens, spec.near_end)

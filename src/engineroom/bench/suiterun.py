@@ -60,6 +60,7 @@ from engineroom.bench.suites import (
 )
 from engineroom.bench.suitestats import CLIENT_LOAD_KIND, cache_reuse, counters_delta
 from engineroom.bench.suitesummary import summarize_suite
+from engineroom.bench.watchdog import ABORT_KIND, BenchAborted, Watchdog, stream
 from engineroom.bench.workloads import Workload
 from engineroom.errors import BadInput
 
@@ -102,8 +103,10 @@ def _request(spec: SuiteSpec, ctx: SuiteContext, client: StreamingClient, worklo
     sent_unix = time.time()
     t0 = time.perf_counter()
     result, error = None, None
+    chars = sum(len(str(m.get("content") or "")) for m in payload.get("messages") or [] if isinstance(m, Mapping))
+    stall = ctx.stall_limit(chars // 4)
     try:
-        result = ctx_stream(client, payload, ctx.timeout_s)
+        result = ctx_stream(client, payload, ctx.timeout_s, stall)
     except Exception as exc:  # noqa: BLE001 - a transport failure becomes a failed request, as in the runner
         error = exc
     return request_record(spec, ctx, workload, index=index, warmup=warmup, extra=extra, sent=sent,
@@ -140,8 +143,8 @@ def request_record(spec: SuiteSpec, ctx: SuiteContext, workload: Workload, *, in
     return rec
 
 
-def ctx_stream(client: StreamingClient, payload: dict[str, Any], timeout: float) -> Any:
-    return client.stream_chat(payload, timeout=timeout)
+def ctx_stream(client: StreamingClient, payload: dict[str, Any], timeout: float, stall_s: float | None = None) -> Any:
+    return stream(client, payload, timeout, stall_s)
 
 
 def _phases(spec: SuiteSpec) -> list[tuple[bool, int]]:
@@ -269,6 +272,7 @@ def run_suite(spec: SuiteSpec, ctx: SuiteContext) -> SuiteResult:
     if before:
         ctx.store(METRICS_RECORD_KIND, {"when": "before", "counters": dict(before)})
     monitor = ClientMonitor()
+    ctx.watchdog = ctx.watchdog or Watchdog(floor_s=ctx.stall_floor_s, timeout_s=ctx.timeout_s)
     try:
         with monitor:
             if spec.kind == "depth":
@@ -282,6 +286,10 @@ def run_suite(spec: SuiteSpec, ctx: SuiteContext) -> SuiteResult:
                 _RUNNERS[spec.kind](spec, ctx, tick)
             else:
                 _run_standard(spec, ctx, tick)
+    except BenchAborted as stop:
+        ctx.store(ABORT_KIND, stop.record)
+        if ctx.progress:
+            ctx.progress(done, total, f"stopped: {stop.reason}")
     finally:
         ctx.store(CLIENT_LOAD_KIND, monitor.record())
         after = ctx.metrics() if ctx.metrics else None

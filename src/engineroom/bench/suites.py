@@ -147,6 +147,7 @@ class SuiteSpec:
     workloads: tuple[Workload, ...] = ()       # standard / spec: the prompts
     cv_threshold_pct: float = 10.0
     agreement_tolerance_pct: float = 1.0
+    itl_p99_ratio: float = 5.0                 # inter-token p99 over this many p50s: the engine paused (guards)
     turns: int = 12                            # agentic: turns per session (measured = sessions)
     tool_choice: str = "auto"                  # agentic: sent with the ten tools on every turn
     contexts: tuple[int, ...] = ()             # sweep: prompt sizes (empty: prompt_tokens)

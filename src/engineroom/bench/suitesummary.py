@@ -42,6 +42,7 @@ from engineroom.bench import statistics as st
 from engineroom.bench.agentic import STOP_KIND as AGENTIC_STOP_KIND
 from engineroom.bench.agentic import content_only, ttft_verdict
 from engineroom.bench.arrivals import goodput, request_latency
+from engineroom.bench.guards import STATUS_INVALID, extra_checks, failed_requests
 from engineroom.bench.integrity import checklist, is_valid
 from engineroom.bench.records import gaps_us
 from engineroom.bench.roofline import roofline
@@ -61,7 +62,6 @@ from engineroom.bench.sweep import SWEEP_CELL_KIND, knee, recommend
 
 __all__ = ["STATUS_INVALID", "agentic_figures", "is_suite_run", "round_figures", "summarize_suite", "sweep_figures"]
 
-STATUS_INVALID = "INVALID"
 # the checklist's cache rule per kind: sweep and rate send salted prompts, like concurrency
 _CHECKED_AS = {"sweep": "concurrency", "rate": "concurrency"}
 
@@ -188,6 +188,7 @@ def summarize_suite(records: Iterable[Mapping[str, Any]], conditions: Mapping[st
         extra["rate"] = goodput(measured, slo_ttft_ms=float(bench.get("slo_ttft_ms") or 0.0),
                                 slo_itl_ms=float(bench.get("slo_itl_ms") or 0.0),
                                 rate=float(bench["rate"]) if bench.get("rate") else None)
+    checks += extra_checks(records, keeps, kind, conditions)
     valid = is_valid(checks)
     status = st.run_status(reqs) if reqs else st.STATUS_NO_TOKENS
     if status == st.STATUS_OK and not valid:
@@ -206,7 +207,7 @@ def summarize_suite(records: Iterable[Mapping[str, Any]], conditions: Mapping[st
                         "(the next turn would not have fitted the context)")
     return {"status": status, "suite": bench.get("suite"), "kind": kind, "groups": figures,
             "speculative": spec, "client_load": load, "integrity": checks, "valid": valid, "warnings": warnings,
-            "counters": st.engine_counters(records), **extra}
+            "counters": st.engine_counters(records), "failed_requests": failed_requests(records), **extra}
 
 
 def _check(name: str, status: str, detail: str) -> dict[str, str]:

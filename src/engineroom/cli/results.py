@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..checks import CheckResult
+    from ..flows.runs import HostGuard
 
 from pathlib import Path
 
@@ -158,6 +159,16 @@ def bench(
     turns: int | None = typer.Option(None, "--turns", help="--suite agentic: turns per session (default 12)."),
     compare: tuple[int, int] = typer.Option((0, 0), "--compare", metavar="RUN_A RUN_B",
                                             help="Compare two stored bench runs: each delta with a noise band."),
+    stall_s: float | None = typer.Option(None, "--stall-s",
+                                         help="The floor of the stall limit: a request that gets no token for "
+                                              "this long (or the longer limit the run's own pace gives) stops the "
+                                              "run with the reason (default 30)."),
+    quiet_wait: float = typer.Option(60.0, "--quiet-wait",
+                                     help="Before measuring, wait up to S seconds for other processes to leave "
+                                          "the engine's and the client's cores, then refuse (0: refuse at once)."),
+    busy_ok: bool = typer.Option(False, "--busy-ok",
+                                 help="Measure on a busy machine anyway; the run is judged on the contention it "
+                                      "saw (INVALID above the limits)."),
     api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY,
     json_out: bool = JsonOpt,
 ) -> None:
@@ -177,6 +188,15 @@ def bench(
     if compare != (0, 0):
         _compare(compare, json_out)
         return
+    import dataclasses
+    import math
+
+    for flag, value in (("--stall-s", stall_s), ("--quiet-wait", quiet_wait)):
+        if value is not None and not (math.isfinite(value) and value >= (0 if flag == "--quiet-wait" else 1)):
+            least = "0 or more" if flag == "--quiet-wait" else "at least 1"
+            raise BadInput(f"{flag} must be a number of seconds, {least}, not {value}.")
+    host = flows.runs.HostGuard(wait_s=quiet_wait, busy_ok=busy_ok,
+                                say=None if json_out else lambda line: err_console.print(line, markup=False))
     chosen_name = suite_name.strip().lower()
     from ..bench.suites import SUITE_SPECS
     from ..bench.workloads import SUITES
@@ -197,7 +217,7 @@ def bench(
             raise BadInput(f"give --long or --suite {chosen_name}, not both.")
         _bench_suite(url, chosen_name, streams=streams, prompts=prompts, max_tokens=max_tokens, warmup=warmup,
                      runs=runs, depths=_depths(depths), prompt_tokens=prompt_tokens, api_key=api_key,
-                     api_key_env=api_key_env, json_out=json_out, modes=modes)
+                     api_key_env=api_key_env, json_out=json_out, modes=modes, stall_s=stall_s, host=host)
         return
     if streams is not None or prompts is not None or depths is not None or prompt_tokens is not None:
         raise BadInput("--streams, --prompts and --depths go with --suite concurrency / standard / depth.")
@@ -220,9 +240,11 @@ def bench(
     plan = BenchPlan(workloads=default_workloads(max_tokens, chosen.name),
                      warmup=chosen.warmup if warmup is None else warmup,
                      measured=chosen.measured if runs is None else runs, full_length=full_length)
+    if stall_s is not None:
+        plan = dataclasses.replace(plan, stall_floor_s=stall_s)
     with Store() as store, views.request_progress(err_console) as bar:
         task = bar.add_task("bench", total=None)
-        outcome = flows.bench(info, store, plan, api_key=key,
+        outcome = flows.bench(info, store, plan, api_key=key, host=host,
                               progress=lambda done, total, label: bar.update(task, completed=done, total=total,
                                                                              description=label))
         card = render_card(store.get_run(outcome.run_id), store.records(outcome.run_id))
@@ -237,7 +259,8 @@ def bench(
 def _bench_suite(url: str | None, name: str, *, streams: int | None, prompts: Path | None, max_tokens: int | None,
                  warmup: int | None, runs: int | None, depths: list[int] | None, prompt_tokens: int | None,
                  api_key: str | None, api_key_env: str | None, json_out: bool,
-                 modes: dict[str, float | int | None] | None = None) -> None:
+                 modes: dict[str, float | int | None] | None = None, stall_s: float | None = None,
+                 host: HostGuard | None = None) -> None:
     import math
 
     from .. import flows
@@ -271,7 +294,8 @@ def _bench_suite(url: str | None, name: str, *, streams: int | None, prompts: Pa
         task = bar.add_task(f"bench --suite {name}", total=None)
         outcome = flows.bench_suite(info, store, name, streams=streams, prompt_file=prompts, measured=runs,
                                     warmup=warmup, max_tokens=max_tokens, depths=depths, prompt_tokens=prompt_tokens,
-                                    api_key=key, **modes,  # type: ignore[arg-type]
+                                    api_key=key, stall_floor_s=stall_s, host=host,
+                                    **modes,  # type: ignore[arg-type]
                                     progress=lambda done, total, label: bar.update(task, completed=done, total=total,
                                                                                    description=label))
         card = render_card(store.get_run(outcome.run_id), store.records(outcome.run_id))

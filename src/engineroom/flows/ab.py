@@ -17,7 +17,7 @@ from typing import Any
 from .. import launch
 from ..errors import BadInput
 from ..store import Store
-from .runs import bench, connect, run_conditions
+from .runs import HostGuard, bench, connect, run_conditions
 from .serving import start, stop
 
 __all__ = ["ARM_KEYS", "ABOutcome", "ab", "boot_order", "parse_arm"]
@@ -100,7 +100,7 @@ def ab(store: Store, model: str, *, arm_a: Mapping[str, Any], arm_b: Mapping[str
                     "ab": {"arm": arm, "boot": boot, "order": order, "position": n, "arm_a": _jsonable(arm_a),
                            "arm_b": _jsonable(arm_b)}}
             run_id = store.start_run("bench", cond, label=f"ab arm {arm} boot {boot}: {model}")
-            outcome = bench(info, store, plan, run_id=run_id, progress=progress)
+            outcome = bench(info, store, plan, run_id=run_id, progress=progress, host=HostGuard(say=say))
             store.finish_run(run_id, outcome.summary.get("status", "OK"), outcome.summary)
             runs[arm].append(run_id)
         finally:

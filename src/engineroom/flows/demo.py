@@ -33,7 +33,7 @@ def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, 
     """pull -> up -> verify -> bench -> card -> down, all in one stored run."""
     from ..bench import BenchPlan, default_workloads
     from ..report import render_card
-    from .runs import _closing_run, bench, client_key, connect, run_conditions, verify
+    from .runs import HostGuard, _closing_run, bench, client_key, connect, run_conditions, verify
 
     say = say or (lambda _m: None)
     ref = models.resolve(model)          # resolved once; every stage below gets the same reference
@@ -54,7 +54,8 @@ def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, 
             say("verify")
             checked = verify(info, store, run_id=run_id, on_result=on_result, api_key=key)
             say("bench")
-            benched = bench(info, store, plan, run_id=run_id, progress=progress, api_key=key)
+            benched = bench(info, store, plan, run_id=run_id, progress=progress, api_key=key,
+                            host=HostGuard(say=say))
         status = "OK" if checked.failed == 0 and benched.summary.get("status") == "OK" else "FAILED"
         store.finish_run(run_id, status, {"verify_failed": checked.failed, "bench": benched.summary})
     finally:

@@ -235,11 +235,60 @@ def _recording(sampler: ResourceSampler, pid: int | None, store: Store, run_id: 
         store.add_record(run_id, RESOURCES_KIND, payload)
 
 
-def _sampling(info: ServerInfo, store: Store, run_id: int) -> contextlib.AbstractContextManager[None]:
-    """Sample GPU memory (NVML), the managed engine's process tree (USS and RSS) and the host while
-    the block runs, into the run's ``resources`` record."""
+def _engine_of(info: ServerInfo) -> EnginePid:
+    """The managed engine's pid, else the process listening on a loopback URL's port."""
+    pid = _managed_pid(info)
+    return EnginePid(pid) if pid is not None else listening_engine(info.url)
+
+
+def _sampling(info: ServerInfo, store: Store, run_id: int,
+              engine: EnginePid | None = None) -> contextlib.AbstractContextManager[None]:
+    """Sample GPU memory (NVML), the engine's process tree (USS, RSS and CPU: the managed server's,
+    or the one listening on a loopback URL's port), the host and its cores' contention while the
+    block runs, into the run's ``resources`` record."""
     from ..resources import ResourceSampler
 
-    pid = _managed_pid(info)
-    return _recording(ResourceSampler(pid), pid, store, run_id)
+    engine = engine or _engine_of(info)
+    return _recording(ResourceSampler(engine.pid), engine.pid, store, run_id, engine)
+
+
+def quiet_host(engine: EnginePid, *, wait_s: float, busy_ok: bool,
+               say: Callable[[str], None] | None = None) -> dict:
+    """A bench's pre-flight: what other processes take of the cores the engine and the client run
+    on (``resources.busy_now``). While it is over ``bench.guards.CONTENTION_MEAN_PCT``, wait up to
+    ``wait_s`` seconds (saying so every reading), then refuse in one sentence; ``busy_ok``: one reading,
+    no wait, no refusal (the run is judged on what it sees).
+    Returns the ``preflight`` record (the last reading, how long it waited)."""
+    import time
+
+    from ..bench.guards import CONTENTION_MEAN_PCT
+    from ..errors import BadInput
+    from ..resources import busy_now
+
+    def busy(r: dict) -> bool:
+        return float(r.get("others_pct") or 0.0) > CONTENTION_MEAN_PCT or \
+            float(r.get("steal_pct") or 0.0) > CONTENTION_MEAN_PCT
+
+    def who(r: dict) -> str:
+        top = ", ".join(f"{t['name']} (pid {t['pid']}) {t['cpu_pct']:.0f}%" for t in r.get("top") or [])
+        return f"other processes take {float(r.get('others_pct') or 0):.0f}% of the engine's and the client's " \
+               f"cores, steal {float(r.get('steal_pct') or 0):.0f}%" + (f"; the busiest: {top}" if top else "")
+
+    t0 = time.monotonic()
+    reading = busy_now(engine.pid, 1.0)
+    while busy(reading) and not busy_ok and time.monotonic() - t0 < wait_s:
+        if say:
+            say(f"the machine is busy: {who(reading)}; waiting for it to quiet down "
+                f"({time.monotonic() - t0:.0f} of {wait_s:g} s)")
+        reading = busy_now(engine.pid, 2.0)
+    waited = time.monotonic() - t0
+    if busy(reading) and not busy_ok:
+        raise BadInput(f"the machine is busy: {who(reading)} (limit {CONTENTION_MEAN_PCT:g}%, still after "
+                       f"{waited:.0f} s); a benchmark here would measure the contention, not the engine. Stop "
+                       "that work, give it longer with --quiet-wait S, or pass --busy-ok to measure anyway (the "
+                       "run is then judged on the contention it saw).")
+    if busy(reading) and say:
+        say(f"the machine is busy ({who(reading)}); measuring anyway (--busy-ok): the run is judged on it")
+    return {"reading": reading, "waited_s": round(waited, 1), "wait_s": wait_s, "busy_ok": busy_ok,
+            "limit_pct": CONTENTION_MEAN_PCT, "engine": engine.record if engine.pid is not None else None}
 

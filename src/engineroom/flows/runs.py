@@ -23,17 +23,19 @@ from .demo import DemoOutcome, demo
 from .engineproc import (
     RESOURCES_KIND,
     EnginePid,
+    _engine_of,
     _managed_pid,
     _recording,
     _sampling,
     _soak_memory,
     listening_engine,
+    quiet_host,
 )
 from .host import host_summary
 
 # demo and the engine-process / memory helpers live in flows.demo and flows.engineproc; re-exported here
 __all__ = [
-    "RESOURCES_KIND", "BenchOutcome", "DemoOutcome", "EnginePid", "VerifyOutcome", "bench", "bench_suite",
+    "RESOURCES_KIND", "BenchOutcome", "DemoOutcome", "EnginePid", "HostGuard", "VerifyOutcome", "bench", "bench_suite",
     "client_key", "connect", "demo", "listening_engine", "run_conditions", "verify", "verify_options",
 ]
 
@@ -91,12 +93,12 @@ def run_conditions(info: ServerInfo) -> dict[str, object]:
             cond.update(engine_version=state.engine_version, engine_build_info=info.engine_version)
         model_file = Path(state.model_path)
         if model_file.is_file():
-            cond["model_size_bytes"] = size = model_file.stat().st_size
+            cond["model_size_bytes"] = model_file.stat().st_size
+            # the served file's own digest (cached by path, size and mtime), never the catalog's copied
+            cond["model_sha256"] = digest = models.file_sha256(model_file)
             packaged = models.packaged_models().get(state.model)
-            if packaged and packaged.size == size:
-                cond["model_sha256"] = packaged.sha256          # checked when it was pulled
-            elif size <= 4 * 1024**3:
-                cond["model_sha256"] = models.sha256_file(model_file)
+            if packaged and packaged.sha256 != digest:
+                cond["model_sha256_catalog"] = packaged.sha256   # the file differs from the one pulled
     return redact_data(cond)      # argv and URL are stored: no secret may ride along
 
 
@@ -276,17 +278,37 @@ class BenchOutcome:
     summary: dict
 
 
+@dataclass(frozen=True)
+class HostGuard:
+    """The bench pre-flight's settings: wait up to ``wait_s`` for the machine to quiet down, then
+    refuse unless ``busy_ok`` (``engineproc.quiet_host``)."""
+
+    wait_s: float = 60.0
+    busy_ok: bool = False
+    say: Callable[[str], None] | None = None
+
+
 def bench(info: ServerInfo, store: Store, plan: BenchPlan, *, run_id: int | None = None,
-          progress: Callable[[int, int, str], None] | None = None, api_key: str | None = None) -> BenchOutcome:
-    """Run the bench plan, storing each request as it finishes; summary from the records."""
+          progress: Callable[[int, int, str], None] | None = None, api_key: str | None = None,
+          host: HostGuard | None = None) -> BenchOutcome:
+    """Run the bench plan, storing each request as it finishes; summary (with the quick / long
+    integrity checklist, ``bench.guards.summarize_bench``) from the stored records."""
     from ..bench import bench_conditions, run_bench
+    from ..bench.clientside import ClientMonitor
+    from ..bench.guards import PREFLIGHT_KIND, summarize_bench
+    from ..bench.suitestats import CLIENT_LOAD_KIND
+    from ..bench.watchdog import ABORT_KIND
     from ..client import OpenAIClient
 
+    host = host or HostGuard()
+    proc = _engine_of(info)
+    preflight = quiet_host(proc, wait_s=host.wait_s, busy_ok=host.busy_ok, say=host.say)
     conditions = {**bench_conditions(info, plan), **run_conditions(info)}
     own_run = run_id is None
     if run_id is None:
         run_id = store.start_run("bench", conditions)
     rid: int = run_id       # (for the closure: mypy does not narrow a captured variable)
+    store.add_record(rid, PREFLIGHT_KIND, preflight)
     engine = engines.adapter(info.engine) if engines.has_adapter(info.engine) else None
 
     def counters(when: str) -> None:
@@ -296,15 +318,23 @@ def bench(info: ServerInfo, store: Store, plan: BenchPlan, *, run_id: int | None
         if found:
             store.add_record(rid, "engine_metrics", {"when": when, "counters": found})
 
+    monitor = ClientMonitor()
     with _closing_run(store, rid), OpenAIClient(info.url, api_key=api_key) as client:
         counters("before")
-        with _sampling(info, store, rid):
-            result = run_bench(client, info, plan, progress=progress,
-                               on_record=lambda rec: store.add_record(rid, "bench_request", rec))
+        with _sampling(info, store, rid, proc):
+            try:
+                with monitor:
+                    result = run_bench(client, info, plan, progress=progress,
+                                       on_record=lambda rec: store.add_record(rid, "bench_request", rec))
+            finally:
+                store.add_record(rid, CLIENT_LOAD_KIND, monitor.record())
+        if result.aborted:
+            store.add_record(rid, ABORT_KIND, result.aborted)
         counters("after")
+    summary = summarize_bench(store.records(rid), conditions)
     if own_run:
-        store.finish_run(run_id, result.status, result.summary)
-    return BenchOutcome(run_id, result.summary)
+        store.finish_run(run_id, summary["status"], summary)
+    return BenchOutcome(run_id, summary)
 
 
 def _roofline_basis(info: ServerInfo, depths: Sequence[int]) -> dict:
@@ -314,7 +344,13 @@ def _roofline_basis(info: ServerInfo, depths: Sequence[int]) -> dict:
     from ..hardware import detect_rig
 
     state = launch.read_state()
-    model_path = state.model_path if state is not None and state.url == info.url else info.extra.get("model_path")
+    ours = state is not None and state.url == info.url
+    model_path = state.model_path if state is not None and ours else info.extra.get("model_path")
+    kv, kv_source = None, "assumed: the server was not launched by engineroom, so its KV type is not known"
+    if state is not None and ours:
+        request = state.memory.get("fit_request") if isinstance(state.memory, dict) else None
+        kv = request.get("kv_dtype") if isinstance(request, dict) else None
+        kv_source = "the launch's (its fit request)" if kv else "assumed: the launch recorded no KV type"
     rig = detect_rig()
     if rig.gpus:
         known = [g.bandwidth_gbs for g in rig.gpus if g.bandwidth_gbs]
@@ -322,8 +358,9 @@ def _roofline_basis(info: ServerInfo, depths: Sequence[int]) -> dict:
         source = "the GPU's datasheet bandwidth (catalog)"
     else:
         bw, source = rig.cpu_bandwidth_gbs, rig.cpu_bandwidth_source
-    return roofline_basis(str(model_path) if model_path else None, info.engine, None, info.n_ctx, bw, source,
-                          depths=depths)
+    basis = roofline_basis(str(model_path) if model_path else None, info.engine, kv, info.n_ctx, bw, source,
+                           depths=depths)
+    return {**basis, "kv_source": kv_source}
 
 
 def bench_suite(info: ServerInfo, store: Store, name: str, *, streams: int | None = None,
@@ -331,7 +368,7 @@ def bench_suite(info: ServerInfo, store: Store, name: str, *, streams: int | Non
                 max_tokens: int | None = None, depths: Sequence[int] | None = None, prompt_tokens: int | None = None,
                 turns: int | None = None, budget_s: float | None = None, rate: float | None = None,
                 duration_s: float | None = None, requests: int | None = None, slo_ttft_ms: float | None = None,
-                slo_itl_ms: float | None = None,
+                slo_itl_ms: float | None = None, stall_floor_s: float | None = None, host: HostGuard | None = None,
                 progress: Callable[[int, int, str], None] | None = None, api_key: str | None = None) -> BenchOutcome:
     """Run a longer suite (bench.suites: standard, depth, concurrency, spec, agentic, sweep, rate),
     storing each request as it finishes, with the engine's tokenizer, counters and slot count
@@ -375,13 +412,21 @@ def bench_suite(info: ServerInfo, store: Store, name: str, *, streams: int | Non
         count_tokens=(lambda text: engine.count_tokens(info.url, text, api_key=api_key)) if engine else None,
         metrics=(lambda: engine.metrics(info.url, api_key=api_key)) if engine else None,
         progress=progress, streams=streams, extra_workloads=extra)
+    if stall_floor_s is not None:
+        ctx.stall_floor_s = stall_floor_s
     if engine is not None and ctx.count_tokens and ctx.count_tokens("tokenizer probe") is None:
         ctx.count_tokens = None          # the engine has no tokenizer endpoint: sizes are estimated, and say so
     conditions = {**suite_conditions(spec, ctx), **run_conditions(info)}
     conditions["roofline"] = _roofline_basis(info, conditions["bench"].get("depths") or ())
+    from ..bench.guards import PREFLIGHT_KIND
+
+    host = host or HostGuard()
+    proc = _engine_of(info)
+    preflight = quiet_host(proc, wait_s=host.wait_s, busy_ok=host.busy_ok, say=host.say)
     run_id = store.start_run("bench", conditions, label=f"bench --suite {spec.name}")
+    store.add_record(run_id, PREFLIGHT_KIND, preflight)
     ctx.emit = lambda kind, payload: store.add_record(run_id, kind, payload)
-    with _closing_run(store, run_id), _sampling(info, store, run_id):
+    with _closing_run(store, run_id), _sampling(info, store, run_id, proc):
         result = run_suite(spec, ctx)
     from ..bench.suitesummary import summarize_suite
 

@@ -28,9 +28,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from engineroom.bench import statistics
+from engineroom.bench.guards import summarize_bench
 from engineroom.bench.suitesummary import is_suite_run as _is_suite_run
+from engineroom.bench.watchdog import ABORT_KIND
 from engineroom.redaction import redact
-from engineroom.report.cells import _bytes, _cell, _fmt
+from engineroom.report.cells import _bytes, _cell, _fmt, integrity_lines
 from engineroom.report.machine import _counters_section, _memory_section, _resources_section
 
 CHECK_RECORD_KIND = "check"
@@ -103,6 +105,8 @@ def _header(run: Mapping[str, Any], cond: Mapping[str, Any]) -> list[str]:
         model_bits.append(size)
     if cond.get("model_sha256"):
         model_bits.append(f"sha256 {str(cond['model_sha256'])[:12]}")
+    if cond.get("model_sha256_catalog"):   # the served file was changed after it was pulled
+        model_bits.append(f"NOT the catalog's {str(cond['model_sha256_catalog'])[:12]}")
     if model_name or model_bits:
         rows.append(("Model", f"{model_name or '?'}" + (f" ({', '.join(model_bits)})" if model_bits else "")))
     if cond.get("model") and model_path and cond.get("model") != model_name:
@@ -277,18 +281,23 @@ def _body_text(body: Mapping[str, Any]) -> str:
 
 def _bench_section(records: Sequence[Mapping[str, Any]], cond: Mapping[str, Any],
                    run: Mapping[str, Any] | None = None, summary: Mapping[str, Any] | None = None) -> list[str]:
-    summary = summary if summary is not None else statistics.summarize(records)
+    summary = summary if summary is not None else summarize_bench(records, cond)
     found = cond.get("bench")
     bench_cond: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     run = run or {}
     what = _what_ran(statistics.payloads(records), bench_cond)
-    status_line = f"Status: **{summary['status']}**"
+    status_line = f"Status: **{summary['status']}**" + (
+        "" if summary.get("valid", True) else " (a check of the integrity checklist failed; the result is kept and "
+                                              "marked)")
     if not what["complete"]:
         # the requests that did run may all be fine, but the bench is not: say what ran
         run_status = str(run.get("status") or "")
         stopped = run_status if run_status in ("INTERRUPTED", "ERROR", "running") else "INCOMPLETE"
         if run.get("end_reason"):
             stopped += f" ({run['end_reason']})"
+        aborts = [r.get("payload") or {} for r in records if r.get("kind") == ABORT_KIND]
+        if aborts:
+            stopped = f"STOPPED ({aborts[-1].get('reason') or 'bench stopped sending'})"
         status_line = (f"Status: **{stopped}**: {what['done']} of {what['planned_total']} planned requests ran "
                        f"({_ran_text(what)}); the figures below cover only those "
                        f"(those requests: {summary['status']}).")
@@ -316,6 +325,7 @@ def _bench_section(records: Sequence[Mapping[str, Any]], cond: Mapping[str, Any]
             lines.append(f"| {_cell(name)} | not run | n/a | n/a | n/a | n/a | n/a | n/a "
                          f"| {_fmt(max_by_name.get(name))} |")
     lines.append("")
+    lines += integrity_lines(summary.get("integrity") or [], summary.get("failed_requests") or [])
     lines.append("Client vs engine decode, same requests (client inter-token rate = "
                  "(tokens − 1) / (last token − first token), against the engine's rate over its own decode steps):")
     lines.append("")
@@ -405,7 +415,7 @@ def render_card(run: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) ->
         from engineroom.report.verifycard import soak_section, toolstream_section
 
         lines += soak_section(records) + toolstream_section(records)
-    summary = statistics.summarize(records)
+    summary = summarize_bench(records, cond)
     if bench_payloads and _is_suite_run(cond):     # --suite standard / depth / concurrency / spec
         from engineroom.report.suites import suite_section
 

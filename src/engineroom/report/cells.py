@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engineroom import units
@@ -25,3 +26,21 @@ def _bytes(n: Any) -> str:
 
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def integrity_lines(checks: Sequence[Mapping[str, Any]], failed: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The integrity checklist (each check PASS / FAIL / SKIP with its reason) and the errors
+    behind failed requests (one line per distinct error, with its count and first occurrence)."""
+    lines: list[str] = []
+    if checks:
+        lines += ["Integrity checklist:", ""]
+        for c in checks:
+            mark = {"PASS": "PASS", "FAIL": "⚠ FAIL", "SKIP": "SKIP"}.get(str(c.get("status")), str(c.get("status")))
+            lines.append(f"- {mark} {c.get('name')}: {c.get('detail')}.")
+        lines.append("")
+    if failed:
+        lines += ["Failed requests, by error:", ""]
+        for f in failed:
+            lines.append(f"- {f.get('count')} x {f.get('error')} (first: {f.get('first')})")
+        lines.append("")
+    return lines

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engineroom.bench.suitesummary import summarize_suite
+from engineroom.report.cells import integrity_lines
 
 __all__ = ["compare_text", "suite_section"]
 
@@ -81,11 +82,7 @@ def suite_section(records: Sequence[Mapping[str, Any]], cond: Mapping[str, Any],
                          f"{_ms(g['engine_prompt_tps'], 1)} | {_ms(g['decode_tps'])} | {_pct(g['inter_token_ms'])} | "
                          f"{_roof(g['roofline'])} |")
     lines.append("")
-    lines += ["Integrity checklist:", ""]
-    for c in s["integrity"]:
-        mark = {"PASS": "PASS", "FAIL": "⚠ FAIL", "SKIP": "SKIP"}.get(c["status"], c["status"])
-        lines.append(f"- {mark} {c['name']}: {c['detail']}.")
-    lines.append("")
+    lines += integrity_lines(s["integrity"], s.get("failed_requests") or [])
     notes: list[str] = []
     for name, g in s["groups"].items():
         rz = g["reasoning"]
@@ -106,7 +103,8 @@ def suite_section(records: Sequence[Mapping[str, Any]], cond: Mapping[str, Any],
         notes.append(f"Roofline n/a: {basis['not_available']}")
     elif basis:
         notes.append(f"Roofline: {basis.get('formula')}; {basis.get('quant')} weights "
-                     f"{basis.get('weights_bytes', 0) / 2**20:,.1f} MiB/token, KV {basis.get('kv_dtype')}; bandwidth "
+                     f"{basis.get('weights_bytes', 0) / 2**20:,.1f} MiB/token, KV {basis.get('kv_dtype')}"
+                     + (f" ({basis['kv_source']})" if basis.get("kv_source") else "") + "; bandwidth "
                      f"{basis.get('bandwidth_gbs')} GB/s ({basis.get('bandwidth_source')})")
     spec = s["speculative"]
     if spec.get("skip"):
@@ -122,6 +120,14 @@ def suite_section(records: Sequence[Mapping[str, Any]], cond: Mapping[str, Any],
     sizes = sorted({x for g in s["groups"].values() for x in g["sized_by"]})
     if sizes:
         notes.append("Prompts sized by: " + ", ".join(sizes) + "; every haystack salted afresh")
+    body = bench.get("full_length_body")
+    if isinstance(body, Mapping) and body:
+        sent = ", ".join(f"{k}: on" if v is True else f"{k} = {v}" for k, v in body.items())
+        notes.append(f"Full length: {sent} sent with every request, so each generates exactly max_tokens"
+                     + (f" ({bench['full_length_reason']})" if bench.get("full_length_reason") else ""))
+    elif "full_length_body" in bench:
+        notes.append(f"Full length: off ({bench.get('full_length_reason') or 'the engine declares no way to ask'}); "
+                     "a request may stop at end-of-sequence, and one under a quarter of max_tokens is left out")
     sampler = bench.get("sampler")
     if isinstance(sampler, Mapping):
         notes.append("Sampler sent on every request: " + ", ".join(f"{k} {v}" for k, v in sampler.items()))
