@@ -46,6 +46,7 @@ from .discovery import (
                       ENV_BINARY,
                       EXPECTED_BUILD,
                       MANIFEST,
+                      RELEASE,
                       SOURCE_PACKAGE,
                       SOURCE_VERSION,
                       Binary,
@@ -58,6 +59,7 @@ from .discovery import (
                       placeholder_binary,
                       soname_env,
 )
+from .flags import check_flags, known_flags, parse_help, validate_argv
 from .server import (
                       FAILURE_PATTERNS,
                       FULL_LENGTH_BODY,
@@ -88,7 +90,8 @@ OWN_NAMES = ("-np", "-nr", "--no-repack", "-kvu", "-no-kvu", "--kv-unified", "--
              "build_info",
              *METRIC_NAMES)
 
-__all__ = ["API_KEY_FILE_FLAG", "API_KEY_FLAG", "BINARY", "BUILD_TARGETS", "DEFAULT_KV_UNIFIED", "DEFAULT_SLOTS",
+__all__ = ["RELEASE", "check_flags", "known_flags", "parse_help", "validate_argv",
+           "API_KEY_FILE_FLAG", "API_KEY_FLAG", "BINARY", "BUILD_TARGETS", "DEFAULT_KV_UNIFIED", "DEFAULT_SLOTS",
            "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS", "FIT_FLAGS", "FULL_LENGTH_BODY",
            "KV_CACHE_TYPES",
            "MANIFEST", "METRIC_NAMES", "NO_REPACK", "OWN_NAMES", "ROPE_SCALING_FLAGS", "SOURCE_PACKAGE",
@@ -116,7 +119,7 @@ if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and 
                       _base.CountsTokens,
                       _base.NormalisesTimings, _base.ListsInstalls, _base.Installs,
                       _base.HasPlaceholderBinary[Binary], _base.RendersContainerCommand,
-                      _base.TellsBinaryVersion[Binary], Protocol):
+                      _base.TellsBinaryVersion[Binary], _base.ValidatesArgv[Binary], Protocol):
         """The protocol and the hooks this adapter implements (engines/base.py)."""
 
     _conforms: _Implements = _self
