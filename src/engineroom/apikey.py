@@ -167,6 +167,14 @@ def for_launch(*, api_key: str | None = None, api_key_env: str | None = None,
     return LaunchKey(refs, tuple(args), None, False, moved)
 
 
+def hidden_env(options: dict) -> tuple[str, ...]:
+    """The variables of engineroom's own environment an engine must not inherit: the one
+    ``--api-key-env`` names (the engine reads the key from its file; inherited, the key would show
+    in ``/proc/PID/environ``)."""
+    name = options.get("api_key_env")
+    return (str(name),) if name else ()
+
+
 def discard(key: LaunchKey) -> None:
     """Remove the file written for a launch that did not happen."""
     if key.written and key.file is not None:

@@ -3,18 +3,26 @@
 State (pid, port, argv, model, log path, start time) lives in one JSON file under
 ``paths.state_dir()`` so ``status``, ``logs`` and ``down`` work from another shell. The
 engine-specific parts (health semantics, failure classification) come from the adapter.
+
+The state file is not the only record: every engine engineroom starts carries ``MARK_ENV`` in
+its environment (the state folder, the engine, the model, the port: nothing secret), so when
+the state file cannot be read it is kept aside (``server.json.damaged-<time>``, never deleted)
+and the server is found again by its process and the port it listens on (``recover_state``);
+``status`` and ``down`` go on working. ``status`` shows the addresses the engine's processes
+really listen on (psutil), beside the one engineroom asked for.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,12 +30,13 @@ from typing import Any
 import httpx
 import psutil
 
-from . import paths
+from . import paths, serverproc
 from .engines import Engine, adapter
 from .engines.base import UNKNOWN_FAILURE, LaunchSpec
 from .errors import BadInput, EngineFailed, NotFound
 
 STATE_FILE = "server.json"
+DAMAGED_SUFFIX = ".damaged-"
 LOG_FILE = "server.log"              # the default log: kept after a failed start for `engineroom logs`
 
 
@@ -51,6 +60,8 @@ class ServerState:
     options: dict = field(default_factory=dict)         # the launch options as given (what `switch` keeps)
     memory: dict = field(default_factory=dict)          # measured (engine's report), predicted (fit), rows
     launch_run_id: int | None = None                    # the store's "launch" run holding the comparison
+    model_sha256: str = ""                              # the served file's own digest (models.file_sha256)
+    notes: list[str] = field(default_factory=list)     # what the user should know about this launch
 
     @property
     def url(self) -> str:
@@ -67,14 +78,43 @@ def last_log() -> Path:
 
 
 def read_state() -> ServerState | None:
+    """The managed server's state; a state file that cannot be read is kept aside and the server
+    found again by its process (``recover_state``), so it is never forgotten while it runs."""
     path = state_path()
     if not path.is_file():
         return None
     try:
-        return ServerState(**json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        return ServerState(**data)
     except (OSError, ValueError, TypeError):
-        path.unlink(missing_ok=True)   # a damaged state file describes nothing we can manage
+        pass
+    aside = path.with_name(f"{path.name}{DAMAGED_SUFFIX}{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        os.replace(path, aside)
+    except OSError:
+        return None                     # another process moved it first: it recovers the server
+    return recover_state(f"the state file {path} could not be read; it was kept as {aside}")
+
+
+def recover_state(why: str) -> ServerState | None:
+    """The managed server found by its process (``serverproc.find_marked``: the mark in its
+    environment names this state folder, and it listens on the mark's port); its state is written
+    again with ``why`` among its notes. None when no such process runs."""
+    found = serverproc.find_marked(paths.state_dir())
+    if found is None:
         return None
+    pid, mark, argv, created = found
+    state = ServerState(
+        pid=pid, port=int(mark["port"]), host=str(mark.get("host") or "127.0.0.1"), engine=str(mark["engine"]),
+        argv=argv, model=str(mark.get("model") or ""), model_path=str(mark.get("model_path") or ""),
+        log_path=str(mark.get("log_path") or last_log()), started_at=created, ready_at=created,
+        health_path=str(mark.get("health_path") or "/health"), engine_version=str(mark.get("engine_version") or ""),
+        proc_created=created,
+        notes=[f"{why}; the server was found again by its process (pid {pid}) and port {mark['port']}; "
+               "the options it was launched with are lost, so `switch` takes only what is given"],
+    )
+    _write_state(state)
+    return state
 
 
 def _write_state(state: ServerState) -> None:
@@ -206,6 +246,7 @@ def up(
     poll: float = 0.25,
     on_spawn: Callable[[int], None] | None = None,
     options: dict | None = None,
+    hide_env: Sequence[str] = (),
 ) -> ServerState:
     """Start ``spec`` in the background and return once its health endpoint says ready.
 
@@ -214,8 +255,12 @@ def up(
     process tree is stopped and the state file removed before the error propagates. If a
     signal kills the engine while loading and its adapter knows what to change for that
     (``crash_fallback``), it is relaunched once with the change, which the state records.
-    ``on_spawn(pid)`` is called as soon as each process exists.
+    ``on_spawn(pid)`` is called as soon as each process exists. ``hide_env``: variables of this
+    process's environment the engine must not inherit (the one ``--api-key-env`` names: the engine
+    reads its key from a file, so the key never shows in ``/proc/PID/environ``).
     """
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise BadInput(f"--timeout must be a positive number of seconds; got {timeout}.")
     current = read_state()
     if current and _ours(current):
         raise BadInput(
@@ -228,7 +273,7 @@ def up(
         timeout = engine.start_timeout
     try:
         return _up_once(spec, engine, timeout=timeout, on_wait=on_wait, poll=poll, on_spawn=on_spawn,
-                        options=options or {})
+                        options=options or {}, hide_env=hide_env)
     except EngineCrashed as crash:
         fallback = getattr(engine, "crash_fallback", None)
         change = fallback(spec.argv, crash.returncode) if fallback else None
@@ -242,7 +287,7 @@ def up(
         retry = engine.relaunch_spec(spec, change)
         try:
             return _up_once(retry, engine, timeout=timeout, on_wait=on_wait, poll=poll, on_spawn=on_spawn,
-                            options=options or {})
+                            options=options or {}, hide_env=hide_env)
         except EngineCrashed as second:
             raise EngineCrashed(f"{second} (it had already {describe_exit(crash.returncode).split(',')[0]} once; "
                                 f"the relaunch with {' '.join(change.args)} failed too)",
@@ -250,17 +295,23 @@ def up(
 
 
 def _up_once(spec: LaunchSpec, engine: Engine, *, timeout: float, on_wait: Callable[[str, float], None] | None,
-             poll: float, on_spawn: Callable[[int], None] | None, options: dict) -> ServerState:
+             poll: float, on_spawn: Callable[[int], None] | None, options: dict,
+             hide_env: Sequence[str] = ()) -> ServerState:
     if port_in_use(spec.host, spec.port):
         raise BadInput(f"port {spec.port} on {spec.host} is already in use; pick another with --port.")
     log_path = Path(spec.log_path or last_log())
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    env = {k: v for k, v in os.environ.items() if k not in hide_env}
+    env.update(spec.env)
+    env[serverproc.MARK_ENV] = serverproc.mark(
+        paths.state_dir(), engine=spec.engine, model=spec.model, model_path=spec.model_path, port=spec.port,
+        host=spec.host, health_path=spec.health_path, engine_version=spec.engine_version, log_path=str(log_path))
     with open(log_path, "wb") as log:
         try:
             proc = subprocess.Popen(
                 list(spec.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, **spec.env}, start_new_session=True,
+                env=env, start_new_session=True,
             )
         except OSError as exc:
             raise NotFound(f"cannot start {spec.argv[0]}: {exc.strerror}.") from None
@@ -379,6 +430,7 @@ class Status:
     state: ServerState | None
     health: str            # ready | loading | starting | error | stopped
     uptime_s: float | None
+    bound: tuple[str, ...] = ()   # host:port the engine's processes really listen on (psutil)
 
 
 def status() -> Status:
@@ -389,7 +441,7 @@ def status() -> Status:
         _clear_state()
         return Status(False, state, "stopped (process gone)", None)
     phase = adapter(state.engine).health_state(probe_health(state.url, state.health_path))
-    return Status(True, state, phase, time.time() - state.started_at)
+    return Status(True, state, phase, time.time() - state.started_at, tuple(serverproc.bound_addresses(state.pid)))
 
 
 def managed_url() -> str:
@@ -422,5 +474,5 @@ def follow(path: Path, poll: float = 0.5) -> Iterator[str]:
 
 __all__ = [
     "ServerState", "Status", "down", "follow", "free_port", "kill_tree", "managed_url",
-    "port_in_use", "read_state", "status", "tail", "up",
+    "port_in_use", "read_state", "recover_state", "status", "tail", "up",
 ]

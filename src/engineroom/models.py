@@ -56,6 +56,7 @@ __all__ = [
     "PackagedModel",
     "RefKind",
     "check_gguf",
+    "file_sha256",
     "is_hf_file",
     "list_cached",
     "local_model",
@@ -116,7 +117,12 @@ def resolve(ref: str | ModelRef) -> ModelRef:
 
 
 def check_gguf(path: Path) -> None:
-    """Refuse a file named as a GGUF that does not start with the GGUF magic, with one sentence."""
+    """Refuse a GGUF file engineroom can tell is damaged, with one sentence: not the GGUF magic,
+    a header that does not parse in full (the one header reader's own sentence), or a file shorter
+    than the tensors its header lists (cut off after the header): the least size the header's
+    layout allows (the last tensor's padding not counted), so an intact file is never refused."""
+    from .arch.gguf import read_gguf_header_local
+
     try:
         with open(path, "rb") as fh:
             magic = fh.read(4)
@@ -124,6 +130,59 @@ def check_gguf(path: Path) -> None:
         raise BadInput(f"cannot read {path} ({exc.strerror}).") from None
     if magic != GGUF_MAGIC:
         raise BadInput(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF').")
+    header = read_gguf_header_local(path)
+    align = header.kv.get("general.alignment", 32)
+    align = align if isinstance(align, int) and align > 0 else 32
+    sizes = [header.tensor_nbytes(name) for name in header.tensors]
+    pads = [-n % align for n in sizes]
+    # the data starts at the aligned end of the header; each tensor starts aligned (the last one's
+    # padding may be absent)
+    need = (-(-header.header_bytes // align) * align + sum(sizes) + sum(pads) - max(pads)) if sizes \
+        else header.header_bytes
+    size = path.stat().st_size
+    if size < need:
+        raise BadInput(f"{path} is a truncated GGUF file: its header lists {len(header.tensors)} tensors needing "
+                       f"at least {need:,} bytes, the file has {size:,}.")
+
+
+# --------------------------------------------------------------------------- served file's sha256
+SHA256_CACHE = "sha256.json"
+_SHA256_CACHE_ENTRIES = 256
+
+
+def file_sha256(path: Path, progress: Progress | None = None) -> str:
+    """The sha256 of the file at ``path``, computed once per (path, size, mtime) and cached in
+    ``cache_dir()/sha256.json``: a file changed in place (new size or mtime) is hashed again, so
+    what a card or a launch states is the served file's own digest, never the catalog's."""
+    import json
+
+    path = Path(path).resolve()
+    st = path.stat()
+    key = f"{path}|{st.st_size}|{st.st_mtime_ns}"
+    cache_file = paths.cache_dir() / SHA256_CACHE
+    try:
+        cache = json.loads(cache_file.read_text())
+        if not isinstance(cache, dict):
+            cache = {}
+    except (OSError, ValueError):
+        cache = {}
+    hit = cache.get(key)
+    if isinstance(hit, str) and re.fullmatch(r"[0-9a-f]{64}", hit):
+        return hit
+    if progress and st.st_size > 256 << 20:
+        progress(f"computing the sha256 of {path.name} ({st.st_size / (1 << 30):.1f} GiB, once per file version)")
+    digest = sha256_file(path)
+    cache = {k: v for k, v in cache.items() if not k.startswith(f"{path}|")}   # older versions of this file
+    cache[key] = digest
+    cache = dict(list(cache.items())[-_SHA256_CACHE_ENTRIES:])
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_name(f"{SHA256_CACHE}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache))
+        os.replace(tmp, cache_file)
+    except OSError:
+        pass   # a cache that cannot be written costs a re-hash next time, nothing else
+    return digest
 
 
 # --------------------------------------------------------------------------- pull

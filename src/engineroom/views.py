@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
 
 from rich.console import Console, RenderableType
 from rich.markup import escape
@@ -23,6 +24,8 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
+    TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -99,6 +102,39 @@ def built_line(name: str, manifest: Mapping[str, Any]) -> Text:
                    f"{install_summary(manifest)}: {where}")
 
 
+class BuildProgress:
+    """The progress of an engine build, as a bar on a terminal and a line per 10% in a pipe
+    or CI log (where a bar redrawn in place would be lost). Call it as the ``progress``
+    callback of ``install``."""
+
+    def __init__(self, name: str, expected: str, console: Console) -> None:
+        self.name, self.expected, self.console = name, expected, console
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+                            console=console, transient=not console.is_terminal)
+        self.task: TaskID | None = None
+        self.decile = -1
+
+    def __enter__(self) -> Self:
+        self.console.print(f"building {self.name} for this machine ({self.expected}); the full log is kept beside "
+                           "the build.", markup=False)
+        self.bar.__enter__()
+        self.task = self.bar.add_task(f"{self.name}: starting", total=1.0)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.bar.__exit__(kind, exc, tb)
+
+    def __call__(self, frac: float | None, msg: str) -> None:
+        assert self.task is not None, "BuildProgress is a context manager"
+        self.bar.update(self.task, completed=frac if frac is not None else None, description=escape(msg[:80]))
+        if frac is not None and int(frac * 10) < self.decile:
+            self.decile = -1                 # a new phase (download, then configure, then build)
+        if not self.console.is_terminal and frac is not None and int(frac * 10) > self.decile:
+            self.decile = int(frac * 10)     # a pipe or CI log gets a line per 10%
+            self.console.print(f"{self.name}: {frac:4.0%} {msg[:100]}", markup=False, highlight=False)
+
+
 def request_progress(console: Console) -> Progress:
     """The bar of bench and demo: requests done of planned, gone when the card prints."""
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -166,6 +202,7 @@ def started_lines(state: ServerState, picked_port: bool) -> Lines:
             for c in state.changes or ()]
     out.append(_markup(f"[green]ready[/] {escape(state.model)} at {state.url} (pid {state.pid}, "
                        f"healthy after {took:.1f} s)"))
+    out += [_markup(f"[yellow]note:[/] {escape(n)}") for n in state.notes]
     placed = state.memory.get("placement") or {}
     if placed.get("detail"):      # the engine's placement against the plan's (flows.serving.record_launch)
         colour = {"as_planned": "green", "accepted": "yellow"}.get(str(placed.get("status")), "dim")
@@ -178,7 +215,11 @@ def status_lines(st: Status) -> Lines:
     if not st.running or st.state is None:
         return [_markup(f"no managed server running ({st.health}).")]
     s = st.state
+    asked = f"{s.host}:{s.port}"
+    bound = [Text(f"listening on: {', '.join(st.bound)}" + ("" if asked in st.bound else f" (engineroom asked for "
+                                                              f"{asked})"))] if st.bound else []
     return [_markup(f"{escape(s.model)} on {s.url}: [bold]{st.health}[/] (pid {s.pid}, up {st.uptime_s:.0f} s)"),
+            *bound, *[_markup(f"[yellow]note:[/] {escape(n)}") for n in s.notes],
             Text("argv: " + " ".join(redact_argv(list(s.argv)))),
             *memory_view(s.memory),
             Text(f"log: {s.log_path}")]
@@ -190,7 +231,7 @@ def down_line(state: ServerState | None) -> Text:
     return Text(f"stopped {state.model} (pid {state.pid}, port {state.port}).")
 
 
-def recipe_lines(spec: LaunchSpec, argv: Sequence[str], pick: Pick | None, *, checked: str,
+def recipe_lines(spec: LaunchSpec, argv: Sequence[str], pick: Pick | None, *, binary_found: bool,
                  model_present: bool, model: str) -> list[str]:
     """``recipe``: a shell script (comments, environment, the command); print each line unwrapped,
     since a comment wrapped onto a second line would run as a command."""
@@ -203,7 +244,8 @@ def recipe_lines(spec: LaunchSpec, argv: Sequence[str], pick: Pick | None, *, ch
     lines.append(shlex.join(argv))
     if pick is not None and pick.missing_file:
         lines.append(f"# {pick.missing_file}")
-    lines.append(f"# {checked}")      # what the engine's own parser said (engines.argvcheck), or why not asked
+    if not binary_found:
+        lines.append(f"# {spec.engine} is not installed here: `engineroom engines install {spec.engine}`")
     if not model_present and not (pick is not None and pick.missing_file):
         lines.append(f"# the model is not downloaded yet: `engineroom models pull {model}`")
     return lines

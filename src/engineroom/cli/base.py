@@ -23,8 +23,7 @@ from pathlib import Path
 import typer
 
 from .. import __version__, views
-from ..output import console, err_console, print_json, to_jsonable
-from ..progress import WaitProgress
+from ..output import console, print_json, to_jsonable
 from ..redaction import redact_data
 
 app = typer.Typer(
@@ -68,6 +67,12 @@ def _launch_options(ctx: int | None, port: int | None, threads: int | None, para
                     engine: str | None = None,
                     kv: str | None = None, tp: int | None = None, api_key: str | None = None,
                     api_key_env: str | None = None, api_key_file: Path | None = None) -> dict[str, Any]:
+    import math
+
+    from ..errors import BadInput
+
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise BadInput(f"--timeout must be a positive number of seconds, not {timeout}.")
     opts = dict(ctx=ctx, port=port, threads=threads, parallel=parallel, kv_unified=kv_unified,
                 engine_bin=engine_bin, chat_template_file=chat_template_file, tools_template=tools_template,
                 timeout=timeout, extra_args=tuple(extra or ()), kv_dtype=kv, tp=tp,
@@ -139,9 +144,12 @@ def _start(fn: Callable[..., ServerState], model: str, opts: dict[str, Any], jso
     pick = extra.get("pick")
     if pick is not None and not json_out:
         _show(views.pick_lines(pick))
-    # a spinner on a terminal, progress lines in a pipe (vLLM's cold start is minutes of silence otherwise)
-    with WaitProgress(model, err_console) as waiting:   # stderr: --json's stdout stays one document
-        state = fn(model, say=waiting.say, on_wait=waiting.wait, **opts, **extra)
+    with console.status(f"starting {model}") as spin:
+        state = fn(
+            model, say=lambda msg: spin.update(msg),
+            on_wait=lambda phase, t: spin.update(f"{model}: {phase} ({t:.0f} s)"),
+            **opts, **extra,
+        )
     if json_out:
         print_json(redact_data(to_jsonable(state)))
     else:

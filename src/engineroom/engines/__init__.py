@@ -30,8 +30,7 @@ import httpx
 from .. import net, plugins
 from ..errors import EngineFailed, NotFound
 from ..plugins import GROUP, Problem
-from . import argvcheck, base
-from .argvcheck import ArgvCheck
+from . import base
 from .base import (
     Capabilities,
     EngineAdapter,
@@ -282,18 +281,11 @@ class Engine:
     def can_validate(self) -> bool:
         return isinstance(self.impl, base.ValidatesArgv)
 
-    def check_argv(self, argvs: Sequence[Sequence[str]],
-                   engine_bin: str | os.PathLike[str] | None = None) -> ArgvCheck:
-        """``argvs`` (rendered for here, another rig or an image) put to the parser of the engine
-        installed on this machine: accepted, rejected (the parser's sentence) or not validated
-        and why (``argvcheck``)."""
-        return argvcheck.check(self, argvs, engine_bin)
-
     @property
-    def release(self) -> str:
-        """The engine release engineroom installs and checks its flags against (the adapter's
-        ``RELEASE``): what a catalog image tag's ``{release}`` stands for; "" when it names none."""
-        return self._data("RELEASE", str, "")
+    def max_seqs(self) -> int:
+        """The most sequences (slots) one server of the engine takes (the adapter's ``MAX_SEQS``);
+        0 when the adapter states no limit."""
+        return self._data("MAX_SEQS", int, 0)
 
     def render_cluster(self, binary: EngineBinary, options: LaunchOptions, **cluster: Any) -> list[LaunchSpec]:
         """One LaunchSpec per node for a multi-node launch (``nodes``, ``gpus_per_node``,
@@ -402,7 +394,6 @@ def detect(url: str, timeout: float = 5.0, api_key: str | None = None) -> Server
     return ServerInfo(url=url, engine="unknown", model_id=model_id)
 
 
-__all__ = ["DEFAULT_ENGINE", "GROUP", "ArgvCheck",
-           "Capabilities", "Engine", "EngineAdapter", "EngineBinary", "HealthState",
+__all__ = ["DEFAULT_ENGINE", "GROUP", "Capabilities", "Engine", "EngineAdapter", "EngineBinary", "HealthState",
            "LaunchChange", "LaunchOptions", "LaunchSpec", "MemoryReport", "ServerInfo", "adapter", "all_engines",
            "detect", "has_adapter", "names", "problems", "reload", "timings_block", "timings_normaliser"]

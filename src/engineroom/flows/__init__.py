@@ -23,7 +23,8 @@ from .runs import (
     run_conditions,
     verify,
 )
-from .serving import DEFAULT_PORT, Prepared, check_ctx, check_port, prepare, record_launch, start, stop, switch
+from .serving import DEFAULT_PORT, Prepared, check_ctx, check_port, prepare, record_launch, start, stop
+from .switching import switch
 
 __all__ = ["DEFAULT_PORT", "BenchOutcome", "ComposeOutcome", "DemoOutcome", "DockerServer", "MissingFile", "Pick",
            "Prediction", "Prepared", "VerifyOutcome", "apply_pick", "bench", "bench_suite", "check_ctx", "check_port",

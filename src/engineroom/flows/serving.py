@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .. import apikey, engines, launch, models
 from ..engines.base import LaunchOptions, LaunchSpec
 from ..errors import BadInput, EngineFailed, EngineroomError, NotFound
-from ..redaction import MASK, redact_data
+from ..redaction import redact_data
 from ..refs import ModelRef
 from ..store import Store
 
@@ -47,6 +47,23 @@ def check_ctx(ctx: int | None, arch: ModelArch, extra_args: Sequence[str], adapt
     except BadInput as exc:
         example = adapter.rope_scaling_example(-(-ctx // max(arch.max_position or 1, 1)))
         raise BadInput(f"{str(exc).rstrip('.')}: engine arguments go after `--`, e.g. `-- {example}`.") from None
+
+
+def check_bind_args(spec: LaunchSpec, extra_args: Sequence[str]) -> None:
+    """Refuse engine arguments (after `--`) that change where the managed server listens: the
+    adapter renders the address and port engineroom asked for, and a second flag after them would
+    win unseen (``status`` and every client would look at 127.0.0.1 while the engine listened
+    elsewhere, 0.0.0.0 included). The flags are the ones the adapter itself put before the host and
+    the port in the rendered argv (the user's arguments come last), so no engine's flag is named here."""
+    extra = list(extra_args)
+    rendered = list(spec.argv[:len(spec.argv) - len(extra)] if extra else spec.argv)
+    flags = {rendered[i - 1] for i, token in enumerate(rendered)
+             if i > 0 and token in (spec.host, str(spec.port)) and rendered[i - 1].startswith("-")}
+    given = [a for a in extra if a in flags or a.split("=", 1)[0] in flags]
+    if given:
+        raise BadInput(f"{', '.join(sorted({a.split('=', 1)[0] for a in given}))} after `--` would change where the "
+                       "managed server listens unseen; give engineroom's --port instead (a managed server listens "
+                       "on 127.0.0.1, this machine only; another address goes through engineroom's own --host).")
 
 
 # --------------------------------------------------------------------------- prepare / start
@@ -120,6 +137,9 @@ def prepare(
         raise NotFound(f"engineroom has no adapter for {engine} yet, so it cannot launch it (it can launch: "
                        f"{', '.join(engines.names())}); `engineroom plan` still sizes it.")
     adapter = engines.adapter(engine)
+    if parallel is not None and adapter.max_seqs and parallel > adapter.max_seqs:
+        raise BadInput(f"--parallel {parallel} is more sequences than {engine} serves at once; give at most "
+                       f"{adapter.max_seqs}.")
     try:
         if container:
             raise NotFound(f"{engine} runs from its image")
@@ -180,6 +200,7 @@ def prepare(
             changes=tuple(changes), api_key_file=key.file,
         )
         spec = adapter.render(binary, lopts)
+        check_bind_args(spec, extra_args)
         cluster: tuple[LaunchSpec, ...] = ()
         if pick is not None and pick.cluster:
             # the commands run on the cluster's machines, not this one: the engine's plain name
@@ -202,29 +223,45 @@ def prepare(
     return Prepared(spec, options, prediction, pick, found, key=key, cluster=cluster)
 
 
-def _launch(prepared: Prepared, *, before: Callable[[], object] | None = None,
+def launch_prepared(prepared: Prepared, *, before: Callable[[], object] | None = None,
             **kwargs: Any) -> launch.ServerState:
     """launch.up for ``prepared``, keeping engineroom's key files in step: the new launch's file
     is removed if it does not start, the older launches' files once it has."""
     try:
         if before:
             before()
-        state = launch.up(prepared.spec, options=prepared.options, **kwargs)
+        state = launch.up(prepared.spec, options=prepared.options, hide_env=apikey.hidden_env(prepared.options),
+                          **kwargs)
     except BaseException:
         if prepared.key is not None:
             apikey.discard(prepared.key)
         raise
     apikey.keep_only(prepared.key.file if prepared.key else None)
+    served = Path(state.model_path)
+    if served.is_file():   # the served file's own digest, kept with the launch (cached by path, size and mtime)
+        try:
+            state = launch.update_state(state, model_sha256=models.file_sha256(served))
+        except OSError:
+            pass
     return state
 
 
 def _read_arch(path: Path) -> ModelArch | None:
     """The architecture from the model file's header, or None when engineroom cannot describe it
-    (the engine has the last word on such a file)."""
+    (the engine has the last word on such a file). A GGUF whose header does not parse in full, or
+    that is shorter than its tensors, is refused here (``models.check_gguf``'s sentence): nothing
+    is stopped or started for a damaged file."""
     from ..arch import arch_from_gguf
 
     if not path.is_file():
         return None
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise BadInput(f"cannot read {path} ({exc.strerror}).") from None
+    if magic == models.GGUF_MAGIC:
+        models.check_gguf(path)
     try:
         return arch_from_gguf(path)
     except (EngineroomError, OSError, ValueError):
@@ -240,35 +277,8 @@ def start(model_ref: str | ModelRef, *, timeout: float | None = None,
     if pick is not None and pick.missing_file:
         raise NotFound(pick.missing_file)
     prepared = prepare(model_ref, timeout=timeout, pick=pick, **options)
-    state = _launch(prepared, timeout=timeout, on_wait=on_wait, on_spawn=on_spawn)
+    state = launch_prepared(prepared, timeout=timeout, on_wait=on_wait, on_spawn=on_spawn)
     return record_launch(state, prepared, accept_placement=accept_placement)
-
-
-def switch(model_ref: str | ModelRef, *, given: Sequence[str] = (), on_wait: Callable[[str, float], None] | None = None,
-           pick: Pick | None = None, **options: Any) -> launch.ServerState:
-    """Start MODEL in the managed server's place: checked first, stopped only once the new one is ready to go.
-
-    Options the user did not give this time (``given`` lists the ones they did) are taken
-    from the running server's launch, extra engine arguments included, and so is its port.
-    """
-    current = launch.read_state()
-    previous = dict(current.options) if current and current.options else {}
-    merged = dict(options)
-    # a key given this time in any form (after `--` too) replaces the running server's reference whole
-    split = engines.adapter(merged.get("engine") or engines.DEFAULT_ENGINE).split_api_key
-    new_key = any(k in given for k in apikey.KEY_OPTIONS) or any(split(merged.get("extra_args") or ())[1:])
-    for key, value in previous.items():
-        if key in merged and key not in given and not (new_key and key in apikey.KEY_OPTIONS):
-            merged[key] = value
-    if current and "port" not in given:
-        merged["port"] = current.port
-    if "extra_args" not in given and MASK in (merged.get("extra_args") or ()):
-        raise BadInput("the running server's engine arguments held a secret, which engineroom does not keep; "
-                       "give them again after `--` (for an API key: --api-key-env VAR).")
-    timeout = merged.pop("timeout", None)
-    prepared = prepare(model_ref, timeout=timeout, pick=pick, **merged)
-    state = _launch(prepared, before=stop, timeout=timeout, on_wait=on_wait)
-    return record_launch(state, prepared)
 
 
 def record_launch(state: launch.ServerState, prepared: Prepared, *,
@@ -300,7 +310,8 @@ def record_launch(state: launch.ServerState, prepared: Prepared, *,
         with Store() as store:
             run_id = store.start_run("launch", redact_data({
                 "engine": state.engine, "engine_version": state.engine_version, "model": state.model,
-                "model_path": state.model_path, "argv": state.argv, "launch_changes": list(state.changes),
+                "model_path": state.model_path, "model_sha256": state.model_sha256,
+                "argv": state.argv, "launch_changes": list(state.changes),
                 "host": host_summary(), **({"plan": memory["plan"]} if "plan" in memory else {}),
                 "fit_request": memory["fit_request"], "predicted_for": memory["predicted_for"],
                 # what the card's memory section reads, so `engineroom report RUN` shows the launch

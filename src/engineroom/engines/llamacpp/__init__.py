@@ -18,6 +18,7 @@ from .command import (
                       API_KEY_FLAG,
                       DEFAULT_KV_UNIFIED,
                       DEFAULT_SLOTS,
+                      MAX_SEQS,
                       FIT_FLAGS,
                       KV_CACHE_TYPES,
                       NO_REPACK,
@@ -46,7 +47,6 @@ from .discovery import (
                       ENV_BINARY,
                       EXPECTED_BUILD,
                       MANIFEST,
-                      RELEASE,
                       SOURCE_PACKAGE,
                       SOURCE_VERSION,
                       Binary,
@@ -59,7 +59,6 @@ from .discovery import (
                       placeholder_binary,
                       soname_env,
 )
-from .flags import check_flags, known_flags, parse_help, validate_argv
 from .server import (
                       FAILURE_PATTERNS,
                       FULL_LENGTH_BODY,
@@ -90,8 +89,7 @@ OWN_NAMES = ("-np", "-nr", "--no-repack", "-kvu", "-no-kvu", "--kv-unified", "--
              "build_info",
              *METRIC_NAMES)
 
-__all__ = ["RELEASE", "check_flags", "known_flags", "parse_help", "validate_argv",
-           "API_KEY_FILE_FLAG", "API_KEY_FLAG", "BINARY", "BUILD_TARGETS", "DEFAULT_KV_UNIFIED", "DEFAULT_SLOTS",
+__all__ = ["API_KEY_FILE_FLAG", "API_KEY_FLAG", "BINARY", "BUILD_TARGETS", "DEFAULT_KV_UNIFIED", "DEFAULT_SLOTS", "MAX_SEQS",
            "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS", "FIT_FLAGS", "FULL_LENGTH_BODY",
            "KV_CACHE_TYPES",
            "MANIFEST", "METRIC_NAMES", "NO_REPACK", "OWN_NAMES", "ROPE_SCALING_FLAGS", "SOURCE_PACKAGE",
@@ -119,7 +117,7 @@ if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and 
                       _base.CountsTokens,
                       _base.NormalisesTimings, _base.ListsInstalls, _base.Installs,
                       _base.HasPlaceholderBinary[Binary], _base.RendersContainerCommand,
-                      _base.TellsBinaryVersion[Binary], _base.ValidatesArgv[Binary], Protocol):
+                      _base.TellsBinaryVersion[Binary], Protocol):
         """The protocol and the hooks this adapter implements (engines/base.py)."""
 
     _conforms: _Implements = _self

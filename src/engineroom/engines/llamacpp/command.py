@@ -29,6 +29,7 @@ from .discovery import ENGINE, MANIFEST, Binary, binary_version
 # using n_parallel = 4 and kv_unified = true", tools/server/server.cpp). engineroom always
 # passes the slot count and the unified setting explicitly, so `fit` sizes what runs.
 DEFAULT_SLOTS = 4
+MAX_SEQS = 256             # LLAMA_MAX_SEQ: llama_context refuses more ("n_seq_max must be <= 256")
 DEFAULT_KV_UNIFIED = True
 NO_REPACK = "-nr"          # --no-repack: weights stay in the mmapped file, no CPU_REPACK / AMX buffers
 

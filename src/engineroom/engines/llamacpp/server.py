@@ -46,6 +46,7 @@ FAILURE_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"failed to read magic|invalid magic|not a gguf|failed to load model|error loading model",
      "model file could not be loaded"),
     (r"couldn't bind|address already in use|bind\(\) failed", "port already in use"),
+    (r"n_seq_max must be <= \d+", "more sequences (--parallel) than llama.cpp serves at once"),
     (r"error while loading shared libraries|cannot open shared object", "missing shared library"),
 )
 

@@ -1,0 +1,268 @@
+"""Faults a new user meets (issue 17 items 2, 4, 5; issue 15 item 7): the managed server is never
+lost, provenance is checked, keys stay out of the engine's environment, every number is checked.
+
+The unit tests run in-process (typer's CliRunner); the ones that need a process boundary or the
+real llama-server (switch to a damaged file, a damaged state file, /proc/PID/environ) start it
+through the CLI, as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from typer.testing import CliRunner
+
+from engineroom import apikey, engines, launch, models
+from engineroom.cli import app
+from engineroom.engines.base import LaunchOptions
+from engineroom.errors import BadInput, EngineroomError
+from engineroom.flows import serving, switching
+
+from conftest import run_cli
+
+
+def _cli(*args: str, env: dict | None = None) -> tuple[int, str]:
+    """The command in-process: a user error's exit code and sentence as `engineroom` prints them."""
+    result = CliRunner().invoke(app, list(args), env=env)
+    if isinstance(result.exception, EngineroomError):
+        return result.exception.exit_code, str(result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result.exit_code, result.output
+
+
+@pytest.fixture()
+def own_state(tmp_path, monkeypatch) -> Path:
+    """A state folder of this test's own (the session's managed server lives in another)."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("ENGINEROOM_STATE_DIR", str(state))
+    return state
+
+
+# --------------------------------------------------------------------------- numbers at the CLI
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf"])
+def test_up_timeout_must_be_a_positive_finite_number(value, own_state):
+    code, text = _cli("up", "smollm2-135m", "--timeout", value)
+    assert code == 2 and text.startswith("--timeout must be a positive number of seconds"), text
+    assert launch.read_state() is None           # nothing started
+
+
+def test_logs_lines_cannot_be_negative(own_state):
+    code, text = _cli("logs", "-n", "-5")
+    assert code == 2 and text == "--lines must be 0 or more, not -5.", text
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_runs_limit_must_be_at_least_one(value, tmp_path, monkeypatch):
+    monkeypatch.setenv("ENGINEROOM_DATA_DIR", str(tmp_path / "data"))
+    code, text = _cli("runs", "-n", value)
+    assert code == 2 and text == f"--limit must be at least 1, not {value}.", text
+
+
+def test_an_unknown_bench_suite_lists_every_suite():
+    from engineroom.bench.suites import SUITE_SPECS
+    from engineroom.bench.workloads import SUITES
+
+    code, text = _cli("bench", "--suite", "nosuch")
+    assert code == 2 and "there is no bench suite 'nosuch'" in text
+    for name in (*SUITES, *SUITE_SPECS):
+        assert name in text, name
+
+
+def test_parallel_beyond_the_engines_limit_is_refused_before_launch(own_state):
+    limit = engines.adapter("llama.cpp").max_seqs
+    assert limit == 256                              # LLAMA_MAX_SEQ of llama.cpp
+    code, text = _cli("up", "smollm2-135m", "--parallel", "3000")
+    assert code == 2 and text == "--parallel 3000 is more sequences than llama.cpp serves at once; give at most 256."
+    assert launch.read_state() is None
+
+
+def test_the_engines_own_sequence_refusal_is_classified():
+    log = "llama_context: n_seq_max must be <= 256\nllama_init_from_model: failed to initialize the context"
+    assert engines.adapter("llama.cpp").classify_failure(log) == \
+        "more sequences (--parallel) than llama.cpp serves at once"
+
+
+# --------------------------------------------------------------------------- bind address
+@pytest.mark.parametrize("extra", [("--host", "0.0.0.0"), ("--host=127.0.0.2",), ("--port", "9999")])
+def test_extra_arguments_that_move_the_server_are_refused(extra):
+    adapter = engines.adapter("llama.cpp")
+    spec = adapter.render(adapter.placeholder_binary(None),
+                          LaunchOptions(model_path=Path("/m.gguf"), port=8123, extra_args=extra))
+    with pytest.raises(BadInput, match=r"after `--` would change where the managed server listens"):
+        serving.check_bind_args(spec, extra)
+    fine = ("-b", "1024", "--metrics")
+    spec = adapter.render(adapter.placeholder_binary(None),
+                          LaunchOptions(model_path=Path("/m.gguf"), port=8123, extra_args=fine))
+    serving.check_bind_args(spec, fine)           # other engine arguments pass
+
+
+# --------------------------------------------------------------------------- switch across engines
+def _state(**over) -> launch.ServerState:
+    base = dict(pid=os.getpid(), port=8123, host="127.0.0.1", engine="llama.cpp", argv=["llama-server"],
+                model="smollm2-135m", model_path="/m.gguf", log_path="/l.log", started_at=0.0,
+                options={"engine": "llama.cpp", "engine_bin": "/opt/llama/llama-server", "extra_args": ["-b", "1024"],
+                         "kv_dtype": "q4_0", "ctx": 1024, "threads": 2, "timeout": None})
+    base.update(over)
+    return launch.ServerState(**base)
+
+
+def test_switch_to_another_engine_carries_none_of_the_old_engines_own_options():
+    cli = dict(ctx=None, port=None, threads=None, engine_bin=None, extra_args=(), kv_dtype=None, engine="vllm",
+               api_key=None, api_key_env=None, api_key_file=None)
+    merged, left = switching.carried_options(cli, ["engine"], _state())
+    assert merged["engine"] == "vllm" and merged["engine_bin"] is None and merged["extra_args"] == ()
+    assert merged["kv_dtype"] is None
+    assert merged["ctx"] == 1024 and merged["threads"] == 2 and merged["port"] == 8123   # engine-neutral: kept
+    assert sorted(left) == ["engine_bin", "extra_args", "kv_dtype"]
+    same, left = switching.carried_options({**cli, "engine": None}, [], _state())   # the same engine keeps them all
+    assert same["engine"] == "llama.cpp" and same["engine_bin"] == "/opt/llama/llama-server" and not left
+    assert same["extra_args"] == ["-b", "1024"]
+
+
+# --------------------------------------------------------------------------- model files
+def test_a_truncated_gguf_is_refused_whole(smollm2_file, tmp_path):
+    data = smollm2_file.read_bytes()
+    for cut, why in ((50, "ends inside the header"), (len(data) // 2, "header lists"),
+                     (len(data) - 1, "header lists")):
+        broken = tmp_path / f"trunc{cut}.gguf"
+        broken.write_bytes(data[:cut])
+        with pytest.raises(BadInput, match=f"is a truncated GGUF file: .*{why}"):
+            models.check_gguf(broken)
+        with pytest.raises(BadInput, match="truncated GGUF"):   # what prepare reads: the error is not swallowed
+            serving._read_arch(broken)
+    models.check_gguf(smollm2_file)
+
+
+def test_the_served_files_sha256_is_its_own_and_follows_a_change_in_place(tmp_path):
+    f = tmp_path / "model.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 1000)
+    import hashlib
+
+    first = models.file_sha256(f)
+    assert first == hashlib.sha256(f.read_bytes()).hexdigest()
+    assert models.file_sha256(f) == first                          # cached (path, size, mtime)
+    f.write_bytes(b"GGUF" + b"\1" * 1000)                          # changed in place, same size
+    os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 1_000_000))
+    assert models.file_sha256(f) == hashlib.sha256(f.read_bytes()).hexdigest() != first
+
+
+@pytest.fixture(scope="module")
+def smollm2_file(tmp_path_factory) -> Path:
+    """A small whole GGUF written with the gguf package (two f32 tensors): only its layout matters here."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.ones((64, 256), dtype=np.float32))
+    writer.add_tensor("output.weight", np.ones((64, 256), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_the_key_variable_is_hidden_from_the_engine():
+    assert apikey.hidden_env({"api_key_env": "MY_KEY"}) == ("MY_KEY",)
+    assert apikey.hidden_env({"api_key_env": None}) == ()
+
+
+# --------------------------------------------------------------------------- the real llama-server
+def _up(*args: str, env: dict | None = None) -> dict:
+    proc = run_cli("up", "smollm2-135m", "--port", "0", "--ctx", "512", "-t", "2", "--parallel", "1", "--json",
+                   *args, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _state_env(state_dir: Path) -> dict:
+    return {"ENGINEROOM_STATE_DIR": str(state_dir)}
+
+
+def test_switch_to_a_damaged_gguf_keeps_the_old_server_and_a_failed_start_restores_it(
+        llama_server_binary, smollm2, tmp_path):
+    env = _state_env(tmp_path / "state")
+    before = _up(env=env)
+    try:
+        trunc = tmp_path / "trunc50.gguf"
+        trunc.write_bytes(smollm2.read_bytes()[: smollm2.stat().st_size // 2])
+        refused = run_cli("switch", str(trunc), timeout=120, env=env)
+        assert refused.returncode == 2 and "is a truncated GGUF file" in refused.stderr, refused.stderr
+        st = json.loads(run_cli("status", "--json", env=env).stdout)
+        assert st["running"] and st["state"]["pid"] == before["pid"]          # never stopped
+
+        # a file whose header is whole but which the engine refuses: the old server comes back
+        data = bytearray(smollm2.read_bytes())
+        key = b"general.architecture"
+        at = data.index(key) + len(key) + 4 + 8          # value type (u32), string length (u64)
+        assert data[at:at + 5] == b"llama"
+        data[at:at + 5] = b"llamx"
+        odd = tmp_path / "unknown-arch.gguf"
+        odd.write_bytes(bytes(data))
+        failed = run_cli("switch", str(odd), timeout=300, env=env)
+        assert failed.returncode == 3, failed.stderr
+        assert "the previous server (smollm2-135m) was restarted on port" in failed.stderr, failed.stderr
+        assert switching.SWITCH_FAILED_LOG in failed.stderr                    # the failed start's log is kept
+        st = json.loads(run_cli("status", "--json", env=env).stdout)
+        assert st["running"] and st["health"] == "ready" and st["state"]["port"] == before["port"]
+        assert st["state"]["model_path"] == before["model_path"] and st["state"]["pid"] != before["pid"]
+        assert any("restored after a failed switch" in n for n in st["state"]["notes"])
+    finally:
+        run_cli("down", env=env)
+
+
+def test_a_damaged_state_file_is_kept_aside_and_the_server_found_by_its_process(
+        llama_server_binary, smollm2, tmp_path):
+    state_dir = tmp_path / "state"
+    env = _state_env(state_dir)
+    server = _up(env=env)
+    try:
+        (state_dir / launch.STATE_FILE).write_text('{"pid": 12, "port": ')      # cut off mid-write
+        st = run_cli("status", "--json", env=env)
+        assert st.returncode == 0, st.stderr
+        found = json.loads(st.stdout)
+        assert found["running"] and found["state"]["pid"] == server["pid"] and found["state"]["port"] == server["port"]
+        assert f"127.0.0.1:{server['port']}" in found["bound"]               # what the engine really bound
+        assert any("could not be read; it was kept as" in n for n in found["state"]["notes"])
+        kept = list(state_dir.glob(f"{launch.STATE_FILE}{launch.DAMAGED_SUFFIX}*"))
+        assert kept and kept[0].read_text() == '{"pid": 12, "port": '       # kept, not deleted
+        down = run_cli("down", "--json", env=env)
+        assert down.returncode == 0 and json.loads(down.stdout)["stopped"] is True
+        assert not psutil.pid_exists(server["pid"]) or psutil.Process(server["pid"]).status() == psutil.STATUS_ZOMBIE
+    finally:
+        run_cli("down", env=env)
+
+
+def test_a_key_from_the_environment_never_reaches_the_engines_environment(llama_server_binary, smollm2, tmp_path):
+    env = {**_state_env(tmp_path / "state"), "H4_TEST_KEY": "k3y-from-the-env-5ecret"}
+    server = _up("--api-key-env", "H4_TEST_KEY", env=env)
+    try:
+        environ = Path(f"/proc/{server['pid']}/environ").read_bytes()
+        cmdline = Path(f"/proc/{server['pid']}/cmdline").read_bytes()
+        assert b"k3y-from-the-env-5ecret" not in environ and b"H4_TEST_KEY" not in environ
+        assert b"k3y-from-the-env-5ecret" not in cmdline
+        # the engine still wants the key: it reads it from its 0600 file
+        import httpx
+
+        url = f"http://127.0.0.1:{server['port']}/v1/models"
+        assert httpx.get(url, timeout=10, trust_env=False).status_code == 401
+        ok = httpx.get(url, timeout=10, trust_env=False, headers={"Authorization": "Bearer k3y-from-the-env-5ecret"})
+        assert ok.status_code == 200
+    finally:
+        run_cli("down", env=env)
+
+
+def test_no_traceback_for_bad_numbers_through_the_console_command(tmp_path):
+    """The process boundary: what a user's shell sees for `logs -n -5` (a traceback before)."""
+    proc = subprocess.run([sys.executable, "-m", "engineroom.cli", "logs", "-n", "-5"], capture_output=True,
+                          text=True, env={**os.environ, "ENGINEROOM_STATE_DIR": str(tmp_path / "s")}, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--lines must be 0 or more, not -5." in proc.stderr
