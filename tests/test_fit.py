@@ -551,8 +551,17 @@ def test_ctx_beyond_the_models_maximum_needs_rope_scaling():
     with pytest.raises(BadInput, match="rope-scaling"):
         check_ctx(a, 40000)
     check_ctx(a, 32768)
-    f = fit(a, _req(ctx=40000, rope_scaling="yarn"), CPU)
-    assert f.verdict == "fits" and any("RoPE scaling yarn" in n for n in f.notes)
+    # a bare type extends nothing (llama-server caps each slot at the trained length): refused, naming the factor
+    with pytest.raises(BadInput, match="without a scale factor does not extend it.*--rope-scaling yarn:2"):
+        fit(a, _req(ctx=40000, rope_scaling="yarn"), CPU)
+    with pytest.raises(BadInput, match="extends it to 65,536; use a factor of at least 3"):
+        check_ctx(a, 70000, "yarn:2")
+    with pytest.raises(BadInput, match="does not extend the context"):
+        check_ctx(a, 40000, "linear:1")
+    with pytest.raises(BadInput, match="must be a number"):
+        check_ctx(a, 40000, "yarn:x")
+    f = fit(a, _req(ctx=40000, rope_scaling="yarn:2"), CPU)
+    assert f.verdict == "fits" and any("RoPE scaling yarn:2" in n for n in f.notes)
 
 
 def test_shared_experts_are_counted_once():

@@ -63,6 +63,8 @@ def test_default_launch_buffers_match(bench, server, gguf_dir, name, ctx, kv):
     ("mqa", 2, "np"),
     ("swa-s", 2, "np-kvu"),
     ("dsv2", 2, "np+nr"),            # -nr: every weight stays in CPU_Mapped
+    ("moe-a3b", 1, "np"),            # issue 16: the experts' down output, wider than 2 x the active FFN
+    ("moe-wide", 2, "np"),           # the same with an FFN no wider than n_embd
 ])
 def test_explicit_slots_buffers_match(bench, server, gguf_dir, name, n_seqs, launch):
     meas = _check(bench, server, gguf_dir, name, 4096, "q8_0" if launch != "np+nr" else "f16", n_seqs, launch)

@@ -341,7 +341,9 @@ def test_ctx_beyond_max_positions_is_refused_unless_rope_scaling():
         plan(subject, parse_rig("1xH200"), ctx=maxpos + 1024, limit=1)
     with pytest.raises(BadInput, match=f"maximum of {maxpos:,} positions"):
         fit_one(subject, parse_rig("1xH200"), "llama.cpp", "Q8_0", "f16", maxpos + 1024)
-    plans = plan(subject, parse_rig("1xH200"), ctx=maxpos + 1024, limit=1, engine="llama.cpp", rope_scaling="yarn")
+    with pytest.raises(BadInput, match="without a scale factor does not extend it"):
+        plan(subject, parse_rig("1xH200"), ctx=maxpos + 1024, limit=1, engine="llama.cpp", rope_scaling="yarn")
+    plans = plan(subject, parse_rig("1xH200"), ctx=maxpos + 1024, limit=1, engine="llama.cpp", rope_scaling="yarn:2")
     assert plans and plans[0].ctx == maxpos + 1024
 
 

@@ -55,6 +55,9 @@ class Rig:
     # identical nodes of ``gpus`` each (a spec like 2x(8xH100)); ``gpus`` are ONE node's GPUs,
     # so tensor parallelism stays within a node and only pipeline stages cross nodes
     nodes: int = 1
+    # RAM the OS says a new process can have now (MemAvailable; detected rigs): what a CPU
+    # engine may use, where cpu_ram_bytes is the machine's total
+    cpu_ram_available_bytes: int | None = None
 
     @property
     def n_gpus(self) -> int:
@@ -386,7 +389,8 @@ def detect_rig(catalog: Catalog | None = None, probe: bool | None = None) -> Rig
     cat = catalog or load_catalog()
     cpu = cat.hardware_class("cpu")
     cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or os.cpu_count()
-    ram = int(psutil.virtual_memory().total)
+    vm = psutil.virtual_memory()
+    ram, available = int(vm.total), int(vm.available)
     model = cpu_model_name()
     threads = physical_cores() or cores
     bw = cpu.bandwidth_gbs if cpu else None
@@ -418,7 +422,7 @@ def detect_rig(catalog: Catalog | None = None, probe: bool | None = None) -> Rig
                cpu_bandwidth_gbs=bw, p2p=p2p, label="this machine",
                driver=driver, nvlink=nvlink, notes=tuple(notes), source="detected",
                cpu_model=model, cpu_threads=threads, cpu_bandwidth_source=bw_src,
-               cpu_bandwidth_by_threads=by_threads)
+               cpu_bandwidth_by_threads=by_threads, cpu_ram_available_bytes=available)
 
 
 def resolve_rig(spec: str | None, catalog: Catalog | None = None) -> Rig:
@@ -430,7 +434,7 @@ def resolve_rig(spec: str | None, catalog: Catalog | None = None) -> Rig:
 
 def with_free_memory_ignored(rig: Rig) -> Rig:
     """The same rig with detected free memory dropped (plan for an idle machine)."""
-    return replace(rig, gpus=tuple(replace(g, free_bytes=None) for g in rig.gpus))
+    return replace(rig, gpus=tuple(replace(g, free_bytes=None) for g in rig.gpus), cpu_ram_available_bytes=None)
 
 
 __all__ = ["GpuSpec", "Rig", "cpu_bandwidth", "cpu_model_name", "detect_rig", "physical_cores", "probe_copy_bandwidth",

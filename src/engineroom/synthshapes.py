@@ -82,6 +82,12 @@ def _shapes() -> dict[str, ModelArch]:
                             n_kv_heads=2, head_dim=128, intermediate_size=2048, rope_dim=32,
                             linear=LinearAttnSpec(n_key_heads=6, n_value_heads=12, key_head_dim=64,
                                                   value_head_dim=64, conv_kernel=4))
+    # ---- issue 16: MoE whose routed experts' down-projection output (n_active x n_embd per token)
+    # is wider than twice the active FFN width (Qwen3-30B-A3B: 8 x 2048 > 2 x 8 x 768) -------------
+    s["moe-wide"] = replace(_dense("moe-wide", "qwen3moe", 4, 1024, 16, 4, 64, 0), intermediate_size=None,
+                            moe=MoESpec(n_experts=32, n_experts_active=8, expert_intermediate_size=128))
+    s["moe-a3b"] = replace(_dense("moe-a3b", "qwen3moe", 4, 2048, 32, 4, 64, 0), intermediate_size=None,
+                           moe=MoESpec(n_experts=16, n_experts_active=8, expert_intermediate_size=768))
     return s
 
 

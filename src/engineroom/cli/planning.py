@@ -45,8 +45,8 @@ def plan(
     engine: str | None = typer.Option(None, "--engine", "-e", help="Only this engine."),
     top: int = typer.Option(5, "--top", "-n", help="How many ranked configs to show."),
     rope_scaling: str | None = typer.Option(None, "--rope-scaling",
-                                            help="RoPE scaling (yarn, linear): allows --ctx beyond the model's "
-                                                 "maximum positions."),
+                                            help="RoPE scaling and its factor (yarn:4, linear:2): allows --ctx up "
+                                                 "to the model's maximum positions x the factor."),
     json_out: bool = JsonOpt,
 ) -> None:
     """Ranked engine/quant/KV/context configs for MODEL on a rig, with one-line reasons.
@@ -107,8 +107,17 @@ def fit_cmd(
     rig: str = typer.Option(..., "--rig", help="Rig spec: 2x3090, 1xH200, cpu:64GB, m3max:128GB, 2x(8xH100) "
                                                 "(two nodes), or 'auto'."),
     rope_scaling: str | None = typer.Option(None, "--rope-scaling",
-                                            help="RoPE scaling (yarn, linear) the engine will run with: allows "
-                                                 "--ctx beyond the model's maximum positions."),
+                                            help="RoPE scaling and its factor the engine will run with (yarn:4, "
+                                                 "linear:2): allows --ctx up to the model's maximum x the factor."),
+    repack: bool = typer.Option(True, "--weights-repack/--no-weights-repack",
+                                help="llama.cpp on a CPU: the CPU backend's repacked weight copies (its default); "
+                                     "--no-weights-repack sizes a launch with repacking off."),
+    full_swa_cache: bool = typer.Option(False, "--full-swa-cache",
+                                        help="Sliding-window layers keep a full-size KV cache (llama.cpp's "
+                                             "full-size SWA option) instead of the window."),
+    ubatch: int | None = typer.Option(None, "--ubatch",
+                                      help="Physical batch in tokens (llama.cpp's micro-batch; default 512): it "
+                                           "sizes the compute buffer."),
     json_out: bool = JsonOpt,
 ) -> None:
     """One memory breakdown: per-device components, verdict and the largest fillable context."""
@@ -119,11 +128,16 @@ def fit_cmd(
     the_rig = resolve_rig(rig)
     subject = resolve_model(model)
     m, f = fit_one(subject, the_rig, engine, quant, kv, ctx, n_seqs=seqs, tp=tp, pp=pp, rope_scaling=rope_scaling,
+                   repack=repack, swa_full=full_swa_cache, ubatch=ubatch,
                    kv_unified=kv_unified)
     slots, unified = f.request.n_seqs, f.request.kv_unified
     # `up`'s own engine-neutral switch (cli/base.py _UNIFIED), read from its declaration
     on, off = _UNIFIED.param_decls[0].split("/")
     launch_line = f"engineroom up MODEL --ctx {ctx} --parallel {slots} {on if unified else off}"
+    asked = [what for what, given in (("weights repack off", not repack), ("a full-size SWA cache", full_swa_cache),
+                                      (f"a {ubatch}-token micro-batch", ubatch is not None)) if given]
+    if asked:   # the engine's own arguments for these go after `--` (its flags are its adapter's words)
+        launch_line += f" -- <{engine}'s arguments for {', '.join(asked)}>"
     if json_out:
         print_json({"model": m.id, **_model_facts(subject), "rig": the_rig.label, "slots": slots,
                     "kv_unified": unified, "launch": launch_line, "fit": f})

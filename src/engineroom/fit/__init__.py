@@ -63,7 +63,7 @@ from .llama_compute import (  # noqa: F401 - _ffn_width and the names outside __
 )
 from .memo import FitMemo
 from .pool import valid_tp
-from .request import GB, Component, Fit, FitRequest, GpuFit, MiB, Verdict
+from .request import GB, RAM_MARGIN_FRACTION, Component, Fit, FitRequest, GpuFit, MiB, Verdict, usable_ram
 from .search import Fitter, max_concurrency, max_context
 from .verdict import check_ctx, fit, need_bytes
 from .weights import WeightSplit, bits_per_weight, estimate_param_count, weight_split
@@ -77,5 +77,5 @@ __all__ = [
     "llama_cpu_compute_sim", "llama_cuda_compute", "llama_kv_bytes", "llama_kv_cells",
     "llama_kv_stream_cells", "llama_n_ctx", "max_concurrency", "max_context", "MiB", "need_bytes",
     "pool_kv_grow_per_card", "recurrent_state_bytes", "REPACK_TYPES_AVX2", "REPACK_X86", "repacked_tensors",
-    "valid_tp", "Verdict", "weight_split", "WeightSplit",
+    "valid_tp", "Verdict", "weight_split", "WeightSplit", "usable_ram", "RAM_MARGIN_FRACTION",
 ]

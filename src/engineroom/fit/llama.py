@@ -26,8 +26,14 @@ from .cpu_buffers import (
 from .engine import engine_spec
 from .kv import recurrent_state_bytes
 from .llama_cache import _masks, _pad, _slots_text, _ubatch, llama_kv_bytes
-from .llama_compute import _CUDA_RUNTIME, _cpu_compute_note, llama_cpu_compute, llama_cuda_compute
-from .request import Component, FitRequest, GpuFit
+from .llama_compute import (
+    _CUDA_RUNTIME,
+    _cpu_compute_note,
+    llama_cpu_compute,
+    llama_cpu_compute_sim,
+    llama_cuda_compute,
+)
+from .request import Component, FitRequest, GpuFit, usable_ram
 from .weights import WeightSplit, weight_split
 
 
@@ -52,7 +58,8 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
     r, s = recurrent_state_bytes(arch, req.n_seqs)
     output_buf = arch.vocab_size * 4 * req.n_seqs
     if not rig.gpus:  # CPU device: the RAM holds everything
-        cap = rig.cpu_ram_bytes or 0
+        cap, ram_how = usable_ram(rig)
+        notes.append(ram_how)
         comps: list[Component] = []
         feats, feat_src = cpu_features_for(req, rig)
         amx_on = req.repack and all(f in feats for f in AMX_FLAGS)
@@ -105,7 +112,8 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
         comps.append(Component("kv_cache", kv_total, kv_note))
         if r + s:
             comps.append(Component("recurrent_state", r + s, _rs_note(arch, req, r, s)))
-        comps.append(Component("compute", llama_cpu_compute(arch, req), _cpu_compute_note(arch, req)))
+        sim = llama_cpu_compute_sim(arch, req)    # the allocator replay, run once for the bytes and the note
+        comps.append(Component("compute", llama_cpu_compute(arch, req, sim), _cpu_compute_note(arch, req, sim)))
         comps.append(Component("output", output_buf, f"logits buffer: vocab {arch.vocab_size} x 4 B x "
                                                      f"n_seq_max {req.n_seqs} ({_slots_text(req)})"))
         if req.draft_bytes:

@@ -130,6 +130,16 @@ def _cpu_compute_terms(arch: ModelArch, req: FitRequest) -> tuple[int, int, floa
     else:
         units = 5 * e + (ff if 2 * ff > e else 0)
         how = f"5 x n_embd {e}" + (f" + ff {ff}" if 2 * ff > e else "")
+    if arch.moe is not None and arch.moe.n_experts_active * e > 2 * ff:
+        # the routed experts' down projection writes n_active x n_embd floats per token; where that
+        # is wider than the gate + up outputs it frees (2 x ff) it is placed above everything live
+        # (measured, llama.cpp 11434 CPU: moe-a3b 92.02 MiB = 3 ff + 5 n_embd + 8 x 2048; moe-wide
+        # 30.02 MiB = 5 n_embd + 8 x 1024; moe-s / moe-m sit at exactly 2 x ff and do not grow)
+        down = arch.moe.n_experts_active * e
+        above = (3 * ff if ff > e else 0) + k * e + down
+        if above > units:
+            units, how = above, (f"{'3 x ff ' + str(ff) + ' + ' if ff > e else ''}{k:g} x n_embd {e} + "
+                                 f"experts' down output {arch.moe.n_experts_active} x n_embd {e}")
     if arch.mla is not None:
         mla = k * e + _CPU_MLA_ATTN * arch.n_heads * arch.mla.kv_lora_rank
         if mla > units:
@@ -138,8 +148,10 @@ def _cpu_compute_terms(arch: ModelArch, req: FitRequest) -> tuple[int, int, floa
     return mask, ub, units, how
 
 
-def llama_cpu_compute(arch: ModelArch, req: FitRequest) -> int:
-    sim = llama_cpu_compute_sim(arch, req)
+def llama_cpu_compute(arch: ModelArch, req: FitRequest, sim: int | None = None) -> int:
+    """CPU compute bytes: ``sim`` (the allocator replay, when the caller already ran it) or
+    ``llama_cpu_compute_sim``, else the calibrated block formula."""
+    sim = sim if sim is not None else llama_cpu_compute_sim(arch, req)
     if sim is not None:
         return sim
     mask, ub, units, _ = _cpu_compute_terms(arch, req)
@@ -149,8 +161,8 @@ def llama_cpu_compute(arch: ModelArch, req: FitRequest) -> int:
     return int(peak + _CPU_CONST) + kv_rotation_bytes(arch, req)
 
 
-def _cpu_compute_note(arch: ModelArch, req: FitRequest) -> str:
-    sim = llama_cpu_compute_sim(arch, req)
+def _cpu_compute_note(arch: ModelArch, req: FitRequest, sim: int | None = None) -> str:
+    sim = sim if sim is not None else llama_cpu_compute_sim(arch, req)
     if sim is not None:
         ub = _ubatch(req)
         n_kv, _ = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.n_seqs, ub, req.kv_unified)

@@ -6,8 +6,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from ..units import GB, MiB  # noqa: F401  (re-exported: fit.GB, fit.MiB)
+from ..units import GB, MiB, gib  # noqa: F401  (re-exported: fit.GB, fit.MiB)
+
+if TYPE_CHECKING:
+    from ..hardware import Rig
+
+# RAM kept back from a CPU engine: the OS, its page cache and the engine's own process beyond
+# the buffers it reports (5% of the total, at least 512 MiB)
+RAM_MARGIN_FRACTION = 0.05
+RAM_MARGIN_MIN = 512 * MiB
+
+
+def usable_ram(rig: Rig) -> tuple[int, str]:
+    """(bytes a CPU engine may fill, how): the RAM available now (MemAvailable, a detected
+    rig) or the rig's stated total, less the margin (``RAM_MARGIN_FRACTION``)."""
+    total = rig.cpu_ram_bytes or 0
+    base = rig.cpu_ram_available_bytes if rig.cpu_ram_available_bytes is not None else total
+    margin = max(int(total * RAM_MARGIN_FRACTION), RAM_MARGIN_MIN) if total else 0
+    where = (f"{gib(base, 1)} available now (of {gib(total, 1)})" if rig.cpu_ram_available_bytes is not None
+             else f"{gib(total, 1)} stated")
+    return max(base - margin, 0), (f"RAM for the engine: {where} less a margin of {gib(margin, 1)} "
+                                   f"({RAM_MARGIN_FRACTION:.0%} of the total, at least {gib(RAM_MARGIN_MIN, 1)}) "
+                                   "for the OS, its page cache and the engine's process")
 
 
 class Verdict(StrEnum):

@@ -19,16 +19,56 @@ def _and(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
+_ROPE_TYPES = ("yarn", "linear")
+
+
+def rope_factor(rope_scaling: str | None) -> float | None:
+    """The scale factor of a RoPE scaling as plan and fit take it (``yarn:4``, ``linear:2``);
+    None for a bare type (``yarn``), which extends nothing by itself."""
+    if not rope_scaling:
+        return None
+    kind, sep, factor = rope_scaling.replace("=", ":").partition(":")
+    if not sep:
+        return None
+    try:
+        value = float(factor)
+    except ValueError:
+        raise BadInput(f"RoPE scaling {rope_scaling!r}: the factor after ':' must be a number "
+                       "(e.g. yarn:4).") from None
+    if value <= 1:
+        raise BadInput(f"RoPE scaling {rope_scaling!r}: a factor of {factor} does not extend the context; "
+                       "give one above 1 (e.g. yarn:4).")
+    return value
+
+
 def check_ctx(arch: ModelArch, ctx: int, rope_scaling: str | None = None) -> None:
     """BadInput when ``ctx`` (tokens per sequence) is beyond the model's maximum positions
-    (config.json max_position_embeddings / GGUF context_length) and no RoPE scaling is asked
-    for. `fit`, `plan` and `up` call this."""
+    (config.json max_position_embeddings / GGUF context_length) unless the RoPE scaling given
+    extends it that far. plan and fit take ``yarn:FACTOR`` / ``linear:FACTOR`` (up to maximum x
+    FACTOR); a bare ``yarn`` or ``linear`` extends nothing: the engine keeps the trained scale and
+    llama-server caps each slot at the trained length (server-context.cpp n_ctx_slot). `up`
+    passes the engine's own RoPE argument found by its adapter, which is taken as given."""
     if ctx <= 0:
         raise BadInput(f"context {ctx} must be a positive number of tokens.")
-    if arch.max_position and ctx > arch.max_position and not rope_scaling:
-        raise BadInput(f"context {ctx:,} is beyond {arch.name}'s maximum of {arch.max_position:,} positions "
-                       "(max_position_embeddings / GGUF context_length); use at most that, or pass a RoPE-scaling "
-                       "option (--rope-scaling yarn) to extend it.")
+    if not arch.max_position or ctx <= arch.max_position:
+        return
+    beyond = (f"context {ctx:,} is beyond {arch.name}'s maximum of {arch.max_position:,} positions "
+              "(max_position_embeddings / GGUF context_length)")
+    need = -(-ctx // arch.max_position)
+    if not rope_scaling:
+        raise BadInput(f"{beyond}; use at most that, or pass a RoPE scaling that extends it "
+                       f"(--rope-scaling yarn:{need}).")
+    kind = rope_scaling.replace("=", ":").partition(":")[0].lower()
+    if kind not in _ROPE_TYPES:
+        return      # an engine's own argument (`up -- ...`): its adapter found it, the engine applies it
+    factor = rope_factor(rope_scaling)
+    if factor is None:
+        raise BadInput(f"{beyond}; RoPE scaling {rope_scaling} without a scale factor does not extend it (the "
+                       f"engine keeps the trained scale and llama-server caps each slot at "
+                       f"{arch.max_position:,}); give the factor: --rope-scaling {kind}:{need}.")
+    if ctx > arch.max_position * factor:
+        raise BadInput(f"{beyond}; RoPE scaling {rope_scaling} extends it to "
+                       f"{int(arch.max_position * factor):,}; use a factor of at least {need}.")
 
 
 def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None = None) -> Fit:

@@ -184,7 +184,8 @@ def how_to_choose(model_ref: str | ResolvedModel, rig: Rig, ctx: int | None = No
 def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, kv_dtype: str, ctx: int,
             n_seqs: int | None = 1, tp: int = 1, *, pp: int = 1, catalog: Catalog | None = None,
             kv_unified: bool | None = None, rope_scaling: str | None = None,
-            cpu_features: frozenset[str] | None = None, repack: bool = True) -> tuple[Model, Fit]:
+            cpu_features: frozenset[str] | None = None, repack: bool = True, swa_full: bool = False,
+            ubatch: int | None = None) -> tuple[Model, Fit]:
     """One fit from catalog ids (the `engineroom fit` command): the quant's catalog size is the
     weight bytes. ``model_ref``: anything ``resolve_model`` accepts. ``n_seqs`` None: the
     engine's default launch (catalog default_slots / default_kv_unified: llama.cpp 4 slots,
@@ -209,14 +210,16 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
     if n_seqs is None:
         n_seqs, default_unified = e.default_slots, e.default_kv_unified
         kv_unified = default_unified if kv_unified is None else kv_unified
-    if ctx <= 0 or n_seqs <= 0 or tp <= 0 or pp <= 0:
-        raise BadInput("--ctx, --seqs, --tp and --pp must be positive.")
+    if ctx <= 0 or n_seqs <= 0 or tp <= 0 or pp <= 0 or (ubatch is not None and ubatch <= 0):
+        raise BadInput("--ctx, --seqs, --tp, --pp and --ubatch must be positive.")
     if rig.gpus and tp > rig.n_gpus:
         raise BadInput(f"--tp {tp} needs {tp} GPUs but the rig {rig.label} has {rig.n_gpus}.")
     arch = subject.arch or arch_from_catalog(model)
     req = FitRequest(engine=e.id, ctx=ctx, quant=q.id, weight_bytes=q.weight_bytes, kv_dtype=kv_dtype,
                      n_seqs=n_seqs, tp=tp, pp=pp, mem_fraction=e.default_mem_fraction, kv_unified=bool(kv_unified),
-                     rope_scaling=rope_scaling, cpu_features=cpu_features, repack=repack)
+                     rope_scaling=rope_scaling, cpu_features=cpu_features, repack=repack, swa_full=swa_full)
+    if ubatch is not None:
+        req = replace(req, ubatch=ubatch)
     refused = kv_refusal(arch, req, cat)
     if refused:
         raise BadInput(f"{e.id} refuses KV type {kv_dtype} for {model.name}: {refused}.")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from ..arch import ModelArch
 from ..catalog import Catalog, Drafter, Engine, Quant
 from ..catalog.schema import GB, KvDtype
-from ..fit import Fit, FitRequest, Fitter, max_concurrency
+from ..fit import Fit, FitRequest, Fitter, max_concurrency, usable_ram
 from ..hardware import Rig
 from .speed import SpeedBand
 
@@ -131,7 +131,7 @@ def _quant_runs_on(quant: Quant, engine: Engine, rig: Rig) -> str | None:
 
 def _capacity(rig: Rig) -> int:
     if not rig.gpus:
-        return rig.cpu_ram_bytes or 0
+        return usable_ram(rig)[0]
     return rig.nodes * sum(g.free_bytes if g.free_bytes is not None else g.vram_bytes for g in rig.gpus)
 
 
