@@ -297,7 +297,9 @@ def sglang_binary(request) -> sglang.Binary:
     python = _existing_install(data_dir)
     if python is None:
         t0 = time.monotonic()
-        proc = run_cli("engines", "install", "sglang", timeout=3000, env={"ENGINEROOM_DATA_DIR": str(data_dir)})
+        # --force: on a machine SGLang cannot serve (no GPU) the install is for its parser only
+        proc = run_cli("engines", "install", "sglang", "--force", timeout=3000,
+                       env={"ENGINEROOM_DATA_DIR": str(data_dir)})
         seconds = time.monotonic() - t0
         if proc.returncode != 0:
             tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-3:]

@@ -150,12 +150,14 @@ def test_recipe_lines_are_a_shell_script():
                       env={"LD_LIBRARY_PATH": "/a b"}, model="x", model_path="/nowhere/x.gguf")
     pick = Pick(engine="llama.cpp", model_ref="x", settings={}, plan={}, source="plan x --priority balanced, pick 1",
                 notes=("a note",), missing_file="the catalog names no file")
-    assert views.recipe_lines(spec, list(spec.argv), pick, binary_found=False, model_present=False, model="x") == [
+    absent = "not validated: llama.cpp is not installed here (`engineroom engines install llama.cpp`)"
+    assert views.recipe_lines(spec, list(spec.argv), pick, checked=absent, model_present=False, model="x") == [
         "# plan x --priority balanced, pick 1", "# note: a note", "LD_LIBRARY_PATH='/a b' \\",
-        "llama-server -m '<x file>'", "# the catalog names no file",
-        "# llama.cpp is not installed here: `engineroom engines install llama.cpp`"]
-    assert views.recipe_lines(spec, ["llama-server"], None, binary_found=True, model_present=False, model="x") == [
-        "LD_LIBRARY_PATH='/a b' \\", "llama-server", "# the model is not downloaded yet: `engineroom models pull x`"]
+        "llama-server -m '<x file>'", "# the catalog names no file", f"# {absent}"]
+    assert views.recipe_lines(spec, ["llama-server"], None, checked="validated: ...", model_present=False,
+                              model="x") == [
+        "LD_LIBRARY_PATH='/a b' \\", "llama-server", "# validated: ...",
+        "# the model is not downloaded yet: `engineroom models pull x`"]
 
 
 def test_recipe_comments_stay_comments_on_a_narrow_terminal():

@@ -103,7 +103,24 @@ def image_for(engine: str) -> Any:
                        "file for it; run it with `engineroom up` instead.")
     if docker.reference is None:
         raise NotFound(docker.source.rstrip(".") + ".")
-    return docker
+    return pinned(docker, engine)
+
+
+RELEASE_FIELD = "{release}"
+
+
+def pinned(docker: Any, engine: str) -> Any:
+    """The catalog's image entry with its tag's ``{release}`` filled in by the adapter's ``RELEASE``
+    (the version engineroom installs and whose parser checks the flags): one fact, two uses."""
+    from .engines import adapter, has_adapter
+
+    if docker.tag is None or RELEASE_FIELD not in docker.tag:
+        return docker
+    release = adapter(engine).release if has_adapter(engine) else ""
+    if not release:
+        raise NotFound(f"the catalog's image tag for {engine} ({docker.tag}) names the adapter's release, and the "
+                       f"{engine} adapter names none; engineroom cannot pin its image.")
+    return docker.model_copy(update={"tag": docker.tag.replace(RELEASE_FIELD, release)})
 
 
 # --------------------------------------------------------------------------- names and values

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, RenderableType
 from rich.markup import escape
@@ -24,8 +23,6 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
-    TaskID,
-    TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -100,39 +97,6 @@ def built_line(name: str, manifest: Mapping[str, Any]) -> Text:
     tag = manifest.get("tag", manifest.get("version", ""))
     return _markup(f"[green]{'built' if 'build_seconds' in manifest else 'installed'}[/] {name} {tag}: "
                    f"{install_summary(manifest)}: {where}")
-
-
-class BuildProgress:
-    """The progress of an engine build, as a bar on a terminal and a line per 10% in a pipe
-    or CI log (where a bar redrawn in place would be lost). Call it as the ``progress``
-    callback of ``install``."""
-
-    def __init__(self, name: str, expected: str, console: Console) -> None:
-        self.name, self.expected, self.console = name, expected, console
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
-                            console=console, transient=not console.is_terminal)
-        self.task: TaskID | None = None
-        self.decile = -1
-
-    def __enter__(self) -> Self:
-        self.console.print(f"building {self.name} for this machine ({self.expected}); the full log is kept beside "
-                           "the build.", markup=False)
-        self.bar.__enter__()
-        self.task = self.bar.add_task(f"{self.name}: starting", total=1.0)
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.bar.__exit__(kind, exc, tb)
-
-    def __call__(self, frac: float | None, msg: str) -> None:
-        assert self.task is not None, "BuildProgress is a context manager"
-        self.bar.update(self.task, completed=frac if frac is not None else None, description=escape(msg[:80]))
-        if frac is not None and int(frac * 10) < self.decile:
-            self.decile = -1                 # a new phase (download, then configure, then build)
-        if not self.console.is_terminal and frac is not None and int(frac * 10) > self.decile:
-            self.decile = int(frac * 10)     # a pipe or CI log gets a line per 10%
-            self.console.print(f"{self.name}: {frac:4.0%} {msg[:100]}", markup=False, highlight=False)
 
 
 def request_progress(console: Console) -> Progress:
@@ -231,7 +195,7 @@ def down_line(state: ServerState | None) -> Text:
     return Text(f"stopped {state.model} (pid {state.pid}, port {state.port}).")
 
 
-def recipe_lines(spec: LaunchSpec, argv: Sequence[str], pick: Pick | None, *, binary_found: bool,
+def recipe_lines(spec: LaunchSpec, argv: Sequence[str], pick: Pick | None, *, checked: str,
                  model_present: bool, model: str) -> list[str]:
     """``recipe``: a shell script (comments, environment, the command); print each line unwrapped,
     since a comment wrapped onto a second line would run as a command."""
@@ -244,8 +208,7 @@ def recipe_lines(spec: LaunchSpec, argv: Sequence[str], pick: Pick | None, *, bi
     lines.append(shlex.join(argv))
     if pick is not None and pick.missing_file:
         lines.append(f"# {pick.missing_file}")
-    if not binary_found:
-        lines.append(f"# {spec.engine} is not installed here: `engineroom engines install {spec.engine}`")
+    lines.append(f"# {checked}")      # what the engine's own parser said (engines.argvcheck), or why not asked
     if not model_present and not (pick is not None and pick.missing_file):
         lines.append(f"# the model is not downloaded yet: `engineroom models pull {model}`")
     return lines

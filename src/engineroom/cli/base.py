@@ -23,7 +23,8 @@ from pathlib import Path
 import typer
 
 from .. import __version__, views
-from ..output import console, print_json, to_jsonable
+from ..output import console, err_console, print_json, to_jsonable
+from ..progress import WaitProgress
 from ..redaction import redact_data
 
 app = typer.Typer(
@@ -144,12 +145,9 @@ def _start(fn: Callable[..., ServerState], model: str, opts: dict[str, Any], jso
     pick = extra.get("pick")
     if pick is not None and not json_out:
         _show(views.pick_lines(pick))
-    with console.status(f"starting {model}") as spin:
-        state = fn(
-            model, say=lambda msg: spin.update(msg),
-            on_wait=lambda phase, t: spin.update(f"{model}: {phase} ({t:.0f} s)"),
-            **opts, **extra,
-        )
+    # a spinner on a terminal, progress lines in a pipe (vLLM's cold start is minutes of silence otherwise)
+    with WaitProgress(model, err_console) as waiting:   # stderr: --json's stdout stays one document
+        state = fn(model, say=waiting.say, on_wait=waiting.wait, **opts, **extra)
     if json_out:
         print_json(redact_data(to_jsonable(state)))
     else:

@@ -9,6 +9,7 @@ import typer
 from .. import views
 from ..errors import EngineroomError
 from ..output import console, err_console, print_json, to_jsonable
+from ..progress import BuildProgress
 from .base import JsonOpt, _show, app, models_app
 
 _ENGINES_BIN = typer.Option(None, "--engine-bin", help="Explicit llama-server path.")
@@ -67,11 +68,15 @@ def engines_install(
                                     help="Parallel compile jobs (default: $LLAMA_CPP_BUILD_JOBS or all cores)."),
     cuda: bool | None = typer.Option(None, "--cuda/--no-cuda",
                                      help="Build for the NVIDIA GPU (default: when nvcc and a GPU are found)."),
+    force: bool = typer.Option(False, "--force",
+                               help="Install even where the engine cannot serve (its parser still checks the "
+                                    "command lines `recipe` and `up` render for machines that serve it)."),
     json_out: bool = JsonOpt,
 ) -> None:
     """Build an engine for this machine, with progress, and record what was built (version, flags, time)."""
     from ..engines import adapter as get_adapter
     from ..errors import BadInput
+    from ..flows.installs import serve_refusal
 
     name, _, version = engine.partition("==")
     adapter = get_adapter(name)
@@ -79,9 +84,17 @@ def engines_install(
         raise BadInput(f"engineroom cannot install {name} yet.")
     if jobs is not None and jobs <= 0:
         raise BadInput(f"--jobs must be at least 1; got {jobs}.")
+    refusal = serve_refusal(name)          # said before anything is downloaded
+    if refusal and not force:
+        raise BadInput(f"{refusal} Nothing was installed; pass --force to install it anyway (to check command "
+                       "lines with its own parser).")
+    if refusal:
+        err_console.print(f"warning: {refusal} Installing it anyway (--force).", markup=False, soft_wrap=True)
     expected = getattr(adapter.impl, "EXPECTED_BUILD", "")
-    with views.BuildProgress(name, expected, err_console) as progress:
+    with BuildProgress(name, expected, err_console) as progress:
         manifest = adapter.install(version=version or None, source=source, jobs=jobs, cuda=cuda, progress=progress)
+    if refusal:
+        manifest = {**manifest, "serves_here": False, "serves_here_why": refusal}
     if json_out:
         print_json(manifest)
     else:

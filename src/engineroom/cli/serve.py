@@ -134,6 +134,7 @@ def recipe(
     """Print the command line and environment `up` would run (the plan's pick with --priority), without
     running it, downloading anything or needing the engine installed."""
     from .. import flows
+    from ..flows import validation
     from ..redaction import redact_argv
 
     opts = _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
@@ -145,6 +146,7 @@ def recipe(
         _compose_recipe(model, opts, chosen, compose_file=compose_file, out=out_file, host=host, json_out=json_out)
         return
     prepared = flows.prepare(model, download=False, require_binary=False, pick=chosen, head_addr=head_addr, **opts)
+    checked = validation.check(prepared)        # the installed engine's own parser, when there is one
     # a key the engine reads from its environment is printed as a mask, like everywhere else
     spec = replace(prepared.spec, env=redact_data(prepared.spec.env))
     if prepared.cluster and chosen is not None:
@@ -152,26 +154,31 @@ def recipe(
             print_json({"engine": spec.engine, "cluster": chosen.cluster, "head_addr_given": head_addr is not None,
                         "steps": [{"node": s.node, "role": s.role, "argv": redact_argv(list(s.argv)),
                                    "env": redact_data(s.env)} for s in prepared.cluster],
-                        "engine_installed": prepared.binary_found,
+                        "engine_installed": checked.installed, "validation": checked.as_dict(),
                         "plan": {"source": chosen.source, "notes": list(chosen.notes)}})
-            return
-        for line in views.cluster_recipe_lines(prepared.cluster, chosen, head_given=head_addr is not None):
-            console.print(line, markup=False, soft_wrap=True)
+        else:
+            for line in views.cluster_recipe_lines(prepared.cluster, chosen, head_given=head_addr is not None):
+                console.print(line, markup=False, soft_wrap=True)
+            console.print(f"# {checked.line()}", markup=False, soft_wrap=True)
+        if not checked.ok:
+            raise typer.Exit(1)
         return
     argv = redact_argv(list(spec.argv))
     model_present = Path(spec.model_path).is_file()
     out = {"engine": spec.engine, "argv": argv, "env": spec.env, "url": spec.url, "model": spec.model,
            "model_path": spec.model_path, "model_present": model_present,
-           "engine_installed": prepared.binary_found, "changes": list(spec.changes),
+           "engine_installed": checked.installed, "validation": checked.as_dict(), "changes": list(spec.changes),
            "predicted_memory": prepared.prediction.components if prepared.prediction else {},
            "prediction_missing": prepared.prediction.why_none if prepared.prediction else "",
            "plan": None if chosen is None else {"source": chosen.source, "notes": list(chosen.notes)}}
     if json_out:
         print_json(out)
-        return
-    for line in views.recipe_lines(spec, argv, chosen, binary_found=prepared.binary_found,
-                                   model_present=model_present, model=model):
-        console.print(line, markup=False, soft_wrap=True)
+    else:
+        for line in views.recipe_lines(spec, argv, chosen, checked=checked.line(), model_present=model_present,
+                                       model=model):
+            console.print(line, markup=False, soft_wrap=True)
+    if not checked.ok:
+        raise typer.Exit(1)             # the engine's own parser refused it: marked above, and a failure
 
 
 @app.command()

@@ -30,7 +30,8 @@ import httpx
 from .. import net, plugins
 from ..errors import EngineFailed, NotFound
 from ..plugins import GROUP, Problem
-from . import base
+from . import argvcheck, base
+from .argvcheck import ArgvCheck
 from .base import (
     Capabilities,
     EngineAdapter,
@@ -281,6 +282,19 @@ class Engine:
     def can_validate(self) -> bool:
         return isinstance(self.impl, base.ValidatesArgv)
 
+    def check_argv(self, argvs: Sequence[Sequence[str]],
+                   engine_bin: str | os.PathLike[str] | None = None) -> ArgvCheck:
+        """``argvs`` (rendered for here, another rig or an image) put to the parser of the engine
+        installed on this machine: accepted, rejected (the parser's sentence) or not validated
+        and why (``argvcheck``)."""
+        return argvcheck.check(self, argvs, engine_bin)
+
+    @property
+    def release(self) -> str:
+        """The engine release engineroom installs and checks its flags against (the adapter's
+        ``RELEASE``): what a catalog image tag's ``{release}`` stands for; "" when it names none."""
+        return self._data("RELEASE", str, "")
+
     @property
     def max_seqs(self) -> int:
         """The most sequences (slots) one server of the engine takes (the adapter's ``MAX_SEQS``);
@@ -394,6 +408,7 @@ def detect(url: str, timeout: float = 5.0, api_key: str | None = None) -> Server
     return ServerInfo(url=url, engine="unknown", model_id=model_id)
 
 
-__all__ = ["DEFAULT_ENGINE", "GROUP", "Capabilities", "Engine", "EngineAdapter", "EngineBinary", "HealthState",
+__all__ = ["DEFAULT_ENGINE", "GROUP", "ArgvCheck",
+           "Capabilities", "Engine", "EngineAdapter", "EngineBinary", "HealthState",
            "LaunchChange", "LaunchOptions", "LaunchSpec", "MemoryReport", "ServerInfo", "adapter", "all_engines",
            "detect", "has_adapter", "names", "problems", "reload", "timings_block", "timings_normaliser"]

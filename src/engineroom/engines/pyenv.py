@@ -29,9 +29,13 @@ from .build import Progress, run_logged
 
 MANIFEST = "install.json"
 
-# one line per step pip / uv report; the message shown is the line itself, trimmed
+# one line per step pip / uv report; the message shown is the line itself, trimmed (uv names each
+# package it installs or removes as " + name==version" / " - name==version")
 _STEP = re.compile(r"^\s*(Collecting|Downloading|Installing collected packages|Successfully installed|"
-                   r"Building wheel|Prepared|Installed|Resolved|Downloaded|Uninstalling|Successfully uninstalled)\b")
+                   r"Building wheel|Prepared|Installed|Resolved|Downloaded|Uninstalling|Successfully uninstalled|"
+                   r"Using cached|[+-] [A-Za-z0-9])")
+_LISTS = re.compile(r"^\s*(Installing collected packages:|Successfully installed)\s*(.*)$")
+HEARTBEAT_S = 20.0         # a pipe hears from a long silent step (pip unpacking torch) this often
 
 
 @dataclass(frozen=True)
@@ -151,22 +155,78 @@ def _run_pip(cmd: Sequence[str], log: TextIO, say: Progress, *, phase: str) -> N
         raise NotFound(f"cannot run {cmd[0]} ({exc.strerror}).") from None
     assert proc.stdout is not None
     last: list[str] = []
+    quiet = _Heartbeat(say, phase)
     try:
         for line in proc.stdout:
             log.write(line)
             line = line.rstrip()
             last = [*last[-24:], line]
-            if _STEP.match(line):
-                say(None, f"{phase}{line.strip()[:100]}")
+            if is_step(line):
+                quiet.step(step_message(line))
         code = proc.wait()
     except BaseException:
         proc.kill()
         proc.wait()
         raise
+    finally:
+        quiet.stop()
     log.flush()
     if code != 0:
         raise EngineFailed(f"{Path(cmd[0]).name} failed with code {code} ({phase.strip(': ')}); "
                            f"full log: {log.name}", detail="\n".join(last))
+
+
+def is_step(line: str) -> bool:
+    """Whether one line of pip's / uv's output is a step worth a progress line."""
+    return bool(_STEP.match(line))
+
+
+def step_message(line: str) -> str:
+    """The progress message for one installer step line: pip's package lists are counted (its
+    "Installing collected packages: a, b, ..." names 200 packages on one line), others trimmed."""
+    text = line.strip()
+    m = _LISTS.match(text)
+    if m:
+        names = [n for n in re.split(r"[,\s]+", m.group(2)) if n]
+        verb = "installing" if m.group(1).startswith("Installing") else "installed"
+        shown = ", ".join(names[:6]) + (f", ... ({len(names) - 6} more)" if len(names) > 6 else "")
+        return f"{verb} {len(names)} packages: {shown}"
+    return text[:100]
+
+
+class _Heartbeat:
+    """Says the installer's steps, and when it falls silent for ``HEARTBEAT_S`` (pip unpacking a
+    2 GB wheel prints nothing for minutes) says it is still at the last step, from a thread."""
+
+    def __init__(self, say: Progress, phase: str) -> None:
+        import threading
+
+        self.say, self.phase = say, phase
+        self.last, self.since = "starting", time.monotonic()
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+        self.thread.start()
+
+    def step(self, message: str) -> None:
+        with self.lock:
+            self.last, self.since = message, time.monotonic()
+        self.say(None, f"{self.phase}{message}")
+
+    def _beat(self) -> None:
+        started = time.monotonic()
+        while not self.done.wait(HEARTBEAT_S / 4):
+            with self.lock:
+                quiet = time.monotonic() - self.since
+                last = self.last
+                if quiet >= HEARTBEAT_S:
+                    self.since = time.monotonic()
+            if quiet >= HEARTBEAT_S:
+                self.say(None, f"{self.phase}still working ({time.monotonic() - started:.0f} s in; last: {last})")
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=5)
 
 
 def _freeze(venv: Path) -> dict[str, str]:

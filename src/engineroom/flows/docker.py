@@ -96,6 +96,27 @@ def cli_checks(text: str, which: Callable[[str], str | None] | None = None) -> d
     return {compose.cli_version(cli): "valid" if problem is None else problem}
 
 
+PARSER_CHECK = "the engine's own parser"
+
+
+def parser_check(prepared: Prepared, engine_bin: str | None) -> dict[str, str]:
+    """The container's command line put to the parser of the engine installed here: {PARSER_CHECK:
+    "valid (ENGINE VERSION)" | "SKIP: why"}; BadInput when the parser rejects it (no file is
+    written). The image is the adapter's release (``compose.image_for``); a parser of another
+    version here is said, since its verdict is then not the image's."""
+    adapter = engines.adapter(prepared.spec.engine)
+    verdict = adapter.check_argv([list(prepared.spec.argv)], engine_bin)
+    if not verdict.ok:
+        raise BadInput(f"{verdict.line()}; engineroom writes no compose file for a command its engine refuses.")
+    if verdict.status != "accepted":
+        return {PARSER_CHECK: f"SKIP: {verdict.line()}"}
+    release = adapter.release
+    if release and release not in verdict.version:
+        return {PARSER_CHECK: f"valid ({adapter.name} {verdict.version} here; the image runs {release}, whose "
+                              "parser was not asked)"}
+    return {PARSER_CHECK: f"valid ({adapter.name} {verdict.version}, the image's release)"}
+
+
 def compose_recipe(model: str, *, out: Path | None = None, bind: str = compose.DEFAULT_BIND, pick: Pick | None = None,
                    check_cli: bool = True, **opts: Any) -> ComposeOutcome:
     """The docker-compose.yml for ``model`` launched with ``opts`` (what `recipe` takes), validated
@@ -103,11 +124,12 @@ def compose_recipe(model: str, *, out: Path | None = None, bind: str = compose.D
     timeout = float(opts.get("timeout") or 300.0)
     prepared = _prepare_for_container(model, pick=pick, download=False, opts=opts)
     recipe = _render(prepared, bind=bind, key_source=None, timeout=timeout)
-    text = compose.to_yaml(recipe, _header(prepared))
-    checks = {f"schema ({compose.SPEC_ORIGIN})": "valid"}
+    parser = parser_check(prepared, opts.get("engine_bin"))
+    text = compose.to_yaml(recipe, [*_header(prepared), *(f"{k}: {v}" for k, v in parser.items())])
+    checks = {f"schema ({compose.SPEC_ORIGIN})": "valid", **parser}
     if check_cli:
         checks.update(cli_checks(text))
-        bad = {k: v for k, v in checks.items() if v not in ("valid",) and not v.startswith("SKIP")}
+        bad = {k: v for k, v in checks.items() if not v.startswith(("valid", "SKIP"))}
         if bad:
             name, why = next(iter(bad.items()))
             raise EngineFailed(f"{name} rejects the compose file engineroom wrote ({why}); please report it.")

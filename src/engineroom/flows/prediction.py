@@ -10,6 +10,7 @@ from ..errors import EngineroomError
 if TYPE_CHECKING:
     from ..arch import ModelArch
     from ..cpuprobe import CpuProbe
+    from ..launch import ServerState
     from ..placement import Check
 
 
@@ -68,6 +69,24 @@ def predict_memory(engine: str, arch: ModelArch | None, settings: dict, probe: C
     request.pop("cpu_features", None)
     request["basis"] = basis
     return Prediction(comps, request, rig.label or "this machine")
+
+
+def process_memory(state: ServerState) -> tuple[dict, str]:
+    """What the engine reported (``state.memory``'s ``measured``) with, where it runs in host memory,
+    its processes' own memory (``memory.PROCESS``: the process tree's USS, which holds the runtime no
+    log line names), and the sources said; a GPU's whole use is NVML's ``GPU<i>`` rows instead."""
+    from ..memory import PROCESS
+    from ..resources import process_tree_memory
+
+    measured = dict(state.memory.get("measured") or {})
+    source = str(state.memory.get("measured_source", ""))
+    if state.memory.get("measured_device") == "cpu":
+        tree = process_tree_memory(state.pid) or {}
+        if tree.get("uss_bytes"):
+            measured[PROCESS] = int(tree["uss_bytes"])
+            source = (source + "; " if source else "") + \
+                f"{PROCESS}: USS of the engine's {len(tree.get('pids') or [])} process(es) once ready (psutil)"
+    return measured, source
 
 
 def placement_check(engine: str, log_path: str, pred: Prediction | None, accept: bool = False) -> Check:

@@ -73,6 +73,9 @@ def switch(model_ref: str | ModelRef, *, given: Sequence[str] = (), on_wait: Cal
                        "give them again after `--` (for an API key: --api-key-env VAR).")
     timeout = merged.pop("timeout", None)
     prepared = prepare(model_ref, timeout=timeout, pick=pick, **merged)
+    from .validation import require
+
+    require(prepared)                         # the engine's own parser, before the running server is stopped
     try:
         check_memory(prepared, current)
     except BaseException:

@@ -18,9 +18,9 @@ from .command import (
                       API_KEY_FLAG,
                       DEFAULT_KV_UNIFIED,
                       DEFAULT_SLOTS,
-                      MAX_SEQS,
                       FIT_FLAGS,
                       KV_CACHE_TYPES,
+                      MAX_SEQS,
                       NO_REPACK,
                       ROPE_SCALING_FLAGS,
                       api_key_file_args,
@@ -47,6 +47,7 @@ from .discovery import (
                       ENV_BINARY,
                       EXPECTED_BUILD,
                       MANIFEST,
+                      RELEASE,
                       SOURCE_PACKAGE,
                       SOURCE_VERSION,
                       Binary,
@@ -59,6 +60,7 @@ from .discovery import (
                       placeholder_binary,
                       soname_env,
 )
+from .flags import check_flags, known_flags, parse_help, validate_argv
 from .server import (
                       FAILURE_PATTERNS,
                       FULL_LENGTH_BODY,
@@ -89,7 +91,9 @@ OWN_NAMES = ("-np", "-nr", "--no-repack", "-kvu", "-no-kvu", "--kv-unified", "--
              "build_info",
              *METRIC_NAMES)
 
-__all__ = ["API_KEY_FILE_FLAG", "API_KEY_FLAG", "BINARY", "BUILD_TARGETS", "DEFAULT_KV_UNIFIED", "DEFAULT_SLOTS", "MAX_SEQS",
+__all__ = ["RELEASE", "check_flags", "known_flags", "parse_help", "validate_argv",
+           "API_KEY_FILE_FLAG", "API_KEY_FLAG", "BINARY", "BUILD_TARGETS", "DEFAULT_KV_UNIFIED", "DEFAULT_SLOTS",
+           "MAX_SEQS",
            "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS", "FIT_FLAGS", "FULL_LENGTH_BODY",
            "KV_CACHE_TYPES",
            "MANIFEST", "METRIC_NAMES", "NO_REPACK", "OWN_NAMES", "ROPE_SCALING_FLAGS", "SOURCE_PACKAGE",
@@ -117,7 +121,7 @@ if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and 
                       _base.CountsTokens,
                       _base.NormalisesTimings, _base.ListsInstalls, _base.Installs,
                       _base.HasPlaceholderBinary[Binary], _base.RendersContainerCommand,
-                      _base.TellsBinaryVersion[Binary], Protocol):
+                      _base.TellsBinaryVersion[Binary], _base.ValidatesArgv[Binary], Protocol):
         """The protocol and the hooks this adapter implements (engines/base.py)."""
 
     _conforms: _Implements = _self

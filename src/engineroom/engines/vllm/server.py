@@ -71,7 +71,6 @@ _KV_SET = re.compile(r"(?:Explicitly|Auto) set \(([\d.]+)/([\d.]+)\) GiB for KV 
 # 2,048 tokens per request: 21.31x"
 _KV_TOKENS = re.compile(r"(\w+(?: \+ host)?) KV cache size: ([\d,]+) tokens, Maximum concurrency for ([\d,]+) "
                         r"tokens per request: ([\d.]+)x")
-_WEIGHTS = re.compile(r"Model loading took ([\d.]+) GiB memory")
 _NUM_BLOCKS = re.compile(r"# (?:CPU|GPU) blocks: ([\d,]+)|num_gpu_blocks(?:_override)?[=:] ?(\d+)")
 
 
@@ -89,6 +88,39 @@ def kv_capacity(log_text: str) -> dict[str, float] | None:
     return out
 
 
+# what each worker logs as it sizes itself (vLLM's gpu_worker / gpu_model_runner / weight_utils):
+#   "Model loading took 15.23 GiB memory and 12.3 seconds"                     -> weights (GPU)
+#   "Checkpoint size: 0.25 GiB. Available RAM: ..."                             -> weights (CPU build: no GPU figure)
+#   "torch peak memory increase: 1.42GiB"                                       -> activations (the profiled peak)
+#   "non-torch forward increase memory: 0.51GiB"                                -> non_torch (NCCL, kernels' scratch)
+#   "Available KV cache memory: 8.60 GiB" / "Explicitly set (2.0/23.54) GiB"   -> kv_pool
+#   "Graph capturing finished in 8 secs, took 0.31 GiB"                        -> cuda_graphs
+_REPORTED: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("weights", re.compile(r"Model loading took ([\d.]+) ?GiB"), "'Model loading took X GiB' (per worker)"),
+    ("activations", re.compile(r"torch peak memory increase: ([\d.]+) ?GiB"),
+     "'torch peak memory increase' of the profiling run (per worker)"),
+    ("non_torch", re.compile(r"non-torch forward increase memory: ([\d.]+) ?GiB"),
+     "'non-torch forward increase memory' of the profiling run (per worker)"),
+    ("kv_pool", re.compile(r"Available KV cache memory: ([\d.]+) ?GiB"), "'Available KV cache memory' (per worker)"),
+    ("cuda_graphs", re.compile(r"Graph capturing finished in [\d.]+ secs?, took ([\d.]+) ?GiB"),
+     "'Graph capturing finished ..., took X GiB' (per worker)"),
+)
+_CHECKPOINT = re.compile(r"Checkpoint size: ([\d.]+) ?GiB")
+_ENGINE_START = "Initializing a V1 LLM engine"
+
+
+def _last_start(log_text: str) -> str:
+    """The log from the last engine start on (a relaunch appends to the same log)."""
+    at = log_text.rfind(_ENGINE_START)
+    return log_text[log_text.rfind("\n", 0, at) + 1:] if at >= 0 else log_text
+
+
+def _gib_sum(pattern: re.Pattern[str], text: str) -> tuple[int, int] | None:
+    """Bytes summed over every worker's line (TP ranks each log their own share), and how many."""
+    found = [float(m.group(1)) for m in pattern.finditer(text)]
+    return (int(round(sum(found) * GiB)), len(found)) if found else None
+
+
 def placement_report(log_text: str) -> Placement | None:
     """vLLM's KV pool as a placement: the tokens its profiling left room for (``ctx_total``) and
     max_model_len per sequence (``ctx_per_slot``), from its own "KV cache size" line. A pool under
@@ -103,28 +135,37 @@ def placement_report(log_text: str) -> Placement | None:
 
 
 def memory_report(log_text: str) -> MemoryReport | None:
-    """The KV pool (and weights, when logged) vLLM reported, keyed as ``fit`` names them.
+    """What vLLM itself logged allocating, keyed as ``fit`` names its components: ``weights``,
+    ``activations`` (the profiled peak), ``non_torch``, ``kv_pool`` (the whole KV space: fit's
+    ``kv_cache`` + ``recurrent_state`` + ``kv_pool_spare``; ``memory.compare`` sums those for
+    it), ``cuda_graphs``; each summed over the workers that logged it (TP ranks).
 
-    The CPU worker logs the pool it set (``Explicitly set (X/Y) GiB for KV cache``, GiB to one
-    or two decimals): fit's ``kv_cache`` + ``kv_pool_spare`` together, reported as
-    ``kv_pool``, since vLLM does not log the part the launched sequences take. The pool's
-    capacity in tokens (``KV cache size: N tokens``) is a count, not bytes: ``kv_capacity``
-    reads it, beside fit's blocks x block size (benchmarks/vllm_cpu.md). ``Model loading
-    took X GiB`` (vLLM's GPU runner) is ``weights``.
+    vLLM logs GiB to two decimals, so every figure is rounded to 0.01 GiB. The CPU build logs
+    no weight or profiling figure: its weights are the checkpoint size the loader logged, its
+    pool the KV space it set (``Explicitly set (X/Y) GiB for KV cache``). The process around
+    them (Python, torch, the tokenizer) is in no log line: ``up`` measures it (the process's
+    USS) for the ``process`` row. The pool's capacity in tokens is a count, not bytes:
+    ``kv_capacity`` reads it.
     """
+    text = _last_start(log_text)
     comps: list[MeasuredComponent] = []
-    w = _WEIGHTS.search(log_text)
-    if w:
-        comps.append(MeasuredComponent("weights", int(float(w.group(1)) * GiB), "log: Model loading took X GiB"))
-    s = _KV_SET.search(log_text)
-    if s:
-        comps.append(MeasuredComponent("kv_pool", int(round(float(s.group(1)) * GiB)),
-                                       "log: 'set (X/Y) GiB for KV cache' (GiB, rounded)"))
+    for name, pattern, what in _REPORTED:
+        got = _gib_sum(pattern, text)
+        if got is not None:
+            comps.append(MeasuredComponent(name, got[0], f"log: {what}, {got[1]} line(s), GiB to 0.01"))
+    names = {c.name for c in comps}
+    if "weights" not in names and (ck := _CHECKPOINT.search(text)):
+        comps.append(MeasuredComponent("weights", int(round(float(ck.group(1)) * GiB)),
+                                       "log: 'Checkpoint size: X GiB' (the weights the CPU build loads, GiB to 0.01)"))
+    if "kv_pool" not in names and (got := _gib_sum(_KV_SET, text)) is not None:
+        comps.append(MeasuredComponent("kv_pool", got[0], "log: 'set (X/Y) GiB for KV cache' (GiB, rounded)"))
     if not comps:
         return None
-    tokens = _KV_TOKENS.search(log_text)
-    device = "cpu" if tokens is None or tokens.group(1).startswith("CPU") else "cuda"
-    return MemoryReport(components=tuple(comps), source="vLLM's log: the KV cache space it set", device=device)
+    tokens = _KV_TOKENS.search(text)
+    device = "cpu" if (tokens is None and _KV_SET.search(text)) or (tokens and tokens.group(1).startswith("CPU")) \
+        else "cuda"
+    return MemoryReport(components=tuple(comps), device=device,
+                        source="vLLM's log: weights, profiled peak, KV space, CUDA graphs as it sized them")
 
 
 # --------------------------------------------------------------------------- probing
