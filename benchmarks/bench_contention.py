@@ -3,7 +3,7 @@ and with CPU hogs pinned to the engine's cores, each run's host contention (what
 took of the engine's and the client's cores), steal, decode CV and inter-token p99 / p50.
 
     python benchmarks/bench_contention.py --url http://127.0.0.1:PORT [--quiet 5] [--busy 2]
-        [--max-tokens 64] [--runs 3]
+        [--max-tokens 64] [--runs 3] [--busy-max-tokens 16]
 
 Run it under the shared lock on an otherwise idle machine (the quiet rows are the baseline).
 Prints one JSON line per run and a markdown table at the end (benchmarks/bench_contention.md).
@@ -49,6 +49,7 @@ def main() -> None:
     ap.add_argument("--busy", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--busy-max-tokens", type=int, default=16, help="a hog slows decode ~50x: keep it short")
     a = ap.parse_args()
     rows = []
     for i in range(a.quiet):
@@ -61,7 +62,8 @@ def main() -> None:
                                                         "while True: pass"]) for c in cores[:1]]
         time.sleep(0.5)
         try:
-            r = {"case": "one hog pinned to core " + str(cores[0]), "n": i + 1, **_run(a.url, a.max_tokens, a.runs)}
+            r = {"case": "one hog pinned to core " + str(cores[0]), "n": i + 1,
+                 **_run(a.url, a.busy_max_tokens, a.runs)}
         finally:
             for h in hogs:
                 h.kill()

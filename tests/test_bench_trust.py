@@ -87,8 +87,8 @@ def test_a_busy_machine_is_refused_or_marked_invalid_with_the_reason(plain_serve
         assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
         assert "the machine is busy: other processes take" in refused.stderr, refused.stderr
         assert "--busy-ok" in refused.stderr
-        judged = _bench(tmp_path, plain_server, "--max-tokens", "16", "--warmup", "0", "--runs", "2", "--busy-ok",
-                        "--json")
+        judged = _bench(tmp_path, plain_server, "--max-tokens", "16", "--warmup", "0", "--runs", "1", "--busy-ok",
+                        "--json")         # a hog slows llama.cpp ~50x: two short requests are enough to judge
     finally:
         for h in hogs:
             h.kill()
@@ -110,13 +110,14 @@ def test_a_second_client_on_the_server_makes_the_run_invalid(plain_server, tmp_p
         with OpenAIClient(plain_server) as client:
             while not stop.is_set():
                 r = client.stream_chat({"messages": [{"role": "user", "content": "Say something long."}],
-                                        "max_tokens": 24, "ignore_eos": True}, timeout=60)
+                                        "max_tokens": 16, "ignore_eos": True}, timeout=60)
                 sent.append(r.usage)
 
     thread = threading.Thread(target=other_client, daemon=True)
     thread.start()
     try:
-        proc = _bench(tmp_path, plain_server, *SHORT, "--busy-ok", "--json")
+        proc = _bench(tmp_path, plain_server, "--max-tokens", "16", "--warmup", "0", "--runs", "1", "--busy-ok",
+                      "--json", timeout=400)
     finally:
         stop.set()
         thread.join(timeout=60)
@@ -129,10 +130,10 @@ def test_a_second_client_on_the_server_makes_the_run_invalid(plain_server, tmp_p
 
 def test_a_stalled_engine_stops_the_run_with_the_reason(own_server, tmp_path):
     pid = _engine_pid(own_server)
-    proc = _popen(tmp_path, own_server, "--max-tokens", "32", "--warmup", "1", "--runs", "5", "--stall-s", "3",
+    proc = _popen(tmp_path, own_server, "--max-tokens", "32", "--warmup", "1", "--runs", "5", "--stall-s", "10",
                   "--busy-ok", "--json")
     try:
-        _wait_for_requests(tmp_path, proc, 2)
+        _wait_for_requests(tmp_path, proc, 3)      # a warm-up and two measured: the limit is the run's pace now
         os.kill(pid, signal.SIGSTOP)
         t_stop = time.time()
         out, err = proc.communicate(timeout=60)
@@ -146,7 +147,7 @@ def test_a_stalled_engine_stops_the_run_with_the_reason(own_server, tmp_path):
     check = next(c for c in summary["integrity"] if c["name"] == "engine_stopped")
     assert check["status"] == "FAIL" and "the engine sent nothing for " in check["detail"], check
     assert "s during a request (the stall limit: " in check["detail"], check
-    assert took < 30, f"bench took {took:.0f} s to give up on a stopped engine"    # not 600 s a request
+    assert took < 40, f"bench took {took:.0f} s to give up on a stopped engine"    # not 600 s a request
     assert sum(w["n"] for w in summary["workloads"].values()) < 10
 
 
