@@ -170,3 +170,15 @@ def test_a_dead_engine_stops_bench_and_the_card_shows_why(tmp_path):
     card = render_card(store.get_run(run_id), store.records(run_id))
     assert "⚠ FAIL engine_stopped: 3 requests in a row failed (last error: RuntimeError: ConnectError" in card
     assert "- 3 x RuntimeError: ConnectError: [Errno 111] Connection refused (first: narrative measured 2)" in card
+
+
+@pytest.mark.parametrize("argv, says", [
+    (("--stall-s", "0"), "--stall-s must be a number of seconds, at least 1, not 0.0."),
+    (("--stall-s", "nan"), "--stall-s must be a number of seconds, at least 1, not nan."),
+    (("--quiet-wait", "-1"), "--quiet-wait must be a number of seconds, 0 or more, not -1.0."),
+])
+def test_bench_host_options_are_checked_before_any_request(argv, says):
+    from conftest import run_cli
+
+    proc = run_cli("bench", *argv, "--url", "http://127.0.0.1:9")
+    assert proc.returncode != 0 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
