@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 from .host import host_summary
 from .picks import Pick
-from .prediction import Prediction, placement_check, predict_memory
+from .prediction import Prediction, placement_check, predict_memory, process_memory
 
 DEFAULT_PORT = 8080
 
@@ -276,8 +276,12 @@ def start(model_ref: str | ModelRef, *, timeout: float | None = None,
     healthy and placed as planned (``accept_placement``: keep a launch the engine placed otherwise)."""
     if pick is not None and pick.missing_file:
         raise NotFound(pick.missing_file)
+    from .validation import require
+
     prepared = prepare(model_ref, timeout=timeout, pick=pick, **options)
+    checked = require(prepared)               # the engine's own parser, before anything starts
     state = launch_prepared(prepared, timeout=timeout, on_wait=on_wait, on_spawn=on_spawn)
+    state = launch.update_state(state, notes=[*state.notes, checked.line()])
     return record_launch(state, prepared, accept_placement=accept_placement)
 
 
@@ -289,14 +293,14 @@ def record_launch(state: launch.ServerState, prepared: Prepared, *,
     from ..memory import compare, rows_as_dicts
 
     pred = prepared.prediction
-    measured = state.memory.get("measured") or {}
+    measured, measured_source = process_memory(state)
     memory = {
         "predicted": pred.components if pred else {},
         "fit_request": pred.request if pred else {},
         "predicted_for": pred.rig if pred else "",
         "prediction_missing": (pred.why_none if pred else "no prediction was made"),
         "measured": measured,
-        "measured_source": state.memory.get("measured_source", ""),
+        "measured_source": measured_source,
         "rows": rows_as_dicts(compare(pred.components if pred else {}, measured)),
     }
     placed = placement_check(state.engine, state.log_path, pred, accept_placement)
