@@ -297,14 +297,13 @@ def test_comparison_rows_say_which_side_is_missing():
 # --------------------------------------------------------------------------- plan -> launch
 def test_render_from_plan_settings_is_explicit(llama_server_binary, smollm2):
     pick = flows.pick_from_plan("smollm2-135m", priority="balanced")
-    opts = LaunchOptions(model_path=smollm2, port=1, ctx=pick.settings["ctx"], n_seqs=pick.settings["n_seqs"],
-                         kv_unified=pick.settings["kv_unified"], kv_dtype=pick.settings["kv_dtype"])
+    r = pick.request
+    opts = flows.launch_options(r, model_path=smollm2, port=1)
     argv = list(llamacpp.render(llama_server_binary, opts).argv)
-    n = pick.settings["n_seqs"]
-    assert argv[argv.index("-np") + 1] == str(n)
-    assert argv[argv.index("-c") + 1] == str(pick.settings["ctx"] * n)
-    if pick.settings["kv_dtype"] not in (None, "f16"):
-        assert argv[argv.index("-ctk") + 1] == pick.settings["kv_dtype"] == argv[argv.index("-ctv") + 1]
+    assert argv[argv.index("-np") + 1] == str(r.n_seqs)
+    assert argv[argv.index("-c") + 1] == str(r.ctx * r.n_seqs)
+    if r.kv_dtype not in (None, "f16"):
+        assert argv[argv.index("-ctk") + 1] == r.kv_dtype == argv[argv.index("-ctv") + 1]
 
 
 def _priorities() -> list[str]:
@@ -327,10 +326,10 @@ def test_each_priority_on_this_machine_launches_its_pick_or_says_why(priority, l
         return
     if not engines.has_adapter(pick.engine):
         with pytest.raises(Exception) as info:
-            flows.start(pick.model_ref, pick=pick, port=0, threads=2, **flows.apply_pick(pick, {}, ()))
+            flows.start(pick.model_ref, pick=pick, port=0, threads=2)
         assert f"no adapter for {pick.engine}" in str(info.value)
         return
-    opts = flows.apply_pick(pick, {"threads": 2, "port": 0}, ("threads", "port"))
+    opts = {"threads": 2, "port": 0}          # the pick's request fills the rest (flows.prepare)
     if pick.engine != engines.DEFAULT_ENGINE:
         # another engine's pick (vLLM for max-context): launched where that engine is installed and its
         # files can be had; here it may be neither (not installed yet, a Hugging Face repo offline), and
@@ -361,8 +360,8 @@ def test_up_priority_launches_the_plan_and_shows_predicted_vs_measured(llama_ser
         state = json.loads(proc.stdout)
         pick = flows.pick_from_plan("smollm2-135m", priority="balanced")
         argv = state["argv"]
-        assert argv[argv.index("-np") + 1] == str(pick.settings["n_seqs"])
-        assert argv[argv.index("-c") + 1] == str(pick.settings["ctx"] * pick.settings["n_seqs"])
+        assert argv[argv.index("-np") + 1] == str(pick.request.n_seqs)
+        assert argv[argv.index("-c") + 1] == str(pick.request.ctx * pick.request.n_seqs)
         rows = {r["component"]: r for r in state["memory"]["rows"]}
         for name in ("weights", "kv_cache", "compute"):       # fit matches llama-server's own buffer lines
             assert rows[name]["measured_bytes"] > 0 and abs(rows[name]["error_pct"]) < 1.0, rows[name]
@@ -394,7 +393,7 @@ def test_explicit_flags_override_the_plan(llama_server_binary, smollm2, own_stat
         assert proc.returncode == 0, proc.stderr
         argv = json.loads(proc.stdout)["argv"]
         pick = flows.pick_from_plan("smollm2-135m", priority="balanced")
-        assert argv[argv.index("-c") + 1] == str(1024 * pick.settings["n_seqs"])
+        assert argv[argv.index("-c") + 1] == str(1024 * pick.request.n_seqs)
     finally:
         run_cli("down", env=own_state)
 
@@ -410,7 +409,7 @@ def test_recipe_prints_the_launch_without_running_it(tmp_path, own_state):
     same = json.loads(run_cli("recipe", "--from-plan", str(plan_file), "--json").stdout)
     assert same["argv"][1:] == out["argv"][1:]
     # a layer split over two GPUs survives the round trip through a saved plan
-    two = ("qwen3.6-27b", "--priority", "non-nvidia", "--rig", "2x3090")
+    two = ("smollm2-135m", "--priority", "non-nvidia", "--rig", "2x3090")
     plan2 = tmp_path / "plan2.json"
     plan2.write_text(run_cli("plan", *two, "--json").stdout)
     direct = json.loads(run_cli("recipe", *two, "--json", env=own_state).stdout)["argv"]

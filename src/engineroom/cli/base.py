@@ -125,15 +125,14 @@ def _pick(model: str | None, priority: str | None, rig: str | None, from_plan: P
 def _planned(ctx_: typer.Context, model: str | None, opts: dict[str, Any], *, priority: str | None,
              rig: str | None, from_plan: Path | None, pick: int,
              missing: str) -> tuple[str, dict[str, Any], Pick | None]:
-    """The model and launch options `up` and `recipe` run: the plan's pick when one is asked for,
-    with every option typed on this command line winning over it."""
-    from .. import flows
+    """The model, the typed launch options and the plan's pick `up` and `recipe` run (the pick when
+    one is asked for: ``flows.prepare`` renders its LaunchRequest with every option typed here
+    replacing its field)."""
     from ..errors import BadInput
 
     chosen = _pick(model, priority, rig, from_plan, pick,
                    engine=opts.get("engine") if "engine" in _given(ctx_) else None)
     if chosen is not None:
-        opts = flows.apply_pick(chosen, opts, _given(ctx_))
         model = chosen.model_ref
     if model is None:
         raise BadInput(missing)

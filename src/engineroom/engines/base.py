@@ -69,8 +69,8 @@ class LaunchOptions:
 
     ``None`` leaves a setting to the engine's own default, except where the adapter always
     passes it explicitly so that what runs is what was sized (llama.cpp's slots and unified
-    KV). A Plan becomes LaunchOptions in ``flows`` (``options_from_plan``); CLI flags fill or
-    override the same fields, so the plan and the user speak one vocabulary.
+    KV). A plan's pick is a ``plan.LaunchRequest``; ``flows.picks.launch_options`` turns it into
+    these; CLI flags replace its fields, so the plan and the user speak one vocabulary.
     """
 
     model_path: Path
@@ -96,6 +96,10 @@ class LaunchOptions:
     reasoning_parser: str | None = None
     mem_fraction: float | None = None  # share of device memory the engine may take (paged-KV engines)
     thinking: bool | None = None       # server-wide default for the chat template's thinking switch
+    quant_format: str | None = None    # the weights' catalog format (gguf, autoround, awq, gptq, fp8, bf16 ...)
+    vision: bool | None = None         # True: the vision tower served; False: text only (so sized); None: engine's way
+    projector: Path | None = None      # the multimodal projector file (llama.cpp family) when vision is on
+    engine_options: tuple[str, ...] = ()   # ids of options the adapter defines (its ENGINE_OPTIONS)
 
 
 @dataclass(frozen=True)

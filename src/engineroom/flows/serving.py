@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import apikey, engines, launch, models
-from ..engines.base import LaunchOptions, LaunchSpec
+from ..engines.base import LaunchSpec
 from ..errors import BadInput, EngineFailed, EngineroomError, NotFound
 from ..redaction import redact_data
 from ..refs import ModelRef
@@ -17,9 +17,10 @@ from ..store import Store
 
 if TYPE_CHECKING:
     from ..arch import ModelArch
+    from ..plan.request import LaunchRequest
 
 from .host import host_summary
-from .picks import Pick
+from .picks import Pick, launch_options, typed_request
 from .prediction import Prediction, placement_check, predict_memory, process_memory
 
 DEFAULT_PORT = 8080
@@ -81,6 +82,7 @@ class Prepared:
     binary_found: bool = True        # False: a recipe rendered without the engine installed
     key: apikey.LaunchKey | None = None   # the launch's API key: references, and the file the engine reads
     cluster: tuple[LaunchSpec, ...] = ()  # a pick spanning machines: one command per node, rank order
+    request: LaunchRequest | None = None  # what was rendered: the pick's request with the typed options
 
 
 def prepare(
@@ -99,7 +101,7 @@ def prepare(
     tools_template: bool = False,
     extra_args: Sequence[str] = (),
     timeout: float | None = None,
-    engine: str = engines.DEFAULT_ENGINE,
+    engine: str | None = None,
     say: Callable[[str], None] | None = None,
     pick: Pick | None = None,
     download: bool = True,
@@ -113,9 +115,18 @@ def prepare(
     """Resolve and pull the model, find and check the engine, render its LaunchSpec, predict
     its memory; start nothing. ``download=False, require_binary=False``: a recipe (what would run).
     ``container``: rendered for the engine's container image, which brings its own program, so
-    the adapter's stand-in program is rendered (nothing of this machine's install leaks in)."""
+    the adapter's stand-in program is rendered (nothing of this machine's install leaks in).
+    ``pick``: the plan's LaunchRequest is what is rendered, each option given here replacing its field
+    (None: not given; ``engine`` None: the pick's, else the default engine)."""
     from ..cpuprobe import probe_cpu
 
+    request = typed_request(str(getattr(model_ref, "raw", model_ref)), pick,
+                            dict(ctx=ctx, parallel=parallel, kv_unified=kv_unified, kv_dtype=kv_dtype, tp=tp,
+                                 engine=engine, chat_template_file=chat_template_file), engines.DEFAULT_ENGINE)
+    engine = request.engine
+    if pick is not None:       # the plan's settings, as launched (switch keeps them)
+        ctx, parallel, kv_unified, kv_dtype, tp = (request.ctx, request.n_seqs, request.kv_unified,
+                                                   request.kv_dtype, request.tp)
     options = dict(ctx=ctx, port=port, host=host, threads=threads, parallel=parallel, kv_unified=kv_unified,
                    kv_dtype=kv_dtype, tp=tp,
                    engine_bin=str(engine_bin) if engine_bin else None,
@@ -162,8 +173,6 @@ def prepare(
         refusal = adapter.loads_refusal(path)
         if refusal:
             raise BadInput(refusal)
-    elif pick is not None and pick.missing_file:   # a recipe for a file the catalog cannot name
-        mref, path = None, Path(str(model_ref))      # the pick's placeholder name
     else:                                 # a recipe: where the file is, or will be once pulled
         mref = models.resolve(model_ref)
         path = mref.served_path or Path(str(model_ref))
@@ -173,7 +182,7 @@ def prepare(
     # what the engine serves for that file (an engine that serves folders converts a GGUF once;
     # a recipe converts nothing)
     serve_path = adapter.serving_model(path, (lambda _f, m: say(m)) if say else None) if download else path
-    template = chat_template_file
+    template = chat_template_file or (Path(request.chat_template) if request.chat_template else None)
     if tools_template:
         if template is not None:
             raise BadInput("give either --chat-template-file or --tools-template, not both.")
@@ -191,13 +200,13 @@ def prepare(
                             extra_args=extra_args, split=adapter.split_api_key, write=download)
     extra_args = key.extra_args
     options.update(key.options, extra_args=list(extra_args))
+    request = replace(request, chat_template=str(template) if template else None)
     try:
-        lopts = LaunchOptions(
-            model_path=serve_path, model_name=mref.name if mref else str(pick.plan.get("model") if pick else ""),
-            port=port, host=host, ctx=ctx, n_seqs=parallel,
-            kv_unified=kv_unified, kv_dtype=kv_dtype, threads=threads, tp=tp or 1,
-            chat_template_file=Path(template) if template else None, extra_args=tuple(extra_args),
-            changes=tuple(changes), api_key_file=key.file,
+        projector = _projector(request, download, say)
+        lopts = launch_options(
+            request, model_path=serve_path, projector=projector, model_name=mref.name,
+            port=port, host=host, threads=threads, extra_args=tuple(extra_args), changes=tuple(changes),
+            api_key_file=key.file,
         )
         spec = adapter.render(binary, lopts)
         check_bind_args(spec, extra_args)
@@ -210,7 +219,7 @@ def prepare(
                 gpus_per_node=c["gpus_per_node"],
                 head_addr=head_addr or HEAD_PLACEHOLDER, pipeline=c["pp"] > 1))
         settings = adapter.launch_settings(lopts, trained_ctx=arch.max_position if arch is not None else None)
-        model_id, quant = (str(pick.plan.get("model") or ""), str(pick.plan.get("quant") or "")) if pick else ("", "")
+        model_id, quant = (request.model, request.weights.quant) if pick else ("", "")
         if not model_id and mref is not None and getattr(mref, "catalog_id", None):
             model_id = mref.catalog_id or ""
         if settings.get("ctx") is None and arch is None:
@@ -220,7 +229,17 @@ def prepare(
     except BaseException:
         apikey.discard(key)
         raise
-    return Prepared(spec, options, prediction, pick, found, key=key, cluster=cluster)
+    return Prepared(spec, options, prediction, pick, found, key=key, cluster=cluster, request=request)
+
+
+def _projector(request: LaunchRequest, download: bool, say: Callable[[str], None] | None) -> Path | None:
+    """Where the request's projector file is on this machine (pulled when ``download``), or None."""
+    if not request.projector:
+        return None
+    if download:
+        return models.local_model(request.projector, say)[1]
+    ref = models.resolve(request.projector)
+    return ref.served_path or Path(request.projector)
 
 
 def launch_prepared(prepared: Prepared, *, before: Callable[[], object] | None = None,
@@ -274,8 +293,6 @@ def start(model_ref: str | ModelRef, *, timeout: float | None = None,
           accept_placement: bool = False, **options: Any) -> launch.ServerState:
     """Pull if needed, check the engine for this machine, render its command line, start it; return once
     healthy and placed as planned (``accept_placement``: keep a launch the engine placed otherwise)."""
-    if pick is not None and pick.missing_file:
-        raise NotFound(pick.missing_file)
     from .validation import require
 
     prepared = prepare(model_ref, timeout=timeout, pick=pick, **options)

@@ -20,6 +20,7 @@ from .candidates import _Cand, _quant_runs_on
 from .planner import _Planner
 from .ranking import STATIC_METRICS, _groups
 from .reasons import _reasons
+from .request import LaunchRequest, request_for
 from .speed import SpeedBand
 
 
@@ -56,6 +57,7 @@ class Plan:
     reasons: tuple[str, ...]
     tradeoffs: tuple[str, ...] = ()
     fit: Fit | None = field(default=None, repr=False, compare=False)
+    request: LaunchRequest | None = None   # the pick as what to launch: weights, parsers, spec-decode, vision
     # llama.cpp slots as sized: -np n_seqs with --no-kv-unified unless True (the launcher passes both)
     kv_unified: bool = False
     pp: int = 1                      # pipeline stages (one per node of a cluster rig)
@@ -76,7 +78,7 @@ class Plan:
 def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, ctx: int | None = None,
          engine: str | None = None, *, catalog: Catalog | None = None, limit: int | None = None,
          arch: ModelArch | None = None, detail: int = 1, seqs: int | None = None,
-         rope_scaling: str | None = None, memo: FitMemo | None = None) -> list[Plan]:
+         rope_scaling: str | None = None, memo: FitMemo | None = None, launchable: bool = True) -> list[Plan]:
     """Ranked configs for serving ``model_ref`` on ``rig`` under ``priority`` (default: the
     catalog's default priority). Raises NothingFits (a NotFound) with the closest miss when nothing fits.
     ``model_ref``: anything ``resolve_model`` accepts (a catalog model, or a file or repo).
@@ -85,7 +87,9 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
     the top plans get their largest fillable context (fit.max_context) when the priority did
     not need it for every candidate; the others keep ``max_ctx=None``. ``seqs``: every
     config serves exactly this many concurrent sequences, each at the full context (the
-    context, and "max fillable", are sized for all of them); None: the priority decides."""
+    context, and "max fillable", are sized for all of them); None: the priority decides.
+    ``launchable`` False: the sizing and ranking model alone, configurations whose weights or
+    drafter the catalog cannot name included (never a pick: ``flows`` launches launchable plans only)."""
     if seqs is not None and seqs < 1:
         raise BadInput(f"--seqs must be at least 1, not {seqs}.")
     cat = catalog or load_catalog()
@@ -94,7 +98,8 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
     arch = arch or subject.arch or arch_from_catalog(model)
     prio = find_priority(cat, priority) if priority else cat.default_priority()
     p = _Planner(cat, model, arch, rig, prio, ctx, engine, source=subject.source, seqs=seqs,
-                 rope_scaling=rope_scaling, memo=memo)   # ctx beyond the model's maximum only with rope_scaling
+                 rope_scaling=rope_scaling, memo=memo,   # ctx beyond the model's maximum only with rope_scaling
+                 launchable=launchable)
     pool = p.pool = p.candidates()
     # a leading ctx key is bounded by the target context: configs serving all of it come first
     bounded = bool(prio.rank) and prio.rank[0].metric == "ctx"
@@ -119,9 +124,13 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
     else:
         cands = [c for c in pool if p.size(c)]
     if not cands:
-        why = p.rejected[-1] if p.rejected else "no engine in the catalog can load it"
+        # a configuration that would fit but is not launchable is the closest miss: its fix is named
+        why = next((r for r in reversed(p.rejected) if ": not launchable: " in r),
+                   p.rejected[-1] if p.rejected else "no engine in the catalog can load it")
+        status = [f"{e.id} is marked {e.status} ({e.status_note})" for e in p.engines
+                  if engine and prio.constraints.engine_status and e.status not in prio.constraints.engine_status]
         raise NothingFits(f"no configuration of {model.name} fits {rig.label or 'this rig'} for priority "
-                       f"{prio.id}; closest miss: {why}.")
+                          f"{prio.id}; closest miss: {why.rstrip('.')}" + (f"; {status[0]}" if status else "") + ".")
     for c in cands:
         p.speed(c)
         p.metrics(c)
@@ -149,6 +158,10 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
             verdict=max((ff.verdict for ff in c.fits), key=lambda v: v.severity),
             binding=f.binding, decode=c.decode, aggregate_tps=c.aggregate, metrics=dict(c.metrics),
             reasons=tuple(reasons), tradeoffs=tuple(trade), fit=f, kv_unified=f.request.kv_unified,
+            request=request_for(model, c.engine, c.quant, c.kv.id, c.drafter, ctx=c.ctx, n_seqs=c.n_seqs,
+                                kv_unified=f.request.kv_unified, tp=c.tp, pp=c.pp,
+                                nodes=c.groups[0].nodes if c.pp > 1 else 1, gpus_per_node=c.groups[0].n_gpus,
+                                features=prio.constraints.features, priority=prio.id, source=subject.source),
         ))
     return out
 
@@ -242,5 +255,6 @@ def plans_as_rows(plans: Iterable[Plan]) -> list[dict[str, Any]]:
             "decode_tps": [round(p.decode.low, 1), round(p.decode.high, 1)] if p.decode else None,
             "aggregate_tps": round(p.aggregate_tps, 1) if p.aggregate_tps else None,
             "verdict": p.verdict, "reasons": list(p.reasons), "tradeoffs": list(p.tradeoffs),
+            "request": p.request.to_dict() if p.request else None,
         })
     return rows

@@ -25,6 +25,7 @@ from .candidates import (
     quality_value,
 )
 from .ranking import STATIC_METRICS, _rank
+from .request import drafter_miss, launch_miss
 from .speed import (
     SPEED_DEPTH,
     SpeedBand,
@@ -39,7 +40,7 @@ from .speed import (
 class _Planner:
     def __init__(self, cat: Catalog, model: Model, arch: ModelArch, rig: Rig, prio: Priority,
                  ctx: int | None, engine: str | None, source: str = "catalog", seqs: int | None = None,
-                 rope_scaling: str | None = None, memo: FitMemo | None = None):
+                 rope_scaling: str | None = None, memo: FitMemo | None = None, launchable: bool = True):
         cat = cat.for_vendor(rig.vendor)   # each engine as its build for this rig runs it (catalog backends)
         self.cat, self.model, self.arch, self.rig, self.prio = cat, model, arch, rig, prio
         # every fit of this model goes through one memo (how_to_choose shares it over the priorities)
@@ -49,6 +50,8 @@ class _Planner:
         self.user_seqs = seqs         # --seqs: every candidate serves exactly this many sequences
         self.seqs_rule = prio.seqs if seqs is None else None   # the priority's rule, unless --seqs
         self.engines = [find_engine(cat, engine)] if engine else list(cat.engines)
+        self.explicit_engine = engine is not None   # a named engine is planned whatever its status
+        self.launchable = launchable  # False: the sizing model alone (configurations engineroom cannot launch too)
         self.rejected: list[str] = []
         self.layout_misses: dict[tuple, str] = {}   # (engine, quant, kv, tp, instances) -> why not
         self.pool: list[_Cand] = []
@@ -70,7 +73,7 @@ class _Planner:
         if why:
             return why
         c = self.prio.constraints
-        if c.engine_status and e.status not in c.engine_status:
+        if c.engine_status and e.status not in c.engine_status and not self.explicit_engine:
             return f"{e.id} status is {e.status} (priority wants {'/'.join(c.engine_status)})"
         if c.api_parity == "full" and e.api_parity != "full":
             return f"{e.id} API parity is {e.api_parity} ({e.api_parity_source})"
@@ -87,6 +90,11 @@ class _Planner:
                 return f"{e.id} has no tool calling"
             if feat == "reasoning" and not e.reasoning_parsers:
                 return f"{e.id} has no reasoning parser"
+            parsers = e.parsers.get(self.model.family or "")
+            if feat in ("tools", "reasoning") and e.parsers and not (parsers and getattr(
+                    parsers, "tool" if feat == "tools" else "reasoning")):
+                return (f"{e.id}'s catalog entry names no {'tool-call' if feat == 'tools' else 'reasoning'} parser "
+                        f"for {self.model.name} (family {self.model.family or 'not set'}); add it under `parsers:`")
         return None
 
     def _quant_ok(self, q: Quant, e: Engine) -> str | None:
@@ -109,6 +117,10 @@ class _Planner:
                     continue
                 if c.spec_method and d.method != c.spec_method:
                     continue
+                why = drafter_miss(d, e) if self.launchable else None
+                if why:            # not a pick: engineroom could not launch that drafter
+                    self.rejected.append(f"{e.id} + {q.id} + {d.id}: not launchable: {why}")
+                    continue
                 out.append(d)
         if not c.spec_method:
             out.insert(0, None)
@@ -126,6 +138,10 @@ class _Planner:
                 why = self._quant_ok(q, e)
                 if why:
                     self.rejected.append(why)
+                    continue
+                why = launch_miss(self.model, q, e, source=self.source, vision=self.vision) if self.launchable else None
+                if why:            # a pick is launchable or it is not a pick
+                    self.rejected.append(f"{e.id} + {q.id}: not launchable: {why}")
                     continue
                 drafters = self._drafters(q, e)
                 if not drafters:

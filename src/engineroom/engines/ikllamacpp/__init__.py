@@ -15,10 +15,13 @@ from ..llamacpp.command import api_key_file_args, api_key_file_in, rope_scaling_
 from ..llamacpp.server import TIMINGS_FIELD, health_state  # the fork sends the same timings field
 from .command import (
     DEFAULT_SLOTS,
+    ENGINE_OPTIONS,
     HADAMARD_K,
     HADAMARD_V,
     JINJA,
     KV_CACHE_TYPES,
+    LEGACY_DRAFT_MAX,
+    LEGACY_MTP,
     MERGE_QKV,
     RUN_TIME_REPACK,
     SPEC_TYPE,
@@ -64,7 +67,8 @@ from .server import (
 FAMILY = "llama.cpp"    # the adapter this one imports from: its OWN_NAMES may be used in this package
 # the fork's own words, which no module outside this adapter may use (tests/test_adapters.py)
 OWN_NAMES = (HADAMARD_K, HADAMARD_V, "--k-cache-hadamard", "--v-cache-hadamard", MERGE_QKV, "-mqkv",
-             RUN_TIME_REPACK, "--run-time-repack", SPEC_TYPE, "q8_KV", "slots_idle", "slots_processing",
+             RUN_TIME_REPACK, "--run-time-repack", LEGACY_MTP, LEGACY_DRAFT_MAX, "q8_KV", "slots_idle",
+             "slots_processing",
              "n_past", "llamacpp:kv_cache_usage_ratio", "llamacpp:kv_cache_tokens")
 
 # how engineroom exercises it (README's engine table; `engineroom engines` shows it)
@@ -74,7 +78,8 @@ TESTED = ("real: up -> verify -> bench on its CPU build from the ik-llama-cpp-py
 
 __all__ = ["BINARY", "BUILD_TARGETS", "DEFAULT_SLOTS", "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS",
            "FAMILY", "HADAMARD_K", "HADAMARD_V", "JINJA", "KV_CACHE_TYPES", "MANIFEST", "MERGE_QKV", "METRIC_NAMES",
-           "OWN_NAMES", "RUN_TIME_REPACK", "SOURCE_PACKAGE", "SOURCE_VERSION", "SPEC_TYPE", "SPLIT_MODES",
+           "OWN_NAMES", "ENGINE_OPTIONS", "LEGACY_DRAFT_MAX", "LEGACY_MTP",
+           "RUN_TIME_REPACK", "SOURCE_PACKAGE", "SOURCE_VERSION", "SPEC_TYPE", "SPLIT_MODES",
            "TIMINGS_FIELD", "Binary",
            "api_key_file_args", "api_key_file_in", "binary_version", "check_binary_cpu", "classify_failure",
            "cmake_options", "find_binary", "health_state", "install", "install_root", "installed", "known_flags",

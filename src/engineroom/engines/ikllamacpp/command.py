@@ -11,12 +11,20 @@ argv is checked against the binary's own ``--help`` (``flags.validate_argv``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import BadInput, NotFound
 from ..base import LaunchOptions, LaunchSpec
-from ..llamacpp.command import _build_cpu, _flag_value, _has_flag, api_key_file_args, rope_scaling_arg
+from ..llamacpp.command import (
+    _build_cpu,
+    _flag_value,
+    _has_flag,
+    api_key_file_args,
+    feature_args,
+    rope_scaling_arg,
+)
 from ..llamacpp.discovery import Binary
 from .discovery import ENGINE, binary_version
 from .flags import validate_argv
@@ -34,6 +42,15 @@ KV_CACHE_TYPES = {"f16": "f16", "bf16": "bf16", "f32": "f32", "q8_0": "q8_0", "q
                   "q5_0": "q5_0", "iq4_nl": "iq4_nl", "q4_1": "q4_1", "q4_0": "q4_0", "q8_KV": "q8_KV"}
 HADAMARD_K, HADAMARD_V = "-khad", "-vhad"
 MERGE_QKV = "--merge-qkv"
+# the fork's options a launch request may turn on (catalog engine entry `plan_options` names them):
+# the comparison's tested recipes run both (seeds/engines-comparison-v2.md); Hadamard rotation
+# applies to a quantized KV cache only, so it is left out with an f16/bf16/f32 one
+ENGINE_OPTIONS = {"hadamard_kv": (HADAMARD_K, HADAMARD_V), "merge_qkv": (MERGE_QKV,)}
+UNQUANTISED_KV = ("f16", "bf16", "f32")
+# the older common argument set (the ik-llama-cpp-python 0.1.5 build) turns MTP on with these;
+# newer builds reject them and take `--spec-type mtp:...` (specs/engines.md)
+LEGACY_MTP, LEGACY_DRAFT_MAX = "-mtp", "--draft-max"
+SPEC_KINDS = {"mtp": "mtp", "dflash": "dflash", "draft": "draft", "ngram": "ngram-mod"}
 
 
 def spec_type_args(stages: Sequence[tuple[str, Mapping[str, object]]]) -> list[str]:
@@ -45,6 +62,39 @@ def spec_type_args(stages: Sequence[tuple[str, Mapping[str, object]]]) -> list[s
             raise BadInput(f"speculative stage {kind!r} is not a type name (mtp, draft, dflash, ngram-mod, ...).")
         opts = ",".join(f"{k}={v}" for k, v in params.items())
         out += [SPEC_TYPE, f"{kind}:{opts}" if opts else kind]
+    return out
+
+
+def spec_args(binary: Binary, method: str, tokens: int | None, draft_model: str | None) -> list[str]:
+    """The fork's speculative flags: ``--spec-type KIND:n_max=N`` (MTP with p_min=0.0, as the
+    reference recipe), or ``-mtp --draft-max N`` where the binary's own --help still lists ``-mtp``."""
+    from .flags import known_flags
+
+    kind = SPEC_KINDS.get(method)
+    if kind is None:
+        raise BadInput(f"ik_llama.cpp has no speculative method {method!r}; it runs {', '.join(SPEC_KINDS)}.")
+    if kind in ("draft", "dflash") and not draft_model:
+        raise BadInput(f"speculative method {method} needs a GGUF drafter on ik_llama.cpp; name its file, or use "
+                       "mtp (the model's own MTP tensors) or ngram.")
+    known = known_flags(binary)
+    if kind == "mtp" and known is not None and LEGACY_MTP in known:
+        return [LEGACY_MTP] + ([LEGACY_DRAFT_MAX, str(tokens)] if tokens else [])
+    params: dict[str, object] = {"n_max": tokens} if tokens else {}
+    if kind == "mtp":
+        params["p_min"] = 0.0
+    out = spec_type_args([(kind, params)])
+    return out + (["-md", str(draft_model)] if draft_model else [])
+
+
+def option_args(options: LaunchOptions) -> list[str]:
+    """The flags of the fork's own options the request turned on (``ENGINE_OPTIONS`` ids)."""
+    out: list[str] = []
+    for name in options.engine_options:
+        if name not in ENGINE_OPTIONS:
+            raise BadInput(f"ik_llama.cpp has no option {name!r}; it has {', '.join(ENGINE_OPTIONS)}.")
+        if name == "hadamard_kv" and (options.kv_dtype or "f16") in UNQUANTISED_KV:
+            continue
+        out += ENGINE_OPTIONS[name]
     return out
 
 
@@ -87,6 +137,10 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         if not Path(o.chat_template_file).is_file():
             raise BadInput(f"chat template file {o.chat_template_file} does not exist.")
         argv += ["--chat-template-file", str(o.chat_template_file)]
+    if o.spec_method and not _has_flag(extra, SPEC_TYPE, LEGACY_MTP):
+        argv += spec_args(binary, o.spec_method, o.spec_tokens, o.draft_model)
+    argv += feature_args(replace(o, spec_method=None), extra)     # the projector, as mainline
+    argv += [a for a in option_args(o) if not _has_flag(extra, a)]
     if o.api_key_file:
         argv += api_key_file_args(o.api_key_file)
     argv += ["--metrics"]            # the fork logs model / KV / compute buffer sizes at its default verbosity

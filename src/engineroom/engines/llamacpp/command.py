@@ -201,6 +201,45 @@ FIT_OFF_WHY = ("-fit off: llama.cpp's own fitting (on by default, leaving 1024 M
                "sized this launch and checks the engine's placement after it starts")
 
 
+# catalog spec method -> llama-server's --spec-type (b11434 common/speculative.cpp); MTP runs the
+# model's own head (a GGUF with the MTP tensors), the draft methods need --spec-draft-model
+SPEC_TYPE_FLAG = "--spec-type"
+SPEC_TYPES = {"mtp": "draft-mtp", "dflash": "draft-dflash", "draft": "draft-simple", "eagle3": "draft-eagle3",
+              "ngram": "ngram-simple"}
+SPEC_N_MAX_FLAG = "--spec-draft-n-max"
+SPEC_DRAFT_FLAG = "--spec-draft-model"
+MMPROJ_FLAG = "--mmproj"
+
+
+def spec_args(method: str, tokens: int | None, draft_model: str | None) -> list[str]:
+    """llama-server's speculative-decoding flags for a catalog spec method."""
+    kind = SPEC_TYPES.get(method)
+    if kind is None:
+        raise BadInput(f"llama.cpp has no speculative method {method!r}; it runs {', '.join(SPEC_TYPES)}.")
+    if kind.startswith("draft-") and kind != "draft-mtp" and not draft_model:
+        raise BadInput(f"speculative method {method} needs a GGUF drafter on llama.cpp; name its file, or use mtp "
+                       "(the model's own MTP tensors) or ngram, which need none.")
+    out = [SPEC_TYPE_FLAG, kind]
+    if draft_model and kind != "draft-mtp":
+        out += [SPEC_DRAFT_FLAG, str(draft_model)]
+    if tokens:
+        out += [SPEC_N_MAX_FLAG, str(tokens)]
+    return out
+
+
+def feature_args(options: LaunchOptions, extra: Sequence[str]) -> list[str]:
+    """Speculative decoding and the vision projector of ``options`` (mainline and the fork alike)."""
+    out: list[str] = []
+    if options.spec_method and not _has_flag(extra, SPEC_TYPE_FLAG):
+        out += spec_args(options.spec_method, options.spec_tokens, options.draft_model)
+    if options.vision and not _has_flag(extra, MMPROJ_FLAG, "-mm"):
+        if options.projector is None:
+            raise BadInput("vision on llama.cpp needs the model's projector file (mmproj GGUF); name it, or serve "
+                           "the model text-only.")
+        out += [MMPROJ_FLAG, str(options.projector)]
+    return out
+
+
 def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     """The llama-server command line for ``options``; nothing is started here.
 
@@ -236,6 +275,7 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         if not Path(o.chat_template_file).is_file():
             raise BadInput(f"chat template file {o.chat_template_file} does not exist.")
         argv += ["--jinja", "--chat-template-file", str(o.chat_template_file)]
+    argv += feature_args(o, extra)
     if o.api_key_file:
         argv += api_key_file_args(o.api_key_file)
     argv += ["--metrics", "-lv", "4"]   # -lv 4: log model / KV / compute buffer sizes (the fit oracle)

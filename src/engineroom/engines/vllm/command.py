@@ -100,6 +100,24 @@ def check_spec_config(extra: Sequence[str], *, cpu: bool) -> None:
                        f"cpu.md); drop {SPEC_FLAG}, or serve with vLLM's CUDA build.")
 
 
+def spec_config(method: str, tokens: int | None, draft_model: str | None) -> str:
+    """vLLM's ``--speculative-config`` JSON for a catalog spec method: MTP uses the model's own head
+    (``{"method": "mtp", "num_speculative_tokens": N}``, which vLLM's parser accepts); a method with
+    a drafter names it (``"model"``)."""
+    name = "draft_model" if method == "draft" else method
+    if name not in SPEC_METHODS:
+        raise BadInput(f"vLLM has no speculative method {method!r}; it has {', '.join(SPEC_METHODS)}.")
+    if name in ("dflash", "draft_model", "eagle", "eagle3", "medusa", "mlp_speculator") and not draft_model:
+        raise BadInput(f"speculative method {method} needs a drafter on vLLM; name its repo, or use mtp (the "
+                       "model's own MTP head) or ngram, which need none.")
+    conf: dict[str, object] = {"method": name}
+    if draft_model:
+        conf["model"] = str(draft_model)
+    if tokens:
+        conf["num_speculative_tokens"] = int(tokens)
+    return json.dumps(conf, separators=(",", ":"))
+
+
 def kvcache_space_gib(env: dict[str, str] | None = None) -> int:
     """The KV space (GiB) the CPU build will get: the user's VLLM_CPU_KVCACHE_SPACE, else engineroom's 2."""
     raw = (env or os.environ).get(KVCACHE_SPACE_ENV)
@@ -136,7 +154,10 @@ def loads_refusal(path: Path) -> str | None:
 def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     """``python -m vllm.entrypoints.openai.api_server`` for ``options``; nothing is started.
 
-    ctx is vLLM's ``--max-model-len`` (per sequence) and n_seqs its ``--max-num-seqs``. The
+    ctx is vLLM's ``--max-model-len`` (per sequence) and n_seqs its ``--max-num-seqs``; the
+    request's spec method, parsers and text-only choice become ``--speculative-config``, the
+    tool-call and reasoning parsers and ``--language-model-only`` (vision on: vLLM's own
+    multimodal limits for the model, nothing added). The
     key is never an argument: the 0600 file's content goes in ``VLLM_API_KEY`` of the
     process's environment (the state file masks it). The user's arguments come last.
     """
@@ -172,6 +193,17 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         if not Path(o.chat_template_file).is_file():
             raise BadInput(f"chat template file {o.chat_template_file} does not exist.")
         argv += ["--chat-template", str(o.chat_template_file)]
+    if o.spec_method and not _has_flag(extra, SPEC_FLAG):
+        if cpu:
+            raise BadInput("vLLM's CPU build does not support speculative decoding (docs/getting_started/"
+                           "installation/cpu.md); plan without it, or serve with vLLM's CUDA build.")
+        argv += [SPEC_FLAG, spec_config(o.spec_method, o.spec_tokens, o.draft_model)]
+    if o.tool_parser and not _has_flag(extra, "--tool-call-parser"):
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", o.tool_parser]
+    if o.reasoning_parser and not _has_flag(extra, "--reasoning-parser"):
+        argv += ["--reasoning-parser", o.reasoning_parser]
+    if o.vision is False and not _has_flag(extra, "--language-model-only"):
+        argv += ["--language-model-only"]     # sized text-only: the vision tower is not loaded
     for change in o.changes:
         argv += list(change.args)
     argv += extra

@@ -1,0 +1,323 @@
+"""Every pick is a contract: what `plan` picks is exactly what `recipe` / `up` render.
+
+Over the whole catalog x rig presets x priorities x engines, every pick (each engine's first, the
+engine named as `--engine` does) is turned into its LaunchRequest and rendered to argv through the
+adapter (`flows.prepare`, no download, no engine needed), and checked: the weights named are the
+plan's quant (its repo or file, never the unquantized base for a quantized pick); every feature the
+priority promises is turned on (tools -> tool parser, reasoning -> reasoning parser, vision ->
+projector or the engine's own multimodal serving, a drafter counted in the speed band ->
+speculative decoding in argv); no placeholder. The fork's argv is checked against its own --help
+(tests/fixtures/ik_llamacpp/help.txt). The engines' own parsers on the same argv run in the
+integration tier below (vLLM's, SGLang's ServerArgs, llama-server's --help), where installed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+# the engines' own parsers (integration tier): their install fixtures, shared with their own test modules
+from test_sglang import sglang_binary  # noqa: F401
+from test_vllm import vllm_python  # noqa: F401
+
+from engineroom import flows
+from engineroom.catalog import load_catalog
+from engineroom.engines.ikllamacpp.flags import parse_help
+from engineroom.errors import BadInput
+from engineroom.hardware import parse_rig
+from engineroom.plan import LaunchRequest, NothingFits, Weights, plan, plans_as_rows
+
+RIGS = ("1x3090", "2x3090", "1xh200", "2x(8xh100)", "cpu:64GB", "m3max:128GB")
+IK_HELP = Path(__file__).parent / "fixtures" / "ik_llamacpp" / "help.txt"
+# each engine's flags for the features a pick promises (test code may name them; src/ may not)
+SPEC_FLAGS = {"vllm": ("--speculative-config",), "sglang": ("--speculative-algorithm",),
+              "llama.cpp": ("--spec-type",), "ik_llama.cpp": ("--spec-type", "-mtp")}
+MODEL_FLAGS = {"vllm": "--model", "sglang": "--model-path", "llama.cpp": "-m", "ik_llama.cpp": "-m"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _catalog_dirs_once():
+    """The sweep renders ~500 picks; `plugins.catalog_dirs` scans every installed distribution's entry
+    points on each catalog read (~40 ms, 5 reads a render), and nothing installs an adapter while
+    this module runs: asked once here (the catalog it gives is the same)."""
+    from engineroom import plugins
+
+    dirs = plugins.catalog_dirs()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plugins, "catalog_dirs", lambda: dirs)
+        yield
+
+
+@cache
+def _picks() -> tuple[tuple[str, str, str, str, object, flows.Pick], ...]:
+    cat = load_catalog()
+    out = []
+    for model in cat.models:
+        for rig_spec in RIGS:
+            rig = parse_rig(rig_spec)
+            for prio in cat.priorities:
+                for engine in cat.engines:
+                    try:
+                        plans = plan(model.id, rig, prio.id, engine=engine.id, catalog=cat, limit=1)
+                    except NothingFits:
+                        continue
+                    row = plans_as_rows(plans)[0]
+                    pick = flows.pick_from_row(row, model.id, f"{model.id} {rig_spec} {prio.id}", prio.id)
+                    # as `recipe --rig SPEC` makes it: a recipe for that rig's build of the engine
+                    pick = replace(pick, other_rig=rig_spec, other_vendor=rig.vendor)
+                    out.append((model.id, rig_spec, prio.id, engine.id, plans[0], pick))
+    return tuple(out)
+
+
+@cache
+def _rendered() -> tuple[tuple[tuple[str, str, str, str, object, flows.Pick], flows.Prepared], ...]:
+    out = []
+    for case in _picks():
+        pick = case[-1]
+        assert isinstance(pick, flows.Pick)
+        prepared = flows.prepare(pick.model_ref, download=False, require_binary=False, pick=pick)
+        out.append((case, prepared))
+    return tuple(out)
+
+
+def test_the_sweep_covers_every_engine_and_priority():
+    cases = _picks()
+    cat = load_catalog()
+    assert {c[3] for c in cases} == {e.id for e in cat.engines}
+    assert {c[2] for c in cases} == {p.id for p in cat.priorities}
+    assert len(cases) > 100
+
+
+def test_every_pick_renders_the_plans_weights_and_no_placeholder():
+    cat = load_catalog()
+    for (model_id, rig, prio, engine, p, pick), prepared in _rendered():
+        where = f"{model_id} {rig} {prio} {engine}"
+        r, argv = pick.request, list(prepared.spec.argv)
+        model = cat.model(model_id)
+        quant = model.quant(p.quant)
+        assert r.weights.quant == p.quant == quant.id and r.weights.size_gb == quant.size_gb, where
+        assert r.weights.format == quant.format, where
+        assert not any("<" in a and ">" in a for a in argv), (where, argv)
+        served = argv[argv.index(MODEL_FLAGS[engine]) + 1]
+        if quant.format == "gguf":
+            name = quant.file or ""
+            assert served.endswith(name) and (quant.pypi_package or quant.hf_repo in r.weights.ref), (where, served)
+        else:
+            assert served == quant.hf_repo, (where, served)   # the quant's own repo, never the base model's
+            if quant.format != "bf16":
+                assert served != model.hf_repo, (where, served)
+
+
+def test_every_feature_a_priority_promises_is_on_in_argv():
+    cat = load_catalog()
+    for (model_id, rig, prio, engine, p, pick), prepared in _rendered():
+        where = f"{model_id} {rig} {prio} {engine}"
+        r, argv = pick.request, list(prepared.spec.argv)
+        model, eng, priority = cat.model(model_id), cat.engine(engine), cat.priority(prio)
+        promised = set(priority.constraints.features)
+        parsers = eng.parsers.get(model.family or "")
+        if "tools" in promised and eng.parsers:       # the planner offers no pick without the parser
+            assert parsers and parsers.tool, where
+        if "tools" in model.features and parsers and parsers.tool:   # the catalog knows it: always on
+            assert parsers.tool in argv, (where, argv)
+            if engine == "vllm":
+                assert "--enable-auto-tool-choice" in argv, where
+        elif "tools" in promised and engine == "ik_llama.cpp":
+            assert "--jinja" in argv, where       # the fork reads tool calls from the Jinja template
+        if "reasoning" in model.features and eng.parsers and parsers and parsers.reasoning:
+            assert parsers.reasoning in argv, (where, argv)
+        if "vision" in promised:
+            assert r.vision, where
+            if engine in ("llama.cpp", "ik_llama.cpp"):
+                assert "--mmproj" in argv, (where, argv)
+            assert "--language-model-only" not in argv, where
+        elif "vision" in model.features:
+            assert r.text_only and any(r.text_only in n for n in pick.notes), where   # said so
+            if engine == "vllm":
+                assert "--language-model-only" in argv, (where, argv)
+        if p.spec:                              # counted in the speed band -> launched
+            assert r.spec_method and any(f in argv for f in SPEC_FLAGS[engine]), (where, argv)
+            # drafted tokens a step (SGLang's verify block is one more: the adapter's count)
+            assert r.spec_tokens == p.spec_tokens and ({str(p.spec_tokens), str(p.spec_tokens + 1)}
+                                                       & set(" ".join(argv).replace(":", " ").replace("=", " ")
+                                                             .replace(",", " ").replace("}", " ").split())), argv
+            assert not any("does not fetch draft models" in n for n in pick.notes), where
+        else:
+            assert not any(f in argv for f in SPEC_FLAGS[engine]), (where, argv)
+
+
+def test_the_fork_gets_its_tested_flags_and_its_own_help_knows_every_flag():
+    known = parse_help(IK_HELP.read_text())
+    seen = 0
+    for (model_id, _rig, prio, engine, p, _pick), prepared in _rendered():
+        if engine != "ik_llama.cpp":
+            continue
+        seen += 1
+        argv = list(prepared.spec.argv)
+        flags = [a for a in argv[1:] if a.startswith("-") and not a.lstrip("-").replace(".", "").isdigit()]
+        # -a (the served name): the 0.1.5 fork's parser takes it though its --help does not list it
+        # (flags.check_flags asks the binary itself for such a flag; the real ik runs pass it)
+        # -sm (a layer split over several GPUs): a flag of the fork's GPU builds; the fixture is its CPU build's
+        gpu_build = {"-sm"} if p.tp > 1 else set()
+        assert set(flags) - {"-a"} - gpu_build <= known, (model_id, prio, sorted(set(flags) - known))
+        assert "--merge-qkv" in argv
+        assert ("-khad" in argv and "-vhad" in argv) == (p.kv_dtype not in ("f16", "bf16", "f32")), argv
+    assert seen
+
+
+def test_a_pick_is_launchable_or_a_closest_miss_with_the_fix():
+    """Qwen3.6-27B's GGUF quants name a repo but no file in the catalog: not a pick, a reasoned miss."""
+    with pytest.raises(NothingFits, match=r"not launchable: the catalog names (no public file|\S+ but not its \S+ "
+                                          r"file).*`engineroom up "):
+        plan("qwen3.6-27b", parse_rig("1x3090"), "max-context", engine="llama.cpp")
+    with pytest.raises(NothingFits, match=r"IQ4_KS: not launchable: the catalog names ubergarm/Qwen3.6-27B-GGUF but "
+                                          r"not its IQ4_KS file"):
+        plan("qwen3.6-27b", parse_rig("1x3090"), "leanest-vram", engine="ik_llama.cpp")
+    # the awq / gptq / fp8 checkpoints have no repo: never the bf16 base in their place
+    for p in plan("qwen3.6-27b", parse_rig("2x3090"), "concurrent-throughput", engine="vllm"):
+        assert p.request is not None and p.request.weights.ref != "Qwen/Qwen3.6-27B" or p.quant == "bf16"
+        assert p.quant in ("autoround-int4", "bf16")
+    # a drafter engineroom cannot name for the engine is not a pick either (DFlash on llama.cpp: the
+    # catalog names its safetensors repo, no GGUF), while vLLM gets it by repo
+    from engineroom.catalog import find_engine
+    from engineroom.plan import drafter_miss
+
+    cat = load_catalog()
+    dflash = next(d for d in cat.drafters if d.method == "dflash")
+    assert "not a GGUF" in (drafter_miss(dflash, find_engine(cat, "llama.cpp")) or "")
+    assert drafter_miss(dflash, find_engine(cat, "vllm")) is None
+
+
+def test_an_explicit_engine_is_planned_whatever_its_status_and_the_status_is_said():
+    """SGLang is marked re-test pending: `--engine sglang` still plans it and says so."""
+    ps = plan("qwen3.6-27b", parse_rig("1xh200"), "balanced", engine="sglang", limit=1)
+    pick = flows.pick_from_row(plans_as_rows(ps)[0], "qwen3.6-27b", "test", "balanced")
+    assert pick.engine == "sglang" and any("retest-pending" in n for n in pick.notes), pick.notes
+    with pytest.raises(NothingFits, match="sglang is marked retest-pending"):
+        plan("qwen3.6-27b", parse_rig("2x3090"), "balanced", engine="sglang")
+
+
+def test_the_vllm_recipe_loads_the_quants_repo_with_mtp_and_parsers():
+    """The issue's reproduction: `recipe qwen3.6-27b --rig 1x3090 --engine vllm` names the AutoRound
+    repo (not the 55.6 GB bf16 base), and full-features launches MTP and both parsers."""
+    pick = flows.pick_from_plan("qwen3.6-27b", priority="max-context", rig="1x3090", engine="vllm")
+    argv = list(flows.prepare(pick.model_ref, download=False, require_binary=False, pick=pick).spec.argv)
+    assert argv[argv.index("--model") + 1] == "Lorbus/Qwen3.6-27B-int4-AutoRound"
+    pick = flows.pick_from_plan("qwen3.6-27b", priority="full-features", rig="1x3090")
+    argv = list(flows.prepare(pick.model_ref, download=False, require_binary=False, pick=pick).spec.argv)
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec == {"method": "mtp", "num_speculative_tokens": 3}
+    assert argv[argv.index("--tool-call-parser") + 1] == "qwen3_coder"
+    assert argv[argv.index("--reasoning-parser") + 1] == "qwen3"
+    assert "--language-model-only" not in argv     # full-features promises vision
+
+
+def test_the_request_round_trips_and_typed_options_win_and_are_recorded():
+    pick = flows.pick_from_plan("qwen3.6-27b", priority="full-features", rig="2x3090")
+    r = pick.request
+    assert LaunchRequest.from_dict(json.loads(json.dumps(r.to_dict()))) == r
+    mine = flows.typed_request(pick.model_ref, pick, {"ctx": 8192, "parallel": None, "tp": None}, "llama.cpp")
+    assert mine.ctx == 8192 and mine.n_seqs == r.n_seqs and mine.given == ("ctx",) and mine.weights == r.weights
+    prepared = flows.prepare(pick.model_ref, download=False, require_binary=False, pick=pick, ctx=8192)
+    argv = list(prepared.spec.argv)
+    assert argv[argv.index("--max-model-len") + 1] == "8192" and prepared.request == mine
+    assert prepared.options["ctx"] == 8192 and prepared.options["tp"] == r.tp     # kept for `switch`
+    with pytest.raises(BadInput, match="unknown fields"):
+        LaunchRequest.from_dict({**r.to_dict(), "seqs": 3})
+    with pytest.raises(BadInput, match="no weights"):
+        LaunchRequest.from_dict({"model": "x", "engine": "vllm"})
+    plain = flows.typed_request("smollm2-135m", None, {"ctx": 512, "engine": None}, "llama.cpp")
+    assert plain == LaunchRequest(model="smollm2-135m", engine="llama.cpp", weights=Weights(ref="smollm2-135m"),
+                                  ctx=512, given=("ctx",))
+
+
+def test_a_plan_row_without_its_request_is_refused_in_one_sentence(tmp_path):
+    row = plans_as_rows(plan("smollm2-135m", parse_rig("cpu:64GB"), "balanced", limit=1))[0]
+    with pytest.raises(BadInput, match="holds no launch request"):
+        flows.pick_from_row({k: v for k, v in row.items() if k != "request"}, "smollm2-135m", "x")
+    with pytest.raises(BadInput, match="does not match the row"):
+        flows.pick_from_row({**row, "quant": "bf16"}, "smollm2-135m", "x")
+
+
+def test_the_llama_cpp_family_renders_mtp_and_the_projector():
+    from engineroom.engines import ikllamacpp, llamacpp
+    from engineroom.engines.base import LaunchOptions
+
+    o = LaunchOptions(model_path=Path("/m/x.gguf"), ctx=1024, n_seqs=1, spec_method="mtp", spec_tokens=2,
+                      vision=True, projector=Path("/m/mmproj.gguf"), engine_options=("merge_qkv", "hadamard_kv"),
+                      kv_dtype="q4_0")
+    argv = list(llamacpp.render(llamacpp.placeholder_binary(), o).argv)
+    assert argv[argv.index("--spec-type") + 1] == "draft-mtp" and argv[argv.index("--spec-draft-n-max") + 1] == "2"
+    assert argv[argv.index("--mmproj") + 1] == "/m/mmproj.gguf"
+    ik = list(ikllamacpp.render(ikllamacpp.placeholder_binary(), o).argv)
+    assert ik[ik.index("--spec-type") + 1] == "mtp:n_max=2,p_min=0.0"
+    assert {"--merge-qkv", "-khad", "-vhad", "--mmproj"} <= set(ik)
+    with pytest.raises(BadInput, match="projector"):
+        llamacpp.render(llamacpp.placeholder_binary(), LaunchOptions(model_path=Path("/m/x.gguf"), vision=True))
+    with pytest.raises(BadInput, match="no option"):
+        ikllamacpp.render(ikllamacpp.placeholder_binary(),
+                          LaunchOptions(model_path=Path("/m/x.gguf"), engine_options=("turbo",)))
+
+
+@pytest.mark.integration
+def test_llama_server_own_help_knows_every_flag_the_picks_render(llama_server_binary):
+    """The built llama-server's --help lists every flag of every llama.cpp pick's argv."""
+    from engineroom.engines.llamacpp.flags import known_flags
+
+    known = known_flags(llama_server_binary)
+    assert known, "llama-server --help gave no flags"
+    for (model_id, rig, prio, engine, _p, _pick), prepared in _rendered():
+        if engine != "llama.cpp":
+            continue
+        flags = {a for a in prepared.spec.argv[1:] if a.startswith("-") and not a.lstrip("-")[:1].isdigit()}
+        assert flags <= known, (model_id, rig, prio, sorted(flags - known))
+    o_mtp = ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "--mmproj", "x.gguf"]
+    assert {f for f in o_mtp if f.startswith("--")} <= known
+
+
+def test_the_compose_file_of_a_pick_runs_the_same_command():
+    """Where the engine has an image (catalog `docker:`), the compose file of a pick carries the pick's
+    weights and features: the same adapter render, in the container's paths."""
+    cat = load_catalog()
+    done = set()
+    for (model_id, rig, _prio, engine, _p, pick), prepared in _rendered():
+        docker = cat.engine(engine).docker
+        if engine in done or docker is None or not docker.image or pick.cluster or rig.startswith(("cpu", "m3")):
+            continue
+        out = flows.compose_recipe(pick.model_ref, pick=pick, check_cli=False)
+        command = [str(a) for a in out.recipe.document["services"][out.recipe.service]["command"]]
+        argv = list(prepared.spec.argv)
+        flag = MODEL_FLAGS[engine]
+        if pick.request.weights.format != "gguf":    # a repo: the same name inside the container
+            assert command[command.index(flag) + 1] == argv[argv.index(flag) + 1], (model_id, engine)
+        for f in SPEC_FLAGS[engine] + ("--tool-call-parser", "--reasoning-parser", "--language-model-only",
+                                       "--merge-qkv"):
+            assert (f in command) == (f in argv), (model_id, engine, f)
+        done.add(engine)
+    assert {"vllm", "sglang", "llama.cpp"} <= done, done
+
+
+# --------------------------------------------------------------------------- the engines' own parsers
+@pytest.mark.integration
+def test_vllms_own_parser_accepts_every_vllm_pick(vllm_python):  # noqa: F811
+    """vLLM's make_arg_parser (its installed CPU build) on every vLLM pick's argv: the GPU-rig picks
+    render the same flags (the parser is the same; only the CPU build refuses spec-decode at render)."""
+    from engineroom.engines import vllm
+
+    for (model_id, rig, prio, engine, _p, _pick), prepared in _rendered():
+        if engine == "vllm":
+            assert vllm.validate_argv(vllm_python, prepared.spec.argv) is None, (model_id, rig, prio)
+
+
+@pytest.mark.integration
+def test_sglangs_own_server_args_accept_every_sglang_pick(sglang_binary):  # noqa: F811
+    from engineroom import engines
+
+    for (model_id, rig, prio, engine, _p, _pick), prepared in _rendered():
+        if engine == "sglang":
+            assert engines.adapter("sglang").validate_argv(sglang_binary, prepared.spec.argv) is None, \
+                (model_id, rig, prio)
