@@ -30,6 +30,8 @@ def _run(url: str, max_tokens: int, runs: int) -> dict:
     proc = subprocess.run([sys.executable, "-m", "engineroom.cli", "bench", "--url", url, "--max-tokens",
                            str(max_tokens), "--runs", str(runs), "--warmup", "1", "--busy-ok", "--json"],
                           capture_output=True, text=True, timeout=900)
+    if not proc.stdout.strip():
+        raise SystemExit(f"bench said nothing on stdout (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
     summary = json.loads(proc.stdout)["summary"]
     checks = {c["name"]: c for c in summary["integrity"]}
     out = {"status": summary["status"], "host_contention": checks["host_contention"]["detail"],
