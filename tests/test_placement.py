@@ -226,3 +226,21 @@ def test_real_launch_as_planned_says_so(llama_server_binary, smollm2, own_state_
         assert placed["actual"]["slots"] == 2 and placed["actual"]["ctx_total"] == 2048
     finally:
         run_cli("down")
+
+
+def test_real_slot_context_the_engine_caps_at_the_trained_length_is_refused(llama_server_binary, smollm2,
+                                                                            own_state_dir):
+    """`--rope-scaling yarn` without a factor leaves llama-server's trained length (8,192 for SmolLM2)
+    in place, and b11434 caps every slot there (server-context.cpp n_ctx_slot): a launch planned at
+    16,384 tokens per slot is refused after the launch, or before it where the RoPE check knows."""
+    proc = run_cli("up", "smollm2-135m", "--port", "0", "-t", "2", "--ctx", "16384", "--parallel", "1",
+                   "--", "--rope-scaling", "yarn", timeout=300)
+    try:
+        said = " ".join(proc.stderr.split())
+        assert proc.returncode != 0, proc.stdout
+        assert "Traceback" not in proc.stderr
+        assert ("8,192 tokens per slot, not the planned 16,384 (a request longer than 8,192 tokens fails)" in said
+                or "8,192" in said and "--rope-scale" in said), said
+        assert not json.loads(run_cli("status", "--json").stdout).get("running")
+    finally:
+        run_cli("down")
