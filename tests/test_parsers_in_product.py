@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
+from test_sglang import sglang_binary  # noqa: F401  (the SGLang install fixture)
+from test_vllm import vllm_python  # noqa: F401  (the vLLM install fixture)
 
 from engineroom import compose, engines
 from engineroom.engines import argvcheck, llamacpp, pyenv, sglang, vllm
@@ -258,3 +260,36 @@ def test_recipe_and_up_ask_llama_servers_own_parser(llama_server_binary, smollm2
     assert last.startswith("error: REJECTED by llama.cpp ") and last.endswith("; nothing was started.")
     assert "Traceback" not in up.stderr
     assert run_cli("status", env=env).returncode == 1                    # nothing runs
+
+
+def _sglang_model(tmp_path: Path) -> Path:
+    folder = tmp_path / "Qwen3-8B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}))
+    return folder
+
+
+def test_after_engines_install_sglang_recipe_is_validated_by_its_serverargs(sglang_binary, tmp_path):  # noqa: F811
+    """The issue's case: `engines install sglang`, then `recipe ... --engine sglang` said "sglang is not
+    installed here". The install is found where `engines install` put it (the caller's data folder)."""
+    data_dir = Path(sglang_binary.python).parents[5]          # DATA/engines/sglang/TAG/venv/bin/python
+    env = {"ENGINEROOM_DATA_DIR": str(data_dir), sglang.ENV_BINARY: "", "ENGINEROOM_STATE_DIR": str(tmp_path)}
+    model = str(_sglang_model(tmp_path))
+    proc = run_cli("recipe", model, "--engine", "sglang", "--json", env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    verdict = json.loads(proc.stdout)["validation"]
+    assert verdict["status"] == ACCEPTED and verdict["installed"] is True, verdict
+    assert verdict["version"] == sglang.VERSION and verdict["line"].startswith(f"validated: sglang {sglang.VERSION}'s")
+    bad = run_cli("recipe", model, "--engine", "sglang", "--", "--no-such-flag", "1", env=env, timeout=900)
+    assert bad.returncode == 1 and "# REJECTED by sglang" in bad.stdout and "--no-such-flag" in bad.stdout
+
+
+def test_vllms_own_parser_validates_the_recipe_once_installed(vllm_python, tmp_path):  # noqa: F811
+    (tmp_path / "config.json").write_text("{}")
+    env = {vllm.ENV_PYTHON: str(vllm_python.path), "ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
+    out = json.loads(run_cli("recipe", str(tmp_path), "--engine", "vllm", "--ctx", "1024", "--json", env=env,
+                             timeout=900).stdout)
+    assert out["validation"]["status"] == ACCEPTED, out["validation"]
+    bad = run_cli("recipe", str(tmp_path), "--engine", "vllm", "--ctx", "1024", "--", "--no-such-flag", env=env,
+                  timeout=900)
+    assert bad.returncode == 1 and "# REJECTED by vllm" in bad.stdout
