@@ -184,8 +184,11 @@ def recipe(cfg: dict[str, Any], model: str, *, compose: bool) -> dict[str, Any]:
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200", "NO_COLOR": "1"})
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         return {"ok": False, "error": " ".join(str(result.exception).split())}
+    from engineroom import paths
+
+    text = result.stdout.replace(str(paths.cache_dir()), "<cache>")    # this machine's folder is no fact
     try:
-        return {"ok": True, **json.loads(result.stdout)}
+        return {"ok": True, **json.loads(text)}
     except ValueError:
         return {"ok": False, "error": f"exit {result.exit_code}: {result.output.strip()[-300:]}"}
 
