@@ -46,7 +46,8 @@ if [ ! -x "$G/venv/bin/engineroom" ]; then
   python3 -m venv --system-site-packages "$G/venv" || exit 1
   . "$G/venv/bin/activate"
   # engineroom's own dependencies, read from pyproject.toml (the carried wheels must hold them all)
-  deps=$(python3 -c 'import tomllib,re;print(" ".join(re.split(r"[<>=!~;\[ ]",d)[0] for d in tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))')
+  # (cmake: the machine has its own, and its 29 MB wheel would not fit the 64 MiB carry)
+  deps=$(python3 -c 'import tomllib,re;print(" ".join(n for n in (re.split(r"[<>=!~;\[ ]",d)[0] for d in tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]) if n != "cmake"))')
   pip install -q --no-index --find-links "$W/wheels" numpy ninja $deps || exit 1
   pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
 fi

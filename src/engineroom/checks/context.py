@@ -90,8 +90,9 @@ class RecordingClient(OpenAIClient):
                                        "response": response}))
         return r
 
-    def stream_chat(self, payload: dict[str, Any], timeout: float | None = None) -> StreamResult:
-        r = super().stream_chat(payload, timeout=timeout)
+    def stream_chat(self, payload: dict[str, Any], timeout: float | None = None,
+                    stall_s: float | None = None) -> StreamResult:
+        r = super().stream_chat(payload, timeout=timeout, stall_s=stall_s)
         response = {"status": r.status, "seconds": round(r.seconds, 4), "error": r.error, "chunks": r.chunks,
                     "done": r.done, "content": r.content, "reasoning": r.reasoning, "tool_calls": _calls(r),
                     "finish_reason": r.finish_reason, "usage": r.usage, "timings": r.timings,
