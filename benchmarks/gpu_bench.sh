@@ -24,15 +24,8 @@ export ENGINEROOM_HOME="$PWD/$G/home" ENGINEROOM_TOKENIZER_GGUF="$PWD/$W/tiny-gp
 stage=${1:-build}
 pack() { tar -czf "$OUT/gpu_bench.tgz" -C "$G" --exclude='*.gguf' --exclude='./venv' --exclude='./home/data/engines' --exclude='./home/cache' --exclude='./src' . ; }
 trap pack EXIT
-if [ ! -x "$G/venv/bin/engineroom" ]; then
-  python3 -m venv --system-site-packages "$G/venv" || exit 1
-  . "$G/venv/bin/activate"
-  pip install -q --no-index --find-links "$W/wheels" numpy typer rich httpx pydantic PyYAML gguf huggingface_hub \
-      psutil jsonschema nvidia-ml-py platformdirs ninja prometheus_client || exit 1
-  pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
-fi
-. "$G/venv/bin/activate"
-python3 -c "import prometheus_client" 2>/dev/null || pip install -q --no-index --find-links "$W/wheels" prometheus_client
+. benchmarks/device_venv.sh
+device_venv "$G/venv" "$W/wheels" || exit 1
 case "$stage" in
   build)
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$G/nvidia-smi.csv"

@@ -42,16 +42,8 @@ step() {
   cp "$G/step.$name.log" "$G/$name.log"
   return $rc
 }
-if [ ! -x "$G/venv/bin/engineroom" ]; then
-  python3 -m venv --system-site-packages "$G/venv" || exit 1
-  . "$G/venv/bin/activate"
-  # engineroom's own dependencies, read from pyproject.toml (the carried wheels must hold them all)
-  # (cmake: the machine has its own, and its 29 MB wheel would not fit the 64 MiB carry)
-  deps=$(python3 -c 'import tomllib,re;print(" ".join(n for n in (re.split(r"[<>=!~;\[ ]",d)[0] for d in tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]) if n != "cmake"))')
-  pip install -q --no-index --find-links "$W/wheels" numpy ninja $deps || exit 1
-  pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
-fi
-. "$G/venv/bin/activate"
+. benchmarks/device_venv.sh
+device_venv "$G/venv" "$W/wheels" || exit 1
 case "$stage" in
   build)
     nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv | tee "$G/nvidia-smi.csv"

@@ -19,14 +19,8 @@ stage=${1:-build}
 pack() { tar -czf "$OUT/verify_soak_gpu.tgz" -C "$G" --exclude='./venv' --exclude='./home/data/engines' \
              --exclude='./home/cache' --exclude='./home/data/results.sqlite*' . ; }
 trap pack EXIT
-if [ ! -x "$G/venv/bin/engineroom" ]; then
-  python3 -m venv --system-site-packages "$G/venv" || exit 1
-  . "$G/venv/bin/activate"
-  pip install -q --no-index --find-links "$W/wheels" numpy typer rich httpx pydantic PyYAML gguf huggingface_hub \
-      psutil jsonschema nvidia-ml-py platformdirs ninja prometheus_client || exit 1
-  pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
-fi
-. "$G/venv/bin/activate"
+. benchmarks/device_venv.sh
+device_venv "$G/venv" "$W/wheels" || exit 1
 case "$stage" in
   build)
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$G/nvidia-smi.csv"

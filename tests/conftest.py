@@ -12,6 +12,7 @@ against a stand-in, and were skipped (``pytest_terminal_summary``).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -179,6 +180,23 @@ def installed_build(request) -> dict:
 @pytest.fixture(scope="session")
 def er_home() -> Path:
     return Path(os.environ["ENGINEROOM_HOME"])
+
+
+def benchmark_script(name: str):
+    """``benchmarks/NAME.py`` as a module (the benchmark scripts are files, not a package): the tests
+    that check a recorded benchmark's code import it this way."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def bench():
+    """benchmarks/fit_vs_llamacpp.py: fit's prediction and llama-server's buffer lines for a synthetic shape."""
+    return benchmark_script("fit_vs_llamacpp")
 
 
 def run_cli(*args: str, timeout: float = 600, env: dict | None = None,

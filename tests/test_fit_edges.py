@@ -4,7 +4,6 @@ micro-batch). The real-engine checks of the same shapes are in tests/test_fit_se
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -20,14 +19,6 @@ from engineroom.plan import _Planner
 from engineroom.synth import SHAPES, write_synthetic_gguf
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("fit_vs_llamacpp", REPO / "benchmarks" / "fit_vs_llamacpp.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.parametrize("name, measured", [

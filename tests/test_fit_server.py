@@ -5,7 +5,6 @@ does not divide the head size must be refused by both, with the same sentence.""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -14,14 +13,6 @@ import pytest
 from engineroom.synth import SHAPES, write_synthetic_gguf
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("fit_vs_llamacpp", REPO / "benchmarks" / "fit_vs_llamacpp.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")

@@ -4,17 +4,9 @@ the comparison's tested configurations. Fast tier: recipes start nothing and nee
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from conftest import benchmark_script
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "recipes_vs_comparison.py"
-_spec = importlib.util.spec_from_file_location("recipes_vs_comparison", SCRIPT)
-assert _spec and _spec.loader
-rvc = importlib.util.module_from_spec(_spec)
-sys.modules["recipes_vs_comparison"] = rvc
-_spec.loader.exec_module(rvc)
+rvc = benchmark_script("recipes_vs_comparison")
 
 
 def test_the_committed_table_is_what_the_script_writes_today(capsys):

@@ -134,47 +134,50 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in conn.execute(f"PRAGMA table_info({table})").fetchall()]
 
 
+def _insert(dst: sqlite3.Connection, table: str, cols: list[str], row: tuple) -> int:
+    """INSERT OR IGNORE one row (rows already there win); 1 when it was added."""
+    return dst.execute(f"INSERT OR IGNORE INTO {table} ({', '.join(cols)}) VALUES "
+                       f"({', '.join('?' * len(cols))})", tuple(row)).rowcount
+
+
+def _read_one(src: sqlite3.Connection, sql: str, args: tuple, out: Recovered, what: str, *,
+              salvage: bool) -> tuple | None:
+    """One row, or None when it is not there or cannot be read (noted in ``out`` when salvaging)."""
+    try:
+        return src.execute(sql, args).fetchone()
+    except sqlite3.DatabaseError as exc:
+        if salvage:
+            out.unreadable.append(f"{what}: {exc}")
+        return None
+
+
 def _copy_rows(src: sqlite3.Connection, dst: sqlite3.Connection, out: Recovered, *, salvage: bool) -> tuple[int, int]:
     """Copy runs and records from ``src`` into ``dst`` (INSERT OR IGNORE: rows already there win),
     a run at a time and, when a run's records cannot be read at once, a record at a time."""
     runs_cols = [c for c in _columns(src, "runs") if c in set(_columns(dst, "runs"))]
     rec_cols = [c for c in _columns(src, "records") if c in set(_columns(dst, "records"))]
+    select_run = f"SELECT {', '.join(runs_cols)} FROM runs WHERE id = ?"
+    select_recs = f"SELECT {', '.join(rec_cols)} FROM records WHERE run_id = ?"
     n_runs = n_recs = 0
     top = src.execute("SELECT MAX(id) FROM runs").fetchone()[0] or 0
     for run_id in range(1, int(top) + 1):
-        try:
-            row = src.execute(f"SELECT {', '.join(runs_cols)} FROM runs WHERE id = ?", (run_id,)).fetchone()
-        except sqlite3.DatabaseError as exc:
-            if salvage:
-                out.unreadable.append(f"run {run_id}: {exc}")
-            continue
+        row = _read_one(src, select_run, (run_id,), out, f"run {run_id}", salvage=salvage)
         if row is None:
             continue
-        cur = dst.execute(f"INSERT OR IGNORE INTO runs ({', '.join(runs_cols)}) VALUES "
-                          f"({', '.join('?' * len(runs_cols))})", tuple(row))
-        n_runs += cur.rowcount
+        n_runs += _insert(dst, "runs", runs_cols, row)
         try:
-            recs = src.execute(f"SELECT {', '.join(rec_cols)} FROM records WHERE run_id = ? ORDER BY seq",
-                               (run_id,)).fetchall()
+            recs = src.execute(select_recs + " ORDER BY seq", (run_id,)).fetchall()
         except sqlite3.DatabaseError:
             recs = []
-            seq = 1
             while True:                       # one at a time: stop at the first seq that is gone
-                try:
-                    one = src.execute(f"SELECT {', '.join(rec_cols)} FROM records WHERE run_id = ? AND seq = ?",
-                                      (run_id, seq)).fetchone()
-                except sqlite3.DatabaseError as exc:
-                    if salvage:
-                        out.unreadable.append(f"run {run_id} record {seq}: {exc}")
-                    break
+                seq = len(recs) + 1
+                one = _read_one(src, select_recs + " AND seq = ?", (run_id, seq), out,
+                                f"run {run_id} record {seq}", salvage=salvage)
                 if one is None:
                     break
                 recs.append(one)
-                seq += 1
         for rec in recs:
-            cur = dst.execute(f"INSERT OR IGNORE INTO records ({', '.join(rec_cols)}) VALUES "
-                              f"({', '.join('?' * len(rec_cols))})", tuple(rec))
-            n_recs += cur.rowcount
+            n_recs += _insert(dst, "records", rec_cols, rec)
     return n_runs, n_recs
 
 

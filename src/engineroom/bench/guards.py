@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engineroom.bench import statistics as st
-from engineroom.bench.integrity import checklist, is_valid
+from engineroom.bench.integrity import check_row, checklist, is_valid
 from engineroom.bench.records import gaps_us
 from engineroom.bench.suitestats import CLIENT_LOAD_KIND, client_load, kept, records_of
 from engineroom.bench.watchdog import ABORT_KIND
@@ -44,10 +44,6 @@ OTHER_CLIENT_SLACK_TOKENS = 8           # the counters may differ from the usage
 SEQUENTIAL_KINDS = ("standard", "depth", "quick")
 
 
-def _check(name: str, status: str, detail: str) -> dict[str, str]:
-    return {"name": name, "status": status, "detail": detail}
-
-
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.0f}%" if x >= 10 else f"{x:.1f}%"
 
@@ -61,10 +57,10 @@ def contention_check(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
         before = f"; before the run {_pct(p.get('others_pct'))}" + (
             f" (waited {pre[-1].get('waited_s', 0):.0f} s)" if pre[-1].get("waited_s") else "")
     if not found:
-        return _check("host_contention", "SKIP", "no CPU readings were recorded for the run" + before)
+        return check_row("host_contention", "SKIP", "no CPU readings were recorded for the run" + before)
     c = found[-1]["contention"]
     if not c.get("engine_known"):
-        return _check("host_contention", "SKIP", "the engine's process is not visible from here (a server on "
+        return check_row("host_contention", "SKIP", "the engine's process is not visible from here (a server on "
                                                  "another machine, or its pid unknown), so other processes' share "
                                                  f"of the cores cannot be told from the engine's{before}")
     cores = c.get("cores") or []
@@ -78,13 +74,13 @@ def contention_check(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
             + f" (limits {CONTENTION_MEAN_PCT:g}% over the run, {CONTENTION_PEAK_PCT:g}% in a window, "
               f"steal {STEAL_MEAN_PCT:g}%)")
     busy = mean > CONTENTION_MEAN_PCT or peak > CONTENTION_PEAK_PCT or steal > STEAL_MEAN_PCT
-    return _check("host_contention", "FAIL" if busy else "PASS", text)
+    return check_row("host_contention", "FAIL" if busy else "PASS", text)
 
 
 def other_clients_check(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     counters = st.engine_counters(records)
     if counters is None:
-        return _check("other_clients", "SKIP", "the engine's counters were not read before and after the run "
+        return check_row("other_clients", "SKIP", "the engine's counters were not read before and after the run "
                                                "(no /metrics)")
     delta = counters["delta"]
     reqs = st.payloads(records)
@@ -92,7 +88,7 @@ def other_clients_check(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     gen, prompt = delta.get("generated_tokens_total"), delta.get("prompt_tokens_total")
     ours_gen, ours_prompt = counters["client_completion_tokens"], counters["client_prompt_tokens"]
     if gen is None and prompt is None:
-        return _check("other_clients", "SKIP", "the engine's counters have no generated or prompt token totals")
+        return check_row("other_clients", "SKIP", "the engine's counters have no generated or prompt token totals")
     slack = OTHER_CLIENT_SLACK_TOKENS + 0.01 * max(ours_gen, 1)
     extra_gen = (gen - ours_gen) if gen is not None else 0.0
     extra_prompt = (prompt - ours_prompt) if prompt is not None else 0.0
@@ -102,12 +98,12 @@ def other_clients_check(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
             else "")
     if extra_gen > slack or extra_prompt > OTHER_CLIENT_SLACK_TOKENS + 0.01 * max(ours_prompt, 1):
         if failed:
-            return _check("other_clients", "SKIP", f"{said}; {len(failed)} request(s) failed, and the engine may "
+            return check_row("other_clients", "SKIP", f"{said}; {len(failed)} request(s) failed, and the engine may "
                                                    "have counted tokens their streams never reported, so another "
                                                    "client cannot be told apart")
-        return _check("other_clients", "FAIL", f"{said}: another client used the server during the run, so these "
+        return check_row("other_clients", "FAIL", f"{said}: another client used the server during the run, so these "
                                                "figures measured a shared engine")
-    return _check("other_clients", "PASS", f"{said}: no other client's work in the engine's counters")
+    return check_row("other_clients", "PASS", f"{said}: no other client's work in the engine's counters")
 
 
 def outliers_check(kept_groups: Mapping[str, Sequence[Mapping[str, Any]]], kind: str, ratio: float) -> dict[str, str]:
@@ -116,7 +112,7 @@ def outliers_check(kept_groups: Mapping[str, Sequence[Mapping[str, Any]]], kind:
                "agentic": "a tool-call chunk carries several tokens, so its gap is not one token's"}.get(
             kind, "concurrent streams share the engine with each other's prefill by design; TTFT and TPOT "
                   "percentiles describe them")
-        return _check("inter_token_outliers", "SKIP", why)
+        return check_row("inter_token_outliers", "SKIP", why)
     bad: list[str] = []
     good: list[str] = []
     for name, recs in kept_groups.items():
@@ -129,18 +125,18 @@ def outliers_check(kept_groups: Mapping[str, Sequence[Mapping[str, Any]]], kind:
         text = f"{name} p99 {p99:,.1f} ms = {p99 / p50:.1f}x p50 {p50:,.1f} ms"
         (bad if p99 > ratio * p50 else good).append(text)
     if bad:
-        return _check("inter_token_outliers", "FAIL", f"inter-token p99 over {ratio:g}x p50 (the engine paused "
+        return check_row("inter_token_outliers", "FAIL", f"inter-token p99 over {ratio:g}x p50 (the engine paused "
                                                       "mid-stream): " + ", ".join(bad))
     if good:
-        return _check("inter_token_outliers", "PASS", f"inter-token p99 within {ratio:g}x p50: " + ", ".join(good))
-    return _check("inter_token_outliers", "SKIP", "fewer than 20 token gaps per group to judge")
+        return check_row("inter_token_outliers", "PASS", f"inter-token p99 within {ratio:g}x p50: " + ", ".join(good))
+    return check_row("inter_token_outliers", "SKIP", "fewer than 20 token gaps per group to judge")
 
 
 def stopped_check(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     aborts = records_of(records, ABORT_KIND)
     if aborts:
-        return _check("engine_stopped", "FAIL", str(aborts[-1].get("reason") or "bench stopped sending"))
-    return _check("engine_stopped", "PASS", "no stall, no run of failed requests")
+        return check_row("engine_stopped", "FAIL", str(aborts[-1].get("reason") or "bench stopped sending"))
+    return check_row("engine_stopped", "PASS", "no stall, no run of failed requests")
 
 
 def extra_checks(records: Sequence[Mapping[str, Any]], kept_groups: Mapping[str, Sequence[Mapping[str, Any]]],
@@ -185,7 +181,7 @@ def summarize_bench(records: Sequence[Mapping[str, Any]], conditions: Mapping[st
     loads = records_of(records, CLIENT_LOAD_KIND)
     checks = checklist(groups, keeps, figures, client_load(loads[-1] if loads else None), cond, "standard")
     if not bench.get("full_length"):
-        checks = [_check("full_length", "SKIP", "--natural-stop: requests stop where the model stops; those under "
+        checks = [check_row("full_length", "SKIP", "--natural-stop: requests stop where the model stops; those under "
                                                 f"{st.USABLE_FRACTION:.0%} of max_tokens are left out of the figures")
                   if c["name"] == "full_length" else c for c in checks]
     checks += extra_checks(records, keeps, "quick", conditions)

@@ -39,10 +39,11 @@ from engineroom.bench.suitestats import (
 )
 from engineroom.placement import check_record as placement_verdict
 
-__all__ = ["checklist", "is_valid"]
+__all__ = ["check_row", "checklist", "is_valid"]
 
 
-def _check(name: str, status: str, detail: str) -> dict[str, str]:
+def check_row(name: str, status: str, detail: str) -> dict[str, str]:
+    """One checklist row: a check's name, PASS / FAIL / SKIP, and why (every bench check writes this shape)."""
     return {"name": name, "status": status, "detail": detail}
 
 
@@ -64,10 +65,10 @@ def checklist(groups: Mapping[str, Sequence[Mapping[str, Any]]], kept: Mapping[s
         first = f"; first error: {failed[0].get('error')}" if failed else ""
         claimed = sum(int(r.get("completion_tokens") or 0) for r in silent)
         said = f" (the engine counted {claimed:,} tokens for them; their streams carried no text)" if claimed else ""
-        out.append(_check("requests", "FAIL",
+        out.append(check_row("requests", "FAIL",
                           f"{len(failed)} failed, {len(silent)} silent-empty of {len(every)} requests{said}{first}"))
     else:
-        out.append(_check("requests", "PASS", f"{len(every)} requests, none failed or empty"))
+        out.append(check_row("requests", "PASS", f"{len(every)} requests, none failed or empty"))
 
     bad, checked, skipped = [], [], []
     for name, recs in kept.items():
@@ -79,12 +80,13 @@ def checklist(groups: Mapping[str, Sequence[Mapping[str, Any]]], kept: Mapping[s
         else:
             checked.append(f"{name} {a['diff_pct']:+.2f}%")
     if bad:
-        out.append(_check("client_vs_engine", "FAIL", f"beyond {tol:g}%: " + ", ".join(bad)
+        out.append(check_row("client_vs_engine", "FAIL", f"beyond {tol:g}%: " + ", ".join(bad)
                           + (f" (within: {', '.join(checked)})" if checked else "")))
     elif checked:
-        out.append(_check("client_vs_engine", "PASS", f"within {tol:g}% (median per request): " + ", ".join(checked)))
+        out.append(check_row("client_vs_engine", "PASS",
+                             f"within {tol:g}% (median per request): " + ", ".join(checked)))
     else:
-        out.append(_check("client_vs_engine", "SKIP", "; ".join(skipped) or "no request to compare"))
+        out.append(check_row("client_vs_engine", "SKIP", "; ".join(skipped) or "no request to compare"))
 
     high, ok_cv, few = [], [], []
     for name, f in figures.items():
@@ -96,41 +98,42 @@ def checklist(groups: Mapping[str, Sequence[Mapping[str, Any]]], kept: Mapping[s
         else:
             ok_cv.append(f"{name} {cv:.1f}%")
     if high:
-        out.append(_check("cv", "FAIL", f"decode CV over {cv_limit:g}%: " + ", ".join(high)))
+        out.append(check_row("cv", "FAIL", f"decode CV over {cv_limit:g}%: " + ", ".join(high)))
     elif ok_cv:
-        out.append(_check("cv", "PASS", f"decode CV under {cv_limit:g}%: " + ", ".join(ok_cv)))
+        out.append(check_row("cv", "PASS", f"decode CV under {cv_limit:g}%: " + ", ".join(ok_cv)))
     else:
-        out.append(_check("cv", "SKIP", "fewer than 2 measured values per group: " + ", ".join(few)))
+        out.append(check_row("cv", "SKIP", "fewer than 2 measured values per group: " + ", ".join(few)))
 
     measured = [r for rs in kept.values() for r in rs if st.is_ok(r)]
     short = [r for r in measured if not st.is_usable(r)]
     if not measured:
-        out.append(_check("full_length", "SKIP", "no measured request succeeded"))
+        out.append(check_row("full_length", "SKIP", "no measured request succeeded"))
     elif short:
-        out.append(_check("full_length", "FAIL", f"{len(short)} of {len(measured)} measured requests stopped before "
+        out.append(check_row("full_length", "FAIL", f"{len(short)} of {len(measured)} measured requests stopped before "
                                                  f"{st.USABLE_FRACTION:.0%} of max_tokens"))
     else:
-        out.append(_check("full_length", "PASS", f"all {len(measured)} reached {st.USABLE_FRACTION:.0%} of max_tokens"))
+        out.append(check_row("full_length", "PASS",
+                             f"all {len(measured)} reached {st.USABLE_FRACTION:.0%} of max_tokens"))
 
     if kind in ("depth", "concurrency"):
         dirty = [r for r in measured if cache_reuse(r).contaminated]
         guarded = sum(1 for r in every if r.get("discarded"))
         unknown = [r for r in measured if cache_reuse(r).cached is None]
         if dirty:
-            out.append(_check("prefix_cache", "FAIL", f"{len(dirty)} kept sample(s) reused the prefix cache: "
+            out.append(check_row("prefix_cache", "FAIL", f"{len(dirty)} kept sample(s) reused the prefix cache: "
                                                       f"{cache_reuse(dirty[0]).describe()}"))
         elif unknown and len(unknown) == len(measured):
-            out.append(_check("prefix_cache", "SKIP", "the engine reports no cached-token count"))
+            out.append(check_row("prefix_cache", "SKIP", "the engine reports no cached-token count"))
         else:
-            out.append(_check("prefix_cache", "PASS", "no kept sample reused more than the template preamble"
+            out.append(check_row("prefix_cache", "PASS", "no kept sample reused more than the template preamble"
                                                       + (f"; {guarded} contaminated sample(s) discarded and re-run"
                                                          if guarded else "")))
     else:
-        out.append(_check("prefix_cache", "SKIP", "this suite repeats its prompts by design; it claims no "
+        out.append(check_row("prefix_cache", "SKIP", "this suite repeats its prompts by design; it claims no "
                                                   "prefill figure"))
 
     if not load.get("recorded"):
-        out.append(_check("client_not_bottleneck", "SKIP", "the client's load was not recorded"))
+        out.append(check_row("client_not_bottleneck", "SKIP", "the client's load was not recorded"))
     else:
         cpu, lag = load.get("cpu_fraction"), load.get("lag_ms_p99")
         runq, loop = load.get("runq_wait_ms_per_run"), load.get("loop_lag_ms_p99")
@@ -144,7 +147,7 @@ def checklist(groups: Mapping[str, Sequence[Mapping[str, Any]]], kept: Mapping[s
         saturated = ((cpu is not None and cpu >= CLIENT_CPU_LIMIT) or (lag is not None and lag >= CLIENT_LAG_LIMIT_MS)
                      or (loop is not None and loop >= CLIENT_LOOP_LAG_LIMIT_MS)
                      or (runq is not None and runq >= CLIENT_RUNQ_LIMIT_MS))
-        out.append(_check("client_not_bottleneck", "FAIL" if saturated else "PASS", text))
+        out.append(check_row("client_not_bottleneck", "FAIL" if saturated else "PASS", text))
 
     host = conditions.get("host") if isinstance(conditions.get("host"), Mapping) else {}
     gpus = host.get("gpus") if isinstance(host, Mapping) else None
@@ -152,20 +155,20 @@ def checklist(groups: Mapping[str, Sequence[Mapping[str, Any]]], kept: Mapping[s
     placed = memory.get("placement") if isinstance(memory, Mapping) else None
     if isinstance(placed, Mapping) and placed.get("status") not in (None, "unknown"):
         # the launch's placement against its plan (flows.serving.placement_check), stored with the launch
-        out.append(_check("no_cpu_fallback", *placement_verdict(placed)))
+        out.append(check_row("no_cpu_fallback", *placement_verdict(placed)))
     elif isinstance(gpus, (list, tuple)) and not gpus:
-        out.append(_check("no_cpu_fallback", "PASS", "no GPU on this host: the CPU is what was meant to run"))
+        out.append(check_row("no_cpu_fallback", "PASS", "no GPU on this host: the CPU is what was meant to run"))
     else:
         why = (str(placed.get("detail")) if isinstance(placed, Mapping) and placed.get("detail") else
                "no placement check was stored with the launch (a server engineroom did not start?)")
-        out.append(_check("no_cpu_fallback", "SKIP", why))
+        out.append(check_row("no_cpu_fallback", "SKIP", why))
 
     exhausted = [r for r in every if not r.get("warmup") and reasoning(r)["thinking_exhausted"]]
     if exhausted:
-        out.append(_check("thinking_budget", "FAIL", f"{len(exhausted)} request(s) spent all of max_tokens thinking "
+        out.append(check_row("thinking_budget", "FAIL", f"{len(exhausted)} request(s) spent all of max_tokens thinking "
                                                      "with no content (left out of the figures)"))
     else:
-        out.append(_check("thinking_budget", "PASS", "no request ran out of budget while thinking"))
+        out.append(check_row("thinking_budget", "PASS", "no request ran out of budget while thinking"))
     return out
 
 

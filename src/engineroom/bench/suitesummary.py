@@ -43,7 +43,7 @@ from engineroom.bench.agentic import STOP_KIND as AGENTIC_STOP_KIND
 from engineroom.bench.agentic import content_only, ttft_verdict
 from engineroom.bench.arrivals import goodput, request_latency
 from engineroom.bench.guards import STATUS_INVALID, extra_checks, failed_requests
-from engineroom.bench.integrity import checklist, is_valid
+from engineroom.bench.integrity import check_row, checklist, is_valid
 from engineroom.bench.records import gaps_us
 from engineroom.bench.roofline import roofline
 from engineroom.bench.speculative import acceptance
@@ -181,7 +181,7 @@ def summarize_suite(records: Iterable[Mapping[str, Any]], conditions: Mapping[st
     elif kind == "sweep":
         extra["sweep"] = sweep_figures(figures, keeps, records, bench)
     elif kind == "rate":
-        checks = [_check("cv", "SKIP", "request-rate mode: each request's decode rate follows the load at its "
+        checks = [check_row("cv", "SKIP", "request-rate mode: each request's decode rate follows the load at its "
                                        "arrival by design; goodput and percentiles describe it") if c["name"] == "cv"
                   else c for c in checks]
         measured = [r for rs in groups.values() for r in rs if not r.get("warmup")]
@@ -210,10 +210,6 @@ def summarize_suite(records: Iterable[Mapping[str, Any]], conditions: Mapping[st
             "counters": st.engine_counters(records), "failed_requests": failed_requests(records), **extra}
 
 
-def _check(name: str, status: str, detail: str) -> dict[str, str]:
-    return {"name": name, "status": status, "detail": detail}
-
-
 def _mean(xs: Iterable[float | int | None]) -> float | None:
     vals = [float(x) for x in xs if x is not None]
     return _st.fmean(vals) if vals else None
@@ -232,10 +228,10 @@ def _agentic_checks(checks: list[dict[str, str]], keeps: Mapping[str, Sequence[M
     dirty = [r for r in firsts if cache_reuse(r).contaminated]
     known = [r for r in measured if cache_reuse(r).cached is not None]
     if dirty:
-        cache = _check("prefix_cache", "FAIL", f"{len(dirty)} session(s) reused the cache on turn 1, before their "
+        cache = check_row("prefix_cache", "FAIL", f"{len(dirty)} session(s) reused the cache on turn 1, before their "
                                                f"own conversation existed: {cache_reuse(dirty[0]).describe()}")
     elif not known:
-        cache = _check("prefix_cache", "SKIP", "the engine reports no cached-token count")
+        cache = check_row("prefix_cache", "SKIP", "the engine reports no cached-token count")
     else:
         later = [r for r in known if _turn(r) > 1 and isinstance(r.get("previous_prompt_tokens"), int)]
         reused = sum(min(cache_reuse(r).cached or 0, int(r["previous_prompt_tokens"])) for r in later)
@@ -243,7 +239,7 @@ def _agentic_checks(checks: list[dict[str, str]], keeps: Mapping[str, Sequence[M
         share = f"; later turns reused {reused / offered:.0%} of their previous turn's prompt (by design)" \
             if offered else ""
         most = max((cache_reuse(r).cached or 0 for r in firsts), default=0)
-        cache = _check("prefix_cache", "PASS", f"turn 1 of {len(firsts)} session(s) reused at most the template "
+        cache = check_row("prefix_cache", "PASS", f"turn 1 of {len(firsts)} session(s) reused at most the template "
                                                f"preamble (max {most} tokens){share}")
     bad, good, skipped = [], [], []
     for name, recs in keeps.items():
@@ -257,12 +253,12 @@ def _agentic_checks(checks: list[dict[str, str]], keeps: Mapping[str, Sequence[M
             good.append(f"{name} {a['diff_pct']:+.2f}%")
     which = "on the turns streamed one token per chunk"
     if bad:
-        cross = _check("client_vs_engine", "FAIL", f"beyond {tol:g}% {which}: " + ", ".join(bad))
+        cross = check_row("client_vs_engine", "FAIL", f"beyond {tol:g}% {which}: " + ", ".join(bad))
     elif good:
-        cross = _check("client_vs_engine", "PASS", f"within {tol:g}% {which}: " + ", ".join(good)
+        cross = check_row("client_vs_engine", "PASS", f"within {tol:g}% {which}: " + ", ".join(good)
                        + (f" (not compared: {', '.join(skipped)})" if skipped else ""))
     else:
-        cross = _check("client_vs_engine", "SKIP", "no turn streamed one token per chunk with a long enough decode "
+        cross = check_row("client_vs_engine", "SKIP", "no turn streamed one token per chunk with a long enough decode "
                                                    "window (a tool-call chunk, or text a tool-call parser held back, "
                                                    "carries several tokens, so those turns are not compared per "
                                                    "token)")
