@@ -46,8 +46,13 @@ def test_verify_tools_template_passes_tool_call(tools_server):
 
 def test_bench_stores_records_and_report_recomputes(managed_server):
     proc = run_cli("bench", "--warmup", "1", "--runs", "2", "--max-tokens", "24", "--json", timeout=600)
-    assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
+    # what this test is about is storage and the recomputed card, so a short run (2 requests of 24
+    # tokens, decode CV 2-12% on this VM) may end INVALID on the spread alone; any other failed check,
+    # or an exit code that does not say the status, fails it
+    failed = {c["name"] for c in out["summary"]["integrity"] if c["status"] == "FAIL"}
+    assert (proc.returncode, out["summary"]["status"]) in ((0, "OK"), (1, "INVALID")), proc.stderr
+    assert failed <= {"cv", "inter_token_outliers"}, out["summary"]["integrity"]
     run_id = out["run_id"]
     with sqlite3.connect(paths.db_path()) as db:
         n = db.execute("select count(*) from records where run_id = ? and kind = 'bench_request'",

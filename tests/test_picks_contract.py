@@ -170,13 +170,18 @@ def test_the_fork_gets_its_tested_flags_and_its_own_help_knows_every_flag():
 
 
 def test_a_pick_is_launchable_or_a_closest_miss_with_the_fix():
-    """Qwen3.6-27B's GGUF quants name a repo but no file in the catalog: not a pick, a reasoned miss."""
-    with pytest.raises(NothingFits, match=r"not launchable: the catalog names (no public file|\S+ but not its \S+ "
-                                          r"file).*`engineroom up "):
-        plan("qwen3.6-27b", parse_rig("1x3090"), "max-context", engine="llama.cpp")
-    with pytest.raises(NothingFits, match=r"IQ4_KS: not launchable: the catalog names ubergarm/Qwen3.6-27B-GGUF but "
-                                          r"not its IQ4_KS file"):
-        plan("qwen3.6-27b", parse_rig("1x3090"), "leanest-vram", engine="ik_llama.cpp")
+    """A quant whose weights the catalog cannot name is not a pick but a reasoned miss; one it names is
+    launched by that very file."""
+    # Q3_K_M names no public file: every llama.cpp pick is a quant with its file, loaded by that file
+    picks = plan("qwen3.6-27b", parse_rig("1x3090"), "max-context", engine="llama.cpp")
+    assert picks and "Q3_K_M" not in {p.quant for p in picks}
+    for p in picks:
+        assert p.request is not None and p.request.weights.file and p.request.weights.ref.endswith(
+            p.request.weights.file), p.request
+    # SGLang's checkpoints on 2x3090 (fp8 / awq / gptq) name no repo: the closest miss says what to add
+    with pytest.raises(NothingFits, match=r"not launchable: the catalog names no repo holding the \S+ checkpoint.*"
+                                          r"`engineroom up ORG/REPO --engine sglang`"):
+        plan("qwen3.6-27b", parse_rig("2x3090"), "multi-tenant", engine="sglang")
     # the awq / gptq / fp8 checkpoints have no repo: never the bf16 base in their place
     for p in plan("qwen3.6-27b", parse_rig("2x3090"), "concurrent-throughput", engine="vllm"):
         assert p.request is not None and p.request.weights.ref != "Qwen/Qwen3.6-27B" or p.quant == "bf16"

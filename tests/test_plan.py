@@ -199,9 +199,10 @@ def test_cli_plan_json_and_errors():
     r = _cli("plan", MODEL, "--rig", ONE, "--priority", "max-context", "--json")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
-    # launchable picks only: vLLM + the AutoRound repo (the GGUF quants' files are not in the catalog)
+    # the seed's max-context recipe on one 3090: llama.cpp Q4_K_M, q4_0 KV, 262K, loaded by its file
     first = data["plans"][0]
-    assert first["engine"] == "vllm" and first["request"]["weights"]["ref"] == "Lorbus/Qwen3.6-27B-int4-AutoRound"
+    assert (first["engine"], first["quant"], first["ctx"], first["kv"]) == ("llama.cpp", "Q4_K_M", 262144, "q4_0")
+    assert first["request"]["weights"]["ref"] == "hf:unsloth/Qwen3.6-27B-MTP-GGUF/Qwen3.6-27B-Q4_K_M.gguf"
     assert first["request"]["ctx"] == first["ctx"] and first["request"]["kv_dtype"] == first["kv"]
     bad = _cli("plan", MODEL, "--rig", "0x3090")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr and "rig spec" in bad.stderr
@@ -231,9 +232,10 @@ def test_plan_cli_without_priority_prints_how_to_choose():
     assert set(rows) == {p.id for p in load_catalog().priorities}
     full = rows["full-features"]["pick"]
     assert (full["engine"], full["quant"], full["spec"]) == ("vllm", "autoround-int4", "mtp")
-    # the seed's 262K llama.cpp and ik_llama.cpp IQ4_KS picks are not launchable here (no GGUF file
-    # names in the catalog): the launchable picks are vLLM's (test_plan's ranking tests see the seed's)
-    assert {rows[p]["pick"]["engine"] for p in ("max-context", "leanest-vram")} == {"vllm"}
+    # the seed's 262K llama.cpp pick and its ik_llama.cpp IQ4_KS + MTP pick, launched by their files
+    assert (rows["max-context"]["pick"]["engine"], rows["max-context"]["pick"]["ctx"]) == ("llama.cpp", 262144)
+    lean = rows["leanest-vram"]["pick"]
+    assert (lean["engine"], lean["quant"], lean["spec"]) == ("ik_llama.cpp", "IQ4_KS", "mtp")
 
 
 def test_fit_cli_reports_max_context_and_max_concurrency():

@@ -78,7 +78,8 @@ class Quant(Strict):
     # names the package that requires them; ``sha256`` / ``size_bytes`` are the whole file's)
     pypi_parts: tuple[PypiPart, ...] = ()
     tools_template: str | None = None       # a tool-capable chat template in engineroom/templates/
-    projector: str | None = None            # the multimodal projector GGUF in ``hf_repo`` (llama.cpp's vision)
+    # the multimodal projector GGUF in ``hf_repo``, or hf:ORG/REPO/FILE (llama.cpp's vision)
+    projector: str | None = None
     quality: Quality
     mtp: bool = False                       # MTP tensors present and loadable
     mtp_source: str = ""

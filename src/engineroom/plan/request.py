@@ -158,8 +158,11 @@ def request_for(model: Model, engine: Engine, quant: Quant, kv_dtype: str, draft
         text_only = (f"priority {priority or 'this one'} does not promise vision: the model is sized and served "
                      "text-only")
     projector = None
-    if vision and quant.format == "gguf" and quant.projector and quant.hf_repo:
-        projector = f"hf:{quant.hf_repo}/{quant.projector}"
+    if vision and quant.format == "gguf" and quant.projector:
+        # a file of the quant's own repo, or a whole hf: reference (a projector published beside
+        # another quant of the same model)
+        projector = quant.projector if quant.projector.startswith("hf:") else (
+            f"hf:{quant.hf_repo}/{quant.projector}" if quant.hf_repo else None)
     return LaunchRequest(
         model=model.id, engine=engine.id, weights=weights_of(model, quant, source), ctx=ctx, n_seqs=n_seqs,
         kv_unified=kv_unified, kv_dtype=kv_dtype, tp=tp, pp=pp, nodes=nodes, gpus_per_node=gpus_per_node,
