@@ -64,6 +64,27 @@ def test_runs_limit_must_be_at_least_one(value, tmp_path, monkeypatch):
     assert code == 2 and text == f"--limit must be at least 1, not {value}.", text
 
 
+@pytest.mark.parametrize(("args", "sentence"), [
+    (("--runs", "0"), "A bench needs at least 1 measured request"),
+    (("--warmup", "-1"), "no negative warm-ups"),
+    (("--max-tokens", "0"), "max_tokens must be at least 1, not 0."),
+    (("--quiet-wait", "-5"), "--quiet-wait must be a number of seconds, 0 or more, not -5.0."),
+    (("--quiet-wait", "nan"), "--quiet-wait must be a number of seconds, 0 or more, not nan."),
+])
+def test_demo_refuses_bad_bench_settings_before_pulling_or_starting_anything(args, sentence, tmp_path, monkeypatch):
+    """Checked before the model is pulled or an engine started: no state file, no model file, no run."""
+    for var in ("ENGINEROOM_DATA_DIR", "ENGINEROOM_STATE_DIR", "ENGINEROOM_CACHE_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / var))
+    code, text = _cli("demo", *args)
+    assert code == 2 and sentence in text, text
+    assert not list((tmp_path / "ENGINEROOM_CACHE_DIR").rglob("*.gguf"))       # nothing pulled
+    assert not (tmp_path / "ENGINEROOM_STATE_DIR" / "server.json").exists()   # nothing started
+    from engineroom.store import Store
+
+    with Store(tmp_path / "ENGINEROOM_DATA_DIR" / "results.sqlite") as store:
+        assert store.runs(10) == []                                          # no run stored
+
+
 def test_an_unknown_bench_suite_lists_every_suite():
     from engineroom.bench.suites import SUITE_SPECS
     from engineroom.bench.workloads import SUITES
@@ -100,6 +121,21 @@ def test_extra_arguments_that_move_the_server_are_refused(extra):
     spec = adapter.render(adapter.placeholder_binary(None),
                           LaunchOptions(model_path=Path("/m.gguf"), port=8123, extra_args=fine))
     serving.check_bind_args(spec, fine)           # other engine arguments pass
+
+
+def test_up_with_a_bind_flag_after_the_double_dash_starts_nothing(llama_server_binary, smollm2, tmp_path):
+    """The console command as a user types it: `up smollm2-135m -- --host 0.0.0.0` (which would expose
+    the server while `status` said 127.0.0.1) ends in one sentence, exit 2, and no engine process."""
+    env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
+    before = {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == llama_server_binary.path.name}
+    proc = run_cli("up", "smollm2-135m", "--port", "0", "--", "--host", "0.0.0.0", env=env, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "would change where the managed server listens" in proc.stderr and "--docker --host" in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in proc.stderr and len(errors) == 1          # one sentence
+    after = {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == llama_server_binary.path.name}
+    assert after <= before                                   # nothing was started
+    assert not (tmp_path / "state" / "server.json").exists()
 
 
 # --------------------------------------------------------------------------- switch across engines

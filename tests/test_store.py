@@ -312,6 +312,32 @@ def test_a_failed_migration_leaves_the_database_at_its_old_version(db, monkeypat
     assert sqlite3.connect(db).execute("SELECT DISTINCT label FROM runs").fetchall() == [("a;b",)]
 
 
+def test_a_disk_that_fills_during_a_migration_says_disk_full(db, monkeypatch):
+    """A migration step that runs out of space (SQLite's own SQLITE_FULL, from a page limit set on
+    the connection) says "disk full" and leaves the database at its old version, unchanged."""
+    import engineroom.store as store_module
+
+    make_schema_2_db(db)
+    before = sqlite3.connect(db).execute("SELECT payload FROM records ORDER BY id").fetchall()
+    real = store_module._MIGRATIONS
+
+    def no_room(con):
+        pages = con.execute("PRAGMA page_count").fetchone()[0]
+        con.execute(f"PRAGMA max_page_count = {pages}")          # no page left to grow into
+        con.execute("CREATE TABLE filler (x BLOB)")
+        con.execute("INSERT INTO filler VALUES (zeroblob(1 << 20))")
+        real[2](con)
+
+    monkeypatch.setattr(store_module, "_MIGRATIONS", [*real[:2], no_room])
+    with pytest.raises(BadInput, match="^disk full: the results database") as info:
+        Store(db)
+    assert "every record stored before this one is kept" in str(info.value)
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert con.execute("SELECT payload FROM records ORDER BY id").fetchall() == before
+    con.close()
+
+
 def test_two_stores_on_one_file_see_each_other(db):
     writer, reader = Store(db), Store(db)
     run_id = writer.start_run("demo", {})

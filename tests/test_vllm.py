@@ -9,6 +9,8 @@ import json
 import os
 import re
 import sqlite3
+import subprocess
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -61,18 +63,46 @@ def test_render_speaks_vllms_flags_and_keeps_the_users_arguments_last(folder, mo
     assert vllm.launch_settings(opts)["kv_space_bytes"] == 3 << 30
 
 
-def test_the_key_goes_to_the_environment_never_argv_nor_the_state_file(folder, tmp_path):
+def test_the_key_reaches_neither_argv_nor_environment_nor_the_state_file(folder, tmp_path):
+    """vLLM would read VLLM_API_KEY, but its workers inherit the server's environment (readable in
+    /proc/PID/environ): engineroom's launcher shim reads the 0600 file and hands the key to vLLM's
+    parser in-process. Run for real with a stand-in ``vllm.entrypoints.openai.api_server`` module
+    that reports what it received, what its process exposes, and logs its arguments as vLLM does."""
     from engineroom.launch import ServerState
     from engineroom.redaction import redact_data
 
+    key = "s3cr3t-key-value"
     key_file = tmp_path / "key"
-    key_file.write_text("s3cr3t-key-value\n")
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
     spec = vllm.render(BIN, LaunchOptions(model_path=folder, api_key_file=key_file))
-    assert spec.env[vllm.API_KEY_ENV] == "s3cr3t-key-value"
-    assert not any("s3cr3t" in a for a in spec.argv)
+    assert key not in " ".join(spec.argv) and key not in json.dumps(spec.env) and "--api-key" not in spec.argv
+    assert vllm.api_key_file_in(spec.argv) == str(key_file)
+    assert engines.adapter("vllm").api_key_file_in(spec.argv) == str(key_file)
+    assert vllm.server_args(spec.argv)[:2] == ["--model", str(folder)]
+    assert vllm.server_args(spec.argv)[-2:] == ["--api-key", "<key read from the file>"]
     state = ServerState(pid=1, port=1, host="127.0.0.1", engine="vllm", argv=list(spec.argv), model="m",
                         model_path="p", log_path="l", started_at=0.0, env=dict(spec.env))
-    assert "s3cr3t" not in json.dumps(redact_data(asdict(state)))   # what launch writes to server.json
+    assert key not in json.dumps(redact_data(asdict(state)))   # what launch writes to server.json
+    fake = tmp_path / "fake"
+    module = fake.joinpath(*vllm.SERVER_MODULE.split("."))
+    module.parent.mkdir(parents=True)
+    for pkg in (fake / "vllm", fake / "vllm" / "entrypoints", module.parent):
+        (pkg / "__init__.py").write_text("")
+    module.with_suffix(".py").write_text(
+        "import json, logging, os, sys\n"
+        "logging.basicConfig(level=logging.INFO, force=True)\n"
+        "logging.getLogger('vllm').info('non-default args: %s', {'api_key': sys.argv[-1]})\n"
+        "cmd = open('/proc/self/cmdline', 'rb').read().decode()\n"
+        "env = open('/proc/self/environ', 'rb').read().decode()\n"
+        "print(json.dumps({'argv': sys.argv, 'exposed': sys.argv[-1] in cmd or sys.argv[-1] in env}))\n")
+    proc = subprocess.run([sys.executable, *spec.argv[1:]], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **spec.env, "PYTHONPATH": str(fake)})
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["argv"][-2:] == ["--api-key", key] and got["argv"][1:3] == ["--model", str(folder)]
+    assert got["exposed"] is False                  # /proc/PID/cmdline and environ hold the file's path only
+    assert key not in proc.stderr and "<redacted>" in proc.stderr   # vLLM's own log line is masked
     with pytest.raises(BadInput, match="--api-key-env"):
         vllm.render(BIN, LaunchOptions(model_path=folder, extra_args=("--api-key", "x")))
 

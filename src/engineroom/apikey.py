@@ -42,6 +42,43 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 Splitter = Callable[[Sequence[str]], "tuple[list[str], str | None, str | None]"]
 
 
+SHIM_KEY_FLAG = "--api-key-file"       # the launcher shim's own argument (not an engine's flag)
+
+
+def launcher_shim(module: str, key_flag: str) -> str:
+    """Python source for ``python -c SHIM --api-key-file PATH ARGS...``: it takes the file off its
+    arguments, reads the key (first non-comment line), runs ``module`` as ``__main__`` with
+    ``key_flag KEY`` appended to ``sys.argv`` in-process, and masks the key in every log record of
+    that process (engines log their parsed arguments at start).
+
+    For engines that take a key only as an argument or a variable of their own: the process's
+    ``/proc/PID/cmdline`` and ``environ`` (and those of the workers it starts) hold the file's
+    path only, never the key.
+    """
+    return (
+        "import logging,runpy,sys\n"
+        f"a=sys.argv[1:];i=a.index('{SHIM_KEY_FLAG}');p=a[i+1];del a[i:i+2]\n"
+        "k=next(s for s in (x.strip() for x in open(p)) if s and not s.startswith('#'))\n"
+        "f=logging.getLogRecordFactory()\n"
+        "def r(*x,**y):\n"
+        " rec=f(*x,**y);m=rec.getMessage()\n"
+        " if k in m:rec.msg=m.replace(k,'<redacted>');rec.args=()\n"
+        " return rec\n"
+        "logging.setLogRecordFactory(r)\n"
+        f"sys.argv=['{module}',*a,'{key_flag}',k]\n"
+        f"runpy.run_module('{module}',run_name='__main__',alter_sys=True)\n"
+    )
+
+
+def shim_key_file(argv: Sequence[str], shim: str) -> str | None:
+    """The key file a command line rendered with ``shim`` names (``python -c SHIM --api-key-file
+    PATH ...``), or None: not launched through the shim."""
+    argv = list(argv)
+    if len(argv) >= 5 and argv[1] == "-c" and argv[2] == shim and argv[3] == SHIM_KEY_FLAG:
+        return argv[4]
+    return None
+
+
 def keys_dir() -> Path:
     """engineroom's own key files: a folder only the user can enter."""
     path = paths.state_dir() / KEYS_DIR

@@ -310,6 +310,9 @@ class Store:
                 except BaseException as exc:
                     if self._db.in_transaction:    # SQLite has already rolled back after a full disk
                         self._db.execute("ROLLBACK")
+                    full = storecare.disk_full(exc, self.path) if isinstance(exc, sqlite3.Error) else None
+                    if full is not None:
+                        raise full from exc
                     if isinstance(exc, Exception):
                         raise BadInput(
                             f"Cannot upgrade the results database {self.path} from schema version "

@@ -31,6 +31,25 @@ _JUNIT_FILE = typer.Option(None, "--junit", help="Also write the results as JUni
 
 
 
+_QUIET_WAIT = typer.Option(60.0, "--quiet-wait",
+                           help="Before measuring, wait up to S seconds for other processes to leave the engine's "
+                                "and the client's cores, then refuse (0: refuse at once).")
+_BUSY_OK = typer.Option(False, "--busy-ok",
+                        help="Measure on a busy machine anyway; the run is judged on the contention it saw "
+                             "(INVALID above the limits).")
+
+
+def _check_seconds(flag: str, value: float, *, least: float) -> None:
+    """A number of seconds given on the command line: finite and at least ``least``, or one sentence."""
+    import math
+
+    from ..errors import BadInput
+
+    if not (math.isfinite(value) and value >= least):
+        raise BadInput(f"{flag} must be a number of seconds, {'0 or more' if least == 0 else f'at least {least:g}'}, "
+                       f"not {value}.")
+
+
 @app.command()
 def verify(url: str | None = _URL, api_key_env: str | None = _CLIENT_KEY_ENV,
            api_key: str | None = _CLIENT_KEY, json_out: bool = JsonOpt,
@@ -163,12 +182,8 @@ def bench(
                                          help="The floor of the stall limit: a request that gets no token for "
                                               "this long (or the longer limit the run's own pace gives) stops the "
                                               "run with the reason (default 30)."),
-    quiet_wait: float = typer.Option(60.0, "--quiet-wait",
-                                     help="Before measuring, wait up to S seconds for other processes to leave "
-                                          "the engine's and the client's cores, then refuse (0: refuse at once)."),
-    busy_ok: bool = typer.Option(False, "--busy-ok",
-                                 help="Measure on a busy machine anyway; the run is judged on the contention it "
-                                      "saw (INVALID above the limits)."),
+    quiet_wait: float = _QUIET_WAIT,
+    busy_ok: bool = _BUSY_OK,
     api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY,
     json_out: bool = JsonOpt,
 ) -> None:
@@ -189,12 +204,10 @@ def bench(
         _compare(compare, json_out)
         return
     import dataclasses
-    import math
 
-    for flag, value in (("--stall-s", stall_s), ("--quiet-wait", quiet_wait)):
-        if value is not None and not (math.isfinite(value) and value >= (0 if flag == "--quiet-wait" else 1)):
-            least = "0 or more" if flag == "--quiet-wait" else "at least 1"
-            raise BadInput(f"{flag} must be a number of seconds, {least}, not {value}.")
+    _check_seconds("--quiet-wait", quiet_wait, least=0)
+    if stall_s is not None:
+        _check_seconds("--stall-s", stall_s, least=1)
     host = flows.runs.HostGuard(wait_s=quiet_wait, busy_ok=busy_ok,
                                 say=None if json_out else lambda line: err_console.print(line, markup=False))
     chosen_name = suite_name.strip().lower()
@@ -423,6 +436,8 @@ def demo(
     warmup: int = typer.Option(3, "--warmup"),
     runs: int = typer.Option(5, "--runs"),
     keep: bool = typer.Option(False, "--keep", help="Leave the server running afterwards."),
+    quiet_wait: float = _QUIET_WAIT,
+    busy_ok: bool = _BUSY_OK,
     json_out: bool = JsonOpt,
 ) -> None:
     """pull smollm2-135m -> up -> verify -> bench -> card -> down, in one stored run. Extra engine args go after `--`.
@@ -430,11 +445,14 @@ def demo(
     from .. import flows
     from ..store import Store
 
+    _check_seconds("--quiet-wait", quiet_wait, least=0)
+
     with Store() as store, views.request_progress(err_console) as bar:
         task = bar.add_task("demo", total=None)
         outcome = flows.demo(
             store, model=model, port=port, ctx=ctx, threads=threads, max_tokens=max_tokens,
             warmup=warmup, measured=runs, keep=keep, extra_args=tuple(ctx_.args),
+            quiet_wait=quiet_wait, busy_ok=busy_ok,
             say=lambda msg: bar.update(task, description=msg),
             on_wait=lambda phase, t: bar.update(task, description=f"{model}: {phase} ({t:.0f} s)"),
             on_result=None if json_out else _print_check,

@@ -25,17 +25,23 @@ class DemoOutcome:
 def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, ctx: int = 2048,
          threads: int | None = None, max_tokens: int = 256, warmup: int = 3, measured: int = 5,
          tools_template: bool = True, keep: bool = False, extra_args: Sequence[str] = (),
+         quiet_wait: float = 60.0, busy_ok: bool = False,
          on_spawn: Callable[[int], None] | None = None,
          say: Callable[[str], None] | None = None,
          on_wait: Callable[[str, float], None] | None = None,
          on_result: Callable[[CheckResult], None] | None = None,
          progress: Callable[[int, int, str], None] | None = None) -> DemoOutcome:
-    """pull -> up -> verify -> bench -> card -> down, all in one stored run."""
+    """pull -> up -> verify -> bench -> card -> down, all in one stored run.
+
+    The bench settings are checked before anything is pulled or started; ``quiet_wait`` and
+    ``busy_ok`` are bench's pre-flight on a busy machine (wait up to S seconds for quiet cores, then
+    refuse; or measure anyway and be judged on the contention seen)."""
     from ..bench import BenchPlan, default_workloads
     from ..report import render_card
     from .runs import HostGuard, _closing_run, bench, client_key, connect, run_conditions, verify
 
     say = say or (lambda _m: None)
+    plan = BenchPlan(workloads=default_workloads(max_tokens), warmup=warmup, measured=measured, full_length=True)
     ref = models.resolve(model)          # resolved once; every stage below gets the same reference
     models.pull(ref, say)
     state = start(ref, ctx=ctx, port=port if port is not None else 0, threads=threads,
@@ -44,8 +50,6 @@ def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, 
     try:
         key = client_key(state.url)          # a key after `--` was moved to a file: read it back
         info = connect(state.url, api_key=key)
-        plan = BenchPlan(workloads=default_workloads(max_tokens), warmup=warmup, measured=measured,
-                         full_length=True)
         from ..bench import bench_conditions
 
         run_id = store.start_run("demo", {**bench_conditions(info, plan), **run_conditions(info)},
@@ -55,7 +59,7 @@ def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, 
             checked = verify(info, store, run_id=run_id, on_result=on_result, api_key=key)
             say("bench")
             benched = bench(info, store, plan, run_id=run_id, progress=progress, api_key=key,
-                            host=HostGuard(say=say))
+                            host=HostGuard(wait_s=quiet_wait, busy_ok=busy_ok, say=say))
         status = "OK" if checked.failed == 0 and benched.summary.get("status") == "OK" else "FAILED"
         store.finish_run(run_id, status, {"verify_failed": checked.failed, "bench": benched.summary})
     finally:

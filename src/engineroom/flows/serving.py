@@ -64,7 +64,8 @@ def check_bind_args(spec: LaunchSpec, extra_args: Sequence[str]) -> None:
     if given:
         raise BadInput(f"{', '.join(sorted({a.split('=', 1)[0] for a in given}))} after `--` would change where the "
                        "managed server listens unseen; give engineroom's --port instead (a managed server listens "
-                       "on 127.0.0.1, this machine only; another address goes through engineroom's own --host).")
+                       "on 127.0.0.1, this machine only; to serve other machines, `engineroom up MODEL --docker --host "
+                       "ADDR` publishes the port on ADDR).")
 
 
 # --------------------------------------------------------------------------- prepare / start

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from ... import apikey
 from ...errors import BadInput
 from ..base import LaunchOptions, LaunchSpec
 from .discovery import ENGINE, MODULE, Binary
@@ -58,31 +59,18 @@ NODE_RANK_FLAG = "--node-rank"
 DIST_ADDR_FLAG = "--dist-init-addr"
 LOAD_FORMAT_FLAG = "--load-format"
 API_KEY_FLAG = "--api-key"
-# not SGLang's: the launcher shim below takes it off the command line and reads the file
-API_KEY_FILE_FLAG = "--api-key-file"
+# not SGLang's: the launcher shim takes it off the command line and reads the file
+API_KEY_FILE_FLAG = apikey.SHIM_KEY_FLAG
 
 _ALIASES = {TP_FLAG: ("--tensor-parallel-size",), PP_FLAG: ("--pipeline-parallel-size",),
             DRAFT_FLAG: ("--speculative-draft-model",), DIST_ADDR_FLAG: ("--nccl-init-addr",)}
 
 # SGLang 0.5.23 reads its API key from --api-key only (no environment variable, no key file;
-# a --config YAML is merged back into the argv it logs). So with a key the command line is this
-# shim instead of `-m sglang.launch_server`: it takes `--api-key-file PATH` off its arguments,
-# reads the key (first non-comment line), hands it to SGLang in-process (sys.argv), and masks it
-# in every log record of the launching process (SGLang logs its whole server_args at start). The
-# process's /proc cmdline, engineroom's state and logs hold the file's path only.
-KEY_SHIM = (
-    "import logging,runpy,sys\n"
-    "a=sys.argv[1:];i=a.index('--api-key-file');p=a[i+1];del a[i:i+2]\n"
-    "k=next(s for s in (x.strip() for x in open(p)) if s and not s.startswith('#'))\n"
-    "f=logging.getLogRecordFactory()\n"
-    "def r(*x,**y):\n"
-    " rec=f(*x,**y);m=rec.getMessage()\n"
-    " if k in m:rec.msg=m.replace(k,'<redacted>');rec.args=()\n"
-    " return rec\n"
-    "logging.setLogRecordFactory(r)\n"
-    f"sys.argv=['{MODULE}',*a,'--api-key',k]\n"
-    f"runpy.run_module('{MODULE}',run_name='__main__',alter_sys=True)\n"
-)
+# a --config YAML is merged back into the argv it logs). So with a key the command line is
+# engineroom's launcher shim instead of `-m sglang.launch_server` (apikey.launcher_shim): the
+# process's /proc cmdline, engineroom's state and logs hold the file's path only, and SGLang's
+# log of its server_args has the key masked.
+KEY_SHIM = apikey.launcher_shim(MODULE, API_KEY_FLAG)
 
 
 def _names(flag: str) -> tuple[str, ...]:
@@ -264,7 +252,7 @@ def server_args(argv: Sequence[str]) -> list[str]:
     argv = list(argv)
     if len(argv) >= 3 and argv[1] == "-m" and argv[2] == MODULE:
         return argv[3:]
-    if len(argv) >= 5 and argv[1] == "-c" and argv[2] == KEY_SHIM and argv[3] == API_KEY_FILE_FLAG:
+    if apikey.shim_key_file(argv, KEY_SHIM):
         return [*argv[5:], API_KEY_FLAG, "<key read from the file>"]
     raise BadInput("not an SGLang command line rendered by engineroom (python -m sglang.launch_server ...).")
 

@@ -2,10 +2,10 @@
 
 Everything specific to vLLM lives here: the environment ``engines install vllm`` makes
 (``pyenv``), the server module and flag names, the CPU build's environment
-(VLLM_CPU_KVCACHE_SPACE), the API key through VLLM_API_KEY (never argv), health semantics (no
-answer while loading, 503 = engine dead), /v1/models' owned_by and max_model_len, /metrics'
-names, the KV-pool lines of its log, converting a GGUF to the folder it serves, and checking
-a command line with vLLM's own argument parser.
+(VLLM_CPU_KVCACHE_SPACE), the API key handed over by engineroom's launcher shim (never in argv
+or the environment), health semantics (no answer while loading, 503 = engine dead), /v1/models'
+owned_by and max_model_len, /metrics' names, the KV-pool lines of its log, converting a GGUF to
+the folder it serves, and checking a command line with vLLM's own argument parser.
 
 This package is the adapter (entry point ``vllm``); this module re-exports what engineroom calls.
 """
@@ -16,18 +16,20 @@ from typing import TYPE_CHECKING
 
 from .cluster import render_cluster
 from .command import (
-    API_KEY_ENV,
     CPU_KV_DTYPES,
     DEFAULT_KVCACHE_SPACE_GIB,
     FLAGS,
+    KEY_SHIM,
     KVCACHE_SPACE_ENV,
     SPEC_METHODS,
     VLLM_KV_DTYPES,
+    api_key_file_in,
     check_spec_config,
     kvcache_space_gib,
     launch_settings,
     loads_refusal,
     render,
+    server_args,
     validate_argv,
     vllm_kv_dtype,
 )
@@ -73,18 +75,19 @@ START_TIMEOUT_S = 900.0
 # (Flags other engines share, such as --host, --port, --served-model-name, --kv-cache-dtype,
 # --tool-call-parser or --default-chat-template-kwargs (SGLang), are not vLLM's alone and stay out.)
 OWN_NAMES = ("--max-model-len", "--max-num-seqs", "--speculative-config", "--enable-auto-tool-choice",
-             "--language-model-only", KVCACHE_SPACE_ENV, API_KEY_ENV,
+             "--language-model-only", KVCACHE_SPACE_ENV,
              "VLLM_CPU_OMP_THREADS_BIND", SERVER_MODULE, PACKAGE, *METRIC_NAMES)
 
 __all__ = ["RELEASE",
-           "API_KEY_ENV", "CPU_KV_DTYPES", "DEFAULT_KVCACHE_SPACE_GIB", "ENGINE", "ENV_PYTHON", "EXPECTED_BUILD",
+           "CPU_KV_DTYPES", "DEFAULT_KVCACHE_SPACE_GIB", "ENGINE", "ENV_PYTHON", "EXPECTED_BUILD",
            "FAILURE_PATTERNS", "FLAGS", "FULL_LENGTH_BODY", "KVCACHE_SPACE_ENV", "METRIC_NAMES", "OWN_NAMES",
            "PACKAGE", "SERVER_MODULE", "SPEC_METHODS", "START_TIMEOUT_S", "TESTED", "VERSION", "VLLM_KV_DTYPES",
-           "Binary", "binary_version", "check_spec_config", "classify_failure", "converted_dir", "find_binary",
+           "KEY_SHIM", "Binary", "api_key_file_in", "binary_version",
+           "check_spec_config", "classify_failure", "converted_dir", "find_binary",
            "health_state", "install", "installed", "kv_capacity", "kvcache_space_gib", "launch_settings",
            "loads_refusal", "memory_report", "normalise_metrics", "placeholder_binary", "placement_report", "probe",
            "render",
-           "render_cluster", "serving_model", "validate_argv", "vllm_kv_dtype", "wait_hint"]
+           "render_cluster", "server_args", "serving_model", "validate_argv", "vllm_kv_dtype", "wait_hint"]
 
 
 if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and every optional hook it implements

@@ -65,7 +65,6 @@ def render_cluster(binary: Binary, options: LaunchOptions, *, nodes: int, gpus_p
     serve = replace(server, argv=tuple(server.argv) + tuple(extra), node=0, role="serve (after every node joined Ray)")
     ray = str(binary.path.parent / "ray")
     env = {k: v for k, v in server.env.items() if k.startswith(("VLLM_", "HF_", "TRANSFORMERS_", "DO_NOT"))}
-    env.pop("VLLM_API_KEY", None)        # the key is the server's alone
     specs = [replace(server, argv=(ray, "start", "--head", f"--port={ray_port}", f"--node-ip-address={head}",
                                    f"--num-gpus={gpus_per_node}"), env=env, node=0, role="ray head")]
     specs += [replace(server, argv=(ray, "start", f"--address={head}:{ray_port}", f"--num-gpus={gpus_per_node}"),

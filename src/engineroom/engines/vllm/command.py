@@ -8,16 +8,19 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from ... import apikey
 from ...errors import BadInput, NotFound
 from ..base import LaunchOptions, LaunchSpec
 from .convert import converted_dtype
 from .discovery import ENGINE, SERVER_MODULE, Binary
 
+API_KEY_FLAG = "--api-key"      # not VLLM_API_KEY: the engine's workers would inherit that variable
+KEY_SHIM = apikey.launcher_shim(SERVER_MODULE, API_KEY_FLAG)
+
 # --------------------------------------------------------------------------- vLLM's words
 KVCACHE_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"      # GiB (an integer: vllm/envs.py int()s it)
 DEFAULT_KVCACHE_SPACE_GIB = 2                     # what engineroom sets when the user did not
 THREADS_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"    # "auto" or a CPU list such as "0-1"
-API_KEY_ENV = "VLLM_API_KEY"                      # vLLM reads the key from here (or --api-key)
 # vLLM 0.32.0's CacheDType (vllm/config/cache.py)
 VLLM_KV_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
                   "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
@@ -157,9 +160,10 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     ctx is vLLM's ``--max-model-len`` (per sequence) and n_seqs its ``--max-num-seqs``; the
     request's spec method, parsers and text-only choice become ``--speculative-config``, the
     tool-call and reasoning parsers and ``--language-model-only`` (vision on: vLLM's own
-    multimodal limits for the model, nothing added). The
-    key is never an argument: the 0600 file's content goes in ``VLLM_API_KEY`` of the
-    process's environment (the state file masks it). The user's arguments come last.
+    multimodal limits for the model, nothing added). With a
+    key the command line is engineroom's launcher shim (``apikey.launcher_shim``): it reads the
+    0600 file and hands the key to vLLM's parser in-process, so no argv or environment of the
+    server or its workers holds it. The user's arguments come last.
     """
     o = options
     model_path = Path(o.model_path)
@@ -172,7 +176,9 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         raise BadInput("give the key with --api-key-env VAR or --api-key-file FILE, not --api-key after `--`: "
                        "it would be visible in the process list.")
     check_spec_config(extra, cpu=cpu)
-    argv: list[str] = [str(binary.path), "-m", SERVER_MODULE]
+    head = ([str(binary.path), "-c", KEY_SHIM, apikey.SHIM_KEY_FLAG, str(o.api_key_file)] if o.api_key_file
+            else [str(binary.path), "-m", SERVER_MODULE])
+    argv: list[str] = list(head)
     if not _has_flag(extra, MODEL_FLAG):
         argv += [MODEL_FLAG, str(model_path)]
     argv += ["--served-model-name", o.model_name or model_path.name, "--host", o.host, "--port", str(o.port)]
@@ -216,17 +222,6 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         env[KVCACHE_SPACE_ENV] = str(kvcache_space_gib())
         if o.threads:
             env[THREADS_BIND_ENV] = "0" if o.threads == 1 else f"0-{o.threads - 1}"
-    if o.api_key_file and not Path(o.api_key_file).exists():
-        # a recipe: engineroom writes the key file only when it launches
-        env[API_KEY_ENV] = f"<the key in {o.api_key_file}>"
-    elif o.api_key_file:
-        try:
-            key = Path(o.api_key_file).read_text().strip()
-        except OSError as exc:
-            raise NotFound(f"cannot read the API-key file {o.api_key_file} ({exc.strerror}).") from None
-        if not key:
-            raise BadInput(f"the API-key file {o.api_key_file} is empty.")
-        env[API_KEY_ENV] = key
     return LaunchSpec(
         engine=ENGINE, argv=tuple(argv), port=o.port, host=o.host, env=env, log_path=o.log_path,
         model=o.model_name or str(model_path), model_path=str(model_path), health_path="/health",
@@ -263,12 +258,26 @@ print("OK")
 """
 
 
+def server_args(argv: Sequence[str]) -> list[str]:
+    """The arguments vLLM's parser sees for a rendered command line (the interpreter and ``-m
+    MODULE`` or the key shim taken off; the shim's key file stands in as a key)."""
+    args = list(argv)
+    if apikey.shim_key_file(args, KEY_SHIM):
+        return [*args[5:], API_KEY_FLAG, "<key read from the file>"]
+    if SERVER_MODULE in args:
+        return args[args.index(SERVER_MODULE) + 1:]
+    return args
+
+
+def api_key_file_in(argv: Sequence[str]) -> str | None:
+    """The key file a running vLLM was launched with (the shim's argument), or None: no key."""
+    return apikey.shim_key_file(argv, KEY_SHIM)
+
+
 def validate_argv(binary: Binary, argv: Sequence[str], timeout: float = 300) -> str | None:
     """None when vLLM's own argument parser (``make_arg_parser``, from the installed env) accepts
     ``argv`` (a rendered command line: the server module's arguments), else its error sentence."""
-    args = list(argv)
-    if SERVER_MODULE in args:
-        args = args[args.index(SERVER_MODULE) + 1:]
+    args = server_args(argv)
     try:
         proc = subprocess.run([str(binary.path), "-c", _VALIDATE, *args], capture_output=True, text=True,
                               timeout=timeout, env={**os.environ, **binary.env, "VLLM_NO_USAGE_STATS": "1"})
