@@ -123,7 +123,37 @@ def _count_stored_checks() -> None:
                 _tally(suite, cond.get("engine"), statuses)
 
 
+_FIXTURE_SECONDS: dict[str, float] = {}
+_TIER_SECONDS: dict[str, float] = {"unit": 0.0, "integration": 0.0}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """The setup time of every session- or module-scoped fixture (engine boots, installs, models)."""
+    t0 = time.monotonic()
+    yield
+    if fixturedef.scope in ("session", "module"):
+        key = f"fixture {fixturedef.argname}"
+        _FIXTURE_SECONDS[key] = _FIXTURE_SECONDS.get(key, 0.0) + time.monotonic() - t0
+
+
+def pytest_runtest_logreport(report):
+    tier = "integration" if "integration" in report.keywords else "unit"
+    _TIER_SECONDS[tier] += report.duration
+
+
+def _where_the_time_went(terminalreporter) -> None:
+    """CI's closing lines: the test tiers, the expensive steps, the slowest fixtures."""
+    terminalreporter.write_sep("-", "where the time went (seconds)")
+    for tier, seconds in _TIER_SECONDS.items():
+        terminalreporter.write_line(f"{seconds:8.1f}  {tier} tests (setup, call and teardown)")
+    for name, seconds in sorted({**STAGE_SECONDS, **_FIXTURE_SECONDS}.items(), key=lambda kv: -kv[1])[:15]:
+        if seconds >= 1.0:
+            terminalreporter.write_line(f"{seconds:8.1f}  {name}")
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    _where_the_time_went(terminalreporter)
     try:
         _count_stored_checks()
     except Exception as exc:  # noqa: BLE001 - the summary must never fail the session
@@ -158,10 +188,56 @@ def pytest_collection_modifyitems(config, items):
                                     f"({', '.join(sorted(REAL_ENGINE_FIXTURES))})")
         if real and not marked:
             item.add_marker(pytest.mark.integration)
+        if not real and _crosses_the_process_boundary(item):
+            item.add_marker(pytest.mark.slow)
+
+
+def _crosses_the_process_boundary(item) -> bool:
+    """A test that runs the console command (or any program) in a subprocess pays Python's start and
+    engineroom's imports each time (~1 s here): the fast tier leaves it to the full run."""
+    import inspect
+
+    function = getattr(item, "function", None)
+    try:
+        source = inspect.getsource(function) if function is not None else ""
+    except (OSError, TypeError):
+        return False
+    return "run_cli(" in source or "subprocess." in source
+
+
+def pytest_collection_finish(session):
+    """The unit tests first, then those of the real engines (stable: each module's order is kept),
+    and the engine installs the selected tests need started now, so they run beside the unit tests
+    rather than beside a measurement."""
+    session.items.sort(key=lambda item: item.get_closest_marker("integration") is not None)
+    used = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    wanted = {f for f in ENGINE_INSTALLS if f in used}
+    if wanted and not session.config.option.collectonly:
+        _start_background_installs(session.config, wanted)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A real-engine test (its fixtures too: a server boot) starts once every background install has
+    finished: a build beside it would take the cores its measurements need."""
+    if item.get_closest_marker("integration") is not None and _BACKGROUND:
+        t0 = time.monotonic()
+        for proc, _out, _err, _t in list(_BACKGROUND.values()):
+            proc.wait()
+        STAGE_SECONDS["waiting for the background installs"] = (
+            STAGE_SECONDS.get("waiting for the background installs", 0.0) + time.monotonic() - t0)
 
 
 def pytest_unconfigure(config):
     import shutil
+
+    for proc, *_ in _BACKGROUND.values():       # a session cut short leaves no install running
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
     home = getattr(config, "_engineroom_home", None)
     if home is not None:
@@ -304,3 +380,159 @@ def tools_server(llama_server_binary, smollm2, tmp_path_factory) -> Iterator[str
     with real_llama_server(llama_server_binary, smollm2, template=models.resolve("smollm2-135m").tool_template,
                            log_path=tmp_path_factory.mktemp("llama") / "tools.log") as url:
         yield url
+
+
+# --------------------------------------------------------------------------- the other engines
+# ik_llama.cpp is built, vLLM and SGLang installed, by engineroom's own `engines install` into the
+# caller's data folder (a second session reuses them). The first use of each in a session waits
+# for it; in a session that will use them, `pytest_collection_modifyitems` starts the ones not yet
+# there in the background at once (niced), so they overlap the unit tests that run first.
+ENGINE_INSTALLS = {          # fixture -> the engine `engines install` is run for (and its extra words)
+    "ik_install": ("ik_llama.cpp", ()),
+    "vllm_python": ("vllm", ()),
+    "sglang_binary": ("sglang", ("--force",)),   # on a machine SGLang cannot serve: for its parser only
+}
+_BACKGROUND: dict[str, tuple[subprocess.Popen, Path, Path, float]] = {}
+STAGE_SECONDS: dict[str, float] = {}            # what the session's expensive steps took (the summary)
+
+
+def _caller_env(config) -> dict[str, str]:
+    return dict(getattr(config, "_engineroom_caller_dirs", {}))
+
+
+def _already_installed(engine: str) -> bool:
+    from engineroom import engines
+
+    return bool(engines.adapter(engine).installed())
+
+
+def _start_background_installs(config, wanted: set[str]) -> None:
+    """Start `engineroom engines install ENGINE` for each install fixture the session will use
+    and the caller's data folder does not hold yet, each in a process of its own at low priority."""
+    env = _caller_env(config)
+    if not env:
+        return
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        todo = [f for f in ENGINE_INSTALLS if f in wanted and not _already_installed(ENGINE_INSTALLS[f][0])]
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    logs = Path(config._engineroom_home) / "installs"
+    logs.mkdir(parents=True, exist_ok=True)
+    for fixture in todo:
+        engine, words = ENGINE_INSTALLS[fixture]
+        out_path, err_path = logs / f"{engine}.json", logs / f"{engine}.log"
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "engineroom.cli", "engines", "install", engine, *words,
+                                     "--json"], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                    env={**os.environ, **env}, preexec_fn=lambda: os.nice(10))
+        _BACKGROUND[fixture] = (proc, out_path, err_path, time.monotonic())
+
+
+def install_engine(config, fixture: str, timeout: float = 3600) -> tuple[int, str, str, float]:
+    """Run (or wait for the background run of) `engineroom engines install` for ``fixture``'s engine
+    in the caller's folders: its exit code, standard output (the manifest), its progress and errors,
+    and the seconds it took."""
+    engine, words = ENGINE_INSTALLS[fixture]
+    started = _BACKGROUND.pop(fixture, None)
+    if started is not None:
+        proc, out_path, err_path, t0 = started
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return 124, "", f"`engineroom engines install {engine}` ran past {timeout:.0f} s", time.monotonic() - t0
+        seconds = time.monotonic() - t0
+        STAGE_SECONDS[f"engines install {engine} (in the background)"] = seconds
+        return (proc.returncode, out_path.read_text(errors="replace"), err_path.read_text(errors="replace"),
+                seconds)
+    t0 = time.monotonic()
+    done = run_cli("engines", "install", engine, *words, "--json", env=_caller_env(config), timeout=timeout)
+    seconds = time.monotonic() - t0
+    STAGE_SECONDS[f"engines install {engine}"] = seconds
+    return done.returncode, done.stdout, done.stderr, seconds
+
+
+@pytest.fixture(scope="session")
+def ik_install(request) -> dict:
+    """`engineroom engines install ik_llama.cpp` in the caller's folders: the first run builds
+    (about 11 minutes on 2 cores), a later one finds the build done and reuses it."""
+    if not _caller_env(request.config):
+        _missing("the caller's data folder was not recorded (tests/conftest.py pytest_configure)")
+    code, out, err, seconds = install_engine(request.config, "ik_install")
+    if code != 0:
+        _missing(f"`engineroom engines install ik_llama.cpp` failed: {err.strip()[-400:]}")
+    manifest = json.loads(out)
+    manifest["_install_seconds_this_session"] = round(seconds, 1)
+    return manifest
+
+
+@pytest.fixture(scope="session")
+def ik_binary(ik_install):
+    from engineroom.engines import ikllamacpp as ik
+
+    return ik.Binary(Path(ik_install["bin_dir"]) / ik.BINARY, f"engineroom engines install ({ik_install['tag']})",
+                     {})
+
+
+@pytest.fixture(scope="session")
+def vllm_python(request, er_home):
+    """vLLM's environment, made by `engineroom engines install vllm` in the caller's data folder
+    (a second session reuses it: the install is made only when none is there)."""
+    from engineroom.engines import vllm
+
+    env = _caller_env(request.config)
+    if not env:
+        _missing("the caller's data folder was not recorded (tests/conftest.py pytest_configure)")
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        if not vllm.installed() or "vllm_python" in _BACKGROUND:
+            code, _out, err, _seconds = install_engine(request.config, "vllm_python", timeout=1800)
+            if code != 0:
+                _missing(f"`engineroom engines install vllm` failed: {err.strip()[-400:]}")
+        binary = vllm.find_binary()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    os.environ[vllm.ENV_PYTHON] = str(binary.path)     # the session's own home has no install
+    return binary
+
+
+def _sglang_python(data_dir: Path) -> Path | None:
+    for manifest in sorted(data_dir.glob("engines/sglang/*/install.json")):
+        data = json.loads(manifest.read_text())
+        if Path(data.get("python", "")).is_file():
+            return Path(data["python"])
+    return None
+
+
+@pytest.fixture(scope="session")
+def sglang_binary(request):
+    """SGLang's environment: $ENGINEROOM_SGLANG_PYTHON, the caller's `engines install sglang`, or
+    that command run now (into the caller's data folder, timed). It installs on a machine without
+    a GPU (for its parser only); where it cannot, CI fails and a developer's run skips."""
+    from engineroom.engines import sglang
+
+    if os.environ.get(sglang.ENV_BINARY):
+        return sglang.find_binary()
+    env = _caller_env(request.config)
+    data_dir = Path(env.get("ENGINEROOM_DATA_DIR") or os.environ["ENGINEROOM_HOME"])
+    python = _sglang_python(data_dir)
+    if python is None or "sglang_binary" in _BACKGROUND:
+        code, out, err, seconds = install_engine(request.config, "sglang_binary", timeout=3000)
+        if code != 0:
+            tail = (err.strip() or out.strip()).splitlines()[-3:]
+            _missing(f"`engineroom engines install sglang` failed here after {seconds:.0f} s: {' | '.join(tail)}")
+        python = _sglang_python(data_dir)
+        if python is None:
+            _missing(f"`engineroom engines install sglang` exited 0 but left no environment in {data_dir}")
+    return sglang.Binary(python, "engineroom engines install (test)")

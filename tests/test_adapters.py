@@ -90,6 +90,7 @@ EXEMPT = {("bench/legacy.py", "ignore_eos"): "store schema 2 named its own keys 
           ("engines/vllm/server.py", "ignore_eos"): "vLLM's sampling parameters include the same one"}
 
 
+@pytest.mark.slow
 def test_engine_specific_names_occur_only_in_their_adapter():
     offenders = []
     for eng in engines.all_engines():

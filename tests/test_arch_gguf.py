@@ -295,6 +295,7 @@ def test_remote_gguf_reads_only_a_prefix(tmp_path: Path, server):
     assert sent["/big.gguf"] <= 2 << 20 and sent["/big.gguf"] < size / 10
 
 
+@pytest.mark.slow
 def test_remote_header_larger_than_first_prefix_grows(tmp_path: Path, server):
     base, sent, _ = server
     kv = llama_kv("llama", 2) | {"tokenizer.ggml.tokens": [f"tok{i:06d}" * 4 for i in range(100_000)]}

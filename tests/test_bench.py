@@ -485,6 +485,7 @@ def stand_in_info(url, full_length=True):
 SMALL = (Workload("narrative", "tell a story", 20), Workload("code", "write code", 20))
 
 
+@pytest.mark.slow
 def test_runner_against_honest_stand_in_streams_records_and_agrees(tmp_path):
     store = Store(tmp_path / "r.sqlite")
     progress_calls = []
@@ -543,6 +544,7 @@ def test_runner_against_honest_stand_in_streams_records_and_agrees(tmp_path):
     assert summarize(store.records(run_id))["workloads"] == result.summary["workloads"]
 
 
+@pytest.mark.slow
 def test_runner_flags_engine_timings_20_percent_too_fast():
     with TimingsStandIn(timings_factor=1.2) as stand_in, OpenAIClient(stand_in.url) as client:
         result = run_bench(client, stand_in_info(stand_in.url),
@@ -574,6 +576,7 @@ def test_full_length_only_when_the_adapter_declares_how():
     assert any("25%" in w for w in result.summary["warnings"])
 
 
+@pytest.mark.slow
 def test_request_errors_are_recorded_not_raised():
     with TimingsStandIn(fail_every=2) as stand_in, OpenAIClient(stand_in.url) as client:
         result = run_bench(client, stand_in_info(stand_in.url),

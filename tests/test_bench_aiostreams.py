@@ -110,6 +110,7 @@ def test_a_late_event_loop_marks_the_client_as_the_bottleneck():
 
 @pytest.mark.parametrize("misbehaviour", [None, "stream_drop", "no_done", "invalid_json", "usage_missing",
                                           "reasoning_in_content", "raw"])
+@pytest.mark.slow
 def test_the_driver_reads_a_stream_as_the_threaded_client_does(misbehaviour):
     """Same server answer, the threaded ``KindClient.stream_chat`` and the driver: the same result
     (what the record is made of), on sized bodies, a dropped stream, a missing [DONE], bad JSON."""

@@ -168,6 +168,7 @@ def test_integrity_checklist_marks_a_failing_result_and_keeps_it():
     assert {c["name"]: c["status"] for c in dirty["integrity"]}["prefix_cache"] == "FAIL"
 
 
+@pytest.mark.slow
 def test_client_monitor_sees_a_client_saturated_on_purpose():
     """A thread that holds the interpreter (a long C-level loop) starves the probe thread:
     its wake-ups come hundreds of ms late, so the result is marked invalid."""

@@ -95,6 +95,7 @@ def _cluster_recipe(engine: str, *extra: str) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_vllm_cluster_recipe_is_ray_then_one_server_on_the_head():
     out = _cluster_recipe("vllm", "--head-addr", "10.1.2.3")
     assert out["cluster"] == {"nodes": 2, "gpus_per_node": 1, "pp": 2} and out["head_addr_given"]
@@ -110,6 +111,7 @@ def test_vllm_cluster_recipe_is_ray_then_one_server_on_the_head():
         assert serve[serve.index(flag) + 1] == value
 
 
+@pytest.mark.slow
 def test_sglang_cluster_recipe_is_one_rank_per_node():
     out = _cluster_recipe("sglang", "--head-addr", "10.1.2.3")
     steps = out["steps"]

@@ -222,6 +222,7 @@ def test_llama_cpp_layer_split_across_gpus(q27):
 
 # ---- search ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_max_context_monotonic(q27):
     req = FitRequest(engine="llama.cpp", ctx=4096, kv_dtype="q8_0")
     small = max_context(q27, req, Rig(gpus=(replace(R3090, vram_bytes=20 * 10**9),)))

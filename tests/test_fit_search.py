@@ -68,6 +68,7 @@ def test_max_context_is_the_largest_servable_context(case):
             assert not fit(arch, replace(r, ctx=got + step), rig, catalog=cat).servable
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(c))
 def test_max_concurrency_is_the_largest_servable_count(case):
     arch, req, rig, cat = _case(*case)

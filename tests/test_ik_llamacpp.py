@@ -23,7 +23,7 @@ from engineroom.engines import llamacpp
 from engineroom.engines.base import UNKNOWN_FAILURE, DecodeWindow, LaunchOptions
 from engineroom.errors import BadInput, NotFound
 
-from conftest import _missing, run_cli
+from conftest import run_cli
 
 FIX = Path(__file__).parent / "fixtures" / "ik_llamacpp"
 
@@ -169,28 +169,6 @@ def test_failures_classified_from_real_log_lines():
 
 # --------------------------------------------------------------------------- integration
 @pytest.fixture(scope="session")
-def ik_install(request) -> dict:
-    """`engineroom engines install ik_llama.cpp` in the caller's folders: the first run builds
-    (about 13 minutes on 2 cores), a later one finds the build done and reuses it."""
-    env = dict(getattr(request.config, "_engineroom_caller_dirs", {}))
-    if not env:
-        _missing("the caller's data folder was not recorded (tests/conftest.py pytest_configure)")
-    t0 = time.monotonic()
-    proc = run_cli("engines", "install", "ik_llama.cpp", "--json", env=env, timeout=3600)
-    if proc.returncode != 0:
-        _missing(f"`engineroom engines install ik_llama.cpp` failed: {proc.stderr.strip()[-400:]}")
-    manifest = json.loads(proc.stdout)
-    manifest["_install_seconds_this_session"] = round(time.monotonic() - t0, 1)
-    return manifest
-
-
-@pytest.fixture(scope="session")
-def ik_binary(ik_install) -> ik.Binary:
-    return ik.Binary(Path(ik_install["bin_dir"]) / ik.BINARY, f"engineroom engines install ({ik_install['tag']})",
-                     {})
-
-
-@pytest.fixture(scope="session")
 def ik_managed(ik_binary, smollm2, tmp_path_factory):
     """`engineroom up smollm2-135m --engine ik_llama.cpp` in a state folder of its own (the
     session's llama.cpp server may run beside it); `engineroom down` at the end."""
@@ -273,6 +251,35 @@ def test_bench_stores_the_forks_run(ik_managed):
     assert n == 2 * (1 + 2) and snaps == 2
     card = run_cli("report", str(run_id), env=ik_managed["_env"], check=True).stdout
     assert "ik_llama.cpp" in card and "smollm2-135m" in card
+
+
+def test_a_picks_fork_flags_launch_on_the_real_fork_and_it_answers(ik_binary, smollm2, tmp_path):
+    """The recipe's own fork flags, launched for real: the max-context pick renders a q4_0 cache with
+    the fork's Hadamard transforms (-khad -vhad) and --merge-qkv; the binary accepts them, the server
+    comes up placed as planned, and answers a chat."""
+    import httpx
+
+    from engineroom.launch import free_port
+
+    env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state"), ik.ENV_BINARY: str(ik_binary.path)}
+    proc = run_cli("up", "smollm2-135m", "--engine", "ik_llama.cpp", "--priority", "max-context", "--ctx", "2048",
+                   "--parallel", "1", "--threads", "2", "--port", str(free_port()), "--json", env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    try:
+        state = json.loads(proc.stdout)
+        argv = state["argv"]
+        for flag in ("-khad", "-vhad", "--merge-qkv"):
+            assert flag in argv, (flag, argv)
+        assert argv[argv.index("-ctk") + 1] == "q4_0" and argv[argv.index("-ctv") + 1] == "q4_0"
+        assert state["memory"]["placement"]["status"] == "as_planned", state["memory"]["placement"]
+        url = f"http://{state['host']}:{state['port']}"
+        for _ in range(2):        # the fork's first Jinja-rendered chat after a start may end at once
+            reply = httpx.post(f"{url}/v1/chat/completions", timeout=120,
+                               json={"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16})
+            assert reply.status_code == 200, reply.text
+        assert reply.json()["choices"][0]["message"]["content"].strip()
+    finally:
+        run_cli("down", env=env)
 
 
 # --------------------------------------------------------------------------- verify suites on the same start

@@ -15,8 +15,6 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
-from test_sglang import sglang_binary  # noqa: F401  (the SGLang install fixture)
-from test_vllm import vllm_python  # noqa: F401  (the vLLM install fixture)
 
 from engineroom import compose, engines
 from engineroom.engines import argvcheck, llamacpp, pyenv, sglang, vllm
@@ -269,7 +267,7 @@ def _sglang_model(tmp_path: Path) -> Path:
     return folder
 
 
-def test_after_engines_install_sglang_recipe_is_validated_by_its_serverargs(sglang_binary, tmp_path):  # noqa: F811
+def test_after_engines_install_sglang_recipe_is_validated_by_its_serverargs(sglang_binary, tmp_path):
     """The issue's case: `engines install sglang`, then `recipe ... --engine sglang` said "sglang is not
     installed here". The install is found where `engines install` put it (the caller's data folder)."""
     data_dir = Path(sglang_binary.python).parents[5]          # DATA/engines/sglang/TAG/venv/bin/python
@@ -284,7 +282,7 @@ def test_after_engines_install_sglang_recipe_is_validated_by_its_serverargs(sgla
     assert bad.returncode == 1 and "# REJECTED by sglang" in bad.stdout and "--no-such-flag" in bad.stdout
 
 
-def test_vllms_own_parser_validates_the_recipe_once_installed(vllm_python, tmp_path):  # noqa: F811
+def test_vllms_own_parser_validates_the_recipe_once_installed(vllm_python, tmp_path):
     (tmp_path / "config.json").write_text("{}")
     env = {vllm.ENV_PYTHON: str(vllm_python.path), "ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
     out = json.loads(run_cli("recipe", str(tmp_path), "--engine", "vllm", "--ctx", "1024", "--json", env=env,

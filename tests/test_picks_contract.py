@@ -21,9 +21,6 @@ from pathlib import Path
 import pytest
 
 # the engines' own parsers (integration tier): their install fixtures, shared with their own test modules
-from test_sglang import sglang_binary  # noqa: F401
-from test_vllm import vllm_python  # noqa: F401
-
 from engineroom import flows
 from engineroom.catalog import load_catalog
 from engineroom.engines.ikllamacpp.flags import parse_help
@@ -84,6 +81,7 @@ def _rendered() -> tuple[tuple[tuple[str, str, str, str, object, flows.Pick], fl
     return tuple(out)
 
 
+@pytest.mark.slow
 def test_the_sweep_covers_every_engine_and_priority():
     cases = _picks()
     cat = load_catalog()
@@ -92,6 +90,7 @@ def test_the_sweep_covers_every_engine_and_priority():
     assert len(cases) > 100
 
 
+@pytest.mark.slow
 def test_every_pick_renders_the_plans_weights_and_no_placeholder():
     cat = load_catalog()
     for (model_id, rig, prio, engine, p, pick), prepared in _rendered():
@@ -308,7 +307,7 @@ def test_the_compose_file_of_a_pick_runs_the_same_command():
 
 # --------------------------------------------------------------------------- the engines' own parsers
 @pytest.mark.integration
-def test_vllms_own_parser_accepts_every_vllm_pick(vllm_python):  # noqa: F811
+def test_vllms_own_parser_accepts_every_vllm_pick(vllm_python):
     """vLLM's make_arg_parser (its installed CPU build) on every vLLM pick's argv: the GPU-rig picks
     render the same flags (the parser is the same; only the CPU build refuses spec-decode at render)."""
     from engineroom.engines import vllm
@@ -319,7 +318,7 @@ def test_vllms_own_parser_accepts_every_vllm_pick(vllm_python):  # noqa: F811
 
 
 @pytest.mark.integration
-def test_sglangs_own_server_args_accept_every_sglang_pick(sglang_binary):  # noqa: F811
+def test_sglangs_own_server_args_accept_every_sglang_pick(sglang_binary):
     from engineroom import engines
 
     for (model_id, rig, prio, engine, _p, _pick), prepared in _rendered():

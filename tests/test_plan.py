@@ -195,6 +195,7 @@ def _cli(*args):
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_plan_json_and_errors():
     r = _cli("plan", MODEL, "--rig", ONE, "--priority", "max-context", "--json")
     assert r.returncode == 0, r.stderr
@@ -208,6 +209,7 @@ def test_cli_plan_json_and_errors():
     assert bad.returncode != 0 and "Traceback" not in bad.stderr and "rig spec" in bad.stderr
 
 
+@pytest.mark.slow
 def test_cli_fit_and_hardware():
     r = _cli("fit", MODEL, "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q4_0", "--ctx", "262144",
              "--rig", ONE, "--json")

@@ -66,6 +66,7 @@ def _table(model: str, rig_spec: str):
     return picks, considered
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rig_spec", RIGS)
 @pytest.mark.parametrize("model", MODELS)
 def test_no_considered_candidate_beats_the_pick(model, rig_spec):

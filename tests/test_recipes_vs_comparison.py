@@ -1,14 +1,17 @@
 """docs/recipes-vs-comparison.md is what benchmarks/recipes_vs_comparison.py writes today (issue 15
 item 3): the recipes engineroom renders for Qwen3.6-27B on 1x3090 and 2x3090, flag by flag against
-the comparison's tested configurations. Fast tier: recipes start nothing and need no engine."""
+the comparison's tested configurations. Recipes start nothing and need no engine (a second: the slow unit tier)."""
 
 from __future__ import annotations
+
+import pytest
 
 from conftest import benchmark_script
 
 rvc = benchmark_script("recipes_vs_comparison")
 
 
+@pytest.mark.slow
 def test_the_committed_table_is_what_the_script_writes_today(capsys):
     code = rvc.main(["--check"])
     assert code == 0, "docs/recipes-vs-comparison.md has drifted:\n" + capsys.readouterr().out[-4000:]

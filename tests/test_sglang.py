@@ -276,41 +276,6 @@ def test_server_info_from_sglangs_answers_and_probe_of_a_closed_port():
 
 
 # --------------------------------------------------------------------------- SGLang's own parser
-def _existing_install(data_dir: Path) -> Path | None:
-    for manifest in sorted(data_dir.glob("engines/sglang/*/install.json")):
-        data = json.loads(manifest.read_text())
-        if Path(data.get("python", "")).is_file():
-            return Path(data["python"])
-    return None
-
-
-@pytest.fixture(scope="session")
-def sglang_binary(request) -> sglang.Binary:
-    """SGLang's environment: $ENGINEROOM_SGLANG_PYTHON, the caller's `engines install sglang`, or
-    that command run now (into the caller's data folder, timed); SKIP with the reason otherwise."""
-    from conftest import run_cli
-
-    if os.environ.get(sglang.ENV_BINARY):
-        return sglang.find_binary()
-    caller = getattr(request.config, "_engineroom_caller_dirs", {})
-    data_dir = Path(caller.get("ENGINEROOM_DATA_DIR") or os.environ["ENGINEROOM_HOME"])
-    python = _existing_install(data_dir)
-    if python is None:
-        t0 = time.monotonic()
-        # --force: on a machine SGLang cannot serve (no GPU) the install is for its parser only
-        proc = run_cli("engines", "install", "sglang", "--force", timeout=3000,
-                       env={"ENGINEROOM_DATA_DIR": str(data_dir)})
-        seconds = time.monotonic() - t0
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-3:]
-            pytest.skip(f"`engineroom engines install sglang` failed here after {seconds:.0f} s: {' | '.join(tail)}")
-        print(f"\n`engineroom engines install sglang` took {seconds:.0f} s")
-        python = _existing_install(data_dir)
-        if python is None:
-            pytest.skip(f"`engineroom engines install sglang` exited 0 but left no environment in {data_dir}")
-    return sglang.Binary(python, "engineroom engines install (test)")
-
-
 def _reports(binary: sglang.Binary, argvs) -> list[dict]:
     """SGLang's parser on ``argvs``; SKIP with SGLang's own message when it does not import here."""
     try:

@@ -28,6 +28,7 @@ def _field(r, key):
     return bytes(v).decode() if f.types[0] == gguf.GGUFValueType.STRING else v[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SMALL)
 @pytest.mark.parametrize("quant", ["Q4_0", "Q8_0"])
 def test_written_gguf_reads_back(tmp_path: Path, name: str, quant: str):

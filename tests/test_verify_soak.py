@@ -222,6 +222,7 @@ def test_a_leaking_memory_curve_fails_memory_growth():
                                     "session 1)"), result.reason
 
 
+@pytest.mark.slow
 def test_soak_bounds_by_minutes_and_skips_below_the_minimum_context():
     with StandInServer() as srv:
         t0 = time.perf_counter()
@@ -328,6 +329,7 @@ TOOL_DROPS = [
 
 @pytest.mark.parametrize(("misbehaviour", "status", "reason", "kinds"), TOOL_DROPS,
                          ids=[str(m) for m, *_ in TOOL_DROPS])
+@pytest.mark.slow
 def test_stream_tool_call_probe_counts_pass_and_drop(misbehaviour, status, reason, kinds):
     r = toolstream_against(misbehaviour)
     assert r.name == "stream_tool_calls" and r.status == status, r.reason

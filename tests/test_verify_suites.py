@@ -47,6 +47,7 @@ def run_against(misbehaviour: str | None, *names: str, repeat: int = 1, **caps: 
 # -- stand-in: the PASS path, then one misbehaviour per test ------------------------------------
 
 
+@pytest.mark.slow
 def test_full_suite_has_at_least_twenty_checks_and_a_conformant_standin_passes_them_all():
     assert len(FULL_NAMES) >= 20 and len(set(FULL_NAMES)) == len(FULL_NAMES)
     r = run_against(None)
@@ -106,6 +107,7 @@ def test_every_check_and_every_misbehaviour_is_covered():
     assert {bad for bad, _, _ in CAUGHT} == set(MISBEHAVIOURS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("misbehaviour", "check", "reason"), CAUGHT, ids=[f"{b}-{c}" for b, c, _ in CAUGHT])
 def test_the_right_check_fails_for_the_right_reason(misbehaviour, check, reason):
     result = run_against(misbehaviour, check)[check]
@@ -122,6 +124,7 @@ def test_repeat_reports_flakiness_as_passes_of_runs():
     assert r["seed_reproducible"].reason.startswith("failed 3/3: seed 1234 at temperature 1.0 gave two different")
 
 
+@pytest.mark.slow
 def test_undeclared_vision_and_unserved_responses_skip_with_the_reason():
     r = run_against(None, "image_input", "reasoning_split", vision=None, reasons={})
     assert (r["image_input"].status, r["image_input"].reason) == (
@@ -170,6 +173,7 @@ def test_sse_framing_and_chunk_parsing_never_raise_on_any_bytes(data):
     assert isinstance(result.content, str) and isinstance(result.chunks, int)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(JSONISH)
 def test_any_json_shaped_chunk_is_absorbed_or_recorded_never_raised(value):
@@ -179,6 +183,7 @@ def test_any_json_shaped_chunk_is_absorbed_or_recorded_never_raised(value):
     assert all(isinstance(c.arguments, str) for c in calls)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.binary(max_size=300))
 def test_stream_chat_over_http_returns_a_result_for_any_body(data):
@@ -282,6 +287,7 @@ def test_stress_memory_wall_is_a_fail_with_the_http_code():
     assert [rung["outcome"] for rung in c.details["curve"]][-1] == "memory wall"
 
 
+@pytest.mark.slow
 def test_stress_crash_restarts_the_managed_server_through_the_callback_and_continues():
     r, restarted = stress_against("crash_long_prompt", long_chars=12_000, restart=True)
     assert len(restarted) >= 2, "the restart callback was not called after each crash"

@@ -22,7 +22,7 @@ from engineroom.engines import vllm
 from engineroom.engines.base import UNKNOWN_FAILURE, LaunchChange, LaunchOptions
 from engineroom.errors import BadInput
 
-from conftest import _missing, run_cli
+from conftest import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 
@@ -241,33 +241,6 @@ def test_fit_predicts_the_kv_capacity_vllm_logged(smollm2):
 
 
 # --------------------------------------------------------------------------- the real vLLM
-@pytest.fixture(scope="session")
-def vllm_python(request, er_home) -> vllm.Binary:
-    """vLLM's environment, made by `engineroom engines install vllm` in the caller's data folder
-    (a second session reuses it: the install is made only when none is there)."""
-    caller = request.config._engineroom_caller_dirs
-    env = {"ENGINEROOM_DATA_DIR": caller["ENGINEROOM_DATA_DIR"]}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        found = vllm.installed()
-        if not found:
-            proc = run_cli("engines", "install", "vllm", "--json", timeout=1800, env=env)
-            if proc.returncode != 0:
-                _missing(f"`engineroom engines install vllm` failed: {proc.stderr.strip()[-400:]}")
-            found = vllm.installed()
-        binary = vllm.find_binary()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    os.environ[vllm.ENV_PYTHON] = str(binary.path)     # the session's own home has no install
-    assert found
-    return binary
-
-
 def test_vllms_own_parser_accepts_the_rendered_argv_and_rejects_a_misspelt_flag(vllm_python, folder):
     spec = vllm.render(vllm_python, LaunchOptions(model_path=folder, model_name="m", port=8000, ctx=1024, n_seqs=2,
                                                   kv_dtype="fp8_e5m2",

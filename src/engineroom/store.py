@@ -310,10 +310,8 @@ class Store:
                 except BaseException as exc:
                     if self._db.in_transaction:    # SQLite has already rolled back after a full disk
                         self._db.execute("ROLLBACK")
-                    full = storecare.disk_full(exc, self.path) if isinstance(exc, sqlite3.Error) else None
-                    if full is not None:
-                        raise full from exc
-                    if isinstance(exc, Exception):
+                    # a full disk goes up as it is: opening the store says "disk full" in one sentence
+                    if isinstance(exc, Exception) and self._full(exc) is exc:
                         raise BadInput(
                             f"Cannot upgrade the results database {self.path} from schema version "
                             f"{target - 1} to {target} ({type(exc).__name__}: {exc}); "
@@ -329,7 +327,7 @@ class Store:
         except (OSError, sqlite3.Error):
             pass   # a backup that cannot be made (a full disk) never keeps the store from opening
 
-    def _full(self, exc: sqlite3.Error) -> BaseException:
+    def _full(self, exc: BaseException) -> BaseException:
         """A full disk as its one sentence; any other error as it was."""
         return storecare.disk_full(exc, self.path) or exc
 

@@ -81,7 +81,7 @@ def check(conn: sqlite3.Connection, db: Path) -> None:
         raise StoreDamaged(damaged_sentence(db, f"SQLite's quick_check: {'; '.join(map(str, rows[:3]))}"))
 
 
-def disk_full(exc: sqlite3.Error, db: Path) -> BadInput | None:
+def disk_full(exc: BaseException, db: Path) -> BadInput | None:
     """The one sentence for a write refused by a full disk (or a size limit), or None."""
     code = getattr(exc, "sqlite_errorcode", None)
     if code == sqlite3.SQLITE_FULL or "database or disk is full" in str(exc):
