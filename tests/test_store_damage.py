@@ -1,12 +1,14 @@
 """The results database survives damage (issue 17): a 0-byte or page-corrupted file is refused
 with one sentence and recovered with `engineroom runs --recover` (the damaged file kept aside, its
 readable runs and the newest backup's in a new one); backups before migrations and daily; a full
-disk says "disk full" and keeps every record committed before it. No engine needed."""
+disk says "disk full" and keeps every record committed before it. The last two tests do it to a
+`bench` against the real llama-server."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
@@ -17,6 +19,8 @@ from engineroom import storecare
 from engineroom.cli import app
 from engineroom.errors import BadInput, EngineroomError
 from engineroom.store import SCHEMA_VERSION, Store
+
+from conftest import run_cli
 
 
 def _cli(*args: str) -> tuple[int, str]:
@@ -154,3 +158,87 @@ def test_a_full_disk_says_disk_full_and_keeps_what_was_committed(db):
     with Store(db) as store:
         assert len(store.records(run_id)) == committed     # nothing committed was lost
         assert store.get_run(run_id)["status"] == "OK"
+
+
+# --------------------------------------------------------------------------- bench against the real engine
+def _url(state: dict) -> str:
+    return f"http://{state['host']}:{state['port']}"
+
+
+def test_bench_against_the_real_engine_refuses_a_damaged_database_before_any_request(managed_server, tmp_path):
+    """A page-corrupted results file: `bench` says so in one sentence (exit 2), writes nothing into it,
+    and sends the engine no request (its counter of requests served does not move)."""
+    import httpx
+
+    data = tmp_path / "data"
+    env = {"ENGINEROOM_DATA_DIR": str(data)}
+    _filled(data / "results.sqlite", runs=8, records=60)
+    _corrupt_middle_pages(data / "results.sqlite")
+    before = (data / "results.sqlite").read_bytes()
+
+    def served() -> float:
+        text = httpx.get(f"{_url(managed_server)}/metrics", timeout=10).text
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("llamacpp:n_decode_total"))
+
+    served_before = served()
+    proc = run_cli("bench", "--url", _url(managed_server), "--busy-ok", "--warmup", "0", "--runs", "1",
+                   "--max-tokens", "8", env=env, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "is damaged" in proc.stderr and "runs --recover" in proc.stderr and "Traceback" not in proc.stderr
+    assert (data / "results.sqlite").read_bytes() == before       # nothing written into the malformed file
+    assert served() == served_before                              # no request reached the engine
+
+
+def _mount_tmpfs(where: Path, size: str) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"this machine does not let the test mount a tmpfs ({proc.stderr.strip() or proc.returncode}); "
+                    "test_a_full_disk_says_disk_full_and_keeps_what_was_committed covers it with a page limit")
+
+
+def test_a_disk_that_fills_during_a_real_bench_says_disk_full_and_keeps_the_requests_stored(managed_server,
+                                                                                            tmp_path):
+    """A real full filesystem under `bench` against the real llama-server: the results live on a 4 MiB
+    tmpfs, and once the run has stored a few requests a file takes all the space left. bench stops
+    with "disk full" (exit 2); once space is freed every request it had stored is there, whole, and
+    the run is marked interrupted."""
+    import sys
+
+    data = tmp_path / "full"
+    _mount_tmpfs(data, "4m")
+    try:
+        env = {**os.environ, "COLUMNS": "200", "ENGINEROOM_DATA_DIR": str(data)}
+        bench = subprocess.Popen([sys.executable, "-m", "engineroom.cli", "bench", "--url", _url(managed_server),
+                                  "--busy-ok", "--warmup", "0", "--runs", "200", "--max-tokens", "16"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and bench.poll() is None:
+            try:
+                with sqlite3.connect(f"file:{data / 'results.sqlite'}?mode=ro", uri=True) as ro:
+                    n = ro.execute("SELECT count(*) FROM records WHERE kind = 'bench_request'").fetchone()[0]
+            except sqlite3.Error:
+                n = 0
+            if n >= 3:
+                break
+            time.sleep(0.2)
+        with open(data / "filler", "wb") as filler:      # every byte left, as a disk filled by someone else
+            try:
+                while True:
+                    filler.write(b"\0" * 65536)
+                    filler.flush()
+            except OSError:
+                pass
+        out, err = bench.communicate(timeout=300)
+        assert bench.returncode == 2, out + err
+        assert "disk full: the results database" in err and "Traceback" not in err
+        (data / "filler").unlink()
+        with Store(data / "results.sqlite") as store:
+            run = store.runs(1)[0]
+            stored = store.records(run["id"], "bench_request")
+            assert run["status"].startswith("INTERRUPTED"), run["status"]
+        assert 3 <= len(stored) < 400                                     # the run stopped part-way ...
+        assert all(rec["payload"].get("completion_tokens") for rec in stored)   # ... each stored request whole
+    finally:
+        subprocess.run(["umount", "-l", str(data)], capture_output=True)
