@@ -43,11 +43,12 @@ def pytest_configure(config):
     from engineroom.engines import llamacpp
     from engineroom.errors import EngineroomError
 
+    config._engineroom_installed = []
     try:   # the engine the caller installed lives in the caller's data folder: pin it first
         config._engineroom_installed = llamacpp.installed()
         os.environ.setdefault(llamacpp.ENV_BINARY, str(llamacpp.find_binary().path))
     except EngineroomError:
-        pass
+        pass      # none yet: a session with real-engine tests builds it (pytest_collection_finish)
     from engineroom import paths
 
     # the caller's own folders: `engines install` builds there once and a later session reuses the build
@@ -212,6 +213,8 @@ def pytest_collection_finish(session):
     session.items.sort(key=lambda item: item.get_closest_marker("integration") is not None)
     used = {name for item in session.items for name in getattr(item, "fixturenames", ())}
     wanted = {f for f in ENGINE_INSTALLS if f in used}
+    if any(item.get_closest_marker("integration") is not None for item in session.items):
+        wanted.add("llama_server_binary")    # run_cli's `up` and the real-server fixtures all start llama-server
     if wanted and not session.config.option.collectonly:
         _start_background_installs(session.config, wanted)
 
@@ -226,6 +229,21 @@ def pytest_runtest_setup(item):
             proc.wait()
         STAGE_SECONDS["waiting for the background installs"] = (
             STAGE_SECONDS.get("waiting for the background installs", 0.0) + time.monotonic() - t0)
+        if "llama_server_binary" in _BACKGROUND:
+            _pin_llama_server(item.config)
+
+
+def _pin_llama_server(config) -> None:
+    """After the session's own `engines install llama.cpp`: every test and subprocess of the session
+    (whose ENGINEROOM_HOME is not the caller's) finds that build through $ENGINEROOM_LLAMA_SERVER."""
+    from engineroom.engines import llamacpp
+
+    code, out, err, _seconds = install_engine(config, "llama_server_binary")
+    if code != 0:
+        _missing(f"`engineroom engines install llama.cpp` failed: {err.strip()[-400:]}")
+    manifest = json.loads(out)
+    config._engineroom_installed = [manifest]
+    os.environ[llamacpp.ENV_BINARY] = str(Path(manifest["bin_dir"]) / llamacpp.BINARY)
 
 
 def pytest_unconfigure(config):
@@ -388,6 +406,7 @@ def tools_server(llama_server_binary, smollm2, tmp_path_factory) -> Iterator[str
 # for it; in a session that will use them, `pytest_collection_modifyitems` starts the ones not yet
 # there in the background at once (niced), so they overlap the unit tests that run first.
 ENGINE_INSTALLS = {          # fixture -> the engine `engines install` is run for (and its extra words)
+    "llama_server_binary": ("llama.cpp", ()),       # every real-engine test needs it (see _wanted_installs)
     "ik_install": ("ik_llama.cpp", ()),
     "vllm_python": ("vllm", ()),
     "sglang_binary": ("sglang", ("--force",)),   # on a machine SGLang cannot serve: for its parser only
@@ -402,7 +421,10 @@ def _caller_env(config) -> dict[str, str]:
 
 def _already_installed(engine: str) -> bool:
     from engineroom import engines
+    from engineroom.engines import llamacpp
 
+    if engine == llamacpp.ENGINE and os.environ.get(llamacpp.ENV_BINARY):
+        return True         # pinned by pytest_configure: the caller's build, the [cpu] extra's or PATH's
     return bool(engines.adapter(engine).installed())
 
 

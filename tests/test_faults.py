@@ -188,6 +188,31 @@ def test_the_served_files_sha256_is_its_own_and_follows_a_change_in_place(tmp_pa
     assert models.file_sha256(f) == hashlib.sha256(f.read_bytes()).hexdigest() != first
 
 
+def test_the_card_states_the_served_files_digest_and_that_it_is_not_the_catalogs(tmp_path, monkeypatch):
+    """A packaged model's file changed in place after it was pulled: the run's conditions and the
+    card carry the served file's own sha256 and say it is not the catalog's (the conditions are
+    taken from the managed server's state, as for a bench of `engineroom up smollm2-135m`)."""
+    import hashlib
+
+    from engineroom.engines.base import ServerInfo
+    from engineroom.flows.runs import run_conditions
+    from engineroom.report import render_card
+
+    monkeypatch.setenv("ENGINEROOM_STATE_DIR", str(tmp_path / "state"))
+    served = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    served.write_bytes(b"GGUF" + b"\2" * 4096)                     # not the catalog's bytes
+    launch._write_state(launch.ServerState(pid=os.getpid(), port=8123, host="127.0.0.1", engine="llama.cpp",
+                                           argv=["llama-server"], model="smollm2-135m", model_path=str(served),
+                                           log_path=str(tmp_path / "l.log"), started_at=0.0))
+    cond = run_conditions(ServerInfo(url="http://127.0.0.1:8123", engine="llama.cpp"))
+    own = hashlib.sha256(served.read_bytes()).hexdigest()
+    catalog = models.packaged_models()["smollm2-135m"].sha256
+    assert cond["model_sha256"] == own and cond["model_sha256_catalog"] == catalog != own
+    card = render_card({"id": 1, "kind": "bench", "status": "OK", "created_at": "", "finished_at": None,
+                        "conditions": cond, "summary": {}, "label": ""}, [])
+    assert f"sha256 {own[:12]}" in card and f"NOT the catalog's {catalog[:12]}" in card
+
+
 @pytest.fixture(scope="module")
 def smollm2_file(tmp_path_factory) -> Path:
     """A small whole GGUF written with the gguf package (two f32 tensors): only its layout matters here."""
