@@ -42,6 +42,12 @@ MODELS = ("qwen36", "moe", "dense32", "swa")
 EDGE = 0.90                      # the share of the GPU's memory the edge pick must fill
 DEPTHS = "1024,16384"
 SHORT = ("--warmup", "1", "--runs", "2", "--max-tokens", "64")
+DEADLINE = float("inf")          # run() sets it: no bench step may outlast the call's deadline
+
+
+def _cap(s: float) -> float:
+    """A step's timeout, cut to the time left before the deadline (30 s at least)."""
+    return max(30.0, min(s, DEADLINE - time.time()))
 
 
 def _arch(name: str):
@@ -177,11 +183,11 @@ def launch_and_bench(model: Path, args: list[str], label: str, out: Path, left: 
     log = Path((state or {}).get("log_path") or "")
     streams = str(min(int((mem.get("placement") or {}).get("actual", {}).get("slots") or 1), 32))
     if left(90, f"{label} depth"):
-        rc, data, err = _cli("bench", "--suite", "depth", "--depths", depths, *short, "--json", timeout=400)
+        rc, data, err = _cli("bench", "--suite", "depth", "--depths", depths, *short, "--json", timeout=_cap(400))
         res["depth"] = {"rc": rc, "result": data, "stderr": err if rc else ""}
     if left(90, f"{label} concurrency"):
         rc, data, err = _cli("bench", "--suite", "concurrency", "--streams", streams, "--prompt-tokens", "1024",
-                             *short, "--json", timeout=400)
+                             *short, "--json", timeout=_cap(400))
         res["concurrency"] = {"rc": rc, "result": data, "stderr": err if rc else ""}
     _cli("down")
     if log.is_file():
@@ -190,7 +196,8 @@ def launch_and_bench(model: Path, args: list[str], label: str, out: Path, left: 
 
 
 def run(out: Path, names: list[str], deadline_s: float, gpu: bool) -> None:
-    deadline = time.time() + deadline_s
+    global DEADLINE
+    deadline = DEADLINE = time.time() + deadline_s
     results_path = out / "results.json"
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}
     total, free = _gpu_bytes()
