@@ -477,3 +477,19 @@ def test_metrics_are_read_with_the_reference_parser_into_neutral_names(plain_ser
     assert after is not None
     assert after["generated_tokens_total"] - before["generated_tokens_total"] == reply.usage["completion_tokens"]
     assert not any(k.startswith("llamacpp:") for k in after)
+
+
+def test_one_resolver_for_engine_names_serves_fit_plan_recipe_and_up():
+    """`recipe --engine llamacpp` once said "no adapter for llamacpp yet" while `fit --engine llamacpp`
+    worked: every catalog alias of an engine now names its adapter, and a launch records the id."""
+    from engineroom.catalog import load_catalog
+    from engineroom.flows.picks import typed_request
+
+    for entry in load_catalog().engines:
+        if not engines.has_adapter(entry.id):
+            continue
+        for alias in (entry.id, entry.name, *entry.aliases):
+            assert engines.resolve(alias) == entry.id, alias
+            assert engines.adapter(alias).name == entry.id
+            assert typed_request("m", None, {"engine": alias}, "llama.cpp").engine == entry.id
+    assert engines.resolve("nosuch") == "nosuch" and not engines.has_adapter("nosuch")

@@ -349,15 +349,27 @@ def names() -> tuple[str, ...]:
     return tuple(_registry()[0])
 
 
+def resolve(engine: str) -> str:
+    """The engine id for an id or any of its catalog names and aliases (``llamacpp``, ``llama-cpp``
+    -> ``llama.cpp``): the one resolver every command uses, so fit, plan, recipe and up agree. A
+    name no adapter or catalog entry knows comes back as given."""
+    if engine in _registry()[0]:
+        return engine
+    from ..catalog import load_catalog
+
+    entry = load_catalog().engine(engine)
+    return entry.id if entry is not None else engine
+
+
 def adapter(engine: str) -> Engine:
     try:
-        return _registry()[0][engine]
+        return _registry()[0][resolve(engine)]
     except KeyError:
         raise NotFound(f"no adapter for engine {engine!r}; engineroom can launch: {', '.join(names())}.") from None
 
 
 def has_adapter(engine: str) -> bool:
-    return engine in _registry()[0]
+    return resolve(engine) in _registry()[0]
 
 
 def timings_normaliser(engine: str) -> TimingsNormaliser | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .. import engines
 from ..engines.base import LaunchOptions
 from ..errors import BadInput, EngineroomError, NotFound
 from ..plan.request import LaunchRequest
@@ -151,6 +152,8 @@ def typed_request(model_ref: str, pick: Pick | None, typed: Mapping[str, Any], d
 
     given: dict[str, Any] = {TYPED_FIELDS[k]: (str(v) if k == "chat_template_file" else v)
                              for k, v in typed.items() if k in TYPED_FIELDS and v is not None}
+    if "engine" in given:            # an alias typed (llamacpp) is the engine's id from here on
+        given["engine"] = engines.resolve(str(given["engine"]))
     if pick is None:
         base = LaunchRequest(model=model_ref, engine=str(given.pop("engine", default_engine)),
                              weights=Weights(ref=model_ref))
