@@ -416,3 +416,34 @@ def test_prompt_file_path(tmp_path):
     p.write_text("not json\n")
     with pytest.raises(BadInput, match="line 1 is not JSON"):
         load_prompt_file(p, 8)
+
+
+def test_the_roofline_uses_the_kv_type_the_server_was_launched_with(tmp_path, monkeypatch):
+    """issue 16 item 4: a managed launch with a q4_0 cache is rooflined at q4_0's bytes per token, not
+    f16's (the KV type comes from the launch's fit request, and the card says where it came from)."""
+    from dataclasses import replace
+
+    from engineroom import launch
+    from engineroom.engines.base import ServerInfo
+    from engineroom.flows.runs import _roofline_basis
+    from engineroom.synth import write_synthetic_gguf
+    from engineroom.synthshapes import SHAPES
+
+    monkeypatch.setenv("ENGINEROOM_STATE_DIR", str(tmp_path / "state"))
+    model = write_synthetic_gguf(replace(SHAPES["dense-s"], vocab_size=1024), "Q4_0", tmp_path / "d.gguf")
+    info = ServerInfo(url="http://127.0.0.1:8123", engine="llama.cpp", n_ctx=4096)
+
+    def basis(kv: str | None) -> dict:
+        memory = {"fit_request": {"kv_dtype": kv}} if kv else {}
+        launch._write_state(launch.ServerState(pid=1, port=8123, host="127.0.0.1", engine="llama.cpp", argv=[],
+                                               model="d", model_path=str(model), log_path="l", started_at=0.0,
+                                               memory=memory))
+        return _roofline_basis(info, depths=(1024,))
+
+    q4, f16, unknown = basis("q4_0"), basis("f16"), basis(None)
+    assert q4["kv_dtype"] == "q4_0" and q4["kv_source"] == "the launch's (its fit request)"
+    assert f16["kv_dtype"] == "f16"
+    kv_q4 = dict(q4["kv_bytes_at"])
+    kv_f16 = dict(f16["kv_bytes_at"])
+    assert all(kv_q4[d] < 0.35 * kv_f16[d] for d in kv_q4 if d)      # q4_0: 4.5 bits against f16's 16
+    assert unknown["kv_source"].startswith("assumed")
