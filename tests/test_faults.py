@@ -327,3 +327,26 @@ def test_no_traceback_for_bad_numbers_through_the_console_command(tmp_path):
                           text=True, env={**os.environ, "ENGINEROOM_STATE_DIR": str(tmp_path / "s")}, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "--lines must be 0 or more, not -5." in proc.stderr
+
+
+def test_a_switch_to_the_same_model_keeps_the_plans_request():
+    """`up smollm2-135m --engine ik_llama.cpp --priority max-context` then `switch smollm2-135m --ctx 1024`:
+    the switch launches the plan's request again (its q4_0 cache and the fork's -khad -vhad --merge-qkv)
+    with the new context; another model, another engine or an unplanned launch keep nothing."""
+    from engineroom.flows.picks import pick_from_plan
+
+    picked = pick_from_plan("smollm2-135m", priority="max-context", engine="ik_llama.cpp")
+    assert picked.request.engine_options and picked.request.kv_dtype == "q4_0"
+    row = {k: v for k, v in picked.plan.items() if k not in ("reasons", "tradeoffs")}   # as record_launch keeps it
+    current = _state(engine="ik_llama.cpp", memory={"plan": {"source": picked.source, "row": row, "notes": []}})
+    kept = switching.kept_pick(current, "smollm2-135m", {"ctx": 1024}, ["ctx"])
+    assert kept is not None and kept.request == picked.request and "kept by switch" in kept.source
+    from engineroom.flows.picks import typed_request
+
+    request = typed_request("smollm2-135m", kept, {"ctx": 1024}, "llama.cpp")
+    assert request.ctx == 1024 and request.engine_options == picked.request.engine_options
+    assert request.kv_dtype == "q4_0"
+    assert switching.kept_pick(current, "gemma-3-270m-pt", {}, []) is None                 # another model
+    assert switching.kept_pick(current, "smollm2-135m", {"engine": "vllm"}, ["engine"]) is None   # another engine
+    assert switching.kept_pick(current, "smollm2-135m", {"engine": "ik_llama"}, ["engine"]) is not None  # an alias
+    assert switching.kept_pick(_state(engine="ik_llama.cpp"), "smollm2-135m", {}, []) is None   # not planned

@@ -256,7 +256,7 @@ def test_bench_stores_the_forks_run(ik_managed):
 def test_a_picks_fork_flags_launch_on_the_real_fork_and_it_answers(ik_binary, smollm2, tmp_path):
     """The recipe's own fork flags, launched for real: the max-context pick renders a q4_0 cache with
     the fork's Hadamard transforms (-khad -vhad) and --merge-qkv; the binary accepts them, the server
-    comes up placed as planned, and answers a chat."""
+    comes up placed as planned, and answers a chat; `switch` to the same model keeps them."""
     import httpx
 
     from engineroom.launch import free_port
@@ -278,6 +278,12 @@ def test_a_picks_fork_flags_launch_on_the_real_fork_and_it_answers(ik_binary, sm
                                json={"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16})
             assert reply.status_code == 200, reply.text
         assert reply.json()["choices"][0]["message"]["content"].strip()
+        # a switch to the same model keeps the plan's request (the fork's flags) with the new context
+        switched = run_cli("switch", "smollm2-135m", "--ctx", "1024", "--json", env=env, timeout=300)
+        assert switched.returncode == 0, switched.stderr[-2000:]
+        argv = json.loads(switched.stdout)["argv"]
+        assert all(flag in argv for flag in ("-khad", "-vhad", "--merge-qkv")), argv
+        assert argv[argv.index("-ctk") + 1] == "q4_0" and argv[argv.index("-c") + 1] == "1024"
     finally:
         run_cli("down", env=env)
 

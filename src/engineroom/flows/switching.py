@@ -3,9 +3,10 @@
 Everything is checked before the running server stops (``prepare``: the model file's GGUF header
 in full, the engine installed; the engine's own parser on the argv; fit's memory prediction
 against what will be free), the options not given again are the running server's
-(``carried_options``: never another engine's own binary, arguments or KV type), and when the new
-server still does not come up the old one is started again from its recorded command line and
-the error says so (``restore``).
+(``carried_options``: never another engine's own binary, arguments or KV type), a planned launch
+keeps its plan's request when the model and engine stay (``kept_pick``: weights, spec-decode,
+parsers, vision, the engine's own options), and when the new server still does not come up the
+old one is started again from its recorded command line and the error says so (``restore``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..engines.base import LaunchSpec
 from ..errors import BadInput, EngineroomError
 from ..redaction import MASK
 from ..refs import ModelRef
-from .picks import Pick
+from .picks import Pick, pick_from_row
 from .serving import Prepared, launch_prepared, prepare, record_launch, stop
 
 # launch options that belong to one engine: a switch to another engine does not carry them
@@ -53,6 +54,35 @@ def carried_options(options: dict, given: Sequence[str], current: launch.ServerS
     return merged, left
 
 
+def kept_pick(current: launch.ServerState | None, model_ref: str | ModelRef, options: dict,
+              given: Sequence[str]) -> Pick | None:
+    """The running server's plan pick, for a switch that keeps its model and engine (``switch MODEL
+    --ctx N`` after ``up MODEL --priority P``): its request (weights, spec-decode, parsers, vision, the
+    engine's own options) is launched again with what was typed this time. None for another model
+    or engine (another engine's request would name weights and options it does not take), or a
+    launch that was not planned."""
+    if current is None:
+        return None
+    plan = current.memory.get("plan") if isinstance(current.memory, dict) else None
+    if not isinstance(plan, dict) or not isinstance(plan.get("row"), dict):
+        return None
+    row: dict = plan["row"]
+    request = row.get("request")
+    if not isinstance(request, dict):
+        return None
+    engine = options.get("engine") if "engine" in given and options.get("engine") else current.engine
+    if engines.resolve(str(engine)) != current.engine:
+        return None
+    weights: dict = request["weights"] if isinstance(request.get("weights"), dict) else {}
+    ref = str(getattr(model_ref, "raw", model_ref))
+    if ref not in {current.model, str(row.get("model")), str(request.get("model")), str(weights.get("ref"))}:
+        return None
+    try:
+        return pick_from_row(row, str(row.get("model")), f"{plan.get('source')}, kept by switch")
+    except EngineroomError:
+        return None
+
+
 def switch(model_ref: str | ModelRef, *, given: Sequence[str] = (), on_wait: Callable[[str, float], None] | None = None,
            pick: Pick | None = None, **options: Any) -> launch.ServerState:
     """Start MODEL in the managed server's place: checked first, stopped only once the new one is ready to go.
@@ -68,6 +98,7 @@ def switch(model_ref: str | ModelRef, *, given: Sequence[str] = (), on_wait: Cal
     if current is not None and not launch.is_alive(current.pid, current.proc_created):
         current = None
     merged, left = carried_options(options, given, current)
+    pick = pick or kept_pick(current, model_ref, options, given)
     if "extra_args" not in given and MASK in (merged.get("extra_args") or ()):
         raise BadInput("the running server's engine arguments held a secret, which engineroom does not keep; "
                        "give them again after `--` (for an API key: --api-key-env VAR).")
@@ -157,4 +188,5 @@ def restore(old: launch.ServerState, failure: EngineroomError,
                            f"{old.port} (pid {back.pid}).", detail=detail, exit_code=failure.exit_code)
 
 
-__all__ = ["ENGINE_OWN_OPTIONS", "SWITCH_FAILED_LOG", "carried_options", "check_memory", "restore", "switch"]
+__all__ = ["ENGINE_OWN_OPTIONS", "SWITCH_FAILED_LOG", "carried_options", "check_memory", "kept_pick", "restore",
+           "switch"]
