@@ -351,11 +351,12 @@ def managed_server(er_home, llama_server_binary, smollm2):
 
 @contextlib.contextmanager
 def real_llama_server(binary, model: Path, *extra: str, log_path: Path, ctx: int = 4096,
-                      template: Path | None = None, timeout: float = 180) -> Iterator[str]:
+                      template: Path | None = None, timeout: float = 180,
+                      without: tuple[str, ...] = ()) -> Iterator[str]:
     """Start the real llama-server (rendered by engineroom's adapter) on a free port; yield its URL.
 
     Unmanaged (no state file), so it can run beside the CLI-managed server. Always stopped,
-    with its whole process tree, when the block ends.
+    with its whole process tree, when the block ends. ``without``: rendered arguments left out.
     """
     from engineroom import launch
     from engineroom.engines import llamacpp
@@ -366,8 +367,9 @@ def real_llama_server(binary, model: Path, *extra: str, log_path: Path, ctx: int
                                                  ctx=ctx // llamacpp.DEFAULT_SLOTS, threads=2,
                                                  chat_template_file=template, model_name="smollm2-135m",
                                                  extra_args=tuple(extra), log_path=log_path))
+    argv = [a for a in spec.argv if a not in without]      # e.g. a server without --metrics
     with open(log_path, "wb") as log:   # a file, not a pipe: an unread pipe would stall the server
-        proc = subprocess.Popen(list(spec.argv), stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, **spec.env}, start_new_session=True)
     try:
         deadline = time.time() + timeout

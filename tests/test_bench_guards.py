@@ -87,6 +87,22 @@ def test_another_client_shows_in_the_engines_counters():
     assert other_clients_check(reqs)["status"] == "SKIP"
 
 
+def test_without_counters_the_engines_slots_tell_another_client():
+    reqs = [{"kind": "bench_request", "payload": rec(tokens=32, decode=100.0, index=i)} for i in range(2)]
+
+    def slots(samples, max_busy, overlapping):
+        return [{"kind": "slot_samples", "payload": {"samples": samples, "max_busy": max_busy,
+                                                     "overlapping": overlapping, "interval_s": 0.25}}]
+
+    alone = other_clients_check(reqs + slots(12, 1, 0))
+    assert alone["status"] == "PASS" and "sampled 12 times" in alone["detail"]
+    shared = other_clients_check(reqs + slots(12, 2, 5))
+    assert shared["status"] == "FAIL" and "5 sample(s) found another request in the engine" in shared["detail"]
+    assert other_clients_check(reqs + slots(0, 0, 0))["status"] == "SKIP"       # nothing sampled: cannot tell
+    # the counters, where there are some, decide
+    assert other_clients_check(reqs + slots(12, 2, 5) + _metrics(1000, 1064, 0, 20))["status"] == "PASS"
+
+
 def test_inter_token_outliers_beyond_the_suites_ratio():
     steady = [rec(tokens=50, gaps_ms=[10.0] * 49, index=i) for i in range(3)]
     assert outliers_check({"narrative": steady}, "quick", 5.0)["status"] == "PASS"

@@ -128,6 +128,42 @@ def test_a_second_client_on_the_server_makes_the_run_invalid(plain_server, tmp_p
     assert check["status"] == "FAIL" and "another client used the server" in check["detail"], check
 
 
+def test_without_counters_a_second_client_is_seen_in_the_engines_slots(llama_server_binary, smollm2, tmp_path):
+    """A llama-server started without --metrics (a user's own, as `bench --url` meets it) has no
+    counters: bench samples its /slots instead. Alone, the check passes on the slots; with another
+    client sending requests, two busy slots make the run INVALID."""
+    from engineroom.client import OpenAIClient
+
+    with real_llama_server(llama_server_binary, smollm2, log_path=tmp_path / "nometrics.log",
+                           without=("--metrics",)) as url:
+        alone = _bench(tmp_path, url, "--max-tokens", "48", "--warmup", "0", "--runs", "2", "--busy-ok", "--json")
+        check = next(c for c in json.loads(alone.stdout)["summary"]["integrity"] if c["name"] == "other_clients")
+        assert check["status"] == "PASS" and "slots, sampled" in check["detail"], check
+        stop = threading.Event()
+        sent = []
+
+        def other_client() -> None:
+            with OpenAIClient(url) as client:
+                while not stop.is_set():
+                    r = client.stream_chat({"messages": [{"role": "user", "content": "Say something long."}],
+                                            "max_tokens": 32, "ignore_eos": True}, timeout=60)
+                    sent.append(r.usage)
+
+        thread = threading.Thread(target=other_client, daemon=True)
+        thread.start()
+        try:
+            shared = _bench(tmp_path, url, "--max-tokens", "48", "--warmup", "0", "--runs", "2", "--busy-ok",
+                            "--json", timeout=400)
+        finally:
+            stop.set()
+            thread.join(timeout=60)
+    assert sent, "the second client sent nothing"
+    summary = json.loads(shared.stdout)["summary"]
+    check = next(c for c in summary["integrity"] if c["name"] == "other_clients")
+    assert check["status"] == "FAIL" and "found another request in the engine" in check["detail"], check
+    assert shared.returncode == 1 and summary["status"] == "INVALID", summary
+
+
 def test_a_stalled_engine_stops_the_run_with_the_reason(own_server, tmp_path):
     pid = _engine_pid(own_server)
     proc = _popen(tmp_path, own_server, "--max-tokens", "32", "--warmup", "1", "--runs", "5", "--stall-s", "10",

@@ -9,7 +9,10 @@ checklist. Each is PASS / FAIL / SKIP with the reason, recomputed from stored re
   far more than the share itself (decode fell ~50x on a busy 2-core VM);
 - ``other_clients``: the engine's own counters over the run (``engine_metrics`` before / after, its
   ``/metrics`` in neutral names) against the requests' usage: tokens generated or prompt tokens
-  evaluated beyond what bench's requests account for were another client's;
+  evaluated beyond what bench's requests account for were another client's. A server without
+  counters is judged on its slots instead where the engine lists them (``slot_samples``: busy
+  slots sampled during a sequential run, which sends one request at a time, so two busy slots
+  are another client's request);
 - ``inter_token_outliers``: per group, the inter-token gap p99 over ``itl_p99_ratio`` times its
   p50 (sequential kinds; concurrent streams share the engine with each other's prefill by design);
 - ``engine_stopped``: bench stopped sending (``watchdog``: a stalled engine, or failures in a row).
@@ -31,9 +34,11 @@ from engineroom.bench.suitestats import CLIENT_LOAD_KIND, client_load, kept, rec
 from engineroom.bench.watchdog import ABORT_KIND
 
 __all__ = ["CONTENTION_MEAN_PCT", "CONTENTION_PEAK_PCT", "ITL_P99_RATIO", "OTHER_CLIENT_SLACK_TOKENS",
-           "PREFLIGHT_KIND", "STATUS_INVALID", "extra_checks", "failed_requests", "summarize_bench"]
+           "PREFLIGHT_KIND", "SLOT_SAMPLES_KIND", "STATUS_INVALID", "extra_checks", "failed_requests",
+           "summarize_bench"]
 
 PREFLIGHT_KIND = "preflight"
+SLOT_SAMPLES_KIND = "slot_samples"      # busy slots sampled during the run (flows.runs: servers without counters)
 STATUS_INVALID = "INVALID"
 # The limits, and how they were calibrated on the 2-core VM: benchmarks/bench_contention.md
 CONTENTION_MEAN_PCT = 10.0
@@ -77,11 +82,26 @@ def contention_check(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return check_row("host_contention", "FAIL" if busy else "PASS", text)
 
 
+def _slots_check(records: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:
+    """``other_clients`` from the busy slots sampled during a sequential run, or None (none sampled)."""
+    found = records_of(records, SLOT_SAMPLES_KIND)
+    if not found or not found[-1].get("samples"):
+        return None
+    s = found[-1]
+    said = (f"the engine's slots, sampled {s['samples']} times during the run (no counters to compare), were busy "
+            f"{s.get('max_busy', 0)} at most while bench sends one request at a time")
+    if s.get("overlapping"):
+        return check_row("other_clients", "FAIL", f"{said}: {s['overlapping']} sample(s) found another request in "
+                                                  "the engine, so these figures measured a shared engine")
+    return check_row("other_clients", "PASS", f"{said}: no other client's request seen")
+
+
 def other_clients_check(records: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     counters = st.engine_counters(records)
     if counters is None:
-        return check_row("other_clients", "SKIP", "the engine's counters were not read before and after the run "
-                                               "(no /metrics)")
+        return _slots_check(records) or check_row(
+            "other_clients", "SKIP", "the engine's counters were not read before and after the run (no /metrics), "
+                                     "and its slots were not sampled")
     delta = counters["delta"]
     reqs = st.payloads(records)
     failed = [r for r in reqs if not st.is_ok(r)]

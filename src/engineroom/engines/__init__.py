@@ -194,6 +194,21 @@ class Engine:
             return None
         return dict(impl.normalise_metrics(resp.text)) or None
 
+    def busy_slots(self, url: str, api_key: str | None = None, timeout: float = 2.0) -> int | None:
+        """How many of the server's slots are processing a request right now (the adapter reads the
+        engine's own slot listing: ``SLOTS_PATH`` and ``busy_slots``); None when the engine shows none,
+        hides it, or does not answer."""
+        impl = self.impl
+        path = self._data("SLOTS_PATH", str, "")
+        if not path or not isinstance(impl, base.CountsBusySlots):
+            return None
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        try:
+            resp = net.get(f"{url.rstrip('/')}{path}", timeout=timeout, headers=headers)
+            return impl.busy_slots(resp.json()) if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
     def count_tokens(self, url: str, text: str, api_key: str | None = None, timeout: float = 30.0) -> int | None:
         """How many tokens the running server's own tokenizer makes of ``text`` (no special
         tokens added): the adapter's ``count_tokens``; None when the engine has no tokenizer

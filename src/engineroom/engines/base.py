@@ -281,6 +281,11 @@ class NormalisesMetrics(Protocol):       # default: no /metrics (Engine.metrics 
 
 
 @runtime_checkable
+class CountsBusySlots(Protocol):         # default: None (the engine shows no per-slot state)
+    def busy_slots(self, payload: Any) -> int | None: ...
+
+
+@runtime_checkable
 class CountsTokens(Protocol):            # default: None (bench estimates and says so)
     def count_tokens(self, url: str, text: str, api_key: str | None = None, timeout: float = 30.0) -> int | None: ...
 

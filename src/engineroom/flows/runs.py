@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -295,7 +296,7 @@ def bench(info: ServerInfo, store: Store, plan: BenchPlan, *, run_id: int | None
     integrity checklist, ``bench.guards.summarize_bench``) from the stored records."""
     from ..bench import bench_conditions, run_bench
     from ..bench.clientside import ClientMonitor
-    from ..bench.guards import PREFLIGHT_KIND, summarize_bench
+    from ..bench.guards import PREFLIGHT_KIND, SLOT_SAMPLES_KIND, summarize_bench
     from ..bench.suitestats import CLIENT_LOAD_KIND
     from ..bench.watchdog import ABORT_KIND
     from ..client import OpenAIClient
@@ -311,23 +312,27 @@ def bench(info: ServerInfo, store: Store, plan: BenchPlan, *, run_id: int | None
     store.add_record(rid, PREFLIGHT_KIND, preflight)
     engine = engines.adapter(info.engine) if engines.has_adapter(info.engine) else None
 
-    def counters(when: str) -> None:
+    def counters(when: str) -> bool:
         """The engine's own counters (/metrics, neutral names) around the requests: the card
-        sets their difference beside what the records add up to."""
+        sets their difference beside what the records add up to. False: the server has none."""
         found = engine.metrics(info.url, api_key=api_key) if engine is not None else None
         if found:
             store.add_record(rid, "engine_metrics", {"when": when, "counters": found})
+        return bool(found)
 
     monitor = ClientMonitor()
     with _closing_run(store, rid), OpenAIClient(info.url, api_key=api_key) as client:
-        counters("before")
-        with _sampling(info, store, rid, proc):
+        counted = counters("before")
+        slots = _SlotSampler(engine, info.url, api_key) if engine is not None and not counted else None
+        with _sampling(info, store, rid, proc), slots or contextlib.nullcontext():
             try:
                 with monitor:
                     result = run_bench(client, info, plan, progress=progress,
                                        on_record=lambda rec: store.add_record(rid, "bench_request", rec))
             finally:
                 store.add_record(rid, CLIENT_LOAD_KIND, monitor.record())
+                if slots is not None and slots.record()["samples"]:
+                    store.add_record(rid, SLOT_SAMPLES_KIND, slots.record())
         if result.aborted:
             store.add_record(rid, ABORT_KIND, result.aborted)
         counters("after")
@@ -335,6 +340,38 @@ def bench(info: ServerInfo, store: Store, plan: BenchPlan, *, run_id: int | None
     if own_run:
         store.finish_run(run_id, summary["status"], summary)
     return BenchOutcome(run_id, summary)
+
+
+class _SlotSampler:
+    """Busy slots of a server without counters, sampled every ``interval_s`` while bench runs its
+    sequential requests (a context manager; a thread): two busy at once is another client's request."""
+
+    def __init__(self, engine: engines.Engine, url: str, api_key: str | None, interval_s: float = 0.25) -> None:
+        self._engine, self._url, self._key, self._interval = engine, url, api_key, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="slot-sampler", daemon=True)
+        self.samples = self.max_busy = self.overlapping = 0
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            busy = self._engine.busy_slots(self._url, api_key=self._key)
+            if busy is None:
+                continue
+            self.samples += 1
+            self.max_busy = max(self.max_busy, busy)
+            self.overlapping += busy >= 2
+
+    def __enter__(self) -> _SlotSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def record(self) -> dict:
+        return {"samples": self.samples, "max_busy": self.max_busy, "overlapping": self.overlapping,
+                "interval_s": self._interval}
 
 
 def _roofline_basis(info: ServerInfo, depths: Sequence[int]) -> dict:

@@ -345,6 +345,16 @@ def count_tokens(url: str, text: str, api_key: str | None = None, timeout: float
     return len(tokens) if isinstance(tokens, list) else None
 
 
+SLOTS_PATH = "/slots"          # llama-server's slot listing (on unless --no-slots): one object per slot
+
+
+def busy_slots(payload: object) -> int | None:
+    """How many slots of llama-server's ``/slots`` answer are processing a task (``is_processing``)."""
+    if not isinstance(payload, list) or not all(isinstance(slot, dict) for slot in payload):
+        return None
+    return sum(1 for slot in payload if slot.get("is_processing"))
+
+
 def normalise_metrics(text: str) -> dict[str, float]:
     """llama-server's /metrics (Prometheus text) as engineroom's neutral counter names; names it
     does not know are left out, so a newer build's extra counters change nothing."""
