@@ -350,3 +350,35 @@ def test_a_switch_to_the_same_model_keeps_the_plans_request():
     assert switching.kept_pick(current, "smollm2-135m", {"engine": "vllm"}, ["engine"]) is None   # another engine
     assert switching.kept_pick(current, "smollm2-135m", {"engine": "ik_llama"}, ["engine"]) is not None  # an alias
     assert switching.kept_pick(_state(engine="ik_llama.cpp"), "smollm2-135m", {}, []) is None   # not planned
+
+
+def test_switch_checks_each_gpus_free_memory_counting_what_the_running_server_frees(monkeypatch):
+    """On a GPU machine the memory check is per GPU (NVML): free memory plus the running server's own
+    use of that GPU; a launch fit puts beyond it is refused before anything stops. (NVML's readings
+    are stood in for: this machine has no GPU; the arithmetic and the refusal are what is tested.)"""
+    from engineroom import resources
+    from engineroom.engines.base import LaunchSpec
+    from engineroom.flows.prediction import Prediction
+    from engineroom.flows.serving import Prepared
+
+    gib = 1 << 30
+    readings = [{"index": 0, "name": "H200", "used_bytes": 100 * gib, "total_bytes": 140 * gib, "util_pct": 0},
+                {"index": 1, "name": "H200", "used_bytes": 2 * gib, "total_bytes": 140 * gib, "util_pct": 0}]
+    monkeypatch.setattr(resources, "gpu_memory", lambda: readings)
+    monkeypatch.setattr(resources, "gpu_memory_of", lambda pids: {0: 90 * gib} if os.getpid() in pids else {})
+
+    def prepared(**gpus: float) -> Prepared:
+        parts = {name: int(v * gib) for name, v in gpus.items()}
+        return Prepared(spec=LaunchSpec(engine="llama.cpp", argv=("llama-server",), port=1, model="m"), options={},
+                        prediction=Prediction({**parts, "total": sum(parts.values())}, {}, "1xH200"))
+
+    running = _state(pid=os.getpid())       # this process plays the running server: 90 GiB of GPU0 is its own
+    switching.check_memory(prepared(GPU0=120.0, GPU1=100.0), running)      # 40 + 90 free on GPU0
+    with pytest.raises(BadInput, match=r"needs about 135\.00 GiB on GPU0 .* 130\.00 GiB of it would be free"):
+        switching.check_memory(prepared(GPU0=135.0), running)
+    with pytest.raises(BadInput, match=r"on GPU0 .* 40\.00 GiB of it would be free"):
+        switching.check_memory(prepared(GPU0=60.0), None)                    # nothing running frees GPU0
+    with pytest.raises(BadInput, match=r"on GPU1"):
+        switching.check_memory(prepared(GPU0=1.0, GPU1=139.0), running)
+    monkeypatch.setattr(resources, "gpu_memory", lambda: None)               # no NVML: left to the engine
+    switching.check_memory(prepared(GPU0=500.0), running)

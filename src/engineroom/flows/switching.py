@@ -128,19 +128,46 @@ def switch(model_ref: str | ModelRef, *, given: Sequence[str] = (), on_wait: Cal
 
 def check_memory(prepared: Prepared, current: launch.ServerState | None) -> None:
     """Refuse a launch that fit predicts cannot fit in this machine's free memory, counting what the
-    running server (``current``) holds as free, since it stops first. Host memory only: a launch
-    with GPU components is sized per GPU by fit and left to the engine."""
+    running server (``current``) holds as free, since it stops first: per GPU (NVML: free memory plus
+    the running server's own use of that GPU) for a launch fit places on GPUs, else host memory.
+    Where NVML cannot be read, the GPU launch is left to the engine's own start."""
     import psutil
+
+    from ..resources import gpu_memory, gpu_memory_of
 
     pred = prepared.prediction
     total = int((pred.components.get("total") or 0) if pred else 0)
-    if not total or any(str(k).startswith("GPU") for k in pred.components):   # type: ignore[union-attr]
+    if not total or pred is None:
         return
-    free = psutil.virtual_memory().available
+    pids: set[int] = set()
     if current is not None:
         try:
             root = psutil.Process(current.pid)
-            free += sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+            pids = {p.pid for p in [root, *root.children(recursive=True)]}
+        except psutil.Error:
+            pass
+    per_gpu = {int(str(k)[3:]): int(v) for k, v in pred.components.items()
+               if str(k).startswith("GPU") and str(k)[3:].isdigit() and v}
+    if per_gpu:
+        readings = gpu_memory()
+        if readings is None:
+            return
+        freed = (gpu_memory_of(pids) or {}) if pids else {}
+        for index, need in sorted(per_gpu.items()):
+            device = next((r for r in readings if r["index"] == index), None)
+            if device is None:
+                continue
+            free = device["total_bytes"] - device["used_bytes"] + freed.get(index, 0)
+            if need > free:
+                raise BadInput(f"{prepared.spec.model} needs about {need / (1 << 30):.2f} GiB on GPU{index} by fit's "
+                               f"prediction and {free / (1 << 30):.2f} GiB of it would be free once the running "
+                               "server stops; nothing was stopped (lower --ctx or --parallel, or pick a smaller "
+                               "quant).")
+        return
+    free = psutil.virtual_memory().available
+    for pid in pids:
+        try:
+            free += psutil.Process(pid).memory_info().rss
         except psutil.Error:
             pass
     if total > free:
