@@ -382,3 +382,38 @@ def test_switch_checks_each_gpus_free_memory_counting_what_the_running_server_fr
         switching.check_memory(prepared(GPU0=1.0, GPU1=139.0), running)
     monkeypatch.setattr(resources, "gpu_memory", lambda: None)               # no NVML: left to the engine
     switching.check_memory(prepared(GPU0=500.0), running)
+
+
+def test_a_model_file_changed_in_place_is_carded_with_its_new_digest(llama_server_binary, smollm2, tmp_path):
+    """The real llama-server serving a copy of SmolLM2: bench's card names the served file's own sha256;
+    after one byte of its tensor data changes in place (same size, new mtime) and the server is started
+    again, the next card names the new digest, not the one computed before (nor the catalog's)."""
+    import hashlib
+
+    served = tmp_path / "model" / smollm2.name
+    served.parent.mkdir()
+    served.write_bytes(smollm2.read_bytes())
+    env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state"), "ENGINEROOM_DATA_DIR": str(tmp_path / "data")}
+
+    def card_digest() -> str:
+        up = run_cli("up", str(served), "--ctx", "1024", "--parallel", "1", "-t", "2", "--port", "0", "--json",
+                     env=env, timeout=300)
+        assert up.returncode == 0, up.stderr[-2000:]
+        try:
+            bench = run_cli("bench", "--busy-ok", "--warmup", "0", "--runs", "1", "--max-tokens", "8", "--json",
+                            env=env, timeout=300)
+            assert bench.stdout.strip(), bench.stderr[-2000:]
+            card = run_cli("report", str(json.loads(bench.stdout)["run_id"]), env=env, check=True).stdout
+        finally:
+            run_cli("down", env=env)
+        line = next(ln for ln in card.splitlines() if ln.startswith("| Model |"))
+        return line.split("sha256 ")[1][:12]
+
+    first = card_digest()
+    assert first == hashlib.sha256(served.read_bytes()).hexdigest()[:12]
+    data = bytearray(served.read_bytes())
+    data[-4096] ^= 0x01                                   # one bit of the last tensor's data
+    served.write_bytes(bytes(data))
+    os.utime(served, ns=(served.stat().st_atime_ns, served.stat().st_mtime_ns + 1_000_000))
+    second = card_digest()
+    assert second == hashlib.sha256(served.read_bytes()).hexdigest()[:12] != first
