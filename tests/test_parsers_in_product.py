@@ -13,6 +13,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 from rich.console import Console
 
@@ -224,6 +225,10 @@ def test_a_long_start_in_a_pipe_prints_progress_lines():
     assert lines == ["starting smollm2-135m", "pulling smollm2-135m", "smollm2-135m: loading (3 s)",
                      "smollm2-135m: loading: Loading weights took 0.6 s (5 s)",
                      "smollm2-135m: loading: Warming up model (30 s)"]
+    console, now = _pipe()                   # refused before any step: the error is the only line
+    with pytest.raises(ValueError), WaitProgress("ckpt", console, clock=lambda: now[0]):
+        raise ValueError("ckpt is a model folder")
+    assert console.file.getvalue() == ""
 
 
 def test_argvcheck_names_no_engine_flag():

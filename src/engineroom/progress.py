@@ -75,7 +75,8 @@ class BuildProgress:
 
 class WaitProgress:
     """A long wait (`up` pulling, converting, then waiting for the engine to load) as a spinner on
-    a terminal and as lines in a pipe or CI log, where a spinner prints nothing: each new step
+    a terminal and as lines in a pipe or CI log, where a spinner prints nothing: "starting" with the
+    first step (a refusal before any step is its own one line), then each new step
     (``say``) or phase (``wait``: the engine's own hint, e.g. vLLM's last log line) at most every
     ``MIN_GAP_S``, and at least one line every ``HEARTBEAT_S`` while nothing changes."""
 
@@ -94,9 +95,7 @@ class WaitProgress:
         if self.console.is_terminal:
             self.spin = self.console.status(f"starting {self.what}")
             self.spin.__enter__()
-        else:
-            self._line(f"starting {self.what}")
-        return self
+        return self                  # in a pipe "starting" waits for the first step: a refusal is one line
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -111,6 +110,8 @@ class WaitProgress:
         if self.spin is not None:
             self.spin.update(escape(text))
             return
+        if self.last_at == float("-inf"):
+            self._line(f"starting {self.what}")
         now = self.clock()
         changed = key != self.last_text
         if new_step or (changed and now - self.last_at >= self.MIN_GAP_S) or now - self.last_at >= self.HEARTBEAT_S:

@@ -31,6 +31,7 @@ from .command import (
     render,
     server_args,
     validate_argv,
+    validate_many,
     vllm_kv_dtype,
 )
 from .convert import converted_dir, serving_model
@@ -87,7 +88,8 @@ __all__ = ["RELEASE",
            "health_state", "install", "installed", "kv_capacity", "kvcache_space_gib", "launch_settings",
            "loads_refusal", "memory_report", "normalise_metrics", "placeholder_binary", "placement_report", "probe",
            "render",
-           "render_cluster", "server_args", "serving_model", "validate_argv", "vllm_kv_dtype", "wait_hint"]
+           "render_cluster", "server_args", "serving_model", "validate_argv", "validate_many", "vllm_kv_dtype",
+           "wait_hint"]
 
 
 if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and every optional hook it implements

@@ -241,20 +241,23 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> d
 
 # --------------------------------------------------------------------------- vLLM's own parser
 _VALIDATE = r"""
-import sys, io, contextlib
+import sys, io, json, contextlib
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 from vllm.entrypoints.launchers.cli_args import make_arg_parser
-parser = make_arg_parser(FlexibleArgumentParser(prog="vllm"))
-err = io.StringIO()
-try:
-    with contextlib.redirect_stderr(err):
-        parser.parse_args(sys.argv[1:])
-except SystemExit as exc:
-    if exc.code:
-        lines = [l for l in err.getvalue().splitlines() if l.strip()]
-        print("ERROR " + (lines[-1] if lines else "vLLM's parser exited with %s" % exc.code))
-        sys.exit(0)
-print("OK")
+answers = []
+for args in json.loads(sys.argv[1]):
+    parser = make_arg_parser(FlexibleArgumentParser(prog="vllm"))
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parser.parse_args(args)
+    except SystemExit as exc:
+        if exc.code:
+            lines = [l for l in err.getvalue().splitlines() if l.strip()]
+            answers.append(lines[-1] if lines else "vLLM's parser exited with %s" % exc.code)
+            continue
+    answers.append(None)
+print("ANSWERS " + json.dumps(answers))
 """
 
 
@@ -277,14 +280,21 @@ def api_key_file_in(argv: Sequence[str]) -> str | None:
 def validate_argv(binary: Binary, argv: Sequence[str], timeout: float = 300) -> str | None:
     """None when vLLM's own argument parser (``make_arg_parser``, from the installed env) accepts
     ``argv`` (a rendered command line: the server module's arguments), else its error sentence."""
-    args = server_args(argv)
+    return validate_many(binary, [argv], timeout=timeout)[0]
+
+
+def validate_many(binary: Binary, argvs: Sequence[Sequence[str]], timeout: float = 600) -> list[str | None]:
+    """``validate_argv`` for several command lines in one interpreter (vLLM's import is the cost:
+    about 20 s on 2 cores, paid once; each line gets a parser of its own)."""
+    jobs = json.dumps([server_args(argv) for argv in argvs])
     try:
-        proc = subprocess.run([str(binary.path), "-c", _VALIDATE, *args], capture_output=True, text=True,
+        proc = subprocess.run([str(binary.path), "-c", _VALIDATE, jobs], capture_output=True, text=True,
                               timeout=timeout, env={**os.environ, **binary.env, "VLLM_NO_USAGE_STATS": "1"})
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise NotFound(f"{binary.path} cannot run vLLM's argument parser ({exc}).") from None
-    out = [line for line in proc.stdout.splitlines() if line.startswith(("OK", "ERROR "))]
+    out = [line for line in proc.stdout.splitlines() if line.startswith("ANSWERS ")]
     if proc.returncode != 0 or not out:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise NotFound(f"{binary.path} cannot load vLLM's argument parser: {last}")
-    return None if out[-1] == "OK" else out[-1][len("ERROR "):]
+    answers = json.loads(out[-1][len("ANSWERS "):])
+    return [a if isinstance(a, str) else None for a in answers]
