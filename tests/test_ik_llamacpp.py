@@ -241,8 +241,13 @@ def test_verify_passes_on_the_real_fork(ik_managed):
 def test_bench_stores_the_forks_run(ik_managed):
     proc = run_cli("bench", "--warmup", "1", "--runs", "2", "--max-tokens", "24", "--json",
                    env=ik_managed["_env"], timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    run_id = json.loads(proc.stdout)["run_id"]
+    out = json.loads(proc.stdout)
+    # storage is the subject: a short run (2 requests of 24 tokens) may end INVALID on its spread
+    # alone (seen: the fork's decode CV over 2 runs); any other failed check fails the test
+    failed = {c["name"] for c in out["summary"]["integrity"] if c["status"] == "FAIL"}
+    assert (proc.returncode, out["summary"]["status"]) in ((0, "OK"), (1, "INVALID")), proc.stderr
+    assert failed <= {"cv", "inter_token_outliers"}, out["summary"]["integrity"]
+    run_id = out["run_id"]
     with sqlite3.connect(paths.db_path()) as db:
         n = db.execute("select count(*) from records where run_id = ? and kind = 'bench_request'",
                        (run_id,)).fetchone()[0]
