@@ -328,3 +328,20 @@ def test_sglangs_own_server_args_accept_every_sglang_pick(sglang_binary):
     assert picks
     answers = sglang.validate_many(sglang_binary, [argv for _key, argv in picks])  # one import of SGLang
     assert [(key, a) for (key, _argv), a in zip(picks, answers, strict=True) if a is not None] == []
+
+
+def test_engineroom_tools_template_brings_the_engines_parser_for_its_call_format():
+    """SmolLM2's tools template writes Hermes-style calls: served by vLLM, the request gets vLLM's
+    hermes parser (without one vLLM refuses tool_choice auto); llama.cpp has no parser table (its
+    jinja template is the parser); a parser the request already names is kept."""
+    from engineroom import models
+    from engineroom.flows.serving import with_template_parser
+
+    ref = models.resolve("smollm2-135m")
+    assert ref.tool_template is not None and ref.tool_template.is_file() and ref.tool_template_calls == "hermes"
+    plain = LaunchRequest(model="smollm2-135m", engine="vllm", weights=Weights(ref="smollm2-135m"))
+    assert with_template_parser(plain, ref.tool_template_calls).tool_parser == "hermes"
+    assert with_template_parser(plain, None) == plain
+    assert with_template_parser(replace(plain, engine="llama.cpp"), "hermes").tool_parser is None
+    named = replace(plain, tool_parser="llama3_json")
+    assert with_template_parser(named, "hermes") == named

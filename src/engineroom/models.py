@@ -92,7 +92,8 @@ def packaged_models() -> dict[str, PackagedModel]:
                 name=name, package=f"{quant.pypi_package}{pin}", member=quant.pypi_member or "",
                 sha256=quant.sha256, size=quant.size_bytes or quant.weight_bytes,
                 description=f"{model.name} {quant.id} GGUF, from PyPI's {quant.pypi_package}{how}",
-                tool_template=quant.tools_template, model_id=model.id,
+                tool_template=quant.tools_template, tool_template_calls=quant.tools_template_calls,
+                model_id=model.id,
                 parts=parts, file=quant.file if parts else None,
             )
             out[name] = pm

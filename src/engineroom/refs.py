@@ -107,6 +107,7 @@ class PackagedModel:
     size: int
     description: str
     tool_template: str | None = None   # a tool-capable chat template in engineroom/templates/
+    tool_template_calls: str | None = None  # the tool-call format it writes (a parsers family)
     model_id: str | None = None        # the catalog model it is a quant of
     # the GGUF in pieces, concatenated in order: (pinned package, member) per wheel; ``package``
     # is then the one that requires them, and ``file`` the assembled file's name
@@ -136,6 +137,7 @@ class ModelRef:
     sha256: str | None = None
     size: int | None = None
     tool_template: Path | None = None
+    tool_template_calls: str | None = None
 
     @property
     def is_local(self) -> bool:
@@ -253,7 +255,8 @@ def parse(ref: str, *, packaged: Mapping[str, PackagedModel] | None = None,
         pm = packaged[text]
         return ModelRef(raw=text, kind=RefKind.PACKAGED, name=pm.name, path=packaged_path(pm),
                         catalog_id=pm.model_id, sha256=pm.sha256, size=pm.size,
-                        tool_template=TEMPLATES_DIR / pm.tool_template if pm.tool_template else None)
+                        tool_template=TEMPLATES_DIR / pm.tool_template if pm.tool_template else None,
+                        tool_template_calls=pm.tool_template_calls)
     if catalog is not None and not text.startswith(("hf:", "http://", "https://", ".", "/", "~")):
         model_id = catalog(text)
         if model_id is not None:

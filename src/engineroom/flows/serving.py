@@ -191,6 +191,7 @@ def prepare(
             raise BadInput(f"{getattr(model_ref, 'raw', model_ref)} has no tool-capable chat template in engineroom; "
                            "pass --chat-template-file.")
         template = mref.tool_template
+        request = with_template_parser(request, mref.tool_template_calls)
     changes = adapter.cpu_adjustments(probe, extra_args)
     if port is None:
         port = DEFAULT_PORT
@@ -231,6 +232,17 @@ def prepare(
         apikey.discard(key)
         raise
     return Prepared(spec, options, prediction, pick, found, key=key, cluster=cluster, request=request)
+
+
+def with_template_parser(request: LaunchRequest, calls: str | None) -> LaunchRequest:
+    """``request`` serving engineroom's tools template, which writes tool calls in the format
+    ``calls``: the engine's tool parser for that format (its catalog parsers table), where the
+    request names none (vLLM refuses ``tool_choice: auto`` without one); unchanged otherwise."""
+    from ..catalog import load_catalog
+
+    engine = load_catalog().engine(request.engine) if calls and request.tool_parser is None else None
+    parsers = engine.parsers.get(calls or "") if engine is not None else None
+    return replace(request, tool_parser=parsers.tool) if parsers is not None and parsers.tool else request
 
 
 def _projector(request: LaunchRequest, download: bool, say: Callable[[str], None] | None) -> Path | None:
