@@ -177,10 +177,11 @@ def test_a_pick_is_launchable_or_a_closest_miss_with_the_fix():
     for p in picks:
         assert p.request is not None and p.request.weights.file and p.request.weights.ref.endswith(
             p.request.weights.file), p.request
-    # SGLang's checkpoints on 2x3090 (fp8 / awq / gptq) name no repo: the closest miss says what to add
+    # SGLang's checkpoints that fit one 3090 for many tenants (fp8 / awq / gptq) name no repo: the closest
+    # miss says what to add (on 2x3090 the AutoRound repo is SGLang's pick: the seed's re-test recipe)
     with pytest.raises(NothingFits, match=r"not launchable: the catalog names no repo holding the \S+ checkpoint.*"
                                           r"`engineroom up ORG/REPO --engine sglang`"):
-        plan("qwen3.6-27b", parse_rig("2x3090"), "multi-tenant", engine="sglang")
+        plan("qwen3.6-27b", parse_rig("1x3090"), "multi-tenant", engine="sglang")
     # the awq / gptq / fp8 checkpoints have no repo: never the bf16 base in their place
     for p in plan("qwen3.6-27b", parse_rig("2x3090"), "concurrent-throughput", engine="vllm"):
         assert p.request is not None and p.request.weights.ref != "Qwen/Qwen3.6-27B" or p.quant == "bf16"
@@ -201,8 +202,18 @@ def test_an_explicit_engine_is_planned_whatever_its_status_and_the_status_is_sai
     ps = plan("qwen3.6-27b", parse_rig("1xh200"), "balanced", engine="sglang", limit=1)
     pick = flows.pick_from_row(plans_as_rows(ps)[0], "qwen3.6-27b", "test", "balanced")
     assert pick.engine == "sglang" and any("retest-pending" in n for n in pick.notes), pick.notes
-    with pytest.raises(NothingFits, match="sglang is marked retest-pending"):
-        plan("qwen3.6-27b", parse_rig("2x3090"), "balanced", engine="sglang")
+    # the comparison's SGLang row (multi-tenant on 2x3090) is its re-test plan: TP=2, AutoRound INT4, fp8 KV,
+    # no spec-decode; multi-tenant takes any status, and the status is still said
+    ps = plan("qwen3.6-27b", parse_rig("2x3090"), "multi-tenant", engine="sglang", limit=1)
+    pick = flows.pick_from_row(plans_as_rows(ps)[0], "qwen3.6-27b", "test", "multi-tenant")
+    r = pick.request
+    assert (r.engine, r.weights.quant, r.tp, r.kv_dtype, r.spec_method) == (
+        "sglang", "autoround-int4", 2, "fp8_e4m3", None), r
+    assert "sglang is marked retest-pending (seed: re-test pending" in " ".join(pick.notes), pick.notes
+    # a priority that takes only tested engines plans it when named, and says why
+    ps = plan("qwen3.6-27b", parse_rig("2x3090"), "balanced", engine="sglang", limit=1)
+    pick = flows.pick_from_row(plans_as_rows(ps)[0], "qwen3.6-27b", "test", "balanced")
+    assert any("planned because --engine named it" in n for n in pick.notes), pick.notes
 
 
 def test_the_vllm_recipe_loads_the_quants_repo_with_mtp_and_parsers():

@@ -66,7 +66,14 @@ def _notes(request: LaunchRequest, row: Mapping[str, Any], priority: str | None)
     if engine is not None and wanted and engine.status not in wanted:
         notes.append(f"{engine.id} is marked {engine.status} ({engine.status_note}); planned because --engine named "
                      f"it (priority {prio.id if prio else priority} takes {'/'.join(wanted)} engines)")
+    elif engine is not None and engine.status not in TESTED_STATUSES:     # said even where the priority takes it
+        notes.append(f"{engine.id} is marked {engine.status} ({engine.status_note})")
     return notes
+
+
+# the engine statuses a launch recipe of the comparison stands behind (catalog engines' ``status``;
+# the order of priorities.yaml: validated > mainline > fork > retest-pending)
+TESTED_STATUSES = ("validated", "mainline", "fork")
 
 
 def pick_from_row(row: dict, model_id: str, source: str, priority: str | None = None) -> Pick:
