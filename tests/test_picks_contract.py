@@ -356,3 +356,18 @@ def test_engineroom_tools_template_brings_the_engines_parser_for_its_call_format
     assert with_template_parser(replace(plain, engine="llama.cpp"), "hermes").tool_parser is None
     named = replace(plain, tool_parser="llama3_json")
     assert with_template_parser(named, "hermes") == named
+
+
+def test_a_pick_says_why_its_context_and_sequences_are_what_they_are():
+    """Issue 15 item 3 ('or says, per flag, why engineroom differs'): the comparison's 214K on one 3090
+    and its 4 x 262K on two are not what engineroom picks; the pick's notes say why, from the plan."""
+    def notes(rig: str, engine: str, priority: str) -> str:
+        ps = plan("qwen3.6-27b", parse_rig(rig), priority, engine=engine, limit=1)
+        return " | ".join(flows.pick_from_row(plans_as_rows(ps)[0], "qwen3.6-27b", "test", priority).notes)
+
+    most = notes("1x3090", "vllm", "max-context")        # memory binds: where the memory went
+    assert "tokens per sequence: the most that fits in memory; fit: " in most and "kv_cache" in most, most
+    many = notes("2x3090", "vllm", "concurrent-throughput")
+    assert "context 32,768 tokens per sequence: priority concurrent-throughput's workload context of " in many
+    assert "sequences: as many as fit in memory at that context" in many, many
+    assert "262,144 tokens per sequence: the model's trained context" in notes("1x3090", "llama.cpp", "max-context")

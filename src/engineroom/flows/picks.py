@@ -62,6 +62,9 @@ def _notes(request: LaunchRequest, row: Mapping[str, Any], priority: str | None)
         prio = find_priority(cat, priority) if priority else None
     except EngineroomError:
         prio = None
+    model = next((m for m in cat.models if m.id == request.model), None)
+    trained = model.architecture.max_position if model is not None and model.architecture is not None else None
+    notes.extend(_sizing_notes(row, prio, trained))
     wanted = prio.constraints.engine_status if prio else ()
     if engine is not None and wanted and engine.status not in wanted:
         notes.append(f"{engine.id} is marked {engine.status} ({engine.status_note}); planned because --engine named "
@@ -69,6 +72,29 @@ def _notes(request: LaunchRequest, row: Mapping[str, Any], priority: str | None)
     elif engine is not None and engine.status not in TESTED_STATUSES:     # said even where the priority takes it
         notes.append(f"{engine.id} is marked {engine.status} ({engine.status_note})")
     return notes
+
+
+def _sizing_notes(row: Mapping[str, Any], prio: Any, trained: int | None) -> list[str]:
+    """Why the pick's context and sequences are what they are: the priority's workload context, the
+    model's trained context, or the most that fits (then fit's memory line says where the memory
+    went); sequences sized to fit."""
+    ctx, max_ctx, seqs = row.get("ctx"), row.get("max_ctx"), row.get("seqs")
+    if prio is None or not isinstance(ctx, int):
+        return []
+    fit_line = next((r for r in row.get("reasons") or () if str(r).startswith("fit: ")), "")
+    fillable = f" of {max_ctx:,} fillable" if isinstance(max_ctx, int) and max_ctx > ctx else ""
+    if trained is not None and ctx >= trained:
+        out = [f"context {ctx:,} tokens per sequence: the model's trained context"]
+    elif prio.ctx == "max" or (isinstance(prio.ctx, int) and ctx < prio.ctx):
+        asked = "" if prio.ctx == "max" else f" (the priority sizes for {prio.ctx:,})"
+        out = [f"context {ctx:,} tokens per sequence: the most that fits in memory{asked}"
+               + (f"; {fit_line}" if fit_line else "")]
+    else:
+        out = [f"context {ctx:,} tokens per sequence: priority {prio.id}'s workload context{fillable} "
+               "(--ctx sets it)"]
+    if prio.seqs == "max" and isinstance(seqs, int):
+        out.append(f"{seqs} sequences: as many as fit in memory at that context")
+    return out
 
 
 # the engine statuses a launch recipe of the comparison stands behind (catalog engines' ``status``;
