@@ -496,3 +496,28 @@ def test_one_resolver_for_engine_names_serves_fit_plan_recipe_and_up():
             assert engines.adapter(alias).name == entry.id
             assert typed_request("m", None, {"engine": alias}, "llama.cpp").engine == entry.id
     assert engines.resolve("nosuch") == "nosuch" and not engines.has_adapter("nosuch")
+
+
+def test_a_pick_with_a_projector_serves_an_image_on_the_real_llama_server(llama_server_binary, smollm2, tmp_path,
+                                                                          own_state):
+    """Issue 15's vision test: a projector written for SmolLM2 (synth.write_random_projector: a random
+    LLaVA-style mmproj of 576-wide output) carried by the pick's request (vision, projector) is launched
+    as --mmproj; llama-server declares vision, an image request is answered, and verify's image_input
+    check runs on it instead of SKIPping (what a random projector makes the model say is its own: the
+    check may FAIL on the colour, never on the request)."""
+    from engineroom import synth
+    from engineroom.plan import LaunchRequest, Weights
+
+    projector = synth.write_random_projector(tmp_path / "mmproj-smollm2-random.gguf", 576)
+    request = LaunchRequest(model="smollm2-135m", engine="llama.cpp", weights=Weights(ref=str(smollm2)), ctx=2048,
+                            n_seqs=1, vision=True, projector=str(projector))
+    pick = flows.Pick(request=request, plan={}, source="test: a pick with a projector")
+    state = flows.start(str(smollm2), pick=pick, port=0, threads=2, timeout=120)
+    try:
+        assert state.argv[state.argv.index("--mmproj") + 1] == str(projector)
+        out = json.loads(run_cli("verify", "--suite", "full", "--fast", "--json", timeout=600, env=own_state).stdout)
+        image = next(r for r in out["results"] if r["name"] == "image_input")
+        assert image["status"] == "PASS" or (image["status"] == "FAIL" and "does not say red" in image["reason"]), \
+            image
+    finally:
+        launch.down()

@@ -417,3 +417,54 @@ def write_synthetic_gguf(arch: ModelArch, quant: str, path: str | os.PathLike, *
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def write_random_projector(path: str | os.PathLike, text_embd: int, *, seed: int = 0, image_size: int = 32,
+                           patch_size: int = 16, embd: int = 64, n_layer: int = 2) -> Path:
+    """A random-weight LLaVA-style vision projector (``mmproj``: a small ViT and a two-layer MLP onto a
+    text model of ``text_embd`` wide embeddings) that llama-server loads with ``--mmproj``: the keys
+    and tensor names of llama.cpp 11434's tools/mtmd/clip.cpp for projector type "mlp". Random weights
+    serve the vision path (an image becomes embeddings the text model reads); what the model says of
+    the image means nothing."""
+    if gguf is None:  # pragma: no cover
+        raise BadInput("writing a projector needs the gguf package (`pip install gguf`).")
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), "clip")
+    for key, value in (("clip.has_vision_encoder", True), ("clip.use_gelu", True)):
+        w.add_bool(key, value)
+    w.add_string("clip.projector_type", "mlp")
+    for key, number in (("image_size", image_size), ("patch_size", patch_size), ("embedding_length", embd),
+                        ("feed_forward_length", 2 * embd), ("projection_dim", text_embd),
+                        ("block_count", n_layer), ("attention.head_count", 4)):
+        w.add_uint32(f"clip.vision.{key}", number)
+    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+
+    def add(name: str, *shape: int) -> None:     # numpy order: a linear weight is (out, in)
+        w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))
+
+    n_pos = (image_size // patch_size) ** 2 + 1
+    add("v.patch_embd.weight", embd, 3, patch_size, patch_size)
+    add("v.class_embd", embd)
+    add("v.position_embd.weight", n_pos, embd)
+    for il in range(n_layer):
+        for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            add(f"v.blk.{il}.{part}.weight", embd, embd)
+            add(f"v.blk.{il}.{part}.bias", embd)
+        for norm in ("ln1", "ln2"):
+            w.add_tensor(f"v.blk.{il}.{norm}.weight", np.ones(embd, dtype=np.float32))
+            w.add_tensor(f"v.blk.{il}.{norm}.bias", np.zeros(embd, dtype=np.float32))
+        add(f"v.blk.{il}.ffn_up.weight", 2 * embd, embd)
+        add(f"v.blk.{il}.ffn_up.bias", 2 * embd)
+        add(f"v.blk.{il}.ffn_down.weight", embd, 2 * embd)
+        add(f"v.blk.{il}.ffn_down.bias", embd)
+    add("mm.0.weight", text_embd, embd)
+    add("mm.0.bias", text_embd)
+    add("mm.2.weight", text_embd, text_embd)
+    add("mm.2.bias", text_embd)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(path)
