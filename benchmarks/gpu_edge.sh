@@ -12,6 +12,7 @@
 #   bash benchmarks/gpu_edge.sh build                # venv, llama.cpp CUDA build (~5 min)
 #   bash benchmarks/gpu_edge.sh run qwen36,moe       # synth two files, measure, delete (~8 min)
 #   bash benchmarks/gpu_edge.sh run dense32,swa      # the other two
+#   bash benchmarks/gpu_edge.sh scales               # the weight scale A/B: 8-layer cuts, old vs BLOCK_SCALES
 # Long steps run under setsid with their output polled, so progress shows while they run. Every
 # call leaves $OUT/gpu_edge.tgz: everything measured so far (results.json, logs, the store).
 set -uo pipefail
@@ -56,6 +57,9 @@ case "$stage" in
     "$(dirname "$(engineroom engines --json | python3 -c 'import json,sys;print(next(r["path"] for r in json.load(sys.stdin) if r.get("engine")=="llama.cpp"))')")/llama-server" --help \
         > "$G/llama-server-help.txt" 2>&1
     grep -E -- "-fit|--fit" "$G/llama-server-help.txt"
+    ;;
+  scales)
+    step scales python3 benchmarks/gpu_edge.py scales --out "$G" --models "${2:-dense32,qwen36,moe,swa}" || exit 1
     ;;
   run)
     models=${2:-qwen36,moe}

@@ -286,7 +286,20 @@ def _bytes_to_unicode() -> dict[int, str]:
 # Data
 # ---------------------------------------------------------------------------------------
 
-def _tensor_data(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
+# Every quantized block's f16 scale (d, and dmin where the type has one), per type: random quant
+# bytes under these scales dequantize to weights of standard deviation ~0.02, a real model's size
+# (measured with gguf.quants.dequantize on 4,096 random blocks; tests/test_synth.py holds it).
+# One scale of 0.002 for every type made Q4_K weights ~0.44 with a 0.41 mean and Q6_K ~2.7: at a
+# 5,120-wide model (the 32B shape; the Qwen3.6-27B layout) q.q over a 128-dim head then reaches
+# ~120,000 (numpy, RMS-1 input), past f16's 65,504, where CUDA's f16 attention overflows; on the
+# H200 every request of those files stopped after one end-of-generation token (2026-12-02). The
+# CPU's f32 paths never overflowed. Decode speed does not depend on the value.
+BLOCK_SCALES = {"Q4_0": 4.3e-3, "Q4_1": 4.3e-3, "Q5_0": 2.2e-3, "Q5_1": 2.2e-3, "Q8_0": 2.7e-4,
+                "IQ4_NL": 3.0e-4, "IQ4_XS": 1.6e-5, "Q4_K": 9.1e-5, "Q5_K": 4.5e-5, "Q6_K": 1.46e-5,
+                "Q3_K": 4.6e-4, "Q2_K": 1.55e-3}
+
+
+def _tensor_data(spec: TensorSpec, rng: np.random.Generator, block_scale: float | None = None) -> np.ndarray:
     """Numpy array in the layout GGUFWriter expects (rows x bytes for quantized types)."""
     np_shape = tuple(reversed(spec.shape))
     if spec.type == "F32":
@@ -306,7 +319,8 @@ def _tensor_data(spec: TensorSpec, rng: np.random.Generator) -> np.ndarray:
         f32 = (rng.standard_normal(pool_n, dtype=np.float32) * 0.02).view(np.uint32)
         pool = f32.__rshift__(16).astype(np.uint16).view(np.uint8).reshape(pool_n, 2)
     else:
-        scale = np.frombuffer(np.float16(0.002).tobytes(), dtype=np.uint8)
+        value = BLOCK_SCALES[spec.type] if block_scale is None else block_scale
+        scale = np.frombuffer(np.float16(value).tobytes(), dtype=np.uint8)
         for off, cnt in _F16_FIELDS[spec.type]:
             for j in range(cnt):
                 pool[:, off + 2 * j: off + 2 * j + 2] = scale
@@ -322,8 +336,9 @@ def _file_type(qt: str) -> int:
 
 
 def write_synthetic_gguf(arch: ModelArch, quant: str, path: str | os.PathLike, *, seed: int = 0,
-                         tokenizer_gguf: Path | None = None) -> Path:
-    """Write a random-weight GGUF of ``arch`` at ``quant`` to ``path`` and return the path."""
+                         tokenizer_gguf: Path | None = None, block_scale: float | None = None) -> Path:
+    """Write a random-weight GGUF of ``arch`` at ``quant`` to ``path`` and return the path
+    (``block_scale``: one f16 scale for every quantized block instead of BLOCK_SCALES')."""
     if gguf is None:
         raise BadInput("The gguf package is needed to write GGUF files (pip install gguf).")
     a = gguf_arch_name(arch)
@@ -410,7 +425,7 @@ def write_synthetic_gguf(arch: ModelArch, quant: str, path: str | os.PathLike, *
     if tok["template"]:
         w.add_chat_template(tok["template"])
     for spec in tensor_layout(arch, quant):
-        data = _tensor_data(spec, rng)
+        data = _tensor_data(spec, rng, block_scale)
         w.add_tensor(spec.name, data, raw_dtype=T[spec.type] if spec.type not in ("F32", "F16") else None)
     w.write_header_to_file()
     w.write_kv_data_to_file()
