@@ -291,9 +291,10 @@ def _bytes_to_unicode() -> dict[int, str]:
 # (measured with gguf.quants.dequantize on 4,096 random blocks; tests/test_synth.py holds it).
 # One scale of 0.002 for every type made Q4_K weights ~0.44 with a 0.41 mean and Q6_K ~2.7: at a
 # 5,120-wide model (the 32B shape; the Qwen3.6-27B layout) q.q over a 128-dim head then reaches
-# ~120,000 (numpy, RMS-1 input), past f16's 65,504, where CUDA's f16 attention overflows; on the
-# H200 every request of those files stopped after one end-of-generation token (2026-12-02). The
-# CPU's f32 paths never overflowed. Decode speed does not depend on the value.
+# ~120,000 (numpy, RMS-1 input), past f16's 65,504: the likely reason every request of those files
+# stopped after one end-of-generation token on the H200 (2026-12-02; CUDA's attention runs in f16
+# there, the CPU's in f32, where the same files answer in full). Not yet re-run on a GPU with these
+# scales (benchmarks/gpu_edge.py scales is the A/B). Decode speed does not depend on the value.
 BLOCK_SCALES = {"Q4_0": 4.3e-3, "Q4_1": 4.3e-3, "Q5_0": 2.2e-3, "Q5_1": 2.2e-3, "Q8_0": 2.7e-4,
                 "IQ4_NL": 3.0e-4, "IQ4_XS": 1.6e-5, "Q4_K": 9.1e-5, "Q5_K": 4.5e-5, "Q6_K": 1.46e-5,
                 "Q3_K": 4.6e-4, "Q2_K": 1.55e-3}
