@@ -293,6 +293,17 @@ def bench():
     return benchmark_script("fit_vs_llamacpp")
 
 
+def as_in_a_terminal() -> None:
+    """``preexec_fn`` for a console command a test will Ctrl-C: SIGINT back to its default, as a
+    command typed at a terminal has it. A shell starts background jobs with SIGINT ignored, the
+    ignore is inherited through exec, and Python then installs no KeyboardInterrupt handler: under
+    a CI started in the background the test's SIGINT was ignored (bench ran to the end, exit 0;
+    up kept waiting)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_cli(*args: str, timeout: float = 600, env: dict | None = None,
             check: bool = False) -> subprocess.CompletedProcess:
     """Run the real `engineroom` console command in a subprocess (as a user would)."""

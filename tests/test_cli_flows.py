@@ -16,7 +16,7 @@ import pytest
 
 from engineroom import paths
 
-from conftest import run_cli
+from conftest import as_in_a_terminal, run_cli
 
 
 def _checks(out: dict) -> dict[str, dict]:
@@ -99,7 +99,8 @@ def _last_bench_run() -> tuple[int, int]:
 def test_ctrl_c_during_bench_keeps_measured_records(managed_server):
     before, _ = _last_bench_run()
     cli = subprocess.Popen([sys.executable, "-m", "engineroom.cli", "bench", "--warmup", "0", "--runs", "50",
-                            "--max-tokens", "32", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            "--max-tokens", "32", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=as_in_a_terminal)
     deadline = time.time() + 180
     run_id, stored = 0, 0
     while time.time() < deadline and not (run_id > before and stored >= 2):
@@ -274,8 +275,12 @@ def test_bench_takes_the_suites_shape_unless_told(managed_server):
     here keep the real requests short; the stored conditions show what each command planned."""
     def planned(*argv):
         proc = run_cli("bench", *argv, "--json", timeout=600)
-        assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)
+        # the shape is the subject: runs of 8 tokens may end INVALID on their spread alone (CI saw it);
+        # any other failed check, or an exit code that does not say the status, fails the test
+        failed = {c["name"] for c in out["summary"]["integrity"] if c["status"] == "FAIL"}
+        assert (proc.returncode, out["summary"]["status"]) in ((0, "OK"), (1, "INVALID")), proc.stderr
+        assert failed <= {"cv", "inter_token_outliers"}, out["summary"]["integrity"]
         run = next(r for r in json.loads(run_cli("runs", "--json", check=True).stdout) if r["id"] == out["run_id"])
         bench = run["conditions"]["bench"]
         return bench["warmup"], bench["measured"], [w["max_tokens"] for w in bench["workloads"]], out

@@ -22,7 +22,7 @@ import pytest
 from engineroom import launch
 from engineroom.engines import llamacpp
 
-from conftest import run_cli
+from conftest import as_in_a_terminal, run_cli
 
 
 @pytest.fixture(autouse=True)
@@ -149,7 +149,7 @@ def test_ctrl_c_during_up_leaves_nothing_running(smollm2, tmp_path, monkeypatch)
     stand_in = _hanging_engine_stand_in(tmp_path)
     cli = subprocess.Popen([sys.executable, "-m", "engineroom.cli", "up", "smollm2-135m", "--engine-bin",
                             str(stand_in), "--port", str(launch.free_port())],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal)
     deadline = time.time() + 30
     while launch.read_state() is None and time.time() < deadline:
         time.sleep(0.1)
