@@ -113,6 +113,10 @@ class DecodeModel(Strict):
     # bandwidth_efficiency. Empty (the default, and every GPU build): one efficiency for all
     bandwidth_efficiency_by_type: tuple[TypeEfficiency, ...] = ()
     fitted_on: str = ""                      # the machine (and date) the numbers were fitted on
+    # CPU builds: cores the engine keeps off the decode (vLLM's CPU backend binds its model to
+    # the cores less one it reserves for the frontend); decode runs at the rig's threads less these
+    reserved_cpus: int = Field(default=0, ge=0)
+    reserved_cpus_source: str = ""
 
     def per_thread_for(self, ggml_type: str) -> tuple[float, float] | None:
         """(low, high) per-thread GB/s for a ggml weight type, else the default range."""
