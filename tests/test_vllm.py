@@ -310,6 +310,15 @@ def test_up_verify_bench_on_the_real_vllm(vllm_managed):
     state, env = vllm_managed, vllm_managed["_env"]
     assert state["engine"] == "vllm" and state["port"] == state["_port"]
     assert state["memory"]["measured"]["kv_pool"] == 2 << 30
+    # like with like (issue 15 item 6): vLLM's own figures against fit's components, and fit's whole
+    # prediction, runtime included, against the USS of vLLM's processes (seen: weights +0.22%, KV pool
+    # 0.0%, total +0.03%, process -2.7% of 3.87 GiB)
+    rows = {r["component"]: r for r in state["memory"]["rows"]}
+    assert abs(rows["weights"]["error_pct"]) < 1.0, rows["weights"]
+    assert rows["kv_pool"]["predicted_bytes"] == rows["kv_pool"]["measured_bytes"] == 2 << 30
+    assert abs(rows["total"]["error_pct"]) < 1.0, rows["total"]
+    assert rows["process"]["predicted_bytes"] > rows["total"]["predicted_bytes"]     # the runtime counted
+    assert abs(rows["process"]["error_pct"]) < 10.0, rows["process"]
     ver = run_cli("verify", "--json", timeout=900, env=env)
     out = json.loads(ver.stdout)
     checks = {r["name"]: r for r in out["results"]}
