@@ -207,7 +207,8 @@ def report(data: dict[str, Any]) -> str:
              f"({data['source']}).",
              "", "Each row: what the comparison ran, what `engineroom recipe` renders (and `recipe --compose`, the "
              "same launch for the engine's image), and whether they agree; where they differ, the reason is the one "
-             "engineroom's plan gives in its notes, or it says that engineroom gives none. Parser verdicts are left "
+             "engineroom gives in its notes (the plan's and the adapter's, as `recipe` prints them), or it says that "
+             "engineroom gives none. Parser verdicts are left "
              "out (they depend on what is installed where the script runs).", "",
              "| configuration | recipe | flags the same | flags that differ |", "|---|---|---|---|"]
     sections: list[str] = []
@@ -225,7 +226,7 @@ def report(data: dict[str, Any]) -> str:
             continue
         got = facts(cfg["engine"], [str(a) for a in plain["argv"]])
         got_c = facts(cfg["engine"], [str(a) for a in compose_argv(comp)]) if comp["ok"] else None
-        notes = list((plain.get("plan") or {}).get("notes") or [])
+        notes = list((plain.get("plan") or {}).get("notes") or []) + list(plain.get("notes") or [])
         sections += ["```", " ".join(str(a) for a in plain["argv"]), "```", ""]
         if notes:
             sections += [f"engineroom's notes: {'; '.join(notes)}", ""]

@@ -168,6 +168,7 @@ def recipe(
     out = {"engine": spec.engine, "argv": argv, "env": spec.env, "url": spec.url, "model": spec.model,
            "model_path": spec.model_path, "model_present": model_present,
            "engine_installed": checked.installed, "validation": checked.as_dict(), "changes": list(spec.changes),
+           "notes": list(spec.notes),    # what the adapter rendered beyond the request, and why (as the text says)
            "predicted_memory": prepared.prediction.components if prepared.prediction else {},
            "prediction_missing": prepared.prediction.why_none if prepared.prediction else "",
            "plan": None if chosen is None else {"source": chosen.source, "notes": list(chosen.notes)}}

@@ -26,7 +26,7 @@ from ..llamacpp.command import (
     rope_scaling_arg,
 )
 from ..llamacpp.discovery import Binary
-from .discovery import ENGINE, binary_version
+from .discovery import ENGINE, SOURCE_VERSION, binary_version
 from .flags import validate_argv
 
 if TYPE_CHECKING:
@@ -46,6 +46,10 @@ MERGE_QKV = "--merge-qkv"
 # the comparison's tested recipes run both (seeds/engines-comparison-v2.md); Hadamard rotation
 # applies to a quantized KV cache only, so it is left out with an f16/bf16/f32 one
 ENGINE_OPTIONS = {"hadamard_kv": (HADAMARD_K, HADAMARD_V), "merge_qkv": (MERGE_QKV,)}
+# the fork's tested flag set (specs/engines.md) also names --parallel-tool-calls; the release
+# engineroom builds has no such flag, so a launch with the fork's options says why it is absent
+NO_PARALLEL_TOOL_CALLS = (f"the fork's --parallel-tool-calls is not passed: ik_llama.cpp {SOURCE_VERSION} (the "
+                          "release engineroom builds) has no such flag in its --help")
 UNQUANTISED_KV = ("f16", "bf16", "f32")
 # the older common argument set (the ik-llama-cpp-python 0.1.5 build) turns MTP on with these;
 # newer builds reject them and take `--spec-type mtp:...` (specs/engines.md)
@@ -156,6 +160,7 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         log_path=o.log_path, model=o.model_name or str(model_path), model_path=str(model_path),
         health_path="/health", engine_version=_version_or_blank(binary),
         changes=tuple(c.as_dict() for c in o.changes),
+        notes=(NO_PARALLEL_TOOL_CALLS,) if o.engine_options else (),
     )
 
 
