@@ -276,52 +276,39 @@ def report(folder: Path) -> str:
 
 def scales(out: Path, names: list[str], layers: int = 8) -> None:
     """The random files' weight scale, A/B on the GPU: each shape cut to ``layers`` layers, written once
-    with the one 0.002 block scale synth used before and once with ``synth.BLOCK_SCALES``, served by
-    llama-server (-ngl 99, -fit off) and asked for 32 tokens with ignore_eos; what came back is kept in
-    ``scales.json`` (finish reason, tokens, text)."""
+    with the one 0.002 block scale synth used before and once with ``synth.BLOCK_SCALES``, launched by
+    `engineroom up FILE --ctx 4096 --parallel 1` (as every step here) and asked for 32 tokens with
+    ignore_eos; what came back is kept in ``scales.json`` (finish reason, tokens, text)."""
     import httpx
 
-    from engineroom.engines.llamacpp import find_binary
-    from engineroom.launch import free_port
-    from engineroom.synth import write_synthetic_gguf
+    from engineroom.synth import qwen36_27b, write_synthetic_gguf
 
-    binary = find_binary(None).path
     results = []
     for name in names:
-        from engineroom.synth import qwen36_27b
-
         arch = _arch(name)
         arch = qwen36_27b(layers) if name == "qwen36" else replace(
             arch, n_layers=layers, layer_kinds=arch.layer_kinds[:layers] if arch.layer_kinds else arch.layer_kinds)
         for label, value in (("old 0.002", 0.002), ("BLOCK_SCALES", None)):
             path = out / f"scale-{name}-{layers}L.gguf"
             write_synthetic_gguf(arch, QUANT, path, block_scale=value)
-            port = free_port()
-            log = (out / f"scale-{name}-{label.split()[0]}.server.log").open("w")
-            server = subprocess.Popen([str(binary), "-m", str(path), "--port", str(port), "-c", "4096", "-ngl", "99",
-                                       "-fit", "off", "-np", "1"], stdout=log, stderr=subprocess.STDOUT)
             row: dict[str, Any] = {"model": name, "layers": layers, "scale": label}
+            rc, state, err = _cli("up", str(path), "--ctx", "4096", "--parallel", "1", "--port", "0", "--json")
             try:
-                for _ in range(120):
-                    try:
-                        if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    time.sleep(1)
-                body = {"messages": [{"role": "user", "content": "Hello, who are you?"}], "max_tokens": 32,
-                        "ignore_eos": True, "temperature": 0}
-                r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=120).json()
-                choice = r["choices"][0]
-                row.update(finish_reason=choice.get("finish_reason"),
-                           completion_tokens=r.get("usage", {}).get("completion_tokens"),
-                           text=(choice.get("message") or {}).get("content"))
+                if rc != 0 or not state:
+                    row["error"] = f"up: rc {rc}: {err}"
+                else:
+                    body = {"messages": [{"role": "user", "content": "Hello, who are you?"}], "max_tokens": 32,
+                            "ignore_eos": True, "temperature": 0}
+                    r = httpx.post(f"http://127.0.0.1:{state['port']}/v1/chat/completions", json=body,
+                                   timeout=120).json()
+                    choice = r["choices"][0]
+                    row.update(finish_reason=choice.get("finish_reason"),
+                               completion_tokens=r.get("usage", {}).get("completion_tokens"),
+                               text=(choice.get("message") or {}).get("content"))
             except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:   # recorded; the next one runs
                 row["error"] = f"{type(exc).__name__}: {exc}"
             finally:
-                server.terminate()
-                server.wait(30)
-                log.close()
+                _cli("down")
                 path.unlink(missing_ok=True)
             print(json.dumps(row), flush=True)
             results.append(row)

@@ -293,6 +293,19 @@ def bench():
     return benchmark_script("fit_vs_llamacpp")
 
 
+# the checks of a bench's spread: a short run (a few requests of a few dozen tokens) on a 2-core VM
+# may fail them alone (decode CV 2-12% seen over 2 runs)
+SPREAD_CHECKS = frozenset({"cv", "inter_token_outliers"})
+
+
+def assert_ok_or_invalid_on_spread_alone(proc, out: dict) -> None:
+    """For a test whose subject is not the bench's verdict (storage, the suite's shape): the run is OK,
+    or INVALID on its spread alone; the exit code says which (0 / 1) and any other failed check fails."""
+    failed = {c["name"] for c in out["summary"]["integrity"] if c["status"] == "FAIL"}
+    assert (proc.returncode, out["summary"]["status"]) in ((0, "OK"), (1, "INVALID")), proc.stderr
+    assert failed <= SPREAD_CHECKS, out["summary"]["integrity"]
+
+
 def as_in_a_terminal() -> None:
     """``preexec_fn`` for a console command a test will Ctrl-C: SIGINT back to its default, as a
     command typed at a terminal has it. A shell starts background jobs with SIGINT ignored, the

@@ -187,24 +187,20 @@ def test_without_a_tokenizer_source_the_file_loads_in_the_real_llama_server(tmp_
 
 
 def test_random_blocks_dequantize_to_a_real_models_weight_size():
-    """synth.BLOCK_SCALES: every type's random blocks dequantize to weights of std ~0.02 (a real
-    model's), so a 5,120-wide head's q.q stays far below f16's 65,504 (one 0.002 scale made Q4_K
-    ~0.44 and the H200's f16 attention overflow)."""
+    """synth.BLOCK_SCALES: every type's random blocks, as the writer makes them, dequantize to weights
+    of std ~0.02 (a real model's), so a 5,120-wide head's q.q stays far below f16's 65,504 (one 0.002
+    scale made Q4_K ~0.44: the likely reason the H200's f16 attention answered one token)."""
     import gguf
     from gguf.quants import dequantize
 
     from engineroom import synth
 
     rng = np.random.default_rng(0)
-    for qt, value in synth.BLOCK_SCALES.items():
-        blk, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[qt]]
-        pool = rng.integers(0, 256, size=(128 * 5120 // blk, size), dtype=np.uint8)
-        raw = np.frombuffer(np.float16(value).tobytes(), dtype=np.uint8)
-        for off, cnt in synth._F16_FIELDS[qt]:
-            for j in range(cnt):
-                pool[:, off + 2 * j: off + 2 * j + 2] = raw
-        w = dequantize(pool, gguf.GGMLQuantizationType[qt]).astype(np.float64)
+    for qt in synth.BLOCK_SCALES:
+        data = synth._tensor_data(synth.TensorSpec("w", (5120, 128), qt), rng)     # 128 rows of 5,120
+        w = dequantize(data, gguf.GGMLQuantizationType[qt]).astype(np.float64)
+        assert w.shape == (128, 5120)
         assert 0.015 < w.std() < 0.027 and abs(w.mean()) < 0.05, (qt, w.std(), w.mean())   # min fields: a mean
-        q = w.reshape(128, 5120) @ rng.standard_normal(5120)
+        q = w @ rng.standard_normal(5120)
         assert q @ q < 6550, (qt, q @ q)       # a tenth of f16's largest value
     assert set(synth.BLOCK_SCALES) == set(synth._F16_FIELDS)

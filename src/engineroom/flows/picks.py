@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import engines
 from ..engines.base import LaunchOptions
 from ..errors import BadInput, EngineroomError, NotFound
 from ..plan.request import LaunchRequest
+
+if TYPE_CHECKING:
+    from ..catalog.schema import Priority
 
 
 # --------------------------------------------------------------------------- plan -> launch
@@ -62,19 +65,20 @@ def _notes(request: LaunchRequest, row: Mapping[str, Any], priority: str | None)
         prio = find_priority(cat, priority) if priority else None
     except EngineroomError:
         prio = None
-    model = next((m for m in cat.models if m.id == request.model), None)
+    model = cat.model(request.model)
     trained = model.architecture.max_position if model is not None and model.architecture is not None else None
     notes.extend(_sizing_notes(row, prio, trained))
     wanted = prio.constraints.engine_status if prio else ()
     if engine is not None and wanted and engine.status not in wanted:
         notes.append(f"{engine.id} is marked {engine.status} ({engine.status_note}); planned because --engine named "
                      f"it (priority {prio.id if prio else priority} takes {'/'.join(wanted)} engines)")
-    elif engine is not None and engine.status not in TESTED_STATUSES:     # said even where the priority takes it
+    elif engine is not None and engine.status not in cat.default_priority().constraints.engine_status:
+        # an engine the default plan would not pick: its status is said even where this priority takes it
         notes.append(f"{engine.id} is marked {engine.status} ({engine.status_note})")
     return notes
 
 
-def _sizing_notes(row: Mapping[str, Any], prio: Any, trained: int | None) -> list[str]:
+def _sizing_notes(row: Mapping[str, Any], prio: Priority | None, trained: int | None) -> list[str]:
     """Why the pick's context and sequences are what they are: the priority's workload context, the
     model's trained context, or the most that fits (then fit's memory line says where the memory
     went); sequences sized to fit."""
@@ -96,10 +100,6 @@ def _sizing_notes(row: Mapping[str, Any], prio: Any, trained: int | None) -> lis
         out.append(f"{seqs} sequences: as many as fit in memory at that context")
     return out
 
-
-# the engine statuses a launch recipe of the comparison stands behind (catalog engines' ``status``;
-# the order of priorities.yaml: validated > mainline > fork > retest-pending)
-TESTED_STATUSES = ("validated", "mainline", "fork")
 
 
 def pick_from_row(row: dict, model_id: str, source: str, priority: str | None = None) -> Pick:

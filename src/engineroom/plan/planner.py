@@ -254,10 +254,9 @@ class _Planner:
         scale = 1.0 + (c.tp - 1) * e.multi_gpu.scaling      # the seed's measured per-stream TP ratio
         roof = bw * GB * scale / (w + kv)
         threads = c.groups[0].cpu_threads if not c.groups[0].gpus else None   # CPU: llama-server's default -t
-        if threads:                      # less the cores the engine keeps off its decode (vLLM's frontend)
-            threads = max(1, threads - dm.reserved_cpus)
         mix: tuple[tuple[str, float], ...] = ()
         if threads:   # CPU: the weights stream at their types' rates, the KV at its own ("kv_f16", ...)
+            threads = max(1, threads - dm.reserved_cpus)    # less the cores the engine keeps (vLLM's frontend)
             mix = tuple((t, share * w / (w + kv)) for t, share in weight_type_mix(self.arch, c.quant.id))
             mix += ((f"kv_{c.kv.id.lower()}", kv / (w + kv)),) if kv else ()
         slow, _middle, fast = decode_rates(dm, w + kv, layers, bw, threads, mix)
