@@ -32,6 +32,17 @@ def _missing(reason: str):
     pytest.skip(reason)
 
 
+def _compile_engineroom_once() -> None:
+    """Write engineroom's bytecode once, before the session's few hundred `engineroom` subprocesses:
+    where PYTHONDONTWRITEBYTECODE is set (this machine's environment has it) an editable install is
+    never compiled, and each process recompiled what it imported (~0.1 s of a 0.6 s `plan`, measured)."""
+    import compileall
+
+    import engineroom
+
+    compileall.compile_dir(Path(engineroom.__file__).parent, quiet=1, workers=1)
+
+
 def pytest_configure(config):
     """Every test session gets its own ENGINEROOM_HOME (state, results), never the user's.
 
@@ -43,6 +54,7 @@ def pytest_configure(config):
     from engineroom.engines import llamacpp
     from engineroom.errors import EngineroomError
 
+    _compile_engineroom_once()
     config._engineroom_installed = []
     try:   # the engine the caller installed lives in the caller's data folder: pin it first
         config._engineroom_installed = llamacpp.installed()
