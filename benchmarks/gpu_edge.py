@@ -315,9 +315,62 @@ def scales(out: Path, names: list[str], layers: int = 8) -> None:
     (out / "scales.json").write_text(json.dumps(results, indent=1))
 
 
+def _ask(port: int, prompt: str) -> dict[str, Any]:
+    """One chat request for 32 tokens with ignore_eos and the first tokens' top log-probabilities (a
+    non-finite logit shows there): finish reason, tokens, text, the first three tokens' top-3."""
+    import httpx
+
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 32, "ignore_eos": True,
+            "temperature": 0, "logprobs": True, "top_logprobs": 3}
+    r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=300).json()
+    choice = r["choices"][0]
+    first = ((choice.get("logprobs") or {}).get("content") or [])[:3]
+    return {"finish_reason": choice.get("finish_reason"), "prompt_tokens": r.get("usage", {}).get("prompt_tokens"),
+            "completion_tokens": r.get("usage", {}).get("completion_tokens"),
+            "text": (choice.get("message") or {}).get("content"),
+            "first_tokens": [{"token": t.get("token"), "logprob": t.get("logprob"),
+                              "top": [(x.get("token"), x.get("logprob")) for x in t.get("top_logprobs") or []]}
+                             for t in first]}
+
+
+LONG_PROMPT = "Summarise this. " + "The harbour was quiet and the boats rocked on the grey water. " * 80
+
+
+def onetoken(out: Path, name: str = "qwen36") -> None:
+    """Why the full-size random files stop after one token on the GPU while 8-layer cuts answer in
+    full (lease3): the two things that differed, split. The shape at 8 layers and at its full depth,
+    each asked with the short prompt the cuts had and a ~1,000-token prompt like the suites'; each
+    answer's first tokens come with their top log-probabilities. Kept in ``onetoken.json``."""
+    import httpx
+
+    from engineroom.synth import qwen36_27b, write_synthetic_gguf
+
+    full = _arch(name)
+    results = []
+    for layers in sorted({min(8, full.n_layers), full.n_layers}):
+        arch = (qwen36_27b(layers) if name == "qwen36" else replace(
+            full, n_layers=layers, layer_kinds=full.layer_kinds[:layers] if full.layer_kinds else full.layer_kinds))
+        path = out / f"onetoken-{name}-{layers}L.gguf"
+        write_synthetic_gguf(arch, QUANT, path)
+        rc, state, err = _cli("up", str(path), "--ctx", "4096", "--parallel", "1", "--port", "0", "--json")
+        try:
+            for label, prompt in (("short", "Hello, who are you?"), ("long", LONG_PROMPT)):
+                row: dict[str, Any] = {"model": name, "layers": layers, "prompt": label}
+                try:
+                    row.update(_ask(state["port"], prompt) if rc == 0 and state else {"error": f"up: rc {rc}: {err}"})
+                except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:   # recorded; the next one runs
+                    row["error"] = f"{type(exc).__name__}: {exc}"
+                print(json.dumps(row), flush=True)
+                results.append(row)
+        finally:
+            _cli("down")
+            path.unlink(missing_ok=True)
+    (out / "onetoken.json").write_text(json.dumps(results, indent=1))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", nargs="?", choices=["synth", "run", "scales"])
+    ap.add_argument("stage", nargs="?", choices=["synth", "run", "scales", "onetoken"])
     ap.add_argument("--out", type=Path, default=Path(".ci-work/edge"))
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--deadline-s", type=float, default=540)
@@ -332,6 +385,8 @@ def main() -> int:
         synth(a.out, names)
     elif a.stage == "scales":
         scales(a.out, names)
+    elif a.stage == "onetoken":
+        onetoken(a.out, names[0])
     elif a.stage == "run":
         if a.cpu:
             synth(a.out, names)

@@ -13,6 +13,7 @@
 #   bash benchmarks/gpu_edge.sh run qwen36,moe       # synth two files, measure, delete (~8 min)
 #   bash benchmarks/gpu_edge.sh run dense32,swa      # the other two
 #   bash benchmarks/gpu_edge.sh scales               # the weight scale A/B: 8-layer cuts, old vs BLOCK_SCALES
+#   bash benchmarks/gpu_edge.sh onetoken qwen36      # 8 layers vs full depth x short vs ~1,000-token prompt
 # Long steps run under setsid with their output polled, so progress shows while they run. Every
 # call leaves $OUT/gpu_edge.tgz: everything measured so far (results.json, logs, the store).
 set -uo pipefail
@@ -60,6 +61,9 @@ case "$stage" in
     ;;
   scales)
     step scales python3 benchmarks/gpu_edge.py scales --out "$G" --models "${2:-dense32,qwen36,moe,swa}" || exit 1
+    ;;
+  onetoken)
+    step onetoken python3 benchmarks/gpu_edge.py onetoken --out "$G" --models "${2:-qwen36}" || exit 1
     ;;
   run)
     models=${2:-qwen36,moe}
