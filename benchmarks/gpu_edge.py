@@ -274,45 +274,15 @@ def report(folder: Path) -> str:
     return "\n".join(lines)
 
 
-def scales(out: Path, names: list[str], layers: int = 8) -> None:
-    """The random files' weight scale, A/B on the GPU: each shape cut to ``layers`` layers, written once
-    with the one 0.002 block scale synth used before and once with ``synth.BLOCK_SCALES``, launched by
-    `engineroom up FILE --ctx 4096 --parallel 1` (as every step here) and asked for 32 tokens with
-    ignore_eos; what came back is kept in ``scales.json`` (finish reason, tokens, text)."""
-    import httpx
+def _cut(name: str, layers: int):
+    """The shape ``name`` cut to its first ``layers`` layers (qwen36: synth's own layout at that depth)."""
+    from engineroom.synth import qwen36_27b
 
-    from engineroom.synth import qwen36_27b, write_synthetic_gguf
-
-    results = []
-    for name in names:
-        arch = _arch(name)
-        arch = qwen36_27b(layers) if name == "qwen36" else replace(
-            arch, n_layers=layers, layer_kinds=arch.layer_kinds[:layers] if arch.layer_kinds else arch.layer_kinds)
-        for label, value in (("old 0.002", 0.002), ("BLOCK_SCALES", None)):
-            path = out / f"scale-{name}-{layers}L.gguf"
-            write_synthetic_gguf(arch, QUANT, path, block_scale=value)
-            row: dict[str, Any] = {"model": name, "layers": layers, "scale": label}
-            rc, state, err = _cli("up", str(path), "--ctx", "4096", "--parallel", "1", "--port", "0", "--json")
-            try:
-                if rc != 0 or not state:
-                    row["error"] = f"up: rc {rc}: {err}"
-                else:
-                    body = {"messages": [{"role": "user", "content": "Hello, who are you?"}], "max_tokens": 32,
-                            "ignore_eos": True, "temperature": 0}
-                    r = httpx.post(f"http://127.0.0.1:{state['port']}/v1/chat/completions", json=body,
-                                   timeout=120).json()
-                    choice = r["choices"][0]
-                    row.update(finish_reason=choice.get("finish_reason"),
-                               completion_tokens=r.get("usage", {}).get("completion_tokens"),
-                               text=(choice.get("message") or {}).get("content"))
-            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:   # recorded; the next one runs
-                row["error"] = f"{type(exc).__name__}: {exc}"
-            finally:
-                _cli("down")
-                path.unlink(missing_ok=True)
-            print(json.dumps(row), flush=True)
-            results.append(row)
-    (out / "scales.json").write_text(json.dumps(results, indent=1))
+    if name == "qwen36":
+        return qwen36_27b(layers)
+    arch = _arch(name)
+    kinds = arch.layer_kinds[:layers] if arch.layer_kinds else arch.layer_kinds
+    return replace(arch, n_layers=layers, layer_kinds=kinds)
 
 
 def _ask(port: int, prompt: str) -> dict[str, Any]:
@@ -333,7 +303,37 @@ def _ask(port: int, prompt: str) -> dict[str, Any]:
                              for t in first]}
 
 
+SHORT_PROMPT = "Hello, who are you?"
 LONG_PROMPT = "Summarise this. " + "The harbour was quiet and the boats rocked on the grey water. " * 80
+
+
+def scales(out: Path, names: list[str], layers: int = 8) -> None:
+    """The random files' weight scale, A/B on the GPU: each shape cut to ``layers`` layers, written once
+    with the one 0.002 block scale synth used before and once with ``synth.BLOCK_SCALES``, launched by
+    `engineroom up FILE --ctx 4096 --parallel 1` (as every step here) and asked for 32 tokens with
+    ignore_eos (``_ask``); what came back is kept in ``scales.json``."""
+    import httpx
+
+    from engineroom.synth import write_synthetic_gguf
+
+    results = []
+    for name in names:
+        arch = _cut(name, layers)
+        for label, value in (("old 0.002", 0.002), ("BLOCK_SCALES", None)):
+            path = out / f"scale-{name}-{layers}L.gguf"
+            write_synthetic_gguf(arch, QUANT, path, block_scale=value)
+            row: dict[str, Any] = {"model": name, "layers": layers, "scale": label}
+            rc, state, err = _cli("up", str(path), "--ctx", "4096", "--parallel", "1", "--port", "0", "--json")
+            try:
+                row.update(_ask(state["port"], SHORT_PROMPT) if rc == 0 and state else {"error": f"up: rc {rc}: {err}"})
+            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:   # recorded; the next one runs
+                row["error"] = f"{type(exc).__name__}: {exc}"
+            finally:
+                _cli("down")
+                path.unlink(missing_ok=True)
+            print(json.dumps(row), flush=True)
+            results.append(row)
+    (out / "scales.json").write_text(json.dumps(results, indent=1))
 
 
 def onetoken(out: Path, name: str = "qwen36") -> None:
@@ -343,18 +343,16 @@ def onetoken(out: Path, name: str = "qwen36") -> None:
     answer's first tokens come with their top log-probabilities. Kept in ``onetoken.json``."""
     import httpx
 
-    from engineroom.synth import qwen36_27b, write_synthetic_gguf
+    from engineroom.synth import write_synthetic_gguf
 
     full = _arch(name)
     results = []
     for layers in sorted({min(8, full.n_layers), full.n_layers}):
-        arch = (qwen36_27b(layers) if name == "qwen36" else replace(
-            full, n_layers=layers, layer_kinds=full.layer_kinds[:layers] if full.layer_kinds else full.layer_kinds))
         path = out / f"onetoken-{name}-{layers}L.gguf"
-        write_synthetic_gguf(arch, QUANT, path)
+        write_synthetic_gguf(_cut(name, layers), QUANT, path)
         rc, state, err = _cli("up", str(path), "--ctx", "4096", "--parallel", "1", "--port", "0", "--json")
         try:
-            for label, prompt in (("short", "Hello, who are you?"), ("long", LONG_PROMPT)):
+            for label, prompt in (("short", SHORT_PROMPT), ("long", LONG_PROMPT)):
                 row: dict[str, Any] = {"model": name, "layers": layers, "prompt": label}
                 try:
                     row.update(_ask(state["port"], prompt) if rc == 0 and state else {"error": f"up: rc {rc}: {err}"})

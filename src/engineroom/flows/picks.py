@@ -101,7 +101,6 @@ def _sizing_notes(row: Mapping[str, Any], prio: Priority | None, trained: int | 
     return out
 
 
-
 def pick_from_row(row: dict, model_id: str, source: str, priority: str | None = None) -> Pick:
     """A plan row (``plan --json``'s "plans" entries, or ``plans_as_rows``) as a Pick: its request."""
     raw = row.get("request") if isinstance(row, dict) else None
