@@ -256,7 +256,8 @@ def report(folder: Path) -> str:
             if not x:
                 continue
             if x.get("refused"):
-                lines.append(f"| {name} | {label} | {' '.join(x['args'])} | refused: {x['refused'][:300]} | | | | |")
+                why = x["refused"][x["refused"].rfind("error:"):]      # engineroom's sentence, after the log tail
+                lines.append(f"| {name} | {label} | {' '.join(x['args'])} | refused: {why[:300]} | | | | |")
                 continue
             rows = x.get("memory_rows") or []
             gpu = next((m for m in rows if str(m.get("component")) == "GPU0"), {})
@@ -366,9 +367,41 @@ def onetoken(out: Path, name: str = "qwen36") -> None:
     (out / "onetoken.json").write_text(json.dumps(results, indent=1))
 
 
+def nonfinite(out: Path, name: str = "qwen36") -> None:
+    """Where the non-finite logits come from (lease4: every 8- and 64-layer qwen36 launch answered
+    NaN log-probabilities; swa only with an f16 cache; moe never): the shape's 8-layer cut, one file,
+    asked the short prompt on the CPU (``-ngl 0``), on the GPU with an f16 and a q4_0 cache, and on
+    the GPU without flash attention.
+    The file is deleted only at the end. Kept in ``nonfinite.json``."""
+    import httpx
+
+    from engineroom.synth import write_synthetic_gguf
+
+    path = out / f"nonfinite-{name}-8L.gguf"
+    write_synthetic_gguf(_cut(name, min(8, _arch(name).n_layers)), QUANT, path)
+    results = []
+    try:
+        for where, kv, extra in (("cpu", "f16", ["--", "-ngl", "0"]), ("gpu", "f16", []), ("gpu", "q4_0", []),
+                                 ("gpu, no flash attention", "f16", ["--", "-fa", "off"])):
+            rc, state, err = _cli("up", str(path), "--ctx", "4096", "--parallel", "1", "--kv", kv, "--port", "0",
+                                  "--json", *extra)
+            row: dict[str, Any] = {"model": name, "layers": 8, "where": where, "kv": kv}
+            try:
+                row.update(_ask(state["port"], SHORT_PROMPT) if rc == 0 and state else {"error": f"up: rc {rc}: {err}"})
+            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:   # recorded; the next one runs
+                row["error"] = f"{type(exc).__name__}: {exc}"
+            finally:
+                _cli("down")
+            print(json.dumps(row), flush=True)
+            results.append(row)
+            (out / "nonfinite.json").write_text(json.dumps(results, indent=1))
+    finally:
+        path.unlink(missing_ok=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", nargs="?", choices=["synth", "run", "scales", "onetoken"])
+    ap.add_argument("stage", nargs="?", choices=["synth", "run", "scales", "onetoken", "nonfinite"])
     ap.add_argument("--out", type=Path, default=Path(".ci-work/edge"))
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--deadline-s", type=float, default=540)
@@ -385,6 +418,9 @@ def main() -> int:
         scales(a.out, names)
     elif a.stage == "onetoken":
         onetoken(a.out, names[0])
+    elif a.stage == "nonfinite":
+        for n in names:
+            nonfinite(a.out, n)
     elif a.stage == "run":
         if a.cpu:
             synth(a.out, names)
