@@ -35,10 +35,10 @@ def _model_facts(subject: ResolvedModel) -> dict[str, Any]:
 def plan(
     model: str = typer.Argument(..., help=_MODEL_HELP),
     rig: str | None = _RIG,
-    priority: str | None = typer.Option(None, "--priority", "-p",
+    priority: str | None = typer.Option(None, "--priority",
                                         help="balanced, full-features, max-context, leanest-vram, "
                                              "concurrent-throughput, non-nvidia, fastest-cold-start, multi-tenant."),
-    ctx: int | None = typer.Option(None, "--ctx", help="Required context (tokens); default: the priority's."),
+    ctx: int | None = typer.Option(None, "--ctx", "-c", help="Required context (tokens); default: the priority's."),
     seqs: int | None = typer.Option(None, "--seqs",
                                     help="Concurrent sequences every config must serve, each at the full context "
                                          "(default: the priority's)."),
