@@ -814,3 +814,24 @@ def test_fit_counts_parameters_with_the_config_readers_counter(config):
 
     a = arch_from_config(Path(__file__).parent / "fixtures" / "configs" / f"{config}.json")
     assert estimate_param_count(replace(a, param_count=None)) == a.param_count
+
+
+def test_cuda_compute_of_a_wide_expert_moe_counts_the_experts_down_output():
+    """A Qwen3-30B-A3B-like shape (128 experts, 8 x 768, n_embd 2048: n_active x n_embd > 2 ff) on the
+    H200 at 32K, f16, 1 slot: CUDA0 compute 116.01 MiB (benchmarks/data/gpu_edge/lease4, moe balanced;
+    fit said 96.02 before the experts' down output was counted). The calibrated MoE shapes, whose
+    down output is exactly 2 ff wide, keep the calibrated formula (fit_vs_llamacpp.md, CUDA)."""
+    from engineroom.arch import MoESpec
+    from engineroom.fit import llama_cuda_compute
+
+    moe = replace(SHAPES["moe-m"], n_layers=48, hidden_size=2048, n_heads=32, n_kv_heads=4, head_dim=128,
+                  vocab_size=151_936, layer_kinds=(LayerKind.FULL,) * 48, param_count=None,
+                  moe=MoESpec(n_experts=128, n_experts_active=8, expert_intermediate_size=768))
+    req = FitRequest(engine="llama.cpp", ctx=32_768, n_seqs=1, kv_unified=False, kv_dtype="f16")
+    gpu, host = llama_cuda_compute(moe, req)
+    assert abs(gpu / 2**20 - 116.01) < 0.05, gpu / 2**20
+    assert abs(host / 2**20 - 48.02) < 0.05, host / 2**20
+    # moe-m at 6,144 tokens (the CUDA calibration's 36.01 MiB) is untouched by the new term
+    small, _ = llama_cuda_compute(SHAPES["moe-m"], FitRequest(engine="llama.cpp", ctx=6144, n_seqs=1,
+                                                               kv_unified=False, kv_dtype="f16"))
+    assert abs(small / 2**20 - 36.01) < 0.05, small / 2**20

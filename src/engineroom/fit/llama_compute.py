@@ -15,7 +15,8 @@ from .request import FitRequest, MiB
 # attention on, n_outputs_max = n_seqs so the reserved graph's logits are tiny). The peak is
 # the larger of two blocks:
 #   FFN block : f16 KQ mask (2 B x n_kv x ub, + the SWA mask) + ub x 4 B x (3 ff + 4 n_embd)
-#               (MoE: 4 ff + 4 n_embd, ff = n_active x expert width + shared)
+#               (MoE: 4 ff + 4 n_embd, ff = n_active x expert width + shared; where the experts'
+#               down output n_active x n_embd is wider than 2 ff: 3 ff + 4 n_embd + that output)
 #   attention : the same masks + f16 copies of one layer's K and V over all cells (only when
 #               the cache is not f16: flash attention converts them) + ub x 4 B x (3 q + 2 n_embd)
 #               (q = n_head x head_dim); qwen35 (gated query): from an allocator trace,
@@ -59,6 +60,13 @@ def llama_cuda_compute(arch: ModelArch, req: FitRequest) -> tuple[int, int]:
     masks = _masks(arch, req, ub)
     kf, ke = _CUDA_FFN_MOE if arch.moe else _CUDA_FFN
     ffn = masks + ub * 4 * (kf * ff + ke * e)
+    if arch.moe is not None and arch.moe.n_experts_active * e > 2 * ff:
+        # the routed experts' down projection writes n_active x n_embd floats per token above the
+        # dense block's live set, as on the CPU (_cpu_compute_terms) with CUDA's 4 x n_embd: a
+        # Qwen3-30B-A3B-like shape (48 layers, 2048 wide, 128 experts, 8 x 768) on the H200, 32K
+        # f16, 1 slot: 116.01 MiB measured, 96.02 predicted without this term, 116.02 with it
+        # (benchmarks/gpu_edge.md, fourth visit). moe-s / moe-m sit at exactly 2 x ff: unchanged.
+        ffn = max(ffn, masks + ub * 4 * (_CUDA_FFN[0] * ff + _CUDA_FFN[1] * e + arch.moe.n_experts_active * e))
     attn: float = 0
     if req.kv_dtype.lower() != "f16" and arch.n_kv_layers:
         kel, vel = kv_elems_per_token_layer(arch, LayerKind.FULL)
