@@ -18,6 +18,7 @@ from engineroom.client import ChatResult, StreamResult
 from engineroom.engines import base, llamacpp
 from engineroom.engines.base import UNKNOWN_FAILURE, Capabilities, EngineAdapter, HealthState, LaunchOptions
 from engineroom.errors import NotFound
+from engineroom.launchargs import LaunchArgs
 from engineroom.memory import compare, rows_as_dicts
 
 from conftest import run_cli
@@ -328,10 +329,10 @@ def test_each_priority_on_this_machine_launches_its_pick_or_says_why(priority, l
         return
     if not engines.has_adapter(pick.engine):
         with pytest.raises(Exception) as info:
-            flows.start(pick.model_ref, pick=pick, port=0, threads=2)
+            flows.start(pick.model_ref, LaunchArgs(port=0, threads=2), pick=pick)
         assert f"no adapter for {pick.engine}" in str(info.value)
         return
-    opts = {"threads": 2, "port": 0}          # the pick's request fills the rest (flows.prepare)
+    args = LaunchArgs(threads=2, port=0)      # the pick's request fills the rest (flows.prepare)
     if pick.engine != engines.DEFAULT_ENGINE:
         # another engine's pick (vLLM for max-context): launched where that engine is installed and its
         # files can be had; here it may be neither (not installed yet, a Hugging Face repo offline), and
@@ -339,14 +340,14 @@ def test_each_priority_on_this_machine_launches_its_pick_or_says_why(priority, l
         from engineroom.errors import EngineroomError
 
         try:
-            state = flows.start(pick.model_ref, pick=pick, **opts)
+            state = flows.start(pick.model_ref, args, pick=pick)
         except EngineroomError as exc:
             sentence = str(exc).strip()
             assert sentence and "\n" not in sentence and "Traceback" not in sentence, sentence
             assert pick.engine in sentence or pick.model_ref in sentence, sentence
             return
     else:
-        state = flows.start(pick.model_ref, pick=pick, timeout=120, **opts)
+        state = flows.start(pick.model_ref, args.with_fields(timeout=120), pick=pick)
     try:
         assert launch.probe_health(state.url, state.health_path) == 200
         assert state.memory["plan"]["source"].startswith(f"plan smollm2-135m --priority {priority}")
@@ -495,7 +496,7 @@ def test_one_resolver_for_engine_names_serves_fit_plan_recipe_and_up():
         for alias in (entry.id, entry.name, *entry.aliases):
             assert engines.resolve(alias) == entry.id, alias
             assert engines.adapter(alias).name == entry.id
-            assert typed_request("m", None, {"engine": alias}, "llama.cpp").engine == entry.id
+            assert typed_request("m", None, LaunchArgs(engine=alias), "llama.cpp").engine == entry.id
     assert engines.resolve("nosuch") == "nosuch" and not engines.has_adapter("nosuch")
 
 
@@ -513,7 +514,7 @@ def test_a_pick_with_a_projector_serves_an_image_on_the_real_llama_server(llama_
     request = LaunchRequest(model="smollm2-135m", engine="llama.cpp", weights=Weights(ref=str(smollm2)), ctx=2048,
                             n_seqs=1, vision=True, projector=str(projector))
     pick = flows.Pick(request=request, plan={}, source="test: a pick with a projector")
-    state = flows.start(str(smollm2), pick=pick, port=0, threads=2, timeout=120)
+    state = flows.start(str(smollm2), LaunchArgs(port=0, threads=2, timeout=120), pick=pick)
     try:
         assert state.argv[state.argv.index("--mmproj") + 1] == str(projector)
         out = json.loads(run_cli("verify", "--suite", "full", "--fast", "--json", timeout=600, env=own_state).stdout)

@@ -17,14 +17,18 @@ import yaml
 from engineroom import compose, engines, flows
 from engineroom.engines.base import LaunchSpec
 from engineroom.errors import BadInput, NotFound
+from engineroom.launchargs import LaunchArgs
 
 from conftest import run_cli
 
 REPO_MODEL = "Qwen/Qwen3-0.6B"      # a safetensors repo: what vLLM and SGLang serve (not downloaded here)
 
 
-def _recipe(model: str = "smollm2-135m", **opts) -> flows.ComposeOutcome:
-    return flows.compose_recipe(model, check_cli=False, **opts)
+def _recipe(model: str = "smollm2-135m", *, bind: str | None = None, api_key: str | None = None,
+            **fields) -> flows.ComposeOutcome:
+    """`recipe --compose` of ``model`` with the launch arguments ``fields`` (LaunchArgs' names)."""
+    more = {"bind": bind} if bind is not None else {}
+    return flows.compose_recipe(model, LaunchArgs(**fields), check_cli=False, api_key=api_key, **more)
 
 
 def _service(doc: dict) -> dict:
@@ -287,12 +291,12 @@ def test_up_docker_runs_compose_up_then_waits_for_health(monkeypatch, tmp_path):
     monkeypatch.setattr(docker_flow, "_run", lambda argv, what, timeout=600: ran.append(argv) or _completed(0))
     real_prepare = docker_flow._prepare_for_container
     monkeypatch.setattr(docker_flow, "_prepare_for_container",
-                        lambda model, *, pick, download, opts: real_prepare(model, pick=pick, download=False,
-                                                                            opts=opts))
+                        lambda model, args, *, pick, download, api_key: real_prepare(
+                            model, args, pick=pick, download=False, api_key=api_key))
     monkeypatch.setattr(launch, "port_in_use", lambda host, port: False)
     answers = iter([None, 503, 200])
     monkeypatch.setattr(launch, "probe_health", lambda url, path: next(answers))
-    server = flows.docker_up("smollm2-135m", port=8123, poll=0)
+    server = flows.docker_up("smollm2-135m", LaunchArgs(port=8123), poll=0)
     assert ran == [server.up]
     assert server.up[:2] == ["docker", "compose"] and server.up[-2:] == ["up", "-d"]
     assert server.down[-1] == "down" and server.url == "http://127.0.0.1:8123"
@@ -303,7 +307,7 @@ def test_up_docker_runs_compose_up_then_waits_for_health(monkeypatch, tmp_path):
     ran.clear()
     monkeypatch.setattr(launch, "probe_health", lambda url, path: 503)
     with pytest.raises(EngineFailed, match="not healthy after 0 s"):
-        flows.docker_up("smollm2-135m", port=8123, poll=0, timeout=0.0001)
+        flows.docker_up("smollm2-135m", LaunchArgs(port=8123, timeout=0.0001), poll=0)
     assert [argv[-3] if argv[-2] == "--tail" else argv[-1] for argv in ran] == ["-d", "logs", "down"]
 
 

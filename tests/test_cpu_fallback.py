@@ -21,6 +21,7 @@ import pytest
 from engineroom import cpuprobe, flows, launch
 from engineroom.engines import llamacpp
 from engineroom.errors import EngineFailed, NotFound
+from engineroom.launchargs import LaunchArgs
 
 from conftest import run_cli
 
@@ -74,7 +75,7 @@ def test_forced_amx_trap_launches_without_repack_and_the_card_says_why(llama_ser
     from engineroom.store import Store
 
     monkeypatch.setenv(cpuprobe.FORCE_ENV, "amx=trap")
-    state = flows.start("smollm2-135m", port=0, ctx=1024, threads=2)
+    state = flows.start("smollm2-135m", LaunchArgs(port=0, ctx=1024, threads=2))
     assert state.argv.count("-nr") == 1
     assert state.changes == [{"args": ["-nr"], "why": state.changes[0]["why"], "source": "cpu probe"}]
     assert "AMX does not run on this machine" in state.changes[0]["why"]
@@ -101,7 +102,7 @@ def test_the_probe_changes_nothing_where_amx_runs_or_is_absent(llama_server_bina
 
 def test_sigill_at_warmup_relaunches_without_repack(llama_server_binary, smollm2):
     on_spawn, killed = _kill_at_warmup(lambda: launch.last_log())
-    state = flows.start("smollm2-135m", port=0, ctx=1024, threads=2, on_spawn=on_spawn)
+    state = flows.start("smollm2-135m", LaunchArgs(port=0, ctx=1024, threads=2), on_spawn=on_spawn)
     assert len(killed) == 1 and state.pid != killed[0]
     assert "-nr" in state.argv
     change = state.changes[-1]
@@ -112,7 +113,7 @@ def test_sigill_at_warmup_relaunches_without_repack(llama_server_binary, smollm2
 def test_a_second_crash_ends_in_one_sentence_naming_the_signal(llama_server_binary, smollm2):
     on_spawn, killed = _kill_at_warmup(lambda: launch.last_log(), times=2)
     with pytest.raises(EngineFailed) as info:
-        flows.start("smollm2-135m", port=0, ctx=1024, threads=2, on_spawn=on_spawn)
+        flows.start("smollm2-135m", LaunchArgs(port=0, ctx=1024, threads=2), on_spawn=on_spawn)
     assert len(killed) == 2
     message = str(info.value)
     assert SIGILL_SENTENCE in message and "code -4" not in message

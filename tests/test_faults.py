@@ -23,6 +23,7 @@ from engineroom.cli import app
 from engineroom.engines.base import LaunchOptions
 from engineroom.errors import BadInput, EngineroomError
 from engineroom.flows import serving, switching
+from engineroom.launchargs import LaunchArgs
 
 from conftest import run_cli
 
@@ -142,23 +143,26 @@ def test_up_with_a_bind_flag_after_the_double_dash_starts_nothing(llama_server_b
 def _state(**over) -> launch.ServerState:
     base = dict(pid=os.getpid(), port=8123, host="127.0.0.1", engine="llama.cpp", argv=["llama-server"],
                 model="smollm2-135m", model_path="/m.gguf", log_path="/l.log", started_at=0.0,
-                options={"engine": "llama.cpp", "engine_bin": "/opt/llama/llama-server", "extra_args": ["-b", "1024"],
-                         "kv_dtype": "q4_0", "ctx": 1024, "threads": 2, "timeout": None})
+                args=LaunchArgs(engine="llama.cpp", engine_bin="/opt/llama/llama-server", extra_args=("-b", "1024"),
+                                kv_dtype="q4_0", ctx=1024, threads=2))
     base.update(over)
     return launch.ServerState(**base)
 
 
 def test_switch_to_another_engine_carries_none_of_the_old_engines_own_options():
-    cli = dict(ctx=None, port=None, threads=None, engine_bin=None, extra_args=(), kv_dtype=None, engine="vllm",
-               api_key=None, api_key_env=None, api_key_file=None)
-    merged, left = switching.carried_options(cli, ["engine"], _state())
-    assert merged["engine"] == "vllm" and merged["engine_bin"] is None and merged["extra_args"] == ()
-    assert merged["kv_dtype"] is None
-    assert merged["ctx"] == 1024 and merged["threads"] == 2 and merged["port"] == 8123   # engine-neutral: kept
+    typed = LaunchArgs(engine="vllm")
+    merged, left = switching.carried_args(typed, ["engine"], _state())
+    assert merged.engine == "vllm" and merged.engine_bin is None and merged.extra_args == ()
+    assert merged.kv_dtype is None
+    assert merged.ctx == 1024 and merged.threads == 2 and merged.port == 8123   # engine-neutral: kept
     assert sorted(left) == ["engine_bin", "extra_args", "kv_dtype"]
-    same, left = switching.carried_options({**cli, "engine": None}, [], _state())   # the same engine keeps them all
-    assert same["engine"] == "llama.cpp" and same["engine_bin"] == "/opt/llama/llama-server" and not left
-    assert same["extra_args"] == ["-b", "1024"]
+    same, left = switching.carried_args(LaunchArgs(), [], _state())   # the same engine keeps them all
+    assert same.engine == "llama.cpp" and same.engine_bin == "/opt/llama/llama-server" and not left
+    assert same.extra_args == ("-b", "1024")
+    # typed this time wins; a state file round-trips the arguments whole
+    again, _ = switching.carried_args(LaunchArgs(ctx=4096), ["ctx"], _state())
+    assert again.ctx == 4096 and again.threads == 2
+    assert LaunchArgs.from_dict(json.loads(json.dumps(same.to_dict()))) == same
 
 
 # --------------------------------------------------------------------------- model files
@@ -232,8 +236,8 @@ def smollm2_file(tmp_path_factory) -> Path:
 
 
 def test_the_key_variable_is_hidden_from_the_engine():
-    assert apikey.hidden_env({"api_key_env": "MY_KEY"}) == ("MY_KEY",)
-    assert apikey.hidden_env({"api_key_env": None}) == ()
+    assert apikey.hidden_env(LaunchArgs(api_key_env="MY_KEY")) == ("MY_KEY",)
+    assert apikey.hidden_env(LaunchArgs()) == ()
 
 
 # --------------------------------------------------------------------------- the real llama-server
@@ -339,17 +343,17 @@ def test_a_switch_to_the_same_model_keeps_the_plans_request():
     assert picked.request.engine_options and picked.request.kv_dtype == "q4_0"
     row = {k: v for k, v in picked.plan.items() if k not in ("reasons", "tradeoffs")}   # as record_launch keeps it
     current = _state(engine="ik_llama.cpp", memory={"plan": {"source": picked.source, "row": row, "notes": []}})
-    kept = switching.kept_pick(current, "smollm2-135m", {"ctx": 1024}, ["ctx"])
+    kept = switching.kept_pick(current, "smollm2-135m", LaunchArgs(ctx=1024), ["ctx"])
     assert kept is not None and kept.request == picked.request and "kept by switch" in kept.source
     from engineroom.flows.picks import typed_request
 
-    request = typed_request("smollm2-135m", kept, {"ctx": 1024}, "llama.cpp")
+    request = typed_request("smollm2-135m", kept, LaunchArgs(ctx=1024), "llama.cpp")
     assert request.ctx == 1024 and request.engine_options == picked.request.engine_options
     assert request.kv_dtype == "q4_0"
-    assert switching.kept_pick(current, "gemma-3-270m-pt", {}, []) is None                 # another model
-    assert switching.kept_pick(current, "smollm2-135m", {"engine": "vllm"}, ["engine"]) is None   # another engine
-    assert switching.kept_pick(current, "smollm2-135m", {"engine": "ik_llama"}, ["engine"]) is not None  # an alias
-    assert switching.kept_pick(_state(engine="ik_llama.cpp"), "smollm2-135m", {}, []) is None   # not planned
+    assert switching.kept_pick(current, "gemma-3-270m-pt", LaunchArgs(), []) is None                 # another model
+    assert switching.kept_pick(current, "smollm2-135m", LaunchArgs(engine="vllm"), ["engine"]) is None  # another
+    assert switching.kept_pick(current, "smollm2-135m", LaunchArgs(engine="ik_llama"), ["engine"]) is not None  # alias
+    assert switching.kept_pick(_state(engine="ik_llama.cpp"), "smollm2-135m", LaunchArgs(), []) is None   # not planned
 
 
 def test_switch_checks_each_gpus_free_memory_counting_what_the_running_server_frees(monkeypatch):
@@ -369,8 +373,8 @@ def test_switch_checks_each_gpus_free_memory_counting_what_the_running_server_fr
 
     def prepared(**gpus: float) -> Prepared:
         parts = {name: int(v * gib) for name, v in gpus.items()}
-        return Prepared(spec=LaunchSpec(engine="llama.cpp", argv=("llama-server",), port=1, model="m"), options={},
-                        prediction=Prediction({**parts, "total": sum(parts.values())}, {}, "1xH200"))
+        return Prepared(spec=LaunchSpec(engine="llama.cpp", argv=("llama-server",), port=1, model="m"),
+                        args=LaunchArgs(), prediction=Prediction({**parts, "total": sum(parts.values())}, {}, "1xH200"))
 
     running = _state(pid=os.getpid())       # this process plays the running server: 90 GiB of GPU0 is its own
     switching.check_memory(prepared(GPU0=120.0, GPU1=100.0), running)      # 40 + 90 free on GPU0

@@ -22,6 +22,7 @@ from engineroom.engines import argvcheck, llamacpp, pyenv, sglang, vllm
 from engineroom.engines.argvcheck import ACCEPTED, NOT_VALIDATED, REJECTED, ArgvCheck
 from engineroom.errors import BadInput
 from engineroom.hardware import Rig
+from engineroom.launchargs import LaunchArgs
 from engineroom.progress import BuildProgress, WaitProgress
 
 from conftest import run_cli
@@ -107,9 +108,10 @@ def test_a_cluster_checks_the_engines_own_commands_not_the_ray_steps():
         return LaunchSpec(engine="vllm", argv=argv, port=1)
 
     ray = (step("ray", "start", "--head"), step("ray", "start"))
-    prepared = Prepared(spec=step("python", "-m", "x"), options={}, cluster=(*ray, step("python", "-m", "x", "--a")))
+    prepared = Prepared(spec=step("python", "-m", "x"), args=LaunchArgs(),
+                        cluster=(*ray, step("python", "-m", "x", "--a")))
     assert engine_argvs(prepared) == [["python", "-m", "x", "--a"]]
-    assert engine_argvs(Prepared(spec=step("python", "-m", "y"), options={})) == [["python", "-m", "y"]]
+    assert engine_argvs(Prepared(spec=step("python", "-m", "y"), args=LaunchArgs())) == [["python", "-m", "y"]]
 
 
 def test_recipe_json_carries_the_verdict(tmp_path):

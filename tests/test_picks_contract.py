@@ -26,6 +26,7 @@ from engineroom.catalog import load_catalog
 from engineroom.engines.ikllamacpp.flags import parse_help
 from engineroom.errors import BadInput
 from engineroom.hardware import parse_rig
+from engineroom.launchargs import LaunchArgs
 from engineroom.plan import LaunchRequest, NothingFits, Weights, plan, plans_as_rows
 
 RIGS = ("1x3090", "2x3090", "1xh200", "2x(8xh100)", "cpu:64GB", "m3max:128GB")
@@ -238,17 +239,17 @@ def test_the_request_round_trips_and_typed_options_win_and_are_recorded():
     pick = flows.pick_from_plan("qwen3.6-27b", priority="full-features", rig="2x3090")
     r = pick.request
     assert LaunchRequest.from_dict(json.loads(json.dumps(r.to_dict()))) == r
-    mine = flows.typed_request(pick.model_ref, pick, {"ctx": 8192, "parallel": None, "tp": None}, "llama.cpp")
+    mine = flows.typed_request(pick.model_ref, pick, LaunchArgs(ctx=8192), "llama.cpp")
     assert mine.ctx == 8192 and mine.n_seqs == r.n_seqs and mine.given == ("ctx",) and mine.weights == r.weights
-    prepared = flows.prepare(pick.model_ref, download=False, require_binary=False, pick=pick, ctx=8192)
+    prepared = flows.prepare(pick.model_ref, LaunchArgs(ctx=8192), download=False, require_binary=False, pick=pick)
     argv = list(prepared.spec.argv)
     assert argv[argv.index("--max-model-len") + 1] == "8192" and prepared.request == mine
-    assert prepared.options["ctx"] == 8192 and prepared.options["tp"] == r.tp     # kept for `switch`
+    assert prepared.args.ctx == 8192 and prepared.args.tp == r.tp     # kept for `switch`
     with pytest.raises(BadInput, match="unknown fields"):
         LaunchRequest.from_dict({**r.to_dict(), "seqs": 3})
     with pytest.raises(BadInput, match="no weights"):
         LaunchRequest.from_dict({"model": "x", "engine": "vllm"})
-    plain = flows.typed_request("smollm2-135m", None, {"ctx": 512, "engine": None}, "llama.cpp")
+    plain = flows.typed_request("smollm2-135m", None, LaunchArgs(ctx=512), "llama.cpp")
     assert plain == LaunchRequest(model="smollm2-135m", engine="llama.cpp", weights=Weights(ref="smollm2-135m"),
                                   ctx=512, given=("ctx",))
 

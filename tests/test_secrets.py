@@ -41,15 +41,15 @@ def test_redact_argv_masks_the_value_after_a_secret_flag_and_keeps_paths():
 
 def test_redact_data_masks_secret_keys_and_nested_argv_but_not_references():
     data = {"argv": ["x", "--api-key", "k-one"],
-            "options": {"api_key": "k-two", "api_key_env": "MY_VAR", "api_key_file": "/keys/f",
-                        "extra_args": ["--hf-token", "k-three"]},
+            "args": {"api_key": "k-two", "api_key_env": "MY_VAR", "api_key_file": "/keys/f",
+                     "extra_args": ["--hf-token", "k-three"]},
             "env": {"LLAMA_API_KEY": "k-four", "LD_LIBRARY_PATH": "/lib"},
             "url": "http://user:k-five@host:8080/v1", "n_ctx": 4096, "max_tokens": 256}
     out = redact_data(data)
     text = json.dumps(out)
     for leaked in ("k-one", "k-two", "k-three", "k-four", "k-five"):
         assert leaked not in text
-    assert out["options"]["api_key_env"] == "MY_VAR" and out["options"]["api_key_file"] == "/keys/f"
+    assert out["args"]["api_key_env"] == "MY_VAR" and out["args"]["api_key_file"] == "/keys/f"
     assert out["env"]["LD_LIBRARY_PATH"] == "/lib" and out["n_ctx"] == 4096 and out["max_tokens"] == 256
     assert out["url"] == f"http://user:{MASK}@host:8080/v1"
 
@@ -86,7 +86,7 @@ def test_an_api_key_is_written_to_a_private_file_and_only_its_path_is_kept(own_d
     assert launch_key.file is not None and launch_key.file.read_text().strip() == key
     assert stat.S_IMODE(launch_key.file.stat().st_mode) == 0o600
     assert stat.S_IMODE(launch_key.file.parent.stat().st_mode) == 0o700
-    assert launch_key.options == {"api_key": None, "api_key_env": None, "api_key_file": str(launch_key.file)}
+    assert (launch_key.env, launch_key.file_ref) == (None, str(launch_key.file))
     apikey.discard(launch_key)
     assert not launch_key.file.exists()
 
@@ -97,14 +97,14 @@ def test_a_key_after_the_double_dash_is_moved_out_of_the_engine_arguments(own_di
     assert launch_key.extra_args == ("-fa", "on")
     assert launch_key.moved == ("--api-key",)
     assert launch_key.file.read_text().strip() == key
-    assert key not in json.dumps(launch_key.options)
+    assert key not in json.dumps([launch_key.env, launch_key.file_ref, launch_key.extra_args])
 
 
 def test_api_key_env_keeps_the_name_and_errors_never_echo_a_value(own_dirs, monkeypatch):
     key = _key()
     monkeypatch.setenv("ER_TEST_KEY", key)
     launch_key = apikey.for_launch(api_key_env="ER_TEST_KEY")
-    assert launch_key.options["api_key_env"] == "ER_TEST_KEY" and key not in json.dumps(launch_key.options)
+    assert launch_key.env == "ER_TEST_KEY" and key not in json.dumps([launch_key.env, launch_key.file_ref])
     monkeypatch.delenv("ER_TEST_KEY")
     with pytest.raises(BadInput, match="ER_TEST_KEY .*not set"):
         apikey.for_launch(api_key_env="ER_TEST_KEY")
@@ -168,7 +168,7 @@ def test_up_with_api_key_env_keeps_the_key_out_of_everything(llama_server_binary
         assert "ER_TEST_KEY" in status                   # the reference is what is kept
         assert _files_holding(key, own_dirs / "state", own_dirs / "data") == [
             str(f) for f in (own_dirs / "state" / "keys").iterdir()]   # only the 0600 file the engine reads
-        assert json.loads(status)["state"]["options"]["api_key_env"] == "ER_TEST_KEY"
+        assert json.loads(status)["state"]["args"]["api_key_env"] == "ER_TEST_KEY"
 
         # switch re-reads the reference: where the variable is missing it says so and stops nothing
         refused = run_cli("switch", "smollm2-135m", "--ctx", "512", timeout=300)
@@ -197,7 +197,7 @@ def test_a_key_after_the_double_dash_is_moved_and_switch_keeps_it(llama_server_b
     state = json.loads(up.stdout)
     url = f"http://{state['host']}:{state['port']}"
     try:
-        assert key not in up.stdout and key not in json.dumps(state["options"])
+        assert key not in up.stdout and key not in json.dumps(state["args"])
         assert key.encode() not in Path(f"/proc/{state['pid']}/cmdline").read_bytes()
         assert _status(url) == 401 and _status(url, key) == 200
         switched = run_cli("switch", "smollm2-135m", "--ctx", "512", "--json", timeout=300)   # no key given again

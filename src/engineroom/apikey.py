@@ -32,10 +32,10 @@ from pathlib import Path
 
 from . import paths
 from .errors import BadInput
+from .launchargs import LaunchArgs
 
 KEYS_DIR = "keys"
 RECIPE_PLACEHOLDER = "<0600 key file written at launch>"
-KEY_OPTIONS = ("api_key", "api_key_env", "api_key_file")     # the launch options that name a key
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 # what an adapter's split_api_key returns: (args without the key arguments, --api-key KEY, --api-key-file F)
@@ -157,7 +157,8 @@ def is_ours(path: str | os.PathLike[str] | None) -> bool:
 class LaunchKey:
     """The key of one launch: the references the state keeps, and the file the engine reads."""
 
-    options: dict                       # api_key / api_key_env / api_key_file: references only, never a key
+    env: str | None                     # the references the launch keeps (never a key): a variable's name ...
+    file_ref: str | None                # ... or the key file's path
     extra_args: tuple[str, ...]         # the user's engine arguments with any key arguments taken out
     file: Path | None = None            # what the engine is handed (None: no key)
     written: bool = False               # engineroom wrote ``file`` for this launch
@@ -184,32 +185,27 @@ def for_launch(*, api_key: str | None = None, api_key_env: str | None = None,
     if len(given) > 1:
         raise BadInput(f"give one of --api-key, --api-key-env and --api-key-file, not {' and '.join(given)} "
                        "(an engine argument after `--` counts).")
-    refs: dict = dict.fromkeys(KEY_OPTIONS)
     if not write:
         placeholder = Path(api_key_file) if api_key_file else Path(RECIPE_PLACEHOLDER) if given else None
-        return LaunchKey(refs, tuple(args), placeholder, False, moved)
+        return LaunchKey(None, None, tuple(args), placeholder, False, moved)
     if api_key:
         path = write_private(_one_key(api_key))
-        refs["api_key_file"] = str(path)
-        return LaunchKey(refs, tuple(args), path, True, moved)
+        return LaunchKey(None, str(path), tuple(args), path, True, moved)
     if api_key_env:
         key = from_env(api_key_env)
-        refs["api_key_env"] = api_key_env
-        return LaunchKey(refs, tuple(args), write_private(key), True, moved)
+        return LaunchKey(api_key_env, None, tuple(args), write_private(key), True, moved)
     if api_key_file:
         path = check_private(api_key_file)
         read_key_file(path)                     # a file with no key is refused before the engine starts
-        refs["api_key_file"] = str(path)
-        return LaunchKey(refs, tuple(args), path, False, moved)
-    return LaunchKey(refs, tuple(args), None, False, moved)
+        return LaunchKey(None, str(path), tuple(args), path, False, moved)
+    return LaunchKey(None, None, tuple(args), None, False, moved)
 
 
-def hidden_env(options: dict) -> tuple[str, ...]:
+def hidden_env(args: LaunchArgs) -> tuple[str, ...]:
     """The variables of engineroom's own environment an engine must not inherit: the one
     ``--api-key-env`` names (the engine reads the key from its file; inherited, the key would show
     in ``/proc/PID/environ``)."""
-    name = options.get("api_key_env")
-    return (str(name),) if name else ()
+    return (args.api_key_env,) if args.api_key_env else ()
 
 
 def discard(key: LaunchKey) -> None:

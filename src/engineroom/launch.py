@@ -34,6 +34,7 @@ from . import paths, serverproc
 from .engines import Engine, adapter
 from .engines.base import UNKNOWN_FAILURE, LaunchSpec
 from .errors import BadInput, EngineFailed, NotFound
+from .launchargs import LaunchArgs
 
 STATE_FILE = "server.json"
 DAMAGED_SUFFIX = ".damaged-"
@@ -57,7 +58,7 @@ class ServerState:
     engine_version: str = ""
     proc_created: float | None = None   # the process's own start time: a reused pid is not ours
     changes: list[dict] = field(default_factory=list)   # arguments engineroom added, and why
-    options: dict = field(default_factory=dict)         # the launch options as given (what `switch` keeps)
+    args: LaunchArgs = field(default_factory=LaunchArgs)  # the launch's arguments as given (what `switch` keeps)
     memory: dict = field(default_factory=dict)          # measured (engine's report), predicted (fit), rows
     launch_run_id: int | None = None                    # the store's "launch" run holding the comparison
     model_sha256: str = ""                              # the served file's own digest (models.file_sha256)
@@ -85,8 +86,9 @@ def read_state() -> ServerState | None:
         return None
     try:
         data = json.loads(path.read_text())
+        data["args"] = LaunchArgs.from_dict(data.get("args") or {})
         return ServerState(**data)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, BadInput):
         pass
     aside = path.with_name(f"{path.name}{DAMAGED_SUFFIX}{time.strftime('%Y%m%d-%H%M%S')}")
     try:
@@ -111,7 +113,7 @@ def recover_state(why: str) -> ServerState | None:
         health_path=str(mark.get("health_path") or "/health"), engine_version=str(mark.get("engine_version") or ""),
         proc_created=created,
         notes=[f"{why}; the server was found again by its process (pid {pid}) and port {mark['port']}; "
-               "the options it was launched with are lost, so `switch` takes only what is given"],
+               "the arguments it was launched with are lost, so `switch` takes only what is given"],
     )
     _write_state(state)
     return state
@@ -245,7 +247,7 @@ def up(
     on_wait: Callable[[str, float], None] | None = None,
     poll: float = 0.25,
     on_spawn: Callable[[int], None] | None = None,
-    options: dict | None = None,
+    args: LaunchArgs | None = None,
     hide_env: Sequence[str] = (),
 ) -> ServerState:
     """Start ``spec`` in the background and return once its health endpoint says ready.
@@ -273,7 +275,7 @@ def up(
         timeout = engine.start_timeout
     try:
         return _up_once(spec, engine, timeout=timeout, on_wait=on_wait, poll=poll, on_spawn=on_spawn,
-                        options=options or {}, hide_env=hide_env)
+                        args=args or LaunchArgs(), hide_env=hide_env)
     except EngineCrashed as crash:
         fallback = getattr(engine, "crash_fallback", None)
         change = fallback(spec.argv, crash.returncode) if fallback else None
@@ -287,7 +289,7 @@ def up(
         retry = engine.relaunch_spec(spec, change)
         try:
             return _up_once(retry, engine, timeout=timeout, on_wait=on_wait, poll=poll, on_spawn=on_spawn,
-                            options=options or {}, hide_env=hide_env)
+                            args=args or LaunchArgs(), hide_env=hide_env)
         except EngineCrashed as second:
             raise EngineCrashed(f"{second} (it had already {describe_exit(crash.returncode).split(',')[0]} once; "
                                 f"the relaunch with {' '.join(change.args)} failed too)",
@@ -295,7 +297,7 @@ def up(
 
 
 def _up_once(spec: LaunchSpec, engine: Engine, *, timeout: float, on_wait: Callable[[str, float], None] | None,
-             poll: float, on_spawn: Callable[[int], None] | None, options: dict,
+             poll: float, on_spawn: Callable[[int], None] | None, args: LaunchArgs,
              hide_env: Sequence[str] = ()) -> ServerState:
     if port_in_use(spec.host, spec.port):
         raise BadInput(f"port {spec.port} on {spec.host} is already in use; pick another with --port.")
@@ -324,7 +326,7 @@ def _up_once(spec: LaunchSpec, engine: Engine, *, timeout: float, on_wait: Calla
             pid=proc.pid, port=spec.port, host=spec.host, engine=spec.engine, argv=list(spec.argv),
             model=spec.model, model_path=spec.model_path, log_path=str(log_path), started_at=started,
             env=dict(spec.env), health_path=spec.health_path, engine_version=spec.engine_version,
-            proc_created=created, changes=list(spec.changes), options=dict(options),
+            proc_created=created, changes=list(spec.changes), args=args,
         )
         _write_state(state)
         if on_spawn:

@@ -37,11 +37,9 @@ def ab_cmd(
         if value < least:
             raise BadInput(f"{flag} must be at least {least}, not {value}.")
     a, b = parse_arm(arm_a, "A"), parse_arm(arm_b, "B")
-    base: dict = {"port": 0}
-    if ctx is not None:
-        base["ctx"] = ctx
-    if threads is not None:
-        base["threads"] = threads
+    from ..launchargs import LaunchArgs
+
+    base = LaunchArgs(port=0, ctx=ctx, threads=threads)
     plan = BenchPlan(workloads=default_workloads(max_tokens)[:1], warmup=warmup, measured=runs, full_length=True)
     say = None if json_out else (lambda line: err_console.print(line))
     with Store() as store:

@@ -23,6 +23,7 @@ from pathlib import Path
 import typer
 
 from .. import __version__, views
+from ..launchargs import LaunchArgs
 from ..output import console, err_console, print_json, to_jsonable
 from ..progress import WaitProgress
 from ..redaction import redact_data
@@ -62,33 +63,32 @@ def _show(items: Any, to: Console = console) -> None:
 
 
 
-def _launch_options(ctx: int | None, port: int | None, threads: int | None, parallel: int | None,
-                    kv_unified: bool | None, engine_bin: Path | None, chat_template_file: Path | None,
-                    tools_template: bool, timeout: float | None, extra: Sequence[str] | None, *,
-                    engine: str | None = None,
-                    kv: str | None = None, tp: int | None = None, api_key: str | None = None,
-                    api_key_env: str | None = None, api_key_file: Path | None = None) -> dict[str, Any]:
+def _launch_args(ctx: int | None, port: int | None, threads: int | None, parallel: int | None,
+                 kv_unified: bool | None, engine_bin: Path | None, chat_template_file: Path | None,
+                 tools_template: bool, timeout: float | None, extra: Sequence[str] | None, *,
+                 engine: str | None = None, kv: str | None = None, tp: int | None = None,
+                 api_key_env: str | None = None, api_key_file: Path | None = None) -> LaunchArgs:
+    """The launch's arguments as typed (a key typed with --api-key is not one of them: it goes to
+    ``flows.prepare`` alone, which writes it to a private file and keeps the file's path)."""
     import math
 
     from ..errors import BadInput
 
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise BadInput(f"--timeout must be a positive number of seconds, not {timeout}.")
-    opts = dict(ctx=ctx, port=port, threads=threads, parallel=parallel, kv_unified=kv_unified,
-                engine_bin=engine_bin, chat_template_file=chat_template_file, tools_template=tools_template,
-                timeout=timeout, extra_args=tuple(extra or ()), kv_dtype=kv, tp=tp,
-                api_key=api_key, api_key_env=api_key_env, api_key_file=api_key_file)
-    if engine is not None:
-        opts["engine"] = engine
-    return opts
+    return LaunchArgs(engine=engine, ctx=ctx, parallel=parallel, kv_unified=kv_unified, kv_dtype=kv, tp=tp, port=port,
+                      threads=threads, engine_bin=str(engine_bin) if engine_bin else None,
+                      chat_template_file=str(chat_template_file) if chat_template_file else None,
+                      tools_template=tools_template, extra_args=tuple(extra or ()), timeout=timeout,
+                      api_key_env=api_key_env, api_key_file=str(api_key_file) if api_key_file else None)
 
 
 _OPTION_OF_PARAM = {"kv": "kv_dtype"}
 
 
 def _given(ctx_: typer.Context) -> list[str]:
-    """The launch options typed on this command line (``switch`` keeps the others from the running
-    server; a plan's pick fills the others)."""
+    """The launch arguments typed on this command line, by LaunchArgs field (``switch`` keeps the
+    others from the running server; a plan's pick fills the others); ``api_key``: a key typed."""
     names = ("ctx", "port", "threads", "parallel", "kv_unified", "engine_bin", "chat_template_file",
              "tools_template", "timeout", "engine", "kv", "tp", "api_key", "api_key_env", "api_key_file")
 
@@ -122,35 +122,32 @@ def _pick(model: str | None, priority: str | None, rig: str | None, from_plan: P
     return flows.pick_from_plan(model, priority=priority, rig=rig, pick=pick, engine=engine)
 
 
-def _planned(ctx_: typer.Context, model: str | None, opts: dict[str, Any], *, priority: str | None,
-             rig: str | None, from_plan: Path | None, pick: int,
-             missing: str) -> tuple[str, dict[str, Any], Pick | None]:
-    """The model, the typed launch options and the plan's pick `up` and `recipe` run (the pick when
-    one is asked for: ``flows.prepare`` renders its LaunchRequest with every option typed here
-    replacing its field)."""
+def _planned(ctx_: typer.Context, model: str | None, args: LaunchArgs, *, priority: str | None,
+             rig: str | None, from_plan: Path | None, pick: int, missing: str) -> tuple[str, Pick | None]:
+    """The model and the plan's pick `up` and `recipe` run (the pick when one is asked for:
+    ``flows.prepare`` renders its LaunchRequest with every argument typed here replacing its field)."""
     from ..errors import BadInput
 
-    chosen = _pick(model, priority, rig, from_plan, pick,
-                   engine=opts.get("engine") if "engine" in _given(ctx_) else None)
+    chosen = _pick(model, priority, rig, from_plan, pick, engine=args.engine if "engine" in _given(ctx_) else None)
     if chosen is not None:
         model = chosen.model_ref
     if model is None:
         raise BadInput(missing)
-    return model, opts, chosen
+    return model, chosen
 
 
-def _start(fn: Callable[..., ServerState], model: str, opts: dict[str, Any], json_out: bool,
+def _start(fn: Callable[..., ServerState], model: str, args: LaunchArgs, json_out: bool,
            **extra: Any) -> ServerState:
     pick = extra.get("pick")
     if pick is not None and not json_out:
         _show(views.pick_lines(pick))
     # a spinner on a terminal, progress lines in a pipe (vLLM's cold start is minutes of silence otherwise)
     with WaitProgress(model, err_console) as waiting:   # stderr: --json's stdout stays one document
-        state = fn(model, say=waiting.say, on_wait=waiting.wait, **opts, **extra)
+        state = fn(model, args, say=waiting.say, on_wait=waiting.wait, **extra)
     if json_out:
         print_json(redact_data(to_jsonable(state)))
     else:
-        _show(views.started_lines(state, picked_port=opts.get("port") == 0))
+        _show(views.started_lines(state, picked_port=args.port == 0))
     return state
 
 

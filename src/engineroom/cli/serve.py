@@ -34,7 +34,7 @@ from .base import (
     _UNIFIED,
     JsonOpt,
     _given,
-    _launch_options,
+    _launch_args,
     _planned,
     _show,
     _start,
@@ -43,6 +43,7 @@ from .base import (
 
 if TYPE_CHECKING:
     from ..flows import Pick
+    from ..launchargs import LaunchArgs
 
 # recipe --compose / up --docker (compose.py, flows.docker)
 _COMPOSE = typer.Option(False, "--compose",
@@ -80,16 +81,16 @@ def up(
     after `--`."""
     from .. import flows
 
-    opts = _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
-                           timeout, ctx_.args, engine=engine, kv=kv, tp=tp, api_key=api_key,
-                           api_key_env=api_key_env, api_key_file=api_key_file)
-    model, opts, chosen = _planned(ctx_, model, opts, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
-                                   missing="name a model to launch, e.g. `engineroom up smollm2-135m` "
-                                           "(or give --from-plan FILE).")
+    args = _launch_args(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
+                        timeout, ctx_.args, engine=engine, kv=kv, tp=tp, api_key_env=api_key_env,
+                        api_key_file=api_key_file)
+    model, chosen = _planned(ctx_, model, args, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
+                             missing="name a model to launch, e.g. `engineroom up smollm2-135m` "
+                                     "(or give --from-plan FILE).")
     if docker or host is not None:
-        _docker_up(model, opts, chosen, docker=docker, host=host, json_out=json_out)
+        _docker_up(model, args, chosen, docker=docker, host=host, json_out=json_out, api_key=api_key)
         return
-    _start(flows.start, model, opts, json_out, pick=chosen, accept_placement=accept_placement)
+    _start(flows.start, model, args, json_out, pick=chosen, accept_placement=accept_placement, api_key=api_key)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -107,11 +108,11 @@ def switch(
     options not given again (extra engine args after `--` included) are kept from the running server."""
     from .. import flows
 
-    _start(flows.switch, model, _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin,
-                                                chat_template_file, tools_template, timeout, ctx_.args,
-                                                engine=engine, kv=kv, tp=tp, api_key=api_key,
-                                                api_key_env=api_key_env, api_key_file=api_key_file),
-           json_out, given=_given(ctx_))
+    _start(flows.switch, model, _launch_args(ctx, port, threads, parallel, kv_unified, engine_bin,
+                                             chat_template_file, tools_template, timeout, ctx_.args,
+                                             engine=engine, kv=kv, tp=tp, api_key_env=api_key_env,
+                                             api_key_file=api_key_file),
+           json_out, given=_given(ctx_), api_key=api_key)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -137,15 +138,17 @@ def recipe(
     from ..flows import validation
     from ..redaction import redact_argv
 
-    opts = _launch_options(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
-                           300.0, ctx_.args, engine=engine, kv=kv, tp=tp, api_key=api_key,
-                           api_key_env=api_key_env, api_key_file=api_key_file)
-    model, opts, chosen = _planned(ctx_, model, opts, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
-                                   missing="name a model, e.g. `engineroom recipe smollm2-135m --priority balanced`.")
+    args = _launch_args(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
+                        300.0, ctx_.args, engine=engine, kv=kv, tp=tp, api_key_env=api_key_env,
+                        api_key_file=api_key_file)
+    model, chosen = _planned(ctx_, model, args, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
+                             missing="name a model, e.g. `engineroom recipe smollm2-135m --priority balanced`.")
     if compose_file or out_file is not None or host is not None:
-        _compose_recipe(model, opts, chosen, compose_file=compose_file, out=out_file, host=host, json_out=json_out)
+        _compose_recipe(model, args, chosen, compose_file=compose_file, out=out_file, host=host, json_out=json_out,
+                        api_key=api_key)
         return
-    prepared = flows.prepare(model, download=False, require_binary=False, pick=chosen, head_addr=head_addr, **opts)
+    prepared = flows.prepare(model, args, download=False, require_binary=False, pick=chosen, head_addr=head_addr,
+                             api_key=api_key)
     checked = validation.check(prepared)        # the installed engine's own parser, when there is one
     # a key the engine reads from its environment is printed as a mask, like everywhere else
     spec = replace(prepared.spec, env=redact_data(prepared.spec.env))
@@ -247,14 +250,14 @@ def logs(
 
 
 
-def _compose_recipe(model: str, opts: dict, chosen: Pick | None, *, compose_file: bool, out: Path | None,
-                    host: str | None, json_out: bool) -> None:
+def _compose_recipe(model: str, args: LaunchArgs, chosen: Pick | None, *, compose_file: bool, out: Path | None,
+                    host: str | None, json_out: bool, api_key: str | None) -> None:
     from .. import compose, flows
     from ..errors import BadInput
 
     if not compose_file:
         raise BadInput("--out and --host go with --compose (a recipe's plain command line is printed).")
-    done = flows.compose_recipe(model, out=out, bind=host or compose.DEFAULT_BIND, pick=chosen, **opts)
+    done = flows.compose_recipe(model, args, out=out, bind=host or compose.DEFAULT_BIND, pick=chosen, api_key=api_key)
     r = done.recipe
     if json_out:
         # the document holds no secret (compose.render refuses one); its text is printed as written, since
@@ -273,16 +276,18 @@ def _compose_recipe(model: str, opts: dict, chosen: Pick | None, *, compose_file
     console.print(f"run it: docker compose -p {r.project} -f {done.path} up -d", markup=False, soft_wrap=True)
 
 
-def _docker_up(model: str, opts: dict, chosen: Pick | None, *, docker: bool, host: str | None, json_out: bool) -> None:
+def _docker_up(model: str, args: LaunchArgs, chosen: Pick | None, *, docker: bool, host: str | None, json_out: bool,
+               api_key: str | None) -> None:
     from .. import compose, flows
     from ..errors import BadInput
 
     if not docker:
         raise BadInput("--host goes with --docker (a managed server listens on 127.0.0.1 only).")
     with console.status(f"starting {model} in a container") as spin:
-        server = flows.docker_up(model, bind=host or compose.DEFAULT_BIND, pick=chosen,
+        server = flows.docker_up(model, args, bind=host or compose.DEFAULT_BIND, pick=chosen,
                                  say=lambda msg: spin.update(msg),
-                                 on_wait=lambda phase, t: spin.update(f"{model}: {phase} ({t:.0f} s)"), **opts)
+                                 on_wait=lambda phase, t: spin.update(f"{model}: {phase} ({t:.0f} s)"),
+                                 api_key=api_key)
     if json_out:
         print_json(redact_data(to_jsonable(server)))
         return

@@ -16,13 +16,14 @@ from typing import Any
 
 from .. import launch
 from ..errors import BadInput
+from ..launchargs import LaunchArgs
 from ..store import Store
 from .runs import HostGuard, bench, connect, run_conditions
 from .serving import start, stop
 
 __all__ = ["ARM_KEYS", "ABOutcome", "ab", "boot_order", "parse_arm"]
 
-# what an arm may set: the launch option, and how its text becomes a value
+# what an arm may set: the LaunchArgs field, and how its text becomes a value
 ARM_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "threads": ("threads", int), "ctx": ("ctx", int), "parallel": ("parallel", int), "tp": ("tp", int),
     "kv": ("kv_dtype", str), "kv_unified": ("kv_unified", lambda v: _bool(v)),
@@ -40,7 +41,8 @@ def _bool(text: str) -> bool:
 
 
 def parse_arm(text: str, name: str) -> dict[str, Any]:
-    """``threads=1;extra=-nr --mlock`` -> launch options; one sentence for anything else."""
+    """``threads=1;extra=-nr --mlock`` -> the launch arguments it sets (LaunchArgs field -> value); one
+    sentence for anything else."""
     out: dict[str, Any] = {}
     for part in [p.strip() for p in text.split(";") if p.strip()]:
         key, sep, value = part.partition("=")
@@ -77,9 +79,11 @@ class ABOutcome:
 
 
 def ab(store: Store, model: str, *, arm_a: Mapping[str, Any], arm_b: Mapping[str, Any], boots: int,
-       plan: Any, base: Mapping[str, Any], say: Callable[[str], None] | None = None,
+       plan: Any, base: LaunchArgs, say: Callable[[str], None] | None = None,
        progress: Callable[[int, int, str], None] | None = None) -> ABOutcome:
-    """Boot each arm ``boots`` times, interleaved; bench each boot; compare the arms."""
+    """Boot each arm ``boots`` times, interleaved; bench each boot; compare the arms. An arm is the
+    launch arguments it sets (``parse_arm``) laid over ``base``; each boot's run keeps the whole
+    ``LaunchArgs`` it was launched with."""
     from ..bench import bench_conditions
     from ..bench.compare import compare_arms
 
@@ -89,16 +93,16 @@ def ab(store: Store, model: str, *, arm_a: Mapping[str, Any], arm_b: Mapping[str
     order = boot_order(boots)
     runs: dict[str, list[int]] = {"A": [], "B": []}
     for n, arm in enumerate(order, 1):
-        options = {**base, **(arm_a if arm == "A" else arm_b)}
+        args = base.with_fields(**(arm_a if arm == "A" else arm_b))
         if say:
             say(f"boot {n}/{len(order)}: arm {arm} ({_describe(arm_a if arm == 'A' else arm_b)})")
-        start(model, **options)
+        state = start(model, args)
         try:
             info = connect(None)
             boot = len(runs[arm]) + 1
             cond = {**bench_conditions(info, plan), **run_conditions(info),
                     "ab": {"arm": arm, "boot": boot, "order": order, "position": n, "arm_a": _jsonable(arm_a),
-                           "arm_b": _jsonable(arm_b)}}
+                           "arm_b": _jsonable(arm_b), "args": state.args.to_dict()}}
             run_id = store.start_run("bench", cond, label=f"ab arm {arm} boot {boot}: {model}")
             outcome = bench(info, store, plan, run_id=run_id, progress=progress, host=HostGuard(say=say))
             store.finish_run(run_id, outcome.summary.get("status", "OK"), outcome.summary)

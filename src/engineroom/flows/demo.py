@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import models
+from ..launchargs import LaunchArgs
 from ..store import Store
 from .serving import start, stop
 
@@ -44,9 +45,9 @@ def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, 
     plan = BenchPlan(workloads=default_workloads(max_tokens), warmup=warmup, measured=measured, full_length=True)
     ref = models.resolve(model)          # resolved once; every stage below gets the same reference
     models.pull(ref, say)
-    state = start(ref, ctx=ctx, port=port if port is not None else 0, threads=threads,
-                  tools_template=tools_template and ref.tool_template is not None,
-                  extra_args=extra_args, say=say, on_wait=on_wait, on_spawn=on_spawn)
+    args = LaunchArgs(ctx=ctx, port=port if port is not None else 0, threads=threads,
+                      tools_template=tools_template and ref.tool_template is not None, extra_args=tuple(extra_args))
+    state = start(ref, args, say=say, on_wait=on_wait, on_spawn=on_spawn)
     try:
         key = client_key(state.url)          # a key after `--` was moved to a file: read it back
         info = connect(state.url, api_key=key)

@@ -8,12 +8,12 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from .. import apikey, compose, engines, launch, paths
 from ..errors import BadInput, EngineFailed, NotFound
+from ..launchargs import DEFAULT_HOST, LaunchArgs
 from .picks import Pick
 from .serving import Prepared, prepare
 
@@ -49,14 +49,15 @@ class DockerServer:
     notes: list[str] = field(default_factory=list)
 
 
-def _prepare_for_container(model: str, *, pick: Pick | None, download: bool, opts: dict[str, Any]) -> Prepared:
-    opts = {k: v for k, v in opts.items() if k not in ("host", "engine_bin")}   # the image brings the engine
-    if opts.get("port") == 0:
+def _prepare_for_container(model: str, args: LaunchArgs, *, pick: Pick | None, download: bool,
+                           api_key: str | None) -> Prepared:
+    args = replace(args, host=DEFAULT_HOST, engine_bin=None)   # the image brings the engine; bind is the compose file's
+    if args.port == 0:
         raise BadInput("a compose file publishes a fixed port: give --port N (not 0).")
     if getattr(pick, "cluster", None):
         raise BadInput("the plan's pick spans several machines; a compose file describes one: `engineroom recipe` "
                        "without --compose prints each node's command.")
-    return prepare(model, download=download, require_binary=False, container=True, pick=pick, **opts)
+    return prepare(model, args, download=download, require_binary=False, container=True, pick=pick, api_key=api_key)
 
 
 def _render(prepared: Prepared, *, bind: str, key_source: Path | None, project: str | None = None,
@@ -66,7 +67,7 @@ def _render(prepared: Prepared, *, bind: str, key_source: Path | None, project: 
     if key_file == apikey.RECIPE_PLACEHOLDER:
         raise BadInput("a compose file names its API key by file: give --api-key-file PATH (a file only you can "
                        "read); --api-key and --api-key-env are read by `engineroom up --docker` itself.")
-    tp = int(prepared.options.get("tp") or 1)
+    tp = int(prepared.args.tp or 1)
     recipe = compose.render(spec, engines.adapter(spec.engine), bind=bind, tp=tp, key_file=key_file,
                             key_source=key_source, start_period_s=timeout, project=project)
     compose.validate(recipe.document)
@@ -115,14 +116,17 @@ def parser_check(prepared: Prepared, engine_bin: str | None) -> dict[str, str]:
     return {PARSER_CHECK: f"valid ({adapter.name} {verdict.version}, the image's release)"}
 
 
-def compose_recipe(model: str, *, out: Path | None = None, bind: str = compose.DEFAULT_BIND, pick: Pick | None = None,
-                   check_cli: bool = True, **opts: Any) -> ComposeOutcome:
-    """The docker-compose.yml for ``model`` launched with ``opts`` (what `recipe` takes), validated
-    against the Compose schema (and the Docker CLI's ``config`` where one is here); written to ``out``."""
-    timeout = float(opts.get("timeout") or 300.0)
-    prepared = _prepare_for_container(model, pick=pick, download=False, opts=opts)
+def compose_recipe(model: str, args: LaunchArgs | None = None, *, out: Path | None = None,
+                   bind: str = compose.DEFAULT_BIND, pick: Pick | None = None, check_cli: bool = True,
+                   api_key: str | None = None) -> ComposeOutcome:
+    """The docker-compose.yml for ``model`` launched with ``args`` (what `recipe` takes), validated
+    against the Compose schema (and the Docker CLI's ``config`` where one is here); written to ``out``.
+    ``args.engine_bin``, where given, is the installed engine whose parser checks the flags."""
+    args = args or LaunchArgs()
+    timeout = float(args.timeout or 300.0)
+    prepared = _prepare_for_container(model, args, pick=pick, download=False, api_key=api_key)
     recipe = _render(prepared, bind=bind, key_source=None, timeout=timeout)
-    parser = parser_check(prepared, opts.get("engine_bin"))
+    parser = parser_check(prepared, args.engine_bin)
     text = compose.to_yaml(recipe, [*_header(prepared), *(f"{k}: {v}" for k, v in parser.items())])
     checks = {f"schema ({compose.SPEC_ORIGIN})": "valid", **parser}
     if check_cli:
@@ -167,9 +171,10 @@ def _last_line(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[-1] if lines else f"exit status {proc.returncode}"
 
 
-def docker_up(model: str, *, bind: str = compose.DEFAULT_BIND, pick: Pick | None = None,
-              say: Callable[[str], None] | None = None, on_wait: Callable[[str, float], None] | None = None,
-              poll: float = 1.0, **opts: Any) -> DockerServer:
+def docker_up(model: str, args: LaunchArgs | None = None, *, bind: str = compose.DEFAULT_BIND,
+              pick: Pick | None = None, say: Callable[[str], None] | None = None,
+              on_wait: Callable[[str, float], None] | None = None, poll: float = 1.0,
+              api_key: str | None = None) -> DockerServer:
     """Write the compose file for ``model`` and run it (``docker compose up -d``), then wait until
     the engine's health path says ready. Docker is looked for before anything is downloaded; a
     start that never becomes healthy is taken down again (``docker compose down``)."""
@@ -180,8 +185,9 @@ def docker_up(model: str, *, bind: str = compose.DEFAULT_BIND, pick: Pick | None
     if problem:
         raise NotFound(f"Docker is installed but its daemon does not answer ({problem}); start it "
                        "(`sudo systemctl start docker`) and run this again.")
-    timeout = float(opts.get("timeout") or 300.0)
-    prepared = _prepare_for_container(model, pick=pick, download=True, opts=opts)
+    args = args or LaunchArgs()
+    timeout = float(args.timeout or 300.0)
+    prepared = _prepare_for_container(model, args, pick=pick, download=True, api_key=api_key)
     spec = prepared.spec
     project = f"engineroom-{compose.slug(spec.model or Path(spec.model_path).name)}"
     folder = paths.state_dir() / "docker" / project

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .. import engines
 from ..engines.base import LaunchOptions
 from ..errors import BadInput, EngineroomError, NotFound
+from ..launchargs import LaunchArgs
 from ..plan.request import LaunchRequest
 
 if TYPE_CHECKING:
@@ -172,18 +173,18 @@ def pick_from_file(path: Path, pick: int = 1) -> Pick:
 
 
 # --------------------------------------------------------------------------- request -> adapter
-# the launch options a user types (cli/base.py `_launch_options`), as the request's fields
+# the launch arguments that are also fields of the request (LaunchArgs field -> LaunchRequest field)
 TYPED_FIELDS = {"ctx": "ctx", "parallel": "n_seqs", "kv_unified": "kv_unified", "kv_dtype": "kv_dtype", "tp": "tp",
                 "engine": "engine", "chat_template_file": "chat_template"}
 
 
-def typed_request(model_ref: str, pick: Pick | None, typed: Mapping[str, Any], default_engine: str) -> LaunchRequest:
-    """The request to launch: the pick's with every option the user typed (``typed``: option name ->
-    value, None = not typed) replacing its field, or, without a pick, the typed options alone."""
+def typed_request(model_ref: str, pick: Pick | None, args: LaunchArgs, default_engine: str) -> LaunchRequest:
+    """The request to launch: the pick's with every request field of ``args`` given (not None)
+    replacing its own, or, without a pick, those fields alone."""
     from ..plan.request import Weights
 
-    given: dict[str, Any] = {TYPED_FIELDS[k]: (str(v) if k == "chat_template_file" else v)
-                             for k, v in typed.items() if k in TYPED_FIELDS and v is not None}
+    given: dict[str, Any] = {field: getattr(args, name) for name, field in TYPED_FIELDS.items()
+                             if getattr(args, name) is not None}
     if "engine" in given:            # an alias typed (llamacpp) is the engine's id from here on
         given["engine"] = engines.resolve(str(given["engine"]))
     if pick is None:

@@ -269,7 +269,7 @@ def _restart_managed(api_key: str | None) -> ServerInfo:
                       model_path=state.model_path, health_path=state.health_path,
                       engine_version=state.engine_version, changes=tuple(state.changes))
     launch.down()                 # whatever is left of it (a hung process) goes first
-    launch.up(spec, options=state.options)
+    launch.up(spec, args=state.args)
     return connect(state.url, api_key=api_key)
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .. import apikey, engines, launch, models
 from ..engines.base import LaunchSpec
 from ..errors import BadInput, EngineFailed, EngineroomError, NotFound
+from ..launchargs import LaunchArgs
 from ..redaction import redact_data
 from ..refs import ModelRef
 from ..store import Store
@@ -77,7 +78,7 @@ class Prepared:
     """Everything checked before anything is stopped or started (``switch`` relies on that)."""
 
     spec: LaunchSpec                 # the adapter's LaunchSpec
-    options: dict                    # the launch options as the user gave them (kept for `switch`)
+    args: LaunchArgs                 # the arguments as given, the pick's settings filled in (kept for `switch`)
     prediction: Prediction | None = None
     pick: Pick | None = None
     binary_found: bool = True        # False: a recipe rendered without the engine installed
@@ -88,28 +89,13 @@ class Prepared:
 
 def prepare(
     model_ref: str | ModelRef,
+    args: LaunchArgs | None = None,
     *,
-    ctx: int | None = None,
-    port: int | None = None,
-    host: str = "127.0.0.1",
-    threads: int | None = None,
-    parallel: int | None = None,
-    kv_unified: bool | None = None,
-    kv_dtype: str | None = None,
-    tp: int | None = None,
-    engine_bin: str | None = None,
-    chat_template_file: Path | None = None,
-    tools_template: bool = False,
-    extra_args: Sequence[str] = (),
-    timeout: float | None = None,
-    engine: str | None = None,
     say: Callable[[str], None] | None = None,
     pick: Pick | None = None,
     download: bool = True,
     require_binary: bool = True,
     api_key: str | None = None,
-    api_key_env: str | None = None,
-    api_key_file: str | None = None,
     head_addr: str | None = None,
     container: bool = False,
 ) -> Prepared:
@@ -117,22 +103,21 @@ def prepare(
     its memory; start nothing. ``download=False, require_binary=False``: a recipe (what would run).
     ``container``: rendered for the engine's container image, which brings its own program, so
     the adapter's stand-in program is rendered (nothing of this machine's install leaks in).
-    ``pick``: the plan's LaunchRequest is what is rendered, each option given here replacing its field
-    (None: not given; ``engine`` None: the pick's, else the default engine)."""
+    ``pick``: the plan's LaunchRequest is what is rendered, each field of ``args`` given (not None)
+    replacing its own (``engine`` None: the pick's, else the default engine). ``api_key``: a key
+    typed on the command line, written to a private file here (``args`` keeps references only)."""
     from ..cpuprobe import probe_cpu
 
-    request = typed_request(str(getattr(model_ref, "raw", model_ref)), pick,
-                            dict(ctx=ctx, parallel=parallel, kv_unified=kv_unified, kv_dtype=kv_dtype, tp=tp,
-                                 engine=engine, chat_template_file=chat_template_file), engines.DEFAULT_ENGINE)
+    args = args or LaunchArgs()
+    request = typed_request(str(getattr(model_ref, "raw", model_ref)), pick, args, engines.DEFAULT_ENGINE)
     engine = request.engine
     if pick is not None:       # the plan's settings, as launched (switch keeps them)
-        ctx, parallel, kv_unified, kv_dtype, tp = (request.ctx, request.n_seqs, request.kv_unified,
-                                                   request.kv_dtype, request.tp)
-    options = dict(ctx=ctx, port=port, host=host, threads=threads, parallel=parallel, kv_unified=kv_unified,
-                   kv_dtype=kv_dtype, tp=tp,
-                   engine_bin=str(engine_bin) if engine_bin else None,
-                   chat_template_file=str(chat_template_file) if chat_template_file else None,
-                   tools_template=tools_template, extra_args=list(extra_args), timeout=timeout, engine=engine)
+        args = replace(args, ctx=request.ctx, parallel=request.n_seqs, kv_unified=request.kv_unified,
+                       kv_dtype=request.kv_dtype, tp=request.tp)
+    args = replace(args, engine=engine)
+    ctx, port, host, threads, parallel, tp = args.ctx, args.port, args.host, args.threads, args.parallel, args.tp
+    engine_bin, tools_template, extra_args = args.engine_bin, args.tools_template, list(args.extra_args)
+    chat_template_file = Path(args.chat_template_file) if args.chat_template_file else None
     port = check_port(port)
     if pick is not None and pick.cluster and download:
         raise BadInput(f"the plan's pick spans {pick.cluster['nodes']} machines; engineroom launches one machine: "
@@ -198,10 +183,10 @@ def prepare(
     elif port == 0:
         port = launch.free_port(host)
     # the key by reference (apikey.py): a key after `--` is moved out of the argv; options keep references
-    key = apikey.for_launch(api_key=api_key, api_key_env=api_key_env, api_key_file=api_key_file,
+    key = apikey.for_launch(api_key=api_key, api_key_env=args.api_key_env, api_key_file=args.api_key_file,
                             extra_args=extra_args, split=adapter.split_api_key, write=download)
-    extra_args = key.extra_args
-    options.update(key.options, extra_args=list(extra_args))
+    extra_args = list(key.extra_args)
+    args = replace(args, extra_args=tuple(extra_args), api_key_env=key.env, api_key_file=key.file_ref)
     request = replace(request, chat_template=str(template) if template else None)
     try:
         projector = _projector(request, download, say)
@@ -231,7 +216,7 @@ def prepare(
     except BaseException:
         apikey.discard(key)
         raise
-    return Prepared(spec, options, prediction, pick, found, key=key, cluster=cluster, request=request)
+    return Prepared(spec, args, prediction, pick, found, key=key, cluster=cluster, request=request)
 
 
 def with_template_parser(request: LaunchRequest, calls: str | None) -> LaunchRequest:
@@ -262,8 +247,7 @@ def launch_prepared(prepared: Prepared, *, before: Callable[[], object] | None =
     try:
         if before:
             before()
-        state = launch.up(prepared.spec, options=prepared.options, hide_env=apikey.hidden_env(prepared.options),
-                          **kwargs)
+        state = launch.up(prepared.spec, args=prepared.args, hide_env=apikey.hidden_env(prepared.args), **kwargs)
     except BaseException:
         if prepared.key is not None:
             apikey.discard(prepared.key)
@@ -300,17 +284,18 @@ def _read_arch(path: Path) -> ModelArch | None:
         return None
 
 
-def start(model_ref: str | ModelRef, *, timeout: float | None = None,
+def start(model_ref: str | ModelRef, args: LaunchArgs | None = None, *,
+          say: Callable[[str], None] | None = None,
           on_wait: Callable[[str, float], None] | None = None,
           on_spawn: Callable[[int], None] | None = None, pick: Pick | None = None,
-          accept_placement: bool = False, **options: Any) -> launch.ServerState:
+          accept_placement: bool = False, api_key: str | None = None) -> launch.ServerState:
     """Pull if needed, check the engine for this machine, render its command line, start it; return once
     healthy and placed as planned (``accept_placement``: keep a launch the engine placed otherwise)."""
     from .validation import require
 
-    prepared = prepare(model_ref, timeout=timeout, pick=pick, **options)
+    prepared = prepare(model_ref, args, say=say, pick=pick, api_key=api_key)
     checked = require(prepared)               # the engine's own parser, before anything starts
-    state = launch_prepared(prepared, timeout=timeout, on_wait=on_wait, on_spawn=on_spawn)
+    state = launch_prepared(prepared, timeout=prepared.args.timeout, on_wait=on_wait, on_spawn=on_spawn)
     state = launch.update_state(state, notes=[*state.notes, checked.line()])
     return record_launch(state, prepared, accept_placement=accept_placement)
 

@@ -2,8 +2,8 @@
 
 Everything is checked before the running server stops (``prepare``: the model file's GGUF header
 in full, the engine installed; the engine's own parser on the argv; fit's memory prediction
-against what will be free), the options not given again are the running server's
-(``carried_options``: never another engine's own binary, arguments or KV type), a planned launch
+against what will be free), the arguments not given again are the running server's
+(``carried_args``: never another engine's own binary, arguments or KV type), a planned launch
 keeps its plan's request when the model and engine stay (``kept_pick``: weights, spec-decode,
 parsers, vision, the engine's own options), and when the new server still does not come up the
 old one is started again from its recorded command line and the error says so (``restore``).
@@ -18,43 +18,51 @@ from typing import Any
 from .. import apikey, engines, launch
 from ..engines.base import LaunchSpec
 from ..errors import BadInput, EngineroomError
+from ..launchargs import FIELDS, LaunchArgs
 from ..redaction import MASK
 from ..refs import ModelRef
 from .picks import Pick, pick_from_row
 from .serving import Prepared, launch_prepared, prepare, record_launch, stop
 
-# launch options that belong to one engine: a switch to another engine does not carry them
-ENGINE_OWN_OPTIONS = ("engine_bin", "extra_args", "kv_dtype")
+# launch arguments that belong to one engine: a switch to another engine does not carry them
+ENGINE_OWN_ARGS = ("engine_bin", "extra_args", "kv_dtype")
+KEY_ARGS = ("api_key_env", "api_key_file")      # a key's references: replaced whole when a key is given
 
 
-def carried_options(options: dict, given: Sequence[str], current: launch.ServerState | None) -> tuple[dict, list[str]]:
-    """The options ``switch`` launches with: the ones given this time, the running server's for the
-    rest (its engine and port included). A switch to another engine keeps none of the old engine's
-    own options (its binary, its extra arguments, its KV type); the second value names the ones left."""
-    previous = dict(current.options) if current and current.options else {}
-    merged = dict(options)
-    old_engine = (current.engine if current else None) or previous.get("engine")
-    new_engine = options.get("engine") if "engine" in given else old_engine
+def carried_args(args: LaunchArgs, given: Sequence[str], current: launch.ServerState | None,
+                 *, new_key: bool = False) -> tuple[LaunchArgs, list[str]]:
+    """The arguments ``switch`` launches with: the ones given this time (``given`` names the fields
+    typed), the running server's for the rest (its engine and port included). A switch to another
+    engine keeps none of the old engine's own arguments (its binary, its extra arguments, its KV type);
+    ``new_key``: a key was typed this time (``--api-key``), which replaces the running server's key
+    references. The second value names the arguments left behind."""
+    previous = current.args if current is not None else LaunchArgs()
+    old_engine = (current.engine if current else None) or previous.engine
+    new_engine = args.engine if "engine" in given else old_engine
     other_engine = old_engine is not None and new_engine is not None and new_engine != old_engine
     # a key given this time in any form (after `--` too) replaces the running server's reference whole
     split = engines.adapter(new_engine if new_engine and engines.has_adapter(new_engine)
                             else engines.DEFAULT_ENGINE).split_api_key
-    new_key = any(k in given for k in apikey.KEY_OPTIONS) or any(split(merged.get("extra_args") or ())[1:])
+    new_key = new_key or any(k in given for k in KEY_ARGS) or any(split(args.extra_args)[1:])
+    kept: dict[str, Any] = {}
     left: list[str] = []
-    for key, value in previous.items():
-        if key in given or (new_key and key in apikey.KEY_OPTIONS) or (key not in merged and key != "engine"):
+    for name in FIELDS:
+        if name in given or name == "engine" or (new_key and name in KEY_ARGS):
             continue
-        if other_engine and key in ENGINE_OWN_OPTIONS:
+        value = getattr(previous, name)
+        if other_engine and name in ENGINE_OWN_ARGS:
             if value:
-                left.append(key)
+                left.append(name)
             continue
-        merged[key] = value
-    if current and "port" not in given:
-        merged["port"] = current.port
-    return merged, left
+        kept[name] = value
+    if current is not None and "port" not in given:
+        kept["port"] = current.port
+    if "engine" not in given and old_engine is not None:
+        kept["engine"] = old_engine
+    return args.with_fields(**kept), left
 
 
-def kept_pick(current: launch.ServerState | None, model_ref: str | ModelRef, options: dict,
+def kept_pick(current: launch.ServerState | None, model_ref: str | ModelRef, args: LaunchArgs,
               given: Sequence[str]) -> Pick | None:
     """The running server's plan pick, for a switch that keeps its model and engine (``switch MODEL
     --ctx N`` after ``up MODEL --priority P``): its request (weights, spec-decode, parsers, vision, the
@@ -70,7 +78,7 @@ def kept_pick(current: launch.ServerState | None, model_ref: str | ModelRef, opt
     request = row.get("request")
     if not isinstance(request, dict):
         return None
-    engine = options.get("engine") if "engine" in given and options.get("engine") else current.engine
+    engine = args.engine if "engine" in given and args.engine else current.engine
     if engines.resolve(str(engine)) != current.engine:
         return None
     weights: dict = request["weights"] if isinstance(request.get("weights"), dict) else {}
@@ -83,27 +91,28 @@ def kept_pick(current: launch.ServerState | None, model_ref: str | ModelRef, opt
         return None
 
 
-def switch(model_ref: str | ModelRef, *, given: Sequence[str] = (), on_wait: Callable[[str, float], None] | None = None,
-           pick: Pick | None = None, **options: Any) -> launch.ServerState:
+def switch(model_ref: str | ModelRef, args: LaunchArgs | None = None, *, given: Sequence[str] = (),
+           say: Callable[[str], None] | None = None, on_wait: Callable[[str, float], None] | None = None,
+           pick: Pick | None = None, api_key: str | None = None) -> launch.ServerState:
     """Start MODEL in the managed server's place: checked first, stopped only once the new one is ready to go.
 
-    Options the user did not give this time (``given`` lists the ones they did) are taken
+    Arguments the user did not give this time (``given`` names the fields they did) are taken
     from the running server's launch, extra engine arguments included, and so is its port
-    (``carried_options``; never another engine's own). Everything is checked before the running
+    (``carried_args``; never another engine's own). Everything is checked before the running
     server stops: the model file (its GGUF header in full), the engine installed, its own parser
     on the argv, the memory fit. If the new server still fails to come up, the old one is
     started again from its recorded command line and the error says so (``restore``).
     """
+    args = args or LaunchArgs()
     current = launch.read_state()
     if current is not None and not launch.is_alive(current.pid, current.proc_created):
         current = None
-    merged, left = carried_options(options, given, current)
-    pick = pick or kept_pick(current, model_ref, options, given)
-    if "extra_args" not in given and MASK in (merged.get("extra_args") or ()):
+    merged, left = carried_args(args, given, current, new_key=api_key is not None)
+    pick = pick or kept_pick(current, model_ref, args, given)
+    if "extra_args" not in given and MASK in merged.extra_args:
         raise BadInput("the running server's engine arguments held a secret, which engineroom does not keep; "
                        "give them again after `--` (for an API key: --api-key-env VAR).")
-    timeout = merged.pop("timeout", None)
-    prepared = prepare(model_ref, timeout=timeout, pick=pick, **merged)
+    prepared = prepare(model_ref, merged, say=say, pick=pick, api_key=api_key)
     from .validation import require
 
     require(prepared)                         # the engine's own parser, before the running server is stopped
@@ -116,7 +125,7 @@ def switch(model_ref: str | ModelRef, *, given: Sequence[str] = (), on_wait: Cal
     notes = [f"not carried from the {current.engine if current else ''} server to {prepared.spec.engine}: "
              f"{', '.join('--' + k.replace('_', '-') for k in left)} (another engine's own)"] if left else []
     try:
-        state = launch_prepared(prepared, before=stop, timeout=timeout, on_wait=on_wait)
+        state = launch_prepared(prepared, before=stop, timeout=merged.timeout, on_wait=on_wait)
     except EngineroomError as exc:
         if current is None:
             raise
@@ -203,8 +212,7 @@ def restore(old: launch.ServerState, failure: EngineroomError,
     try:
         if on_wait:
             on_wait(f"the new server failed; restarting the previous one ({old.model})", 0.0)
-        back = launch.up(spec, options=old.options, on_wait=on_wait,
-                         hide_env=apikey.hidden_env(old.options))
+        back = launch.up(spec, args=old.args, on_wait=on_wait, hide_env=apikey.hidden_env(old.args))
     except EngineroomError as again:
         return EngineroomError(f"{message.rstrip('.')}; restarting the previous server ({old.model}) failed too: "
                                f"{again}", detail=detail, exit_code=failure.exit_code)
@@ -215,5 +223,5 @@ def restore(old: launch.ServerState, failure: EngineroomError,
                            f"{old.port} (pid {back.pid}).", detail=detail, exit_code=failure.exit_code)
 
 
-__all__ = ["ENGINE_OWN_OPTIONS", "SWITCH_FAILED_LOG", "carried_options", "check_memory", "kept_pick", "restore",
-           "switch"]
+__all__ = ["ENGINE_OWN_ARGS", "KEY_ARGS", "SWITCH_FAILED_LOG", "carried_args", "check_memory", "kept_pick",
+           "restore", "switch"]

@@ -27,7 +27,7 @@ def engine_argvs(prepared: Prepared) -> list[list[str]]:
 def check(prepared: Prepared) -> ArgvCheck:
     """What the engine installed here says of ``prepared``'s command line(s)."""
     adapter = engines.adapter(prepared.spec.engine)
-    return adapter.check_argv(engine_argvs(prepared), prepared.options.get("engine_bin"))
+    return adapter.check_argv(engine_argvs(prepared), prepared.args.engine_bin)
 
 
 def require(prepared: Prepared) -> ArgvCheck:
