@@ -417,7 +417,7 @@ def test_up_verify_bench_on_the_real_vllm(vllm_managed):
     # prediction, runtime included, against the USS of vLLM's processes. On a CPU without native float16
     # vLLM runs at float32 (dtype.py), and the weights row is the float16 checkpoint's logged size x 2
     # (seen, benchmarks/data/vllm_cpu/float32: weights +0.22%, KV pool 0.0%, total +0.04%, process -8.0% of
-    # 4.36 GiB; at float16 -1.9% of 3.83 GiB: float32's runtime beside weights and pool is ~0.3 GiB larger,
+    # 4.36 GiB; at float16 -1.9% of 3.83 GiB: float32's runtime beside weights and pool is 0.28 GiB larger,
     # which fit's runtime allowance does not model)
     rows = {r["component"]: r for r in state["memory"]["rows"]}
     dtype = state["argv"][state["argv"].index("--dtype") + 1]       # the converted folder's, or this CPU's
