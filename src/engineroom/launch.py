@@ -385,6 +385,7 @@ def measured_memory(engine: Engine, log_path: Path, pid: int) -> dict:
     out: dict = {"measured": {}, "measured_source": ""}
     if report is not None:
         out["measured"] = {c.name: c.bytes for c in report.components}
+        out["measured_sources"] = {c.name: c.source for c in report.components}   # each row says what it read
         out["measured_source"] = report.source
         out["measured_device"] = report.device
     from .resources import gpu_memory_of

@@ -21,6 +21,7 @@ names is counted too.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 
@@ -29,6 +30,7 @@ class MemoryRow:
     component: str
     predicted_bytes: int | None
     measured_bytes: int | None
+    source: str = ""     # where the measured side was read, as the engine's adapter said (empty: not said)
 
     @property
     def error_pct(self) -> float | None:
@@ -61,9 +63,12 @@ def _grouped(predicted: dict[str, int], measured: dict[str, int]) -> dict[str, i
     return out
 
 
-def compare(predicted: dict[str, int], measured: dict[str, int]) -> list[MemoryRow]:
+def compare(predicted: dict[str, int], measured: dict[str, int],
+            sources: Mapping[str, str] | None = None) -> list[MemoryRow]:
     """One row per component either side names (fit's order first), then ``total`` (the components
-    both sides have), then ``process`` (fit's whole prediction vs the processes' memory) when measured."""
+    both sides have), then ``process`` (fit's whole prediction vs the processes' memory) when measured;
+    ``sources`` names where each measured component was read (kept in its row)."""
+    said = dict(sources or {})
     grouped = _grouped(predicted, measured)
     names = [n for n in grouped if n != "total"]
     names += [n for n in measured if n not in grouped and not n.startswith("total") and n != PROCESS]
@@ -72,7 +77,8 @@ def compare(predicted: dict[str, int], measured: dict[str, int]) -> list[MemoryR
         p, m = grouped.get(name), measured.get(name)
         if not p and not m:
             continue                 # both sides say nothing of it (e.g. no recurrent state)
-        rows.append(MemoryRow(name, p if p is not None else None, m if name in measured else None))
+        rows.append(MemoryRow(name, p if p is not None else None, m if name in measured else None,
+                              said.get(name, "") if name in measured else ""))
     if predicted or measured:
         # like with like: fit's components that the engine also reported (a CUDA runtime the
         # engine does not log is a row of its own, and inside the GPU<i> row)
@@ -87,7 +93,7 @@ def compare(predicted: dict[str, int], measured: dict[str, int]) -> list[MemoryR
         whole = predicted.get("total")
         if whole is None:
             whole = sum(b for n, b in predicted.items() if not n.startswith("GPU")) or None
-        rows.append(MemoryRow(PROCESS, whole, measured[PROCESS]))
+        rows.append(MemoryRow(PROCESS, whole, measured[PROCESS], said.get(PROCESS, "")))
     return rows
 
 

@@ -205,6 +205,8 @@ def recipe_lines(spec: LaunchSpec, argv: Sequence[str], pick: Pick | None, *, ch
         lines.append(f"# {pick.source}")
         lines += [f"# note: {note}" for note in pick.notes]
     lines += [f"# note: {note}" for note in spec.notes]   # what the adapter added beyond the options, and why
+    # what engineroom added for this machine (the adapter's cpu_adjustments), as `up` says it
+    lines += [f"# changed: added {' '.join(c.get('args', []))}: {c.get('why', '')}" for c in spec.changes]
     lines += [f"{key}={shlex.quote(value)} \\" for key, value in spec.env.items()]
     lines.append(shlex.join(argv))
     lines.append(f"# {checked}")      # what the engine's own parser said (engines.argvcheck), or why not asked

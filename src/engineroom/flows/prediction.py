@@ -71,22 +71,24 @@ def predict_memory(engine: str, arch: ModelArch | None, settings: dict, probe: C
     return Prediction(comps, request, rig.label or "this machine")
 
 
-def process_memory(state: ServerState) -> tuple[dict, str]:
+def process_memory(state: ServerState) -> tuple[dict, str, dict]:
     """What the engine reported (``state.memory``'s ``measured``) with, where it runs in host memory,
     its processes' own memory (``memory.PROCESS``: the process tree's USS, which holds the runtime no
-    log line names), and the sources said; a GPU's whole use is NVML's ``GPU<i>`` rows instead."""
+    log line names), the sources said, and each component's own (for its row); a GPU's whole use is
+    NVML's ``GPU<i>`` rows instead."""
     from ..memory import PROCESS
     from ..resources import process_tree_memory
 
     measured = dict(state.memory.get("measured") or {})
     source = str(state.memory.get("measured_source", ""))
+    sources = dict(state.memory.get("measured_sources") or {})
     if state.memory.get("measured_device") == "cpu":
         tree = process_tree_memory(state.pid) or {}
         if tree.get("uss_bytes"):
             measured[PROCESS] = int(tree["uss_bytes"])
-            source = (source + "; " if source else "") + \
-                f"{PROCESS}: USS of the engine's {len(tree.get('pids') or [])} process(es) once ready (psutil)"
-    return measured, source
+            sources[PROCESS] = f"USS of the engine's {len(tree.get('pids') or [])} process(es) once ready (psutil)"
+            source = (source + "; " if source else "") + f"{PROCESS}: {sources[PROCESS]}"
+    return measured, source, sources
 
 
 def placement_check(engine: str, log_path: str, pred: Prediction | None, accept: bool = False) -> Check:

@@ -308,7 +308,7 @@ def record_launch(state: launch.ServerState, prepared: Prepared, *,
     from ..memory import compare, rows_as_dicts
 
     pred = prepared.prediction
-    measured, measured_source = process_memory(state)
+    measured, measured_source, sources = process_memory(state)
     memory = {
         "predicted": pred.components if pred else {},
         "fit_request": pred.request if pred else {},
@@ -316,7 +316,7 @@ def record_launch(state: launch.ServerState, prepared: Prepared, *,
         "prediction_missing": (pred.why_none if pred else "no prediction was made"),
         "measured": measured,
         "measured_source": measured_source,
-        "rows": rows_as_dicts(compare(pred.components if pred else {}, measured)),
+        "rows": rows_as_dicts(compare(pred.components if pred else {}, measured, sources)),
     }
     placed = placement_check(state.engine, state.log_path, pred, accept_placement)
     memory["placement"] = placed.as_dict()

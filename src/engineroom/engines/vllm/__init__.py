@@ -5,7 +5,8 @@ Everything specific to vLLM lives here: the environment ``engines install vllm``
 (VLLM_CPU_KVCACHE_SPACE), the API key handed over by engineroom's launcher shim (never in argv
 or the environment), health semantics (no answer while loading, 503 = engine dead), /v1/models'
 owned_by and max_model_len, /metrics' names, the KV-pool lines of its log, converting a GGUF to
-the folder it serves, and checking a command line with vLLM's own argument parser.
+the folder it serves, the dtype it computes at on this CPU, and checking a command line with
+vLLM's own argument parser.
 
 This package is the adapter (entry point ``vllm``); this module re-exports what engineroom calls.
 """
@@ -50,6 +51,7 @@ from .discovery import (
     installed,
     placeholder_binary,
 )
+from .dtype import NATIVE_FP16, cpu_adjustments, cpu_dtype
 from .server import (
     FAILURE_PATTERNS,
     FULL_LENGTH_BODY,
@@ -83,8 +85,8 @@ __all__ = ["RELEASE",
            "CPU_KV_DTYPES", "DEFAULT_KVCACHE_SPACE_GIB", "ENGINE", "ENV_PYTHON", "EXPECTED_BUILD",
            "FAILURE_PATTERNS", "FLAGS", "FULL_LENGTH_BODY", "KVCACHE_SPACE_ENV", "METRIC_NAMES", "OWN_NAMES",
            "PACKAGE", "SERVER_MODULE", "SPEC_METHODS", "START_TIMEOUT_S", "TESTED", "VERSION", "VLLM_KV_DTYPES",
-           "KEY_SHIM", "Binary", "api_key_file_in", "binary_version",
-           "check_spec_config", "classify_failure", "converted_dir", "find_binary",
+           "KEY_SHIM", "NATIVE_FP16", "Binary", "api_key_file_in", "binary_version",
+           "check_spec_config", "classify_failure", "converted_dir", "cpu_adjustments", "cpu_dtype", "find_binary",
            "health_state", "install", "installed", "kv_capacity", "kvcache_space_gib", "launch_settings",
            "loads_refusal", "memory_report", "normalise_metrics", "placeholder_binary", "placement_report", "probe",
            "render",
@@ -99,7 +101,7 @@ if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and 
     from .. import vllm as _self
 
     class _Implements(_base.EngineAdapter[Binary], _base.RefusesModels, _base.HintsWhileWaiting, _base.ReportsMemory,
-                      _base.ReportsPlacement,
+                      _base.ReportsPlacement, _base.AdjustsForCpu,
                       _base.SettlesLaunch, _base.NormalisesMetrics, _base.ListsInstalls, _base.Installs,
                       _base.HasPlaceholderBinary[Binary], _base.TellsBinaryVersion[Binary],
                       _base.ValidatesArgv[Binary], _base.RendersCluster[Binary], _base.ConvertsModel,

@@ -13,6 +13,7 @@ from ...errors import BadInput, NotFound
 from ..base import LaunchOptions, LaunchSpec
 from .convert import converted_dtype
 from .discovery import ENGINE, SERVER_MODULE, Binary
+from .dtype import DTYPE_FLAG, cpu_changes, fit_kv, fit_quant, launched_dtype
 
 API_KEY_FLAG = "--api-key"      # not VLLM_API_KEY: the engine's workers would inherit that variable
 KEY_SHIM = apikey.launcher_shim(SERVER_MODULE, API_KEY_FLAG)
@@ -32,7 +33,7 @@ CPU_KV_DTYPES = ("auto", "bfloat16", "float16", "fp8_e5m2")
 KV_ALIASES = {"f16": "auto", "bf16": "bfloat16", "fp16": "float16"}
 # nearest vLLM type for llama.cpp-family ids someone may carry over
 _KV_NEAREST = {"q8_0": "fp8", "q5_0": "fp8", "q5_1": "fp8", "q4_0": "fp8", "q4_1": "fp8", "iq4_nl": "fp8",
-               "f32": "auto"}
+               "f32": "auto", "float32": "auto"}     # auto is float32 where vLLM runs at --dtype float32
 _QUANTISED_KV = ("fp8", "int8", "int4", "nvfp4", "turboquant", "ultraquant")
 # vLLM 0.32.0's SpeculativeMethod (vllm/config/speculative.py), the neutral catalog ids first
 SPEC_METHODS = ("ngram", "mtp", "dflash", "draft_model", "eagle", "eagle3", "medusa", "mlp_speculator",
@@ -188,10 +189,12 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         argv += ["--max-num-seqs", str(o.n_seqs)]
     if o.tp > 1 and not _has_flag(extra, "--tensor-parallel-size", "-tp"):
         argv += ["--tensor-parallel-size", str(o.tp)]
-    # a folder engineroom converted runs at the dtype it was saved at (vLLM's CPU build may pick another)
+    # the dtype vLLM computes at (dtype.py): the user's after `--`, else this CPU's (cpu_adjustments,
+    # one of the changes added below; the CPU build only), else a converted folder's own
+    changes = cpu_changes(o.changes, cpu=cpu)
     dtype = converted_dtype(model_path)
-    if dtype and not _has_flag(extra, "--dtype"):
-        argv += ["--dtype", dtype]
+    if dtype and not _has_flag(extra, DTYPE_FLAG) and not any(DTYPE_FLAG in c.args for c in changes):
+        argv += [DTYPE_FLAG, dtype]
     kv = vllm_kv_dtype(o.kv_dtype, cpu=cpu)
     if kv and kv != "auto" and not _has_flag(extra, "--kv-cache-dtype"):
         argv += ["--kv-cache-dtype", kv]
@@ -210,7 +213,7 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         argv += ["--reasoning-parser", o.reasoning_parser]
     if o.vision is False and not _has_flag(extra, "--language-model-only"):
         argv += ["--language-model-only"]     # sized text-only: the vision tower is not loaded
-    for change in o.changes:
+    for change in changes:
         argv += list(change.args)
     argv += extra
     env = dict(binary.env)
@@ -225,18 +228,21 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     return LaunchSpec(
         engine=ENGINE, argv=tuple(argv), port=o.port, host=o.host, env=env, log_path=o.log_path,
         model=o.model_name or str(model_path), model_path=str(model_path), health_path="/health",
-        engine_version=binary.version, changes=tuple(c.as_dict() for c in o.changes),
+        engine_version=binary.version, changes=tuple(c.as_dict() for c in changes),
     )
 
 
 def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> dict[str, object]:
     """What vLLM runs with for ``options``, in fit's words: ctx (its default: the model's
     trained context), its max-num-seqs default (256 on CPU, capped by what is launched), the
-    KV type, and the fixed KV space of the CPU build."""
+    weights at the dtype it computes at (``dtype.launched_dtype``: float32 takes 4 bytes a
+    weight, and its KV ``auto`` 4 bytes an element), the KV type, and the fixed KV space of the
+    CPU build."""
     ctx = options.ctx if options.ctx is not None else trained_ctx
     kv = KV_ALIASES.get(options.kv_dtype or "auto", options.kv_dtype or "auto")
-    return {"ctx": ctx, "n_seqs": options.n_seqs or 1, "kv_unified": True, "kv_dtype": kv, "tp": options.tp,
-            "kv_space_bytes": kvcache_space_gib() * (1 << 30), "quant": "bf16"}
+    quant = fit_quant(launched_dtype(options))
+    return {"ctx": ctx, "n_seqs": options.n_seqs or 1, "kv_unified": True, "kv_dtype": fit_kv(kv, quant),
+            "tp": options.tp, "kv_space_bytes": kvcache_space_gib() * (1 << 30), "quant": quant}
 
 
 # --------------------------------------------------------------------------- vLLM's own parser

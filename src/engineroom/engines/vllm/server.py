@@ -107,12 +107,33 @@ _REPORTED: tuple[tuple[str, re.Pattern[str], str], ...] = (
 )
 _CHECKPOINT = re.compile(r"Checkpoint size: ([\d.]+) ?GiB")
 _ENGINE_START = "Initializing a V1 LLM engine"
+# vllm/config/model.py _get_and_verify_dtype, logged by the API server before the engine starts:
+# "Upcasting torch.float16 to torch.float32." (the checkpoint's dtype -> the one it runs at)
+_CAST = re.compile(r"(?:Upcasting|Downcasting|Casting) torch\.(\w+) to torch\.(\w+)\.")
+# the engine's config line: "... dtype=torch.float32, ... quantization=None, ..."
+_RUN_DTYPE = re.compile(r"\bdtype=torch\.(\w+),")
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def _last_start(log_text: str) -> str:
     """The log from the last engine start on (a relaunch appends to the same log)."""
     at = log_text.rfind(_ENGINE_START)
     return log_text[log_text.rfind("\n", 0, at) + 1:] if at >= 0 else log_text
+
+
+def _held_at(log_text: str) -> tuple[str, str, str] | None:
+    """(vLLM's cast line, the checkpoint's dtype, the dtype the last start holds its weights at) when it
+    cast an unquantised checkpoint (the line sits between the previous start and the last one), else None."""
+    starts = [m.start() for m in re.finditer(re.escape(_ENGINE_START), log_text)]
+    if not starts:
+        return None
+    end = log_text.find("\n", starts[-1])
+    line = log_text[starts[-1]:end if end >= 0 else len(log_text)]
+    run = _RUN_DTYPE.search(line)
+    casts = list(_CAST.finditer(log_text, starts[-2] if len(starts) > 1 else 0, starts[-1]))
+    if run is None or not casts or "quantization=None" not in line or casts[-1].group(2) != run.group(1):
+        return None
+    return casts[-1].group(0).rstrip("."), casts[-1].group(1), run.group(1)
 
 
 def _gib_sum(pattern: re.Pattern[str], text: str) -> tuple[int, int] | None:
@@ -155,8 +176,17 @@ def memory_report(log_text: str) -> MemoryReport | None:
             comps.append(MeasuredComponent(name, got[0], f"log: {what}, {got[1]} line(s), GiB to 0.01"))
     names = {c.name for c in comps}
     if "weights" not in names and (ck := _CHECKPOINT.search(text)):
-        comps.append(MeasuredComponent("weights", int(round(float(ck.group(1)) * GiB)),
-                                       "log: 'Checkpoint size: X GiB' (the weights the CPU build loads, GiB to 0.01)"))
+        size, what = float(ck.group(1)), "log: 'Checkpoint size: X GiB' (the weights the CPU build loads, GiB to 0.01)"
+        held = _held_at(log_text)
+        if held and held[1] in _DTYPE_BYTES and held[2] in _DTYPE_BYTES and \
+                _DTYPE_BYTES[held[1]] != _DTYPE_BYTES[held[2]]:
+            # like with like: the checkpoint's bytes as held at the dtype it runs at (what fit sizes)
+            cast, stored, runs = held
+            scale = _DTYPE_BYTES[runs] / _DTYPE_BYTES[stored]
+            size *= scale
+            what = (f"log: 'Checkpoint size: {ck.group(1)} GiB' (the {stored} safetensors, GiB to 0.01) x {scale:g}: "
+                    f"the weights as held at {runs} (its log: '{cast}')")
+        comps.append(MeasuredComponent("weights", int(round(size * GiB)), what))
     if "kv_pool" not in names and (got := _gib_sum(_KV_SET, text)) is not None:
         comps.append(MeasuredComponent("kv_pool", got[0], "log: 'set (X/Y) GiB for KV cache' (GiB, rounded)"))
     if not comps:
