@@ -313,7 +313,6 @@ def scales(out: Path, names: list[str], layers: int = 8) -> None:
     with the one 0.002 block scale synth used before and once with ``synth.BLOCK_SCALES``, launched by
     `engineroom up FILE --ctx 4096 --parallel 1` (as every step here) and asked for 32 tokens with
     ignore_eos (``_ask``); what came back is kept in ``scales.json``."""
-    import httpx
 
     from engineroom.synth import write_synthetic_gguf
 
@@ -324,17 +323,31 @@ def scales(out: Path, names: list[str], layers: int = 8) -> None:
             path = out / f"scale-{name}-{layers}L.gguf"
             write_synthetic_gguf(arch, QUANT, path, block_scale=value)
             row: dict[str, Any] = {"model": name, "layers": layers, "scale": label}
-            rc, state, err = _cli("up", str(path), "--ctx", "4096", "--parallel", "1", "--port", "0", "--json")
             try:
-                row.update(_ask(state["port"], SHORT_PROMPT) if rc == 0 and state else {"error": f"up: rc {rc}: {err}"})
-            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:   # recorded; the next one runs
-                row["error"] = f"{type(exc).__name__}: {exc}"
+                row.update(_launch_and_ask(path, {"short": SHORT_PROMPT})["short"])
             finally:
-                _cli("down")
                 path.unlink(missing_ok=True)
             print(json.dumps(row), flush=True)
             results.append(row)
     (out / "scales.json").write_text(json.dumps(results, indent=1))
+
+
+def _launch_and_ask(path: Path, prompts: dict[str, str], *up_args: str) -> dict[str, dict[str, Any]]:
+    """`up` ``path`` (with ``up_args``), ask each prompt (label -> text), `down`: each answer's row, or
+    its error (recorded, so the next launch still runs)."""
+    import httpx
+
+    rc, state, err = _cli("up", str(path), "--ctx", "4096", "--parallel", "1", "--port", "0", "--json", *up_args)
+    rows: dict[str, dict[str, Any]] = {}
+    try:
+        for label, prompt in prompts.items():
+            try:
+                rows[label] = _ask(state["port"], prompt) if rc == 0 and state else {"error": f"up: rc {rc}: {err}"}
+            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+                rows[label] = {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        _cli("down")
+    return rows
 
 
 def onetoken(out: Path, name: str = "qwen36") -> None:
@@ -342,7 +355,6 @@ def onetoken(out: Path, name: str = "qwen36") -> None:
     full (lease3): the two things that differed, split. The shape at 8 layers and at its full depth,
     each asked with the short prompt the cuts had and a ~1,000-token prompt like the suites'; each
     answer's first tokens come with their top log-probabilities. Kept in ``onetoken.json``."""
-    import httpx
 
     from engineroom.synth import write_synthetic_gguf
 
@@ -351,19 +363,14 @@ def onetoken(out: Path, name: str = "qwen36") -> None:
     for layers in sorted({min(8, full.n_layers), full.n_layers}):
         path = out / f"onetoken-{name}-{layers}L.gguf"
         write_synthetic_gguf(_cut(name, layers), QUANT, path)
-        rc, state, err = _cli("up", str(path), "--ctx", "4096", "--parallel", "1", "--port", "0", "--json")
         try:
-            for label, prompt in (("short", SHORT_PROMPT), ("long", LONG_PROMPT)):
-                row: dict[str, Any] = {"model": name, "layers": layers, "prompt": label}
-                try:
-                    row.update(_ask(state["port"], prompt) if rc == 0 and state else {"error": f"up: rc {rc}: {err}"})
-                except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:   # recorded; the next one runs
-                    row["error"] = f"{type(exc).__name__}: {exc}"
-                print(json.dumps(row), flush=True)
-                results.append(row)
+            answers = _launch_and_ask(path, {"short": SHORT_PROMPT, "long": LONG_PROMPT})
         finally:
-            _cli("down")
             path.unlink(missing_ok=True)
+        for label, answer in answers.items():
+            row: dict[str, Any] = {"model": name, "layers": layers, "prompt": label, **answer}
+            print(json.dumps(row), flush=True)
+            results.append(row)
     (out / "onetoken.json").write_text(json.dumps(results, indent=1))
 
 
@@ -373,7 +380,6 @@ def nonfinite(out: Path, name: str = "qwen36") -> None:
     asked the short prompt on the CPU (``-ngl 0``), on the GPU with an f16 and a q4_0 cache, and on
     the GPU without flash attention.
     The file is deleted only at the end. Kept in ``nonfinite.json``."""
-    import httpx
 
     from engineroom.synth import write_synthetic_gguf
 
@@ -383,15 +389,8 @@ def nonfinite(out: Path, name: str = "qwen36") -> None:
     try:
         for where, kv, extra in (("cpu", "f16", ["--", "-ngl", "0"]), ("gpu", "f16", []), ("gpu", "q4_0", []),
                                  ("gpu, no flash attention", "f16", ["--", "-fa", "off"])):
-            rc, state, err = _cli("up", str(path), "--ctx", "4096", "--parallel", "1", "--kv", kv, "--port", "0",
-                                  "--json", *extra)
-            row: dict[str, Any] = {"model": name, "layers": 8, "where": where, "kv": kv}
-            try:
-                row.update(_ask(state["port"], SHORT_PROMPT) if rc == 0 and state else {"error": f"up: rc {rc}: {err}"})
-            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:   # recorded; the next one runs
-                row["error"] = f"{type(exc).__name__}: {exc}"
-            finally:
-                _cli("down")
+            row: dict[str, Any] = {"model": name, "layers": 8, "where": where, "kv": kv,
+                                   **_launch_and_ask(path, {"short": SHORT_PROMPT}, "--kv", kv, *extra)["short"]}
             print(json.dumps(row), flush=True)
             results.append(row)
             (out / "nonfinite.json").write_text(json.dumps(results, indent=1))
