@@ -198,6 +198,7 @@ def compare_boot_samples(per_a: BootSamples, per_b: BootSamples) -> dict[str, An
             signs = {math.copysign(1.0, mb - ma) for ma in means_a for mb in means_b if mb != ma}
             enough = len(boots_a) >= 2 and len(boots_b) >= 2 and min(len(x) for x in boots_a + boots_b) >= 2
             boot_band = _boot_band(means_a, means_b) if enough else None
+            needed: int | None = None
             if w["band"] is None or boot_band is None:
                 verdict, why = "cannot tell", "each arm needs at least 2 boots of at least 2 measured requests"
             elif abs(w["delta"]) <= w["band"]:
@@ -209,6 +210,8 @@ def compare_boot_samples(per_a: BootSamples, per_b: BootSamples) -> dict[str, An
                 needed = _boots_needed(means_a, means_b, w["delta"])
                 if needed is not None and needed > min(len(means_a), len(means_b)):
                     why += f" (at this spread, about {needed} boots an arm would tell)"
+                else:
+                    needed = None
             else:
                 verdict, why = "real", "beyond the noise band and the boot-to-boot variation, in every boot pairing"
             rows.append({"group": group, "metric": metric, "a_mean": mean_a, "b_mean": mean_b, "n_a": len(a),
@@ -217,5 +220,5 @@ def compare_boot_samples(per_a: BootSamples, per_b: BootSamples) -> dict[str, An
                          "delta": w["delta"], "delta_pct": (w["delta"] / mean_a * 100.0) if mean_a else None,
                          "band": w["band"],
                          "band_pct": (w["band"] / mean_a * 100.0) if (mean_a and w["band"] is not None) else None,
-                         "verdict": verdict, "why": why})
+                         "verdict": verdict, "why": why, "boots_needed": needed})
     return {"rows": rows}

@@ -16,6 +16,11 @@ def ab_cmd(
                                                 "arguments, e.g. 'extra=-nr')."),
     arm_b: str = typer.Option(..., "--b", help="Arm B's launch settings (same form)."),
     boots: int = typer.Option(2, "--boots", help="Boots per arm, interleaved A B B A ... (at least 2 for a verdict)."),
+    max_boots: int | None = typer.Option(None, "--max-boots",
+                                         help="Add mirrored pairs of boots, up to this many an arm, while a metric "
+                                              "is undecided only by the boot-to-boot variation (default: --boots)."),
+    retries: int = typer.Option(2, "--retries", help="Times a boot whose bench says INVALID is booted again "
+                                                     "(INVALID boots are never compared)."),
     max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens per request."),
     warmup: int = typer.Option(1, "--warmup", help="Unscored requests per workload and boot."),
     runs: int = typer.Option(3, "--runs", help="Measured requests per workload and boot."),
@@ -33,7 +38,8 @@ def ab_cmd(
     from ..store import Store
 
     for flag, value, least in (("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", runs, 1),
-                               ("--boots", boots, 1)):
+                               ("--boots", boots, 1), ("--retries", retries, 0),
+                               ("--max-boots", boots if max_boots is None else max_boots, boots)):
         if value < least:
             raise BadInput(f"{flag} must be at least {least}, not {value}.")
     a, b = parse_arm(arm_a, "A"), parse_arm(arm_b, "B")
@@ -41,11 +47,14 @@ def ab_cmd(
 
     base = LaunchArgs(port=0, ctx=ctx, threads=threads)
     plan = BenchPlan(workloads=default_workloads(max_tokens)[:1], warmup=warmup, measured=runs, full_length=True)
-    say = None if json_out else (lambda line: err_console.print(line))
+    def say(line: str) -> None:          # progress goes to stderr, with --json too
+        err_console.print(line)
+
     with Store() as store:
-        outcome = ab(store, model, arm_a=a, arm_b=b, boots=boots, plan=plan, base=base, say=say)
+        outcome = ab(store, model, arm_a=a, arm_b=b, boots=boots, plan=plan, base=base, say=say, retries=retries,
+                     max_boots=max_boots)
     if json_out:
         print_json({"runs_a": outcome.runs_a, "runs_b": outcome.runs_b, "order": outcome.order,
-                    "comparison": outcome.comparison})
+                    "invalid_boots": outcome.invalid, "comparison": outcome.comparison})
     else:
         print_text(ab_text(outcome.comparison))

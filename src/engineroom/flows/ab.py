@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import launch
@@ -76,43 +76,91 @@ class ABOutcome:
     runs_b: list[int]
     order: list[str]
     comparison: dict[str, Any]
+    invalid: list[dict[str, Any]] = field(default_factory=list)   # boots whose bench said INVALID, set aside
+
+
+def _invalid_why(summary: Mapping[str, Any]) -> str:
+    """The failed integrity checks of an INVALID bench, in one line."""
+    failed = [f"{c.get('name')}: {c.get('detail')}" for c in summary.get("integrity") or []
+              if c.get("status") == "FAIL"]
+    return "; ".join(failed) or "; ".join(summary.get("warnings") or []) or "the bench said INVALID"
+
+
+def _undecided(comparison: Mapping[str, Any], most: int) -> bool:
+    """True when some metric is not real only for the boot-to-boot variation, and its spread says
+    ``most`` boots an arm or fewer would tell."""
+    return any(row.get("boots_needed") is not None and row["boots_needed"] <= most
+               for row in comparison.get("rows") or [])
 
 
 def ab(store: Store, model: str, *, arm_a: Mapping[str, Any], arm_b: Mapping[str, Any], boots: int,
        plan: Any, base: LaunchArgs, say: Callable[[str], None] | None = None,
-       progress: Callable[[int, int, str], None] | None = None) -> ABOutcome:
+       progress: Callable[[int, int, str], None] | None = None, retries: int = 2,
+       max_boots: int | None = None) -> ABOutcome:
     """Boot each arm ``boots`` times, interleaved; bench each boot; compare the arms. An arm is the
     launch arguments it sets (``parse_arm``) laid over ``base``; each boot's run keeps the whole
-    ``LaunchArgs`` it was launched with."""
+    ``LaunchArgs`` it was launched with.
+
+    A boot whose bench says INVALID (a busy machine, a decode CV over the limit, ...) is not compared:
+    it is kept in the store, named in ``invalid`` with its reason, and the arm is booted again (at most
+    ``retries`` times per boot). When a metric is undecided only by the boot-to-boot variation and its
+    spread says ``max_boots`` boots an arm would tell, mirrored pairs of boots are added up to there."""
     from ..bench import bench_conditions
     from ..bench.compare import compare_arms
 
     running = launch.read_state()
     if running is not None and launch.is_alive(running.pid, running.proc_created):
         raise BadInput("a managed server is running; `engineroom down` first (ab boots its own servers).")
+    most = max(boots, max_boots or boots)
     order = boot_order(boots)
     runs: dict[str, list[int]] = {"A": [], "B": []}
+    invalid: list[dict[str, Any]] = []
+
+    def boot(n: int, arm: str) -> None:
+        settings = arm_a if arm == "A" else arm_b
+        args = base.with_fields(**settings)
+        for attempt in range(retries + 1):
+            again = f", again ({attempt} INVALID before)" if attempt else ""
+            if say:
+                say(f"boot {n}/{len(order)}: arm {arm} ({_describe(settings)}){again}")
+            state = start(model, args)
+            try:
+                info = connect(None)
+                nth = len(runs[arm]) + 1
+                cond = {**bench_conditions(info, plan), **run_conditions(info),
+                        "ab": {"arm": arm, "boot": nth, "order": order, "position": n, "attempt": attempt + 1,
+                               "arm_a": _jsonable(arm_a), "arm_b": _jsonable(arm_b), "args": state.args.to_dict()}}
+                run_id = store.start_run("bench", cond, label=f"ab arm {arm} boot {nth}: {model}")
+                outcome = bench(info, store, plan, run_id=run_id, progress=progress, host=HostGuard(say=say))
+                status = outcome.summary.get("status", "OK")
+                store.finish_run(run_id, status, outcome.summary)
+            finally:
+                stop()
+            if status != "INVALID":
+                runs[arm].append(run_id)
+                return
+            why = _invalid_why(outcome.summary)
+            invalid.append({"arm": arm, "position": n, "run": run_id, "why": why})
+            if say:
+                say(f"boot {n}: arm {arm} run {run_id} is INVALID ({why}); not compared")
+
+    def compare() -> dict[str, Any]:
+        return compare_arms([(store.get_run(i), store.records(i)) for i in runs["A"]],
+                            [(store.get_run(i), store.records(i)) for i in runs["B"]])
+
     for n, arm in enumerate(order, 1):
-        args = base.with_fields(**(arm_a if arm == "A" else arm_b))
+        boot(n, arm)
+    comparison = compare()
+    while len(order) < 2 * most and _undecided(comparison, most):
+        pair = boot_order(len(order) // 2 + 1)[-2:]
+        order += pair
         if say:
-            say(f"boot {n}/{len(order)}: arm {arm} ({_describe(arm_a if arm == 'A' else arm_b)})")
-        state = start(model, args)
-        try:
-            info = connect(None)
-            boot = len(runs[arm]) + 1
-            cond = {**bench_conditions(info, plan), **run_conditions(info),
-                    "ab": {"arm": arm, "boot": boot, "order": order, "position": n, "arm_a": _jsonable(arm_a),
-                           "arm_b": _jsonable(arm_b), "args": state.args.to_dict()}}
-            run_id = store.start_run("bench", cond, label=f"ab arm {arm} boot {boot}: {model}")
-            outcome = bench(info, store, plan, run_id=run_id, progress=progress, host=HostGuard(say=say))
-            store.finish_run(run_id, outcome.summary.get("status", "OK"), outcome.summary)
-            runs[arm].append(run_id)
-        finally:
-            stop()
-    comparison = compare_arms([(store.get_run(i), store.records(i)) for i in runs["A"]],
-                              [(store.get_run(i), store.records(i)) for i in runs["B"]])
-    comparison.update(arm_a=_jsonable(arm_a), arm_b=_jsonable(arm_b), order=order, model=model)
-    return ABOutcome(runs["A"], runs["B"], order, comparison)
+            say(f"undecided by the boot-to-boot variation: two more boots ({' '.join(pair)}), up to {most} an arm")
+        for i, arm in enumerate(pair, len(order) - 1):
+            boot(i, arm)
+        comparison = compare()
+    comparison.update(arm_a=_jsonable(arm_a), arm_b=_jsonable(arm_b), order=order, model=model, invalid_boots=invalid)
+    return ABOutcome(runs["A"], runs["B"], order, comparison, invalid)
 
 
 def _jsonable(arm: Mapping[str, Any]) -> dict[str, Any]:

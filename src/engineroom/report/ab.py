@@ -34,6 +34,11 @@ def ab_text(result: Mapping[str, Any]) -> str:
                      f"**{r['verdict']}**: {r['why']} |")
     if not result.get("rows"):
         lines.append("| (no metric measured in every boot of both arms) | | | | | | | | | |")
+    bad = result.get("invalid_boots") or []
+    if bad:
+        lines += ["", "Not compared (the bench said INVALID; the arm was booted again):"]
+        lines += [f"- run {b.get('run')}, arm {b.get('arm')} at boot position {b.get('position')}: {b.get('why')}"
+                  for b in bad]
     lines += ["", "_Real means: beyond the pooled 95% band of the requests, the same direction in every "
                   "A-boot / B-boot pairing, and beyond a 99% band over the boot means._"]
     return "\n".join(lines) + "\n"
