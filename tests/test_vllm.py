@@ -171,7 +171,7 @@ def test_the_cpu_build_computes_at_float16_only_where_the_cpu_has_native_float16
     and fit sizes 4-byte weights and a 4-byte KV auto for it."""
     monkeypatch.setattr("engineroom.engines.vllm.dtype._gpus_here", lambda: False)
     probe = _cpu(*flags, traps=traps)
-    assert vllm.cpu_dtype(probe)[0] == dtype
+    assert (vllm.cpu_dtype(probe)[0] or "float16") == dtype            # None: the converted folder's own
     changes = engines.adapter("vllm").cpu_adjustments(probe, ())      # the facade reaches the hook
     opts = LaunchOptions(model_path=converted, ctx=2048, n_seqs=2, changes=tuple(changes))
     spec = vllm.render(BIN, opts)

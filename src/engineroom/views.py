@@ -379,6 +379,7 @@ def fit_view(model_name: str, subject: ResolvedModel, rig: Rig, f: Fit, *, engin
     out: Lines = [*fit_tables(title, f, bool(rig.gpus))]
     out += [Text(f"host: {c.name} {mem(c.bytes)} ({c.note})") for c in f.host]
     out += model_notes(subject)
+    out += [_markup(f"[yellow]note:[/] {escape(n)}") for n in f.notes]
     style = {Verdict.FITS: "green", Verdict.TIGHT: "yellow"}.get(f.verdict, "red")
     out.append(_markup(f"verdict: [{style}]{f.verdict}[/] — {escape(f.binding)}"))
     out.append(Text(f"slots: {slots} x {ctx:,} tokens, KV "

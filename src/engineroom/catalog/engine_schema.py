@@ -231,6 +231,20 @@ class DockerImage(Strict):
         return f"{self.image}:{self.tag}" if self.image and self.tag else None
 
 
+class ComputeDtype(Strict):
+    """The dtype a build computes at unless the CPU computes its 16-bit checkpoint natively
+    (vLLM's CPU build: float32 without ``avx512_fp16`` / ``amx_fp16``). The adapter asks for
+    ``value`` at launch; plan and fit hold the weights of ``formats`` as ``weights_quant`` and
+    the KV type ``auto`` as ``kv_auto``, so the sizes and speeds are the launch's."""
+
+    value: str                               # the engine's dtype name (vLLM's --dtype)
+    native_flags: tuple[str, ...]            # /proc/cpuinfo flags that compute the 16-bit dtype natively
+    formats: tuple[QuantFormat, ...]         # weight formats held at ``value`` (the 16-bit checkpoints)
+    weights_quant: str                       # fit's quant for them at ``value`` (tables bits_per_weight)
+    kv_auto: str                             # the KV type ``auto`` is at ``value`` (one of the engine's)
+    source: str
+
+
 class Backend(Strict):
     """One build of an engine for one kind of device (llama.cpp's CPU build, its CUDA
     build, vLLM's CPU wheel, ...): which rigs it serves (``vendors``) and what it can run
@@ -243,7 +257,8 @@ class Backend(Strict):
       engine marks ``plan: true``);
     * ``spec_methods``: speculative-decoding methods it runs (empty: none);
     * ``decode``: its single-stream decode model (a CPU build's is fitted on a CPU);
-    * ``memory_model`` / ``default_mem_fraction``: how ``fit`` sizes this build.
+    * ``memory_model`` / ``default_mem_fraction``: how ``fit`` sizes this build;
+    * ``compute_dtype``: the dtype it computes at on a CPU without a native 16-bit type.
     """
 
     id: str                                  # cpu | cuda | rocm | metal | sycl | vulkan
@@ -256,6 +271,7 @@ class Backend(Strict):
     memory_model: MemoryModel | None = None
     default_mem_fraction: float | None = Field(default=None, gt=0, le=1)
     kv_cache_space: KvCacheSpace | None = None   # kv_pool builds with a fixed KV space (vLLM CPU)
+    compute_dtype: ComputeDtype | None = None
     source: str
 
 
@@ -321,6 +337,7 @@ class Engine(Strict):
     backends: tuple[Backend, ...] = ()       # its builds per device kind; each vendor in exactly one
     backend: str | None = None               # set on a view: the build this Engine describes
     kv_cache_space: KvCacheSpace | None = None   # set on a view from its backend (None: VRAM-fraction pool)
+    compute_dtype: ComputeDtype | None = None    # set on a view from its backend
     docker: DockerImage | None = None        # its official container image (None: not described yet)
 
     @model_validator(mode="after")
@@ -400,6 +417,7 @@ class Engine(Strict):
             "memory_model": mm,
             "default_mem_fraction": frac if mm == "kv_pool" else None,
             "kv_cache_space": b.kv_cache_space if mm == "kv_pool" else None,
+            "compute_dtype": b.compute_dtype,
             "backend": b.id,
         })
 

@@ -16,7 +16,7 @@ from ..errors import BadInput, NotFound
 from ..fit import Fit, FitMemo, FitRequest, Verdict, fit, kv_dtype_spec, kv_refusal, max_concurrency, max_context
 from ..hardware import Rig
 from .adhoc import ResolvedModel, resolve_model
-from .candidates import _Cand, _quant_runs_on
+from .candidates import _Cand, _quant_runs_on, held_on_cpu
 from .planner import _Planner
 from .ranking import STATIC_METRICS, _groups
 from .reasons import _reasons
@@ -219,7 +219,15 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
         if e.backend and q.format not in e.quant_formats else None)
     if why:
         raise BadInput(f"cannot fit {model.name} {q.id} on {e.id}: {why}.")
-    kv_dtype_spec(e.id, kv_dtype, catalog=cat)   # BadInput names the catalog's KV types
+    kv = kv_dtype_spec(e.id, kv_dtype, catalog=cat)   # BadInput names the catalog's KV types
+    held = None
+    if not rig.gpus and e.compute_dtype is not None:   # a CPU build that computes at another dtype here
+        flags = cpu_features
+        if flags is None and rig.source == "detected":
+            from ..cpuprobe import probe_cpu
+
+            flags = probe_cpu().usable
+        held = held_on_cpu(e, q, kv, rig, cat.tables.bits_per_weight, flags)
     if n_seqs is None:
         n_seqs, default_unified = e.default_slots, e.default_kv_unified
         kv_unified = default_unified if kv_unified is None else kv_unified
@@ -228,7 +236,9 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
     if rig.gpus and tp > rig.n_gpus:
         raise BadInput(f"--tp {tp} needs {tp} GPUs but the rig {rig.label} has {rig.n_gpus}.")
     arch = subject.arch or arch_from_catalog(model)
-    req = FitRequest(engine=e.id, ctx=ctx, quant=q.id, weight_bytes=q.weight_bytes, kv_dtype=kv_dtype,
+    req = FitRequest(engine=e.id, ctx=ctx, quant=held.quant if held else q.id,
+                     weight_bytes=held.weight_bytes if held else q.weight_bytes,
+                     kv_dtype=held.kv.id if held else kv_dtype,
                      n_seqs=n_seqs, tp=tp, pp=pp, mem_fraction=e.default_mem_fraction, kv_unified=bool(kv_unified),
                      rope_scaling=rope_scaling, cpu_features=cpu_features, repack=repack, swa_full=swa_full)
     if ubatch is not None:
@@ -239,7 +249,8 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
     f = fit(arch, req, rig, catalog=cat)
     mc = max_context(arch, req, rig, catalog=cat)
     ms = max_concurrency(arch, req, rig, catalog=cat) if f.verdict != Verdict.DOES_NOT_FIT else 0
-    return model, replace(f, max_ctx=mc, max_seqs=ms)
+    notes = (f"{e.id}'s {e.backend} build is {held.text(q, kv)}: sized as launched",) if held else ()
+    return model, replace(f, max_ctx=mc, max_seqs=ms, notes=notes + f.notes)
 
 
 def plans_as_rows(plans: Iterable[Plan]) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ candidate that passes is sized by ``planner``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from ..arch import ModelArch
@@ -51,16 +52,68 @@ class _Cand:
     notes: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     pp: int = 1                      # pipeline stages (one per node on a cluster rig)
+    held: HeldAs | None = None       # how the launch holds it on this CPU, where not as the catalog says
+
+    @property
+    def held_kv(self) -> KvDtype:
+        """The KV type the launch holds (``auto`` at the CPU build's compute dtype: its own size)."""
+        return self.held.kv if self.held else self.kv
 
     def request(self, arch: ModelArch, ctx: int, n_seqs: int, vision: bool) -> FitRequest:
-        d = self.drafter
+        d, held = self.drafter, self.held
         return FitRequest(
-            engine=self.engine.id, ctx=ctx, quant=self.quant.id, weight_bytes=self.quant.weight_bytes,
-            kv_dtype=self.kv.id, n_seqs=n_seqs, tp=self.tp, pp=self.pp,
+            engine=self.engine.id, ctx=ctx, quant=held.quant if held else self.quant.id,
+            weight_bytes=held.weight_bytes if held else self.quant.weight_bytes,
+            kv_dtype=self.held_kv.id, n_seqs=n_seqs, tp=self.tp, pp=self.pp,
             spec_method=d.method if d else None, spec_tokens=d.spec_tokens if d else 0,
             draft_bytes=int(d.size_gb * GB) if d else 0, vision=vision,
             mem_fraction=self.engine.default_mem_fraction, rope_scaling=self.rope_scaling,
         )
+
+
+@dataclass(frozen=True)
+class HeldAs:
+    """A pick as a CPU build's launch holds it (``Engine.compute_dtype``): the weights of a 16-bit
+    checkpoint at the build's compute dtype, the KV type ``auto`` at that dtype's size."""
+
+    dtype: str                       # the engine's dtype name the launch asks for (vLLM: float32)
+    quant: str                       # fit's quant for the weights as held
+    weight_bytes: int
+    kv: KvDtype
+    why: str                         # why this CPU runs that dtype, one phrase
+
+    def text(self, quant: Quant, kv: KvDtype) -> str:
+        weights = (f"{quant.id} weights held as {self.quant} ({self.weight_bytes / GB:.3g} GB)"
+                   if self.quant != quant.id else f"{quant.id} weights as they are")
+        kv_text = f"KV {kv.id} at {self.kv.bytes_per_elem:g} B/elem"
+        kv_text += f" ({self.kv.id})" if self.kv.id != kv.id else ""
+        return f"launched at {self.dtype} ({self.why}): {weights}, {kv_text}"
+
+
+def held_on_cpu(engine: Engine, quant: Quant, kv: KvDtype, rig: Rig, bits: Mapping[str, float],
+                usable_flags: frozenset[str] | None) -> HeldAs | None:
+    """How ``engine``'s CPU build holds ``quant`` + ``kv`` on ``rig`` when that is not what the
+    catalog sizes (its ``compute_dtype``, where the CPU lacks every one of its native flags;
+    ``usable_flags`` None: a CPU named by a spec, whose flags are not known: assumed without
+    them); None on a GPU rig, or where the launch holds the pick as it is."""
+    cd = engine.compute_dtype
+    if cd is None or rig.gpus:
+        return None
+    if usable_flags is not None:
+        if any(f in usable_flags for f in cd.native_flags):
+            return None
+        why = f"this CPU has neither {' nor '.join(cd.native_flags)}"
+    else:
+        why = f"a CPU by spec, assumed without {' / '.join(cd.native_flags)}"
+    held_quant, weight_bytes = quant.id, quant.weight_bytes
+    source_bits = bits.get(quant.id.lower())
+    if quant.format in cd.formats and source_bits:
+        held_quant = cd.weights_quant
+        weight_bytes = int(quant.weight_bytes * bits[cd.weights_quant.lower()] / source_bits)
+    held_kv = engine.kv(cd.kv_auto) if kv.id == "auto" else kv
+    if held_kv is None or (held_quant == quant.id and held_kv.id == kv.id):
+        return None
+    return HeldAs(cd.value, held_quant, weight_bytes, held_kv, why)
 
 
 def _max_seqs(arch: ModelArch, req: FitRequest, rig: Rig, cat: Catalog, cap: int = 256,

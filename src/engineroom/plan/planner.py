@@ -21,6 +21,7 @@ from .candidates import (
     _max_seqs,
     _quant_runs_on,
     _rig_groups,
+    held_on_cpu,
     quality_cmp,
     quality_value,
 )
@@ -66,6 +67,12 @@ class _Planner:
         else:
             self.target_ctx = max_pos if prio.ctx == "max" else min(int(prio.ctx), max_pos)
         self.min_ctx = ctx if ctx is not None else min(c.min_ctx or 1, self.target_ctx)
+        # this machine's CPU flags where a CPU build's compute dtype depends on them (None: a rig by spec)
+        self.cpu_flags: frozenset[str] | None = None
+        if not rig.gpus and rig.source == "detected" and any(e.compute_dtype for e in self.engines):
+            from ..cpuprobe import probe_cpu
+
+            self.cpu_flags = probe_cpu().usable
 
     # -- static filters ------------------------------------------------------------------
     def _engine_ok(self, e: Engine) -> str | None:
@@ -157,8 +164,10 @@ class _Planner:
                         if refused:   # the engine would not start: never a candidate
                             self.rejected.append(f"{e.id} + KV {kv.id}: {e.id} refuses it ({refused})")
                             continue
+                        held = held_on_cpu(e, q, kv, self.rig, self.cat.tables.bits_per_weight, self.cpu_flags)
                         for d in drafters:
-                            out.append(_Cand(e, q, kv, d, tp, inst, groups, rope_scaling=self.rope_scaling, pp=pp))
+                            out.append(_Cand(e, q, kv, d, tp, inst, groups, rope_scaling=self.rope_scaling, pp=pp,
+                                             held=held))
         return out
 
     # -- sizing --------------------------------------------------------------------------
@@ -250,15 +259,18 @@ class _Planner:
             return
         e, dm, layers = c.engine, c.engine.decode, self.arch.n_layers
         w = weights_read_per_token(self.model, self.arch, c.quant)
-        kv = kv_bytes_per_token(self.arch, c.kv, min(SPEED_DEPTH, c.ctx))
+        if c.held is not None:     # the weights as the CPU build holds them (float32: twice a 16-bit file)
+            w = int(w * c.held.weight_bytes / max(1, c.quant.weight_bytes))
+        kv = kv_bytes_per_token(self.arch, c.held_kv, min(SPEED_DEPTH, c.ctx))
         scale = 1.0 + (c.tp - 1) * e.multi_gpu.scaling      # the seed's measured per-stream TP ratio
         roof = bw * GB * scale / (w + kv)
         threads = c.groups[0].cpu_threads if not c.groups[0].gpus else None   # CPU: llama-server's default -t
         mix: tuple[tuple[str, float], ...] = ()
         if threads:   # CPU: the weights stream at their types' rates, the KV at its own ("kv_f16", ...)
             threads = max(1, threads - dm.reserved_cpus)    # less the cores the engine keeps (vLLM's frontend)
-            mix = tuple((t, share * w / (w + kv)) for t, share in weight_type_mix(self.arch, c.quant.id))
-            mix += ((f"kv_{c.kv.id.lower()}", kv / (w + kv)),) if kv else ()
+            types = ((c.held.quant, 1.0),) if c.held else weight_type_mix(self.arch, c.quant.id)
+            mix = tuple((t, share * w / (w + kv)) for t, share in types)
+            mix += ((f"kv_{c.held_kv.id.lower()}", kv / (w + kv)),) if kv else ()
         slow, _middle, fast = decode_rates(dm, w + kv, layers, bw, threads, mix)
         m_lo = m_hi = 1.0
         src = ""
@@ -296,7 +308,9 @@ class _Planner:
             "engine_status": float(self.cat.tables.status_rank(e.status)),
             "engine_non_nvidia_vendors": float(sum(1 for v in e.vendors if v != "nvidia")),
             "cold_start_s": e.cold_start_s.value if e.cold_start_s else math.inf,
-            "kv_precision": c.kv.bytes_per_elem,
+            # as held (vLLM CPU's auto at float32: 4 B), but a 16-bit cache is already lossless:
+            # a wider one ranks no higher
+            "kv_precision": min(c.held_kv.bytes_per_elem, 2.0),
         }
 
     def metrics(self, c: _Cand) -> dict[str, float]:
@@ -315,7 +329,9 @@ class _Planner:
             "engine_status": float(self.cat.tables.status_rank(e.status)),
             "engine_non_nvidia_vendors": float(sum(1 for v in e.vendors if v != "nvidia")),
             "cold_start_s": e.cold_start_s.value if e.cold_start_s else math.inf,
-            "kv_precision": c.kv.bytes_per_elem,
+            # as held (vLLM CPU's auto at float32: 4 B), but a 16-bit cache is already lossless:
+            # a wider one ranks no higher
+            "kv_precision": min(c.held_kv.bytes_per_elem, 2.0),
             "ctx": float(c.ctx),
         }
         c.metrics = m

@@ -31,7 +31,7 @@ _METRIC_TEXT = {
                                             + " besides NVIDIA"),
     "cold_start_s": lambda c: (f"cold start {c.engine.cold_start_s.value:g} s ({c.engine.cold_start_s.source})"
                                if c.engine.cold_start_s else "cold start not published"),
-    "kv_precision": lambda c: f"KV {c.kv.id} at {c.kv.bytes_per_elem:g} B/elem",
+    "kv_precision": lambda c: f"KV {c.kv.id} at {c.held_kv.bytes_per_elem:g} B/elem",
     "ctx": lambda c: f"{c.ctx:,} tokens per sequence",
 }
 
@@ -42,29 +42,29 @@ def _kv_trade(p: _Planner, c: _Cand, ranked: list[_Cand]) -> str | None:
     keys = [k.metric for k in p.prio.rank]
     if "kv_precision" not in keys:
         return None
-    precise = [r for r in ranked if r.kv.bytes_per_elem > c.kv.bytes_per_elem + 0.1]
+    precise = [r for r in ranked if r.held_kv.bytes_per_elem > c.held_kv.bytes_per_elem + 0.1]
     if precise:   # ranked lower: they serve less context, memory binds
-        r = max(precise, key=lambda r: (r.ctx, r.kv.bytes_per_elem))
+        r = max(precise, key=lambda r: (r.ctx, r.held_kv.bytes_per_elem))
         return (f"KV {c.kv.id} instead of {r.kv.id}: memory binds; {_label(r)} serves only {r.ctx:,} of the "
                 f"{p.target_ctx:,} tokens ({r.fits[0].binding}).")
-    others = [kv for kv in c.engine.plan_kv_dtypes if kv.bytes_per_elem > c.kv.bytes_per_elem + 0.1]
+    others = [kv for kv in c.engine.plan_kv_dtypes if kv.bytes_per_elem > c.held_kv.bytes_per_elem + 0.1]
     if others:
         why = next((m for k, m in p.layout_misses.items() if k[:2] == (c.engine.id, c.quant.id)
                     and any(k[2] == kv.id for kv in others)), None)
         return (f"KV {c.kv.id}: memory binds, no more precise KV type of {c.engine.id} serves "
                 f"{p.target_ctx:,} tokens" + (f" {why}" if why else "") + ".")
     tol = next((k.tolerance for k in p.prio.rank if k.metric == "decode_tps"), 0.0)
-    faster = [r for r in ranked if r.kv.bytes_per_elem < c.kv.bytes_per_elem - 0.1 and r.ctx >= c.ctx
+    faster = [r for r in ranked if r.held_kv.bytes_per_elem < c.held_kv.bytes_per_elem - 0.1 and r.ctx >= c.ctx
               and r.metrics.get("decode_tps", 0.0) > c.metrics.get("decode_tps", 0.0) + tol]
     if faster:
         r = max(faster, key=lambda r: r.metrics["decode_tps"])
         a, b = c.metrics["decode_tps"], r.metrics["decode_tps"]
         saved = c.metrics["gpu_bytes"] - r.metrics["gpu_bytes"]
-        return (f"KV precision kept: {c.kv.id} ({c.kv.bytes_per_elem:g} B/elem) at {a:.0f} t/s, where "
-                f"{_label(r)} ({r.kv.id}, {r.kv.bytes_per_elem:g} B/elem) would decode {b:.0f} t/s "
+        return (f"KV precision kept: {c.kv.id} ({c.held_kv.bytes_per_elem:g} B/elem) at {a:.0f} t/s, where "
+                f"{_label(r)} ({r.kv.id}, {r.held_kv.bytes_per_elem:g} B/elem) would decode {b:.0f} t/s "
                 f"(+{(b / a - 1) * 100 if a else 0:.0f}%) with {gib(abs(saved), 1)} "
                 f"{'less' if saved >= 0 else 'more'} memory; memory does not bind here, so the cache stays precise.")
-    return (f"KV {c.kv.id} ({c.kv.bytes_per_elem:g} B/elem): the most precise KV type, "
+    return (f"KV {c.kv.id} ({c.held_kv.bytes_per_elem:g} B/elem): the most precise KV type, "
             "and no less precise one decodes faster.")
 
 
@@ -88,10 +88,13 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
         f"fit: {gib(busiest.used_bytes, 1)} of {gib(busiest.capacity_bytes, 1)} on the busiest device ({f.verdict}); "
         + ", ".join(f"{x.name} {gib(x.bytes, 1)}" for x in comps) + ".",
         f"context {c.ctx:,} tokens" + (f" (max fillable {c.max_ctx:,}, fit.max_context)" if c.max_ctx else "")
-        + f", KV {kv.id} at {kv.bytes_per_elem:g} B/elem"
+        + f", KV {kv.id} at {c.held_kv.bytes_per_elem:g} B/elem"
         + (f", {c.n_seqs} sequences (--seqs)" if p.user_seqs and c.n_seqs > 1
            else f", {c.n_seqs} sequences (fit.max_concurrency)" if c.n_seqs > 1 else "") + ".",
     ]
+    if c.held is not None:
+        reasons.append(f"{e.id}'s {e.backend or 'CPU'} build is {c.held.text(q, kv)}; fit and the decode "
+                       "speed are for that (catalog compute_dtype).")
     if c.decode:
         d = c.decode
         line = (f"decode {d.low:.0f}-{d.high:.0f} t/s: {gib(d.bytes_per_token, 1)} read per token at "

@@ -51,7 +51,7 @@ from .discovery import (
     installed,
     placeholder_binary,
 )
-from .dtype import NATIVE_FP16, cpu_adjustments, cpu_dtype
+from .dtype import cpu_adjustments, cpu_dtype
 from .server import (
     FAILURE_PATTERNS,
     FULL_LENGTH_BODY,
@@ -85,7 +85,7 @@ __all__ = ["RELEASE",
            "CPU_KV_DTYPES", "DEFAULT_KVCACHE_SPACE_GIB", "ENGINE", "ENV_PYTHON", "EXPECTED_BUILD",
            "FAILURE_PATTERNS", "FLAGS", "FULL_LENGTH_BODY", "KVCACHE_SPACE_ENV", "METRIC_NAMES", "OWN_NAMES",
            "PACKAGE", "SERVER_MODULE", "SPEC_METHODS", "START_TIMEOUT_S", "TESTED", "VERSION", "VLLM_KV_DTYPES",
-           "KEY_SHIM", "NATIVE_FP16", "Binary", "api_key_file_in", "binary_version",
+           "KEY_SHIM", "Binary", "api_key_file_in", "binary_version",
            "check_spec_config", "classify_failure", "converted_dir", "cpu_adjustments", "cpu_dtype", "find_binary",
            "health_state", "install", "installed", "kv_capacity", "kvcache_space_gib", "launch_settings",
            "loads_refusal", "memory_report", "normalise_metrics", "placeholder_binary", "placement_report", "probe",

@@ -29,19 +29,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ...catalog.engine_schema import ComputeDtype
 from ...cpuprobe import CpuProbe
 from ..base import LaunchChange, LaunchOptions
 from .convert import converted_dtype
 
 DTYPE_FLAG = "--dtype"
-# /proc/cpuinfo names of the instructions that compute float16 (Linux arch/x86 cpufeatures;
-# torch.cpu.get_capabilities names them the same)
-NATIVE_FP16 = ("avx512_fp16", "amx_fp16")
 SOURCE = "cpu probe"
 # vLLM's --dtype values (vllm/config/model.py _STR_DTYPE_TO_TORCH_DTYPE) -> fit's quant (bits per
 # weight, catalog tables.yaml) and the KV type vLLM's "auto" then is (catalog engines/vllm.yaml)
 _FIT_QUANT = {"float32": "f32", "float": "f32", "float16": "f16", "half": "f16", "bfloat16": "bf16"}
-_AUTO_KV = {"f32": "float32"}
 
 
 def _flag_value(args: Sequence[str], name: str) -> str | None:
@@ -54,14 +51,27 @@ def _flag_value(args: Sequence[str], name: str) -> str | None:
     return value
 
 
-def cpu_dtype(probe: CpuProbe) -> tuple[str, str]:
-    """(the dtype vLLM's CPU build computes best at on this CPU, why in one phrase)."""
-    native = [f for f in NATIVE_FP16 if f in probe.usable]
+def _compute_dtype() -> ComputeDtype:
+    """The CPU build's compute dtype rule: the catalog's (engines/vllm.yaml, backend cpu), which
+    plan and fit size by too."""
+    from ...catalog import find_engine, load_catalog
+
+    rule = find_engine(load_catalog().for_vendor("cpu"), "vllm").compute_dtype
+    if rule is None:
+        raise RuntimeError("the catalog's vllm cpu backend has no compute_dtype")
+    return rule
+
+
+def cpu_dtype(probe: CpuProbe) -> tuple[str | None, str]:
+    """(the dtype vLLM's CPU build is asked to compute at on this CPU, why in one phrase); None:
+    the checkpoint's own (the CPU computes it natively)."""
+    rule = _compute_dtype()
+    native = [f for f in rule.native_flags if f in probe.usable]
     if native:
-        return "float16", f"this CPU computes float16 natively ({', '.join(native)})"
-    return "float32", ("no native float16 on this CPU (neither avx512_fp16 nor amx_fp16): on such a CPU vLLM's "
-                       "float32 prefilled 3.6-4.7x faster than its float16 and decoded 0.68x as fast "
-                       "(benchmarks/vllm_cpu.md)")
+        return None, f"this CPU computes float16 natively ({', '.join(native)})"
+    return rule.value, (f"no native float16 on this CPU (neither {' nor '.join(rule.native_flags)}): on such a "
+                        "CPU vLLM's float32 prefilled 3.6-4.7x faster than its float16 and decoded 0.68x as fast "
+                        "(benchmarks/vllm_cpu.md)")
 
 
 def _gpus_here() -> bool:
@@ -78,7 +88,7 @@ def cpu_adjustments(probe: CpuProbe, extra_args: Sequence[str] = ()) -> list[Lau
     if _flag_value(extra_args, DTYPE_FLAG) is not None or _gpus_here():
         return []
     dtype, why = cpu_dtype(probe)
-    if dtype == "float16":
+    if dtype is None:
         return []
     return [LaunchChange((DTYPE_FLAG, dtype), f"{why}; weights and KV at 4 bytes (`-- --dtype float16` keeps 2)",
                          SOURCE)]
@@ -109,4 +119,5 @@ def fit_quant(dtype: str | None) -> str:
 
 def fit_kv(kv: str, quant: str) -> str:
     """fit's KV type for vLLM's ``kv`` when the weights run as ``quant``: ``auto`` is the model dtype."""
-    return _AUTO_KV.get(quant, kv) if kv == "auto" else kv
+    rule = _compute_dtype()
+    return rule.kv_auto if kv == "auto" and quant == rule.weights_quant else kv
