@@ -292,6 +292,9 @@ BAD_FLAGS = [
     (("--suite", "full", "--mode", "fresh"), "--mode, --minutes and --turns go with --suite soak."),
     (("--suite", "toolstream", "--tries", "0"), "--tries must be between 1 and 10,000, not 0."),
     (("--suite", "soak", "--tries", "3"), "--tries goes with --suite toolstream."),
+    (("--suite", "full", "--check", "usage,nope"), "no check named nope in the full suite (its checks: reachable, "),
+    (("--check", "usage"), "no check named usage in the smoke suite"),
+    (("--suite", "stress", "--check", "usage"), "--check goes with --suite smoke or full"),
 ]
 
 

@@ -50,6 +50,10 @@ def _check_seconds(flag: str, value: float, *, least: float) -> None:
                        f"not {value}.")
 
 
+_CHECK = typer.Option(None, "--check", metavar="NAME",
+                      help="--suite smoke or full: run only this check (repeat the flag, or NAME,NAME).")
+
+
 @app.command()
 def verify(url: str | None = _URL, api_key_env: str | None = _CLIENT_KEY_ENV,
            api_key: str | None = _CLIENT_KEY, json_out: bool = JsonOpt,
@@ -78,6 +82,7 @@ def verify(url: str | None = _URL, api_key_env: str | None = _CLIENT_KEY_ENV,
            baseline: int | None = typer.Option(None, "--baseline",
                                                help="A stored run id: list the checks that regressed since it."),
            fast: bool = typer.Option(False, "--fast", help="Smaller token budgets and sizes (small CPU models)."),
+           check: list[str] | None = _CHECK,
            ) -> None:
     """API conformance: smoke (default), full, stress, soak or toolstream suite; results stored, shown in the card.
 
@@ -91,13 +96,14 @@ def verify(url: str | None = _URL, api_key_env: str | None = _CLIENT_KEY_ENV,
     suite = suite.strip().lower()
     if junit is not None and junit.is_dir():
         raise BadInput(f"--junit {junit} is a folder; give a file name.")
-    flows.runs.verify_options(suite, repeat, mode, minutes, turns, tries)   # refused before a server is asked
+    only = tuple(n.strip() for item in check or [] for n in item.split(",") if n.strip())
+    flows.runs.verify_options(suite, repeat, mode, minutes, turns, tries, only)   # refused before a server is asked
     key = flows.client_key(url, api_key=api_key, api_key_env=api_key_env)
     info = flows.connect(url, api_key=key)
     with Store() as store:
         outcome = flows.verify(info, store, on_result=None if json_out else _print_check, api_key=key,
                                suite=suite, repeat=repeat, fast=fast, baseline=baseline, mode=mode,
-                               minutes=minutes, turns=turns, tries=tries,
+                               minutes=minutes, turns=turns, tries=tries, only=only,
                                on_turn=None if json_out else lambda rec: err_console.print(views.soak_turn_line(rec)))
     if junit is not None:
         from ..checks.junit import junit_xml

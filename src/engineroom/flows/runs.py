@@ -121,12 +121,21 @@ def _closing_run(store: Store, run_id: int) -> Iterator[None]:
 
 
 def verify_options(suite: str, repeat: int = 1, mode: str | None = None, minutes: float | None = None,
-                   turns: int | None = None, tries: int | None = None) -> SoakOptions | None:
+                   turns: int | None = None, tries: int | None = None,
+                   only: Sequence[str] = ()) -> SoakOptions | None:
     """The verify flags checked together, before a server is asked or a run stored: each soak /
-    toolstream flag with its suite, each value sane (``BadInput``, one sentence); the soak's options."""
+    toolstream flag with its suite, each value sane, each ``--check`` a check of the suite
+    (``BadInput``, one sentence); the soak's options."""
     from ..checks.suites import SELF_REPEATING, check_tries, suite_checks
 
-    suite_checks(suite)                   # an unknown suite is refused
+    checks = suite_checks(suite)          # an unknown suite is refused
+    if only:
+        if not checks:
+            raise BadInput(f"--check goes with --suite smoke or full (the {suite} suite is one run, not checks).")
+        unknown = [n for n in only if n not in {name for name, _ in checks}]
+        if unknown:
+            raise BadInput(f"no check named {', '.join(unknown)} in the {suite} suite "
+                           f"(its checks: {', '.join(name for name, _ in checks)}).")
     if repeat < 1:
         raise BadInput(f"--repeat must be at least 1, not {repeat}.")
     if suite in SELF_REPEATING and repeat != 1:
@@ -157,7 +166,7 @@ def verify(info: ServerInfo, store: Store, *, run_id: int | None = None,
            on_result: Callable[[CheckResult], None] | None = None, api_key: str | None = None,
            suite: str = "smoke", repeat: int = 1, fast: bool = False, baseline: int | None = None,
            timeout_scale: float = 1.0, mode: str | None = None, minutes: float | None = None,
-           turns: int | None = None, tries: int | None = None,
+           turns: int | None = None, tries: int | None = None, only: Sequence[str] = (),
            on_turn: Callable[[dict], None] | None = None) -> VerifyOutcome:
     """Run a verify suite (smoke by default; full, stress, soak, toolstream), storing each check as it finishes.
 
@@ -167,13 +176,14 @@ def verify(info: ServerInfo, store: Store, *, run_id: int | None = None,
     soak suite (``mode``, bounded by ``minutes`` / ``turns``) stores each turn as a ``soak_turn``
     record as it ends (``on_turn`` sees it too) and reads memory per turn: VRAM through NVML when
     the server runs on this machine's GPUs, else the managed engine's process-tree USS, else the
-    engine's own /metrics. The toolstream suite runs ``tries`` streamed tool calls.
+    engine's own /metrics. The toolstream suite runs ``tries`` streamed tool calls. ``only``: the
+    named checks of the smoke or full suite, in suite order.
     """
     from dataclasses import asdict
 
     from ..checks import run_smoke
 
-    soak_opts = verify_options(suite, repeat, mode, minutes, turns, tries)
+    soak_opts = verify_options(suite, repeat, mode, minutes, turns, tries, only)
     before = None
     if baseline is not None:
         before = [r["payload"] for r in store.records(baseline, "check")]
@@ -182,6 +192,8 @@ def verify(info: ServerInfo, store: Store, *, run_id: int | None = None,
     own_run = run_id is None
     if run_id is None:
         asked: dict[str, object] = {"suite": suite, "repeat": repeat, "fast": fast}
+        if only:
+            asked["checks"] = list(only)
         if soak_opts is not None:
             asked.update(mode=soak_opts.mode, minutes=soak_opts.minutes, turns=soak_opts.turns)
         if suite == "toolstream":
@@ -196,7 +208,7 @@ def verify(info: ServerInfo, store: Store, *, run_id: int | None = None,
             on_result(result)
 
     with _closing_run(store, run_id):
-        if suite == "smoke" and repeat == 1:
+        if suite == "smoke" and repeat == 1 and not only:
             from ..client import OpenAIClient
 
             with OpenAIClient(info.url, api_key=api_key) as client:
@@ -204,7 +216,7 @@ def verify(info: ServerInfo, store: Store, *, run_id: int | None = None,
         else:
             results = _run_suite(info, store, rid, suite, repeat=repeat, fast=fast, api_key=api_key,
                                  on_result=record, timeout_scale=timeout_scale, soak=soak_opts, tries=tries,
-                                 on_turn=on_turn)
+                                 on_turn=on_turn, only=only)
         compared = None
         if before is not None and baseline is not None:
             from ..checks.baseline import compare
@@ -223,7 +235,7 @@ def verify(info: ServerInfo, store: Store, *, run_id: int | None = None,
 def _run_suite(info: ServerInfo, store: Store, run_id: int, suite: str, *, repeat: int, fast: bool,
                api_key: str | None, on_result: Callable[[CheckResult], None], timeout_scale: float,
                soak: SoakOptions | None = None, tries: int | None = None,
-               on_turn: Callable[[dict], None] | None = None) -> list:
+               on_turn: Callable[[dict], None] | None = None, only: Sequence[str] = ()) -> list:
     """The full / stress / soak / toolstream suites: the dialect stored first, the engine's own helpers
     handed in as callables (and, for the soak, how memory is read)."""
     from ..checks.context import RecordingClient
@@ -241,7 +253,7 @@ def _run_suite(info: ServerInfo, store: Store, run_id: int, suite: str, *, repea
         restart = (lambda: _restart_managed(api_key)) if managed else None
         if suite != "soak":
             return run_suite(suite, client, info, repeat=repeat, on_result=on_result, timeout_scale=timeout_scale,
-                             fast=fast, ctx=ctx, restart=restart, tries=tries)
+                             fast=fast, ctx=ctx, restart=restart, tries=tries, only=only)
         # the managed server's pid; a --url server on this machine: the process listening on its port
         engine_pid = EnginePid(_managed_pid(info)) if managed else listening_engine(info.url)
         pid = engine_pid.pid

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from .cluster import render_cluster
 from .command import (
+    AOT_COMPILE_ENV,
     CPU_KV_DTYPES,
     DEFAULT_KVCACHE_SPACE_GIB,
     FLAGS,
@@ -81,7 +82,7 @@ OWN_NAMES = ("--max-model-len", "--max-num-seqs", "--speculative-config", "--ena
              "--language-model-only", KVCACHE_SPACE_ENV,
              "VLLM_CPU_OMP_THREADS_BIND", SERVER_MODULE, PACKAGE, *METRIC_NAMES)
 
-__all__ = ["RELEASE",
+__all__ = ["AOT_COMPILE_ENV", "RELEASE",
            "CPU_KV_DTYPES", "DEFAULT_KVCACHE_SPACE_GIB", "ENGINE", "ENV_PYTHON", "EXPECTED_BUILD",
            "FAILURE_PATTERNS", "FLAGS", "FULL_LENGTH_BODY", "KVCACHE_SPACE_ENV", "METRIC_NAMES", "OWN_NAMES",
            "PACKAGE", "SERVER_MODULE", "SPEC_METHODS", "START_TIMEOUT_S", "TESTED", "VERSION", "VLLM_KV_DTYPES",

@@ -22,6 +22,12 @@ KEY_SHIM = apikey.launcher_shim(SERVER_MODULE, API_KEY_FLAG)
 KVCACHE_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"      # GiB (an integer: vllm/envs.py int()s it)
 DEFAULT_KVCACHE_SPACE_GIB = 2                     # what engineroom sets when the user did not
 THREADS_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"    # "auto" or a CPU list such as "0-1"
+# vllm-cpu 0.32.0 saves an AOT-compiled model (torch >= 2.10: VLLM_USE_AOT_COMPILE defaults on) that its
+# CPU build cannot load back ("Compiling model again due to a load failure ...: 'function' object has no
+# attribute 'finalize_loading'", vllm/compilation/decorators.py), so every boot compiled again: 104 s of
+# engine init, ~170 s to ready. Off, the inductor cache is reused: 27 s of init, 85 s to ready on the
+# second boot (SmolLM2-135M, this 2-core VM, 2026-12-03; docs/engines.md). A user's own setting wins.
+AOT_COMPILE_ENV = "VLLM_USE_AOT_COMPILE"
 # vLLM 0.32.0's CacheDType (vllm/config/cache.py)
 VLLM_KV_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
                   "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
@@ -223,6 +229,8 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     if cpu:
         env[KVCACHE_SPACE_ENV] = str(kvcache_space_gib())
+        if AOT_COMPILE_ENV not in os.environ:
+            env[AOT_COMPILE_ENV] = "0"
         if o.threads:
             env[THREADS_BIND_ENV] = "0" if o.threads == 1 else f"0-{o.threads - 1}"
     return LaunchSpec(
