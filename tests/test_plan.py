@@ -312,7 +312,7 @@ def test_decode_band_meets_the_seeds_3090_figures(rig, priority, engine, quant, 
     assert p.decode.low <= seed_high and p.decode.high >= seed_low, (seed_says, p.decode.low, p.decode.high)
 
 
-# ---- --seqs -------------------------------------------------------------------------------
+# ---- --parallel -------------------------------------------------------------------------------
 
 def test_seqs_sizes_every_config_for_that_many_full_context_sequences():
     """The seed: 'vLLM TP=2 + Turbo (TQ3): 4 streams at full 262K, ~200 TPS aggregate'."""
@@ -323,7 +323,7 @@ def test_seqs_sizes_every_config_for_that_many_full_context_sequences():
     best = plans[0]
     assert (best.engine, best.tp, best.kv_dtype) == ("vllm", 2, "turboquant_3bit_nc")
     assert 100 < best.aggregate_tps < 400                     # the seed measured ~200
-    assert any("(--seqs)" in r for r in best.reasons)
+    assert any("(--parallel)" in r for r in best.reasons)
 
 
 def test_seqs_shrinks_the_fillable_context_and_is_validated():
@@ -331,7 +331,7 @@ def test_seqs_shrinks_the_fillable_context_and_is_validated():
     two = plan(MODEL, parse_rig(ONE), "max-context", seqs=2, limit=1)[0]
     assert two.n_seqs == 2 and two.fit.request.n_seqs == 2
     assert two.max_ctx < one.max_ctx                          # two sequences share the memory
-    with pytest.raises(BadInput, match="--seqs must be at least 1"):
+    with pytest.raises(BadInput, match="--parallel must be at least 1"):
         plan(MODEL, parse_rig(ONE), None, seqs=0)
     with pytest.raises(NotFound):                             # 64 full-length sequences fit nowhere
         plan(MODEL, parse_rig(ONE), "max-context", ctx=262_144, seqs=64)
@@ -556,7 +556,7 @@ def test_fit_cli_names_the_launch_that_matches_its_slots():
     assert (one["slots"], one["kv_unified"]) == (1, False)
     assert one["launch"] == "engineroom up MODEL --ctx 2048 --parallel 1 --no-kv-unified"
     four = json.loads(run_cli("fit", "smollm2-135m", "--engine", "llama.cpp", "--quant", "Q4_1", "--kv", "f16",
-                              "--ctx", "2048", "--seqs", "4", "--kv-unified", "--rig", "cpu:16GB", "--json").stdout)
+                              "--ctx", "2048", "--parallel", "4", "--kv-unified", "--rig", "cpu:16GB", "--json").stdout)
     assert four["launch"] == "engineroom up MODEL --ctx 2048 --parallel 4 --kv-unified"   # --ctx is per slot
     assert four["fit"]["request"]["kv_unified"] is True and four["fit"]["request"]["n_seqs"] == 4
 

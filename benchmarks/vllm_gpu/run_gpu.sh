@@ -67,5 +67,5 @@ step bench_concurrency 90 "$ER" bench --suite concurrency --streams 4 --prompt-t
 # fit for the launch that ran: the folder vLLM served (SmolLM2: engineroom's converted float16 copy)
 served=$ref
 [ "$model" = smollm2 ] && served=$(dirname "$(ls -d "$ENGINEROOM_HOME"/cache/vllm-models/*/config.json 2>/dev/null | head -1)")
-step fit 30 "$ER" fit "$served" --engine vllm --quant bf16 --kv auto --ctx "$ctx" --seqs "$par" --rig auto --json
+step fit 30 "$ER" fit "$served" --engine vllm --quant bf16 --kv auto --ctx "$ctx" --parallel "$par" --rig auto --json
 echo "== $model done in $(( $(date +%s) - start )) s"

@@ -314,7 +314,7 @@ def _decode(p: Plan) -> str:
 
 
 def plan_table(model: str, subject: ResolvedModel, rig: Rig, plans: Sequence[Plan]) -> Table:
-    table = Table("#", "engine", "quant", "KV", "ctx", "seqs", "spec", "layout", "GiB / device", "decode t/s",
+    table = Table("#", "engine", "quant", "KV", "ctx", "parallel", "spec", "layout", "GiB / device", "decode t/s",
                   "aggregate t/s",
                   title=f"{escape(model)}{_not_in_catalog(subject)} on {rig.label} — priority {plans[0].priority}")
     for p in plans:
@@ -335,7 +335,7 @@ def plan_view(model: str, subject: ResolvedModel, rig: Rig, plans: Sequence[Plan
 
 
 def how_to_choose_table(model: str, subject: ResolvedModel, rig: Rig, rows: Sequence[Choice]) -> Table:
-    table = Table("your priority", "pick", "ctx x seqs", "GiB / device", "decode t/s", "why",
+    table = Table("your priority", "pick", "ctx x parallel", "GiB / device", "decode t/s", "why",
                   title=f"How to choose: {escape(model)}{_not_in_catalog(subject)} on {rig.label}", show_lines=True)
     for r in rows:
         p = r.plan

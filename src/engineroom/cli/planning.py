@@ -39,9 +39,9 @@ def plan(
                                         help="balanced, full-features, max-context, leanest-vram, "
                                              "concurrent-throughput, non-nvidia, fastest-cold-start, multi-tenant."),
     ctx: int | None = typer.Option(None, "--ctx", "-c", help="Required context (tokens); default: the priority's."),
-    seqs: int | None = typer.Option(None, "--seqs",
-                                    help="Concurrent sequences every config must serve, each at the full context "
-                                         "(default: the priority's)."),
+    seqs: int | None = typer.Option(None, "--parallel",
+                                    help="Server slots (concurrent sequences) every config must serve, each at the "
+                                         "full context (default: the priority's), as `up --parallel` launches."),
     engine: str | None = typer.Option(None, "--engine", "-e", help="Only this engine."),
     top: int = typer.Option(5, "--top", "-n", help="How many ranked configs to show."),
     rope_scaling: str | None = typer.Option(None, "--rope-scaling",
@@ -95,9 +95,9 @@ def fit_cmd(
                               "config.json its dtype (bf16, fp8), Q8_0, Q4_K_M, fp8 or awq-int4."),
     kv: str = typer.Option(..., "--kv", help="KV cache type as the engine names it (q4_0, fp8, ...)."),
     ctx: int = typer.Option(..., "--ctx", help="Context length (tokens)."),
-    seqs: int = typer.Option(1, "--seqs",
-                             help="Parallel sequences (slots), each of --ctx tokens; the output names the `up` "
-                                  "launch that matches."),
+    seqs: int = typer.Option(1, "--parallel",
+                             help="Server slots (concurrent sequences), each of --ctx tokens, as `up --parallel` "
+                                  "launches; the output names the `up` launch that matches."),
     kv_unified: bool | None = typer.Option(None, "--kv-unified/--no-kv-unified",
                                            help="Slots share one KV cache (default: not, as `up --parallel N` "
                                                 "launches)."),

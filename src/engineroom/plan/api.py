@@ -91,7 +91,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
     ``launchable`` False: the sizing and ranking model alone, configurations whose weights or
     drafter the catalog cannot name included (never a pick: ``flows`` launches launchable plans only)."""
     if seqs is not None and seqs < 1:
-        raise BadInput(f"--seqs must be at least 1, not {seqs}.")
+        raise BadInput(f"--parallel must be at least 1, not {seqs}.")
     cat = catalog or load_catalog()
     subject = resolve_model(model_ref, cat)
     model = subject.model
@@ -232,7 +232,7 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
         n_seqs, default_unified = e.default_slots, e.default_kv_unified
         kv_unified = default_unified if kv_unified is None else kv_unified
     if ctx <= 0 or n_seqs <= 0 or tp <= 0 or pp <= 0 or (ubatch is not None and ubatch <= 0):
-        raise BadInput("--ctx, --seqs, --tp, --pp and --ubatch must be positive.")
+        raise BadInput("--ctx, --parallel, --tp, --pp and --ubatch must be positive.")
     if rig.gpus and tp > rig.n_gpus:
         raise BadInput(f"--tp {tp} needs {tp} GPUs but the rig {rig.label} has {rig.n_gpus}.")
     arch = subject.arch or arch_from_catalog(model)

@@ -48,8 +48,8 @@ class _Planner:
         self.memo = memo if memo is not None and memo.arch is arch and memo.catalog is cat else FitMemo(arch, cat)
         self.source = source          # "catalog", or where a model outside it was read from
         self.user_ctx = ctx
-        self.user_seqs = seqs         # --seqs: every candidate serves exactly this many sequences
-        self.seqs_rule = prio.seqs if seqs is None else None   # the priority's rule, unless --seqs
+        self.user_seqs = seqs         # --parallel: every candidate serves exactly this many sequences
+        self.seqs_rule = prio.seqs if seqs is None else None   # the priority's rule, unless --parallel
         self.engines = [find_engine(cat, engine)] if engine else list(cat.engines)
         self.explicit_engine = engine is not None   # a named engine is planned whatever its status
         self.launchable = launchable  # False: the sizing model alone (configurations engineroom cannot launch too)

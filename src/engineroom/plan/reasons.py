@@ -89,7 +89,7 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
         + ", ".join(f"{x.name} {gib(x.bytes, 1)}" for x in comps) + ".",
         f"context {c.ctx:,} tokens" + (f" (max fillable {c.max_ctx:,}, fit.max_context)" if c.max_ctx else "")
         + f", KV {kv.id} at {c.held_kv.bytes_per_elem:g} B/elem"
-        + (f", {c.n_seqs} sequences (--seqs)" if p.user_seqs and c.n_seqs > 1
+        + (f", {c.n_seqs} sequences (--parallel)" if p.user_seqs and c.n_seqs > 1
            else f", {c.n_seqs} sequences (fit.max_concurrency)" if c.n_seqs > 1 else "") + ".",
     ]
     if c.held is not None:
