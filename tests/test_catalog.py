@@ -269,8 +269,28 @@ def test_tables_load_with_the_values_the_planner_used_to_hard_code(cat):
 
 def test_a_status_missing_from_the_order_is_one_sentence(raw):
     data = mutated(raw, "tables.yaml", lambda t: t["engine_status_order"].remove("fork"))
-    with pytest.raises(BadInput, match=r"engines/ik_llama.cpp.yaml: status 'fork' is not in tables.yaml"):
+    with pytest.raises(BadInput, match=r"tables.yaml.*engine_status_caveats: fork not in engine_status_order"):
         catalog_from_raw(data)
+
+    def drop_fork(t):
+        t["engine_status_order"].remove("fork")
+        t["engine_status_caveats"].remove("fork")
+    with pytest.raises(BadInput, match=r"engines/ik_llama.cpp.yaml: status 'fork' is not in tables.yaml"):
+        catalog_from_raw(mutated(raw, "tables.yaml", drop_fork))
+
+
+def test_a_caveat_status_is_named_among_the_picks_trade_offs():
+    """plan/reasons.py names the pick's engine status as a trade-off for the catalog's caveat statuses
+    (tables.yaml engine_status_caveats), not for a list of its own."""
+    from engineroom.hardware import parse_rig
+    from engineroom.plan import plan
+
+    (ik,) = plan("smollm2-135m", parse_rig("cpu:16GB"), "balanced", engine="ik_llama.cpp", limit=1)
+    assert any(t.startswith("ik_llama.cpp is fork: ") for t in ik.tradeoffs), ik.tradeoffs
+    quiet = mutated(read_raw(), "tables.yaml", lambda t: t.__setitem__("engine_status_caveats", []))
+    (ik,) = plan("smollm2-135m", parse_rig("cpu:16GB"), "balanced", engine="ik_llama.cpp", limit=1,
+                 catalog=catalog_from_raw(quiet))
+    assert not any(t.startswith("ik_llama.cpp is fork") for t in ik.tradeoffs), ik.tradeoffs
 
 
 def test_a_bad_quant_class_pattern_names_the_file(raw):

@@ -334,6 +334,7 @@ class UsualQuant(Strict):
 
 class Tables(Strict):
     engine_status_order: tuple[str, ...]    # engine maturity, best first
+    engine_status_caveats: tuple[str, ...]  # statuses a pick's trade-offs name (with the status note)
     quant_classes: tuple[QuantClass, ...]
     usual_quants: tuple[UsualQuant, ...]
     published_formats: dict[str, QuantFormat]   # published checkpoint dtype -> quant format
@@ -342,6 +343,9 @@ class Tables(Strict):
 
     @model_validator(mode="after")
     def _bits_per_weight(self) -> Tables:
+        unknown = [s for s in self.engine_status_caveats if s not in self.engine_status_order]
+        if unknown:
+            raise ValueError(f"engine_status_caveats: {', '.join(unknown)} not in engine_status_order")
         for qid, bits in self.bits_per_weight.items():
             if qid != qid.lower():
                 raise ValueError(f"bits_per_weight: quant id '{qid}' must be lower case (fit looks ids up lower-cased)")

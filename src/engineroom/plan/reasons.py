@@ -167,7 +167,7 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
     trade = []
     if len(q.engines) == 1:
         trade.append(f"{q.id} loads only in {q.engines[0]}.")
-    if e.status in ("fork", "retest-pending"):
+    if e.status in p.cat.tables.engine_status_caveats:
         trade.append(f"{e.id} is {e.status}: {e.status_note}.")
     if e.api_parity != "full":
         trade.append(f"API parity partial: {e.api_parity_source}.")
