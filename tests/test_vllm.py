@@ -143,6 +143,26 @@ def test_a_kv_type_vllm_lacks_is_refused_with_the_nearest_it_has(kv, cpu, neares
     assert vllm.vllm_kv_dtype("turboquant_k8v4", cpu=False) == "turboquant_k8v4"
 
 
+def test_the_adapters_kv_types_are_the_catalogs():
+    """Issue 18 item 2: one registry of engine facts. The CPU build's --kv-cache-dtype values and every
+    alias are read from the catalog (engines/vllm.yaml), less the one KV type only fit sizes (auto at
+    float32: compute_dtype.kv_auto, which vLLM refuses as a value); every catalog KV type but that one
+    is a value of vLLM's own CacheDType list, which the adapter keeps (vLLM's vocabulary, wider than the
+    catalog's)."""
+    from engineroom.catalog import load_catalog
+
+    entry = load_catalog().engine("vllm")
+    cpu = entry.backend_for("cpu")
+    fit_only = cpu.compute_dtype.kv_auto
+    assert vllm.cpu_kv_dtypes() == tuple(k for k in cpu.kv_dtypes if k != fit_only)
+    assert {k.id for k in entry.kv_dtypes} - set(vllm.VLLM_KV_DTYPES) == {fit_only}
+    for k in entry.kv_dtypes:
+        for alias in k.aliases:
+            assert vllm.kv_name(alias) == k.id
+    with pytest.raises(BadInput, match=f"has no KV cache type '{fit_only}'"):
+        vllm.vllm_kv_dtype(fit_only, cpu=True)
+
+
 def test_speculative_decoding_is_checked_and_refused_on_the_cpu_build(folder):
     cuda = vllm.Binary(Path("/usr/bin/python3"), "--engine-bin", {})
     ngram = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}'

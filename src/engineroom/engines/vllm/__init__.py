@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from .cluster import render_cluster
 from .command import (
     AOT_COMPILE_ENV,
-    CPU_KV_DTYPES,
     DEFAULT_KVCACHE_SPACE_GIB,
     FLAGS,
     KEY_SHIM,
@@ -27,6 +26,8 @@ from .command import (
     VLLM_KV_DTYPES,
     api_key_file_in,
     check_spec_config,
+    cpu_kv_dtypes,
+    kv_name,
     kvcache_space_gib,
     launch_settings,
     loads_refusal,
@@ -83,12 +84,13 @@ OWN_NAMES = ("--max-model-len", "--max-num-seqs", "--speculative-config", "--ena
              "VLLM_CPU_OMP_THREADS_BIND", SERVER_MODULE, PACKAGE, *METRIC_NAMES)
 
 __all__ = ["AOT_COMPILE_ENV", "RELEASE",
-           "CPU_KV_DTYPES", "DEFAULT_KVCACHE_SPACE_GIB", "ENGINE", "ENV_PYTHON", "EXPECTED_BUILD",
+           "DEFAULT_KVCACHE_SPACE_GIB", "ENGINE", "ENV_PYTHON", "EXPECTED_BUILD",
            "FAILURE_PATTERNS", "FLAGS", "FULL_LENGTH_BODY", "KVCACHE_SPACE_ENV", "METRIC_NAMES", "OWN_NAMES",
            "PACKAGE", "SERVER_MODULE", "SPEC_METHODS", "START_TIMEOUT_S", "TESTED", "VERSION", "VLLM_KV_DTYPES",
            "KEY_SHIM", "Binary", "api_key_file_in", "binary_version",
-           "check_spec_config", "classify_failure", "converted_dir", "cpu_adjustments", "cpu_dtype", "find_binary",
-           "health_state", "install", "installed", "kv_capacity", "kvcache_space_gib", "launch_settings",
+           "check_spec_config", "cpu_kv_dtypes", "classify_failure", "converted_dir", "cpu_adjustments", "cpu_dtype",
+           "find_binary",
+           "health_state", "install", "installed", "kv_capacity", "kv_name", "kvcache_space_gib", "launch_settings",
            "loads_refusal", "memory_report", "normalise_metrics", "placeholder_binary", "placement_report", "probe",
            "render",
            "render_cluster", "server_args", "serving_model", "validate_argv", "validate_many", "vllm_kv_dtype",

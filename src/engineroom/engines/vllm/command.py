@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ... import apikey
+from ...catalog import Engine, find_engine, load_catalog
 from ...errors import BadInput, NotFound
 from ..base import LaunchOptions, LaunchSpec
 from .convert import converted_dtype
@@ -33,10 +34,27 @@ VLLM_KV_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", 
                   "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
                   "turboquant_3bit_nc", "ultraquant_4bit", "int4_per_token_head", "int8_per_token_head",
                   "fp8_per_token_head", "nvfp4", "nvfp4_4over6")
-# the CPU build's KV types (docs/getting_started/installation/cpu.md; catalog backend cpu)
-CPU_KV_DTYPES = ("auto", "bfloat16", "float16", "fp8_e5m2")
-# catalog / neutral ids -> vLLM's name ("f16" is FitRequest's default: the model's own dtype)
-KV_ALIASES = {"f16": "auto", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _catalog_entry(*, cpu: bool) -> Engine:
+    """vLLM's catalog entry (engines/vllm.yaml), as its CPU build or as the engine-wide entry."""
+    cat = load_catalog()
+    return find_engine(cat.for_vendor("cpu") if cpu else cat, ENGINE)
+
+
+def kv_name(kv_dtype: str) -> str:
+    """vLLM's name for a KV id or alias the catalog knows (``f16`` -> ``auto``: FitRequest's default is
+    the model's own dtype; ``bf16`` -> ``bfloat16``); any other name as given."""
+    found = _catalog_entry(cpu=False).kv(kv_dtype)
+    return found.id if found is not None else kv_dtype
+
+
+def cpu_kv_dtypes() -> tuple[str, ...]:
+    """The CPU build's --kv-cache-dtype values: its catalog backend's KV types, less the one only fit
+    sizes (``compute_dtype.kv_auto``: ``auto`` at float32, not a value vLLM takes)."""
+    entry = _catalog_entry(cpu=True)
+    fit_only = entry.compute_dtype.kv_auto if entry.compute_dtype else None
+    return tuple(k.id for k in entry.kv_dtypes if k.id != fit_only)
 # nearest vLLM type for llama.cpp-family ids someone may carry over
 _KV_NEAREST = {"q8_0": "fp8", "q5_0": "fp8", "q5_1": "fp8", "q4_0": "fp8", "q4_1": "fp8", "iq4_nl": "fp8",
                "f32": "auto", "float32": "auto"}     # auto is float32 where vLLM runs at --dtype float32
@@ -79,8 +97,8 @@ def vllm_kv_dtype(kv_dtype: str | None, *, cpu: bool) -> str | None:
     nearest type this build has when it has none of that name."""
     if kv_dtype is None:
         return None
-    name = KV_ALIASES.get(kv_dtype, kv_dtype)
-    allowed = CPU_KV_DTYPES if cpu else VLLM_KV_DTYPES
+    name = kv_name(kv_dtype)
+    allowed = cpu_kv_dtypes() if cpu else VLLM_KV_DTYPES
     if name in allowed:
         return name
     nearest = _KV_NEAREST.get(name) or ("fp8" if name.startswith(_QUANTISED_KV) else "auto")
@@ -247,7 +265,7 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> d
     weight, and its KV ``auto`` 4 bytes an element), the KV type, and the fixed KV space of the
     CPU build."""
     ctx = options.ctx if options.ctx is not None else trained_ctx
-    kv = KV_ALIASES.get(options.kv_dtype or "auto", options.kv_dtype or "auto")
+    kv = kv_name(options.kv_dtype or "auto")
     quant = fit_quant(launched_dtype(options))
     return {"ctx": ctx, "n_seqs": options.n_seqs or 1, "kv_unified": True, "kv_dtype": fit_kv(kv, quant),
             "tp": options.tp, "kv_space_bytes": kvcache_space_gib() * (1 << 30), "quant": quant}
