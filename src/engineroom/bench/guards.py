@@ -184,6 +184,13 @@ def failed_requests(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
     return sorted(rows.values(), key=lambda x: -int(x["count"]))
 
 
+def failed_checks(summary: Mapping[str, Any]) -> list[str]:
+    """An INVALID bench's failed integrity checks, each "name: detail" (its warnings when none failed)."""
+    failed = [f"{c.get('name')}: {c.get('detail')}" for c in summary.get("integrity") or []
+              if c.get("status") == "FAIL"]
+    return failed or [str(w) for w in summary.get("warnings") or []]
+
+
 def summarize_bench(records: Sequence[Mapping[str, Any]], conditions: Mapping[str, Any]) -> dict[str, Any]:
     """The quick / long suites' summary (``statistics.summarize``) with their integrity checklist:
     ``integrity``, ``valid``, ``failed_requests``; an OK run that fails a check is INVALID."""

@@ -155,6 +155,12 @@ _CTX = typer.Option(None, "--ctx", "-c",
                     help="Context per sequence (tokens), as plan and fit size it: each of the --parallel slots "
                          "holds this many (llama.cpp: -c ctx x slots); at most the model's trained maximum unless RoPE "
                          "scaling is passed after `--`.")
+QuietWaitOpt = typer.Option(60.0, "--quiet-wait",
+                           help="Before measuring, wait up to S seconds for other processes to leave the engine's "
+                                "and the client's cores, then refuse (0: refuse at once).")
+BusyOkOpt = typer.Option(False, "--busy-ok",
+                         help="Measure on a busy machine anyway; the run is judged on the contention it saw "
+                              "(INVALID above the limits).")
 _PORT = typer.Option(None, "--port", "-p", help="Port (default 8080; 0 picks a free one; bound to 127.0.0.1).")
 _THREADS = typer.Option(None, "--threads", "-t", help="CPU threads.")
 _PARALLEL = typer.Option(None, "--parallel",

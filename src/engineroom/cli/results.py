@@ -15,7 +15,7 @@ import typer
 from .. import views
 from ..output import console, err_console, print_json, print_text, to_jsonable
 from ..redaction import redact_data
-from .base import _CLIENT_KEY, _CLIENT_KEY_ENV, _THREADS, JsonOpt, _show, app
+from .base import _CLIENT_KEY, _CLIENT_KEY_ENV, _THREADS, BusyOkOpt, JsonOpt, QuietWaitOpt, _show, app
 
 _URL = typer.Option(None, "--url", help="OpenAI-compatible server URL (default: the managed server).")
 _PROMPTS = typer.Option(None, "--prompts",
@@ -31,12 +31,6 @@ _JUNIT_FILE = typer.Option(None, "--junit", help="Also write the results as JUni
 
 
 
-_QUIET_WAIT = typer.Option(60.0, "--quiet-wait",
-                           help="Before measuring, wait up to S seconds for other processes to leave the engine's "
-                                "and the client's cores, then refuse (0: refuse at once).")
-_BUSY_OK = typer.Option(False, "--busy-ok",
-                        help="Measure on a busy machine anyway; the run is judged on the contention it saw "
-                             "(INVALID above the limits).")
 
 
 def _check_seconds(flag: str, value: float, *, least: float) -> None:
@@ -188,8 +182,8 @@ def bench(
                                          help="The floor of the stall limit: a request that gets no token for "
                                               "this long (or the longer limit the run's own pace gives) stops the "
                                               "run with the reason (default 30)."),
-    quiet_wait: float = _QUIET_WAIT,
-    busy_ok: bool = _BUSY_OK,
+    quiet_wait: float = QuietWaitOpt,
+    busy_ok: bool = BusyOkOpt,
     api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY,
     json_out: bool = JsonOpt,
 ) -> None:
@@ -442,8 +436,8 @@ def demo(
     warmup: int = typer.Option(3, "--warmup"),
     runs: int = typer.Option(5, "--runs"),
     keep: bool = typer.Option(False, "--keep", help="Leave the server running afterwards."),
-    quiet_wait: float = _QUIET_WAIT,
-    busy_ok: bool = _BUSY_OK,
+    quiet_wait: float = QuietWaitOpt,
+    busy_ok: bool = BusyOkOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     """pull smollm2-135m -> up -> verify -> bench -> card -> down, in one stored run. Extra engine args go after `--`.

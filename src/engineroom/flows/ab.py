@@ -79,13 +79,6 @@ class ABOutcome:
     invalid: list[dict[str, Any]] = field(default_factory=list)   # boots whose bench said INVALID, set aside
 
 
-def _invalid_why(summary: Mapping[str, Any]) -> str:
-    """The failed integrity checks of an INVALID bench, in one line."""
-    failed = [f"{c.get('name')}: {c.get('detail')}" for c in summary.get("integrity") or []
-              if c.get("status") == "FAIL"]
-    return "; ".join(failed) or "; ".join(summary.get("warnings") or []) or "the bench said INVALID"
-
-
 def _undecided(comparison: Mapping[str, Any], most: int) -> bool:
     """True when some metric is not real only for the boot-to-boot variation, and its spread says
     ``most`` boots an arm or fewer would tell."""
@@ -107,6 +100,7 @@ def ab(store: Store, model: str, *, arm_a: Mapping[str, Any], arm_b: Mapping[str
     spread says ``max_boots`` boots an arm would tell, mirrored pairs of boots are added up to there."""
     from ..bench import bench_conditions
     from ..bench.compare import compare_arms
+    from ..bench.guards import failed_checks
 
     running = launch.read_state()
     if running is not None and launch.is_alive(running.pid, running.proc_created):
@@ -139,7 +133,7 @@ def ab(store: Store, model: str, *, arm_a: Mapping[str, Any], arm_b: Mapping[str
             if status != "INVALID":
                 runs[arm].append(run_id)
                 return
-            why = _invalid_why(outcome.summary)
+            why = "; ".join(failed_checks(outcome.summary)) or "the bench said INVALID"
             invalid.append({"arm": arm, "position": n, "run": run_id, "why": why})
             if say:
                 say(f"boot {n}: arm {arm} run {run_id} is INVALID ({why}); not compared")

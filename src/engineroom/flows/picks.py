@@ -119,8 +119,10 @@ def pick_from_row(row: dict, model_id: str, source: str, priority: str | None = 
 
 
 def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None = None,
-                   pick: int = 1, engine: str | None = None) -> Pick:
-    """Plan ``model`` for ``rig`` (default: this machine) under ``priority`` and take plan ``pick``."""
+                   pick: int = 1, engine: str | None = None, ctx: int | None = None,
+                   seqs: int | None = None) -> Pick:
+    """Plan ``model`` for ``rig`` (default: this machine) under ``priority`` and take plan ``pick``
+    (``ctx`` / ``seqs``: the plan's --ctx / --parallel)."""
     from ..hardware import resolve_rig
     from ..plan import plan as make_plan
     from ..plan import plans_as_rows
@@ -128,7 +130,7 @@ def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None =
     if pick < 1:
         raise BadInput(f"--pick counts plans from 1; got {pick}.")
     the_rig = resolve_rig(rig)
-    plans = make_plan(model, the_rig, priority, limit=pick, engine=engine)
+    plans = make_plan(model, the_rig, priority, limit=pick, engine=engine, ctx=ctx, seqs=seqs)
     if len(plans) < pick:
         raise NotFound(f"the plan has {len(plans)} configuration(s) for {model}; --pick {pick} is beyond them.")
     chosen = plans[pick - 1]

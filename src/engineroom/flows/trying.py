@@ -1,0 +1,147 @@
+"""``engineroom try MODEL``: the plan's pick measured on this machine before its weights are downloaded.
+
+Memory and decode speed do not depend on the weights' values, so a random-weight GGUF of the
+model's exact architecture and quant (``engineroom.synth``) gives real memory and real speed here.
+``try`` plans the model for this machine, writes that file (its disk space checked first),
+launches the plan's pick on it (the launch's own memory rows: fit's prediction against what the
+engine reported, and its placement check), benches it at full length, sets the measured decode
+beside the plan's band, deletes the file unless asked to keep it, and stores the run (a bench run
+whose conditions carry ``try``: `engineroom report RUN` shows it).
+
+What random weights make meaningless is said, not measured: the answers, a drafter's acceptance
+(spec-decode is left off), a MoE router's balance (random routers spread tokens near evenly). The
+file carries no projector, so a pick with vision is tried text-only. The llama.cpp family only:
+vLLM and SGLang would need their dummy-weight loading (not done yet).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import BadInput
+from ..launchargs import LaunchArgs
+from ..store import Store
+from .picks import Pick, pick_from_plan
+from .runs import HostGuard, bench, client_key, connect, run_conditions
+from .serving import start, stop
+
+__all__ = ["NOT_MEANINGFUL", "TryOutcome", "try_model"]
+
+GGUF_FORMAT = "gguf"
+NOT_MEANINGFUL = (
+    "answer quality: the weights are random, the text is noise",
+    "spec-decode acceptance: a drafter's guesses against random weights mean nothing (tried without it)",
+    "MoE routing balance: a random router spreads tokens near evenly, a trained one does not",
+)
+DISK_MARGIN = 1.10          # free space the file needs beside it: its size + 10%
+
+
+@dataclass
+class TryOutcome:
+    run_id: int
+    model: str
+    pick: dict[str, Any]                     # engine, quant, kv, ctx, parallel, source (the plan it came from)
+    file_bytes: int
+    kept: str | None                         # the random-weight file's path when kept, else None (deleted)
+    memory_rows: list[dict[str, Any]]        # the launch's: component, predicted, measured, error
+    placement: dict[str, Any]
+    decode_band: tuple[float, float] | None  # the plan's single-stream band (tok/s)
+    decode_tps: float | None                 # measured mean over the measured requests
+    bench_status: str
+    bench_failed: list[str]                  # an INVALID bench's failed checks ("name: detail")
+    left_out: list[str] = field(default_factory=list)   # what the pick had that the try ran without
+    not_meaningful: tuple[str, ...] = NOT_MEANINGFUL
+
+
+def _tried_pick(pick: Pick) -> tuple[Pick, list[str]]:
+    """The pick as a random-weight file can serve it: no drafter, no projector (each said)."""
+    r, left = pick.request, []
+    if r.spec_method:
+        left.append(f"spec-decode ({r.spec_method}): acceptance against random weights means nothing")
+    if r.vision:
+        left.append("vision: the random-weight file carries no projector; tried text-only")
+    request = replace(r, spec_method=None, spec_tokens=None, draft_model=None, vision=False, projector=None)
+    return replace(pick, request=request), left
+
+
+def try_model(store: Store, model: str, *, priority: str | None = None, engine: str | None = None,
+              ctx: int | None = None, parallel: int | None = None, threads: int | None = None,
+              keep: bool = False, folder: Path | None = None, max_tokens: int = 128, warmup: int = 1,
+              measured: int = 3, quiet_wait: float = 60.0, busy_ok: bool = False,
+              say: Callable[[str], None] | None = None, on_wait: Callable[[str, float], None] | None = None,
+              progress: Callable[[int, int, str], None] | None = None) -> TryOutcome:
+    """Plan ``model`` here, write its random-weight file, launch the pick on it, bench, compare, clean up."""
+    from ..bench import BenchPlan, bench_conditions, default_workloads
+    from ..bench.guards import failed_checks
+    from ..catalog import arch_from_catalog
+    from ..plan import resolve_model
+    from ..synth import arch_with_tensors, write_synthetic_gguf
+
+    say = say or (lambda _m: None)
+    for flag, value, least in (("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", measured, 1)):
+        if value < least:
+            raise BadInput(f"{flag} must be at least {least}, not {value}.")
+    say(f"plan {model} for this machine")
+    pick = pick_from_plan(model, priority=priority, engine=engine, ctx=ctx, seqs=parallel)
+    fmt = str(pick.plan.get("quant_format") or "")
+    if fmt != GGUF_FORMAT:
+        raise BadInput(f"the plan's pick is {pick.engine} {pick.plan.get('quant')} ({fmt} weights); try writes "
+                       "random-weight GGUF files, so it runs llama.cpp and ik_llama.cpp picks: give --engine "
+                       "llama.cpp (vLLM's and SGLang's dummy-weight loading is not done yet).")
+    pick, left_out = _tried_pick(pick)
+    quant = str(pick.plan["quant"])
+    subject = resolve_model(model)
+    arch = subject.arch or arch_from_catalog(subject.model)
+    size = sum((arch_with_tensors(arch, quant).tensor_bytes or {}).values())
+    where = Path(folder) if folder is not None else Path(tempfile.gettempdir())
+    where.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(where).free
+    if size * DISK_MARGIN > free:
+        raise BadInput(f"the random-weight file of {model} {quant} takes {size / 2**30:.1f} GiB and {where} has "
+                       f"{free / 2**30:.1f} GiB free; give --folder on a disk with room.")
+    path = Path(tempfile.mkdtemp(prefix="engineroom-try-", dir=where)) / f"{subject.model.id}-{quant}-random.gguf"
+    try:
+        say(f"write {path.name}: random weights, {size / 2**30:.2f} GiB")
+        write_synthetic_gguf(arch, quant, path)
+        r = pick.request
+        args = LaunchArgs(port=0, threads=threads)
+        say(f"launch {r.engine} {quant} KV {r.kv_dtype} at {r.ctx} tokens x {r.n_seqs}")
+        state = start(str(path), args, pick=pick, say=say, on_wait=on_wait)
+        try:
+            key = client_key(state.url)
+            info = connect(state.url, api_key=key)
+            plan = BenchPlan(workloads=default_workloads(max_tokens)[:1], warmup=warmup, measured=measured,
+                             full_length=True)
+            tried = {"model": model, "quant": quant, "file_bytes": size, "source": pick.source,
+                     "left_out": left_out, "not_meaningful": list(NOT_MEANINGFUL)}
+            run_id = store.start_run("bench", {**bench_conditions(info, plan), **run_conditions(info), "try": tried},
+                                     label=f"try {model} {r.engine} {quant} (random weights)")
+            say("bench")
+            outcome = bench(info, store, plan, run_id=run_id, progress=progress, api_key=key,
+                            host=HostGuard(wait_s=quiet_wait, busy_ok=busy_ok, say=say))
+            store.finish_run(run_id, outcome.summary.get("status", "OK"), outcome.summary)
+        finally:
+            stop()
+    finally:
+        if not keep:
+            shutil.rmtree(path.parent, ignore_errors=True)
+    memory = state.memory or {}
+    decode = pick.plan.get("decode_tps") or []
+    band = (float(decode[0]), float(decode[1])) if len(decode) == 2 else None
+    workloads = outcome.summary.get("workloads") or {}
+    means = [w["decode_tps"]["mean"] for w in workloads.values() if (w.get("decode_tps") or {}).get("mean")]
+    return TryOutcome(
+        run_id=run_id, model=model,
+        pick={"engine": pick.engine, "quant": quant, "kv": pick.request.kv_dtype, "ctx": pick.request.ctx,
+              "parallel": pick.request.n_seqs, "source": pick.source},
+        file_bytes=size, kept=str(path) if keep else None, memory_rows=list(memory.get("rows") or []),
+        placement=dict(memory.get("placement") or {}), decode_band=band,
+        decode_tps=sum(means) / len(means) if means else None,
+        bench_status=str(outcome.summary.get("status", "?")),
+        bench_failed=failed_checks(outcome.summary) if outcome.summary.get("status") == "INVALID" else [],
+        left_out=left_out)

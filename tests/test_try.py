@@ -1,0 +1,59 @@
+"""engineroom try: the plan's pick measured on this machine on a random-weight file of the model's
+exact architecture and quant, before any download (issue 19, first part: the llama.cpp family)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engineroom.errors import BadInput
+
+from conftest import SPREAD_CHECKS, run_cli
+
+
+def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary, smollm2, tmp_path):
+    """The real llama-server on a random SmolLM2-shaped Q4_1 file: fit's prediction against the
+    engine's own buffers, placement as planned, a decode measured beside the plan's band, the file
+    deleted, the run stored with what try did and what random weights cannot say."""
+    from engineroom.store import Store
+
+    files = tmp_path / "files"
+    proc = run_cli("try", "smollm2-135m", "--engine", "llama.cpp", "--ctx", "1024", "--folder", str(files), "--json",
+                   env={"ENGINEROOM_STATE_DIR": str(tmp_path / "state")}, timeout=600)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert (proc.returncode, out["bench_status"]) in ((0, "OK"), (1, "INVALID")), out
+    assert {f.split(":")[0] for f in out["bench_failed"]} <= SPREAD_CHECKS, out["bench_failed"]
+    assert (out["pick"]["engine"], out["pick"]["quant"], out["pick"]["ctx"]) == ("llama.cpp", "Q4_1", 1024)
+    rows = {r["component"]: r for r in out["memory_rows"]}
+    for component in ("weights", "kv_cache", "compute", "total"):
+        assert abs(rows[component]["error_pct"]) < 1.0, rows[component]
+    assert out["placement"]["status"] == "as_planned", out["placement"]
+    low, high = out["decode_band"]
+    assert 0 < low < high and out["decode_tps"] > 0
+    assert out["kept"] is None and not list(files.rglob("*.gguf"))         # the file is gone
+    assert any("answer quality" in x for x in out["not_meaningful"])
+    assert "write smollm2-135m-Q4_1-random.gguf" in proc.stderr             # progress, with --json too
+    with Store() as store:
+        run = store.get_run(out["run_id"])
+    conditions = run["conditions"] if isinstance(run["conditions"], dict) else json.loads(run["conditions"])
+    assert conditions["try"]["quant"] == "Q4_1" and conditions["try"]["file_bytes"] == out["file_bytes"]
+
+
+def test_try_refuses_a_pick_it_cannot_write_weights_for_in_one_sentence(tmp_path):
+    proc = run_cli("try", "smollm2-135m", "--engine", "vllm", "--folder", str(tmp_path))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "try writes random-weight GGUF files, so it runs llama.cpp and ik_llama.cpp picks" in proc.stderr
+    assert not list(tmp_path.iterdir())                                       # nothing written
+
+
+def test_try_checks_the_disk_before_writing(tmp_path, monkeypatch):
+    import shutil
+
+    from engineroom.flows.trying import try_model
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: shutil._ntuple_diskusage(10 << 30, 10 << 30, 1 << 20))
+    with pytest.raises(BadInput, match=r"takes 0\.\d+ GiB and .* has 0\.0 GiB free; give --folder"):
+        try_model(None, "smollm2-135m", engine="llama.cpp", ctx=1024, folder=tmp_path)  # type: ignore[arg-type]
+    assert not list(tmp_path.iterdir())
