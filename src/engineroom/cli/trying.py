@@ -6,7 +6,6 @@ from pathlib import Path
 
 import typer
 
-from .. import views
 from ..output import err_console, print_json, print_text
 from .base import BusyOkOpt, JsonOpt, QuietWaitOpt, app
 
@@ -38,15 +37,20 @@ def try_cmd(
     from ..report.trying import try_text
     from ..store import Store
 
-    with Store() as store, views.request_progress(err_console) as bar:
-        task = bar.add_task("try", total=None)
+    waited: dict[str, float] = {}
+
+    def on_wait(phase: str, seconds: float) -> None:     # a line when the phase changes, then every 15 s
+        if phase not in waited or seconds - waited[phase] >= 15:
+            waited[phase] = seconds
+            err_console.print(f"{model}: {phase} ({seconds:.0f} s)")
+
+    # plain lines on stderr: they show in a pipe and a log too (and beside --json)
+    with Store() as store:
         outcome = try_model(
             store, model, priority=priority, engine=engine, ctx=ctx, parallel=parallel, threads=threads,
             keep=keep, folder=folder, max_tokens=max_tokens, warmup=warmup, measured=runs,
-            quiet_wait=quiet_wait, busy_ok=busy_ok,
-            say=lambda msg: bar.update(task, description=msg),
-            on_wait=lambda phase, t: bar.update(task, description=f"{model}: {phase} ({t:.0f} s)"),
-            progress=lambda done, total, label: bar.update(task, completed=done, total=total, description=label))
+            quiet_wait=quiet_wait, busy_ok=busy_ok, say=err_console.print, on_wait=on_wait,
+            progress=lambda done, total, label: err_console.print(f"bench {done}/{total}: {label}"))
     result = asdict(outcome)
     if json_out:
         print_json(result)
