@@ -26,6 +26,7 @@ from typing import Any
 from ..errors import BadInput
 from ..launchargs import LaunchArgs
 from ..store import Store
+from ..units import gib
 from .picks import Pick, pick_from_plan
 from .runs import HostGuard, bench, client_key, connect, run_conditions
 from .serving import start, stop
@@ -102,11 +103,11 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
     where.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(where).free
     if size * DISK_MARGIN > free:
-        raise BadInput(f"the random-weight file of {model} {quant} takes {size / 2**30:.1f} GiB and {where} has "
-                       f"{free / 2**30:.1f} GiB free; give --folder on a disk with room.")
+        raise BadInput(f"the random-weight file of {model} {quant} takes {gib(size)} and {where} has "
+                       f"{gib(free)} free; give --folder on a disk with room.")
     path = Path(tempfile.mkdtemp(prefix="engineroom-try-", dir=where)) / f"{subject.model.id}-{quant}-random.gguf"
     try:
-        say(f"write {path.name}: random weights, {size / 2**30:.2f} GiB")
+        say(f"write {path.name}: random weights, {gib(size, 2)}")
         write_synthetic_gguf(arch, quant, path)
         r = pick.request
         args = LaunchArgs(port=0, threads=threads)

@@ -16,7 +16,7 @@ from ..errors import BadInput, NotFound
 from ..fit import Fit, FitMemo, FitRequest, Verdict, fit, kv_dtype_spec, kv_refusal, max_concurrency, max_context
 from ..hardware import Rig
 from .adhoc import ResolvedModel, resolve_model
-from .candidates import _Cand, _quant_runs_on, held_on_cpu
+from .candidates import _Cand, _quant_runs_on, held_on_cpu, rule_cpu_flags
 from .planner import _Planner
 from .ranking import STATIC_METRICS, _groups
 from .reasons import _reasons
@@ -222,12 +222,7 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
     kv = kv_dtype_spec(e.id, kv_dtype, catalog=cat)   # BadInput names the catalog's KV types
     held = None
     if not rig.gpus and e.compute_dtype is not None:   # a CPU build that computes at another dtype here
-        flags = cpu_features
-        if flags is None and rig.source == "detected":
-            from ..cpuprobe import probe_cpu
-
-            flags = probe_cpu().usable
-        held = held_on_cpu(e, q, kv, rig, cat.tables.bits_per_weight, flags)
+        held = held_on_cpu(e, q, kv, rig, cat.tables.bits_per_weight, rule_cpu_flags(rig, cpu_features))
     if n_seqs is None:
         n_seqs, default_unified = e.default_slots, e.default_kv_unified
         kv_unified = default_unified if kv_unified is None else kv_unified

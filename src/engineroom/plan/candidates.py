@@ -90,6 +90,16 @@ class HeldAs:
         return f"launched at {self.dtype} ({self.why}): {weights}, {kv_text}"
 
 
+def rule_cpu_flags(rig: Rig, given: frozenset[str] | None = None) -> frozenset[str] | None:
+    """The CPU flags a build's ``compute_dtype`` is decided by: ``given`` (a caller's probe), else this
+    machine's usable flags for a detected CPU rig; None for a rig by spec or with GPUs."""
+    if given is not None or rig.gpus or rig.source != "detected":
+        return given
+    from ..cpuprobe import probe_cpu
+
+    return probe_cpu().usable
+
+
 def held_on_cpu(engine: Engine, quant: Quant, kv: KvDtype, rig: Rig, bits: Mapping[str, float],
                 usable_flags: frozenset[str] | None) -> HeldAs | None:
     """How ``engine``'s CPU build holds ``quant`` + ``kv`` on ``rig`` when that is not what the

@@ -24,6 +24,7 @@ from .candidates import (
     held_on_cpu,
     quality_cmp,
     quality_value,
+    rule_cpu_flags,
 )
 from .ranking import STATIC_METRICS, _rank
 from .request import drafter_miss, launch_miss
@@ -69,10 +70,8 @@ class _Planner:
         self.min_ctx = ctx if ctx is not None else min(c.min_ctx or 1, self.target_ctx)
         # this machine's CPU flags where a CPU build's compute dtype depends on them (None: a rig by spec)
         self.cpu_flags: frozenset[str] | None = None
-        if not rig.gpus and rig.source == "detected" and any(e.compute_dtype for e in self.engines):
-            from ..cpuprobe import probe_cpu
-
-            self.cpu_flags = probe_cpu().usable
+        if any(e.compute_dtype for e in self.engines):
+            self.cpu_flags = rule_cpu_flags(rig)
 
     # -- static filters ------------------------------------------------------------------
     def _engine_ok(self, e: Engine) -> str | None:

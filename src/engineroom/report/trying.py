@@ -5,11 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..units import gib
+
 __all__ = ["try_text"]
-
-
-def _gib(value: Any) -> str:
-    return "n/a" if value is None else f"{value / 2**30:.3f} GiB"
 
 
 def try_text(result: Mapping[str, Any]) -> str:
@@ -20,12 +18,12 @@ def try_text(result: Mapping[str, Any]) -> str:
     lines = [f"# engineroom try {result.get('model', '')} (random weights)", "",
              f"pick: {pick.get('engine')} {pick.get('quant')} KV {pick.get('kv')}, {pick.get('ctx') or 0:,} tokens x "
              f"{pick.get('parallel') or 1} ({pick.get('source')})",
-             f"file: {size / 2**30:.2f} GiB of random weights, " + (f"kept at {kept}" if kept else "deleted"), "",
+             f"file: {gib(size, 2)} of random weights, " + (f"kept at {kept}" if kept else "deleted"), "",
              "| component | predicted | measured | error |", "|---|---:|---:|---:|"]
     for row in result.get("memory_rows") or []:
         err = row.get("error_pct")
-        lines.append(f"| {row.get('component')} | {_gib(row.get('predicted_bytes'))} | "
-                     f"{_gib(row.get('measured_bytes'))} | {'n/a' if err is None else f'{err:+.2f}%'} |")
+        lines.append(f"| {row.get('component')} | {gib(row.get('predicted_bytes'), 3, 'n/a')} | "
+                     f"{gib(row.get('measured_bytes'), 3, 'n/a')} | {'n/a' if err is None else f'{err:+.2f}%'} |")
     if not result.get("memory_rows"):
         lines.append("| (the engine reported no memory figures) | | | |")
     placement = result.get("placement") or {}
