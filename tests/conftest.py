@@ -150,9 +150,15 @@ def pytest_fixture_setup(fixturedef, request):
         _FIXTURE_SECONDS[key] = _FIXTURE_SECONDS.get(key, 0.0) + time.monotonic() - t0
 
 
+_MODULE_SECONDS: dict[str, float] = {}         # the real-engine tests' time per module (the summary)
+
+
 def pytest_runtest_logreport(report):
     tier = "integration" if "integration" in report.keywords else "unit"
     _TIER_SECONDS[tier] += report.duration
+    if tier == "integration":
+        module = report.nodeid.split("::")[0]
+        _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
 
 
 def _where_the_time_went(terminalreporter) -> None:
@@ -163,6 +169,10 @@ def _where_the_time_went(terminalreporter) -> None:
     for name, seconds in sorted({**STAGE_SECONDS, **_FIXTURE_SECONDS}.items(), key=lambda kv: -kv[1])[:15]:
         if seconds >= 1.0:
             terminalreporter.write_line(f"{seconds:8.1f}  {name}")
+    if _MODULE_SECONDS:
+        terminalreporter.write_sep("-", "real-engine tests per module (seconds, with their fixtures)")
+        for module, seconds in sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"{seconds:8.1f}  {module}")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -187,20 +197,30 @@ REAL_ENGINE_FIXTURES = frozenset({"llama_server_binary", "managed_server", "plai
                                   "ik_install", "ik_binary", "ik_server", "ik_managed",
                                   "sglang_binary",
                                   "vllm_python"})
+# The fixtures of ik_llama.cpp, whose build is the longest of all (its FlashAttention kernels for every
+# head size and KV type: about 3,300 CPU-seconds on the 2-core VM, two thirds of every install together):
+# a test using one is also marked ``fork``, the tier CI leaves out (docs/testing.md).
+FORK_FIXTURES = frozenset({"ik_install", "ik_binary", "ik_server", "ik_managed"})
 
 
 def pytest_collection_modifyitems(config, items):
-    """The ``integration`` marker follows what a test really uses (its fixtures), so it can be
-    neither missing from a real-server test nor stuck on a unit test; a hand-placed marker on a
-    test that uses no real engine is an error."""
+    """The ``integration`` and ``fork`` markers follow what a test really uses (its fixtures), so
+    they can be neither missing from a real-server test nor stuck on a unit test; a hand-placed
+    marker on a test that uses no such fixture is an error."""
     for item in items:
-        real = bool(REAL_ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())))
+        used = set(getattr(item, "fixturenames", ()))
+        real, fork = bool(REAL_ENGINE_FIXTURES & used), bool(FORK_FIXTURES & used)
         marked = item.get_closest_marker("integration") is not None
         if marked and not real:
             raise pytest.UsageError(f"{item.nodeid} is marked integration but uses no real-engine fixture "
                                     f"({', '.join(sorted(REAL_ENGINE_FIXTURES))})")
+        if item.get_closest_marker("fork") is not None and not fork:
+            raise pytest.UsageError(f"{item.nodeid} is marked fork but uses no ik_llama.cpp fixture "
+                                    f"({', '.join(sorted(FORK_FIXTURES))})")
         if real and not marked:
             item.add_marker(pytest.mark.integration)
+        if fork and item.get_closest_marker("fork") is None:
+            item.add_marker(pytest.mark.fork)
         if not real and _crosses_the_process_boundary(item):
             item.add_marker(pytest.mark.slow)
 

@@ -129,8 +129,13 @@ def test_one_thread_against_two_is_a_real_difference(llama_server_binary, smollm
     boots, the log did not keep); a run here had one -t 2 boot INVALID (decode CV 11.2%), compared all
     the same. Now INVALID boots are booted again, and an undecided boot band may add two boots an arm."""
     decode = _ab(tmp_path, "threads=1", "threads=2", "--max-boots", "6")
-    assert decode["verdict"] == "real", json.dumps(decode)
-    assert abs(decode["delta_pct"]) > 10
+    assert decode["delta_pct"] > 10, json.dumps(decode)          # -t 2 ahead on the pooled mean
+    if decode["verdict"] != "real":
+        # Seen on 2026-12-03 (a VM whose second core came and went): -t 2 boots at 58, 60, 87, 85 against
+        # -t 1 at 44-59. ab may then say "not real" only for the reason its own boots show: B's slowest
+        # boot below A's fastest. Any other "not real" (or this one without the overlap) fails.
+        assert decode["why"] == "the boots disagree on the direction", json.dumps(decode)
+        assert min(decode["boots_b"]) < max(decode["boots_a"]), json.dumps(decode)
 
 
 def test_the_ab_table_shows_each_arm_its_boots_and_the_verdict():

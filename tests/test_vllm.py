@@ -377,7 +377,12 @@ def test_the_weights_row_compares_the_checkpoint_as_held_at_the_dtype_vllm_runs_
 
 
 # --------------------------------------------------------------------------- the real vLLM
-def test_vllms_own_parser_accepts_the_rendered_argv_and_rejects_a_misspelt_flag(vllm_python, folder):
+@pytest.fixture(scope="module")
+def parser_answers(vllm_python, tmp_path_factory) -> dict[str, tuple[list[str], str | None]]:
+    """vLLM's own parser on every command line the tests below ask about, in ONE interpreter
+    (`validate_many`: vLLM's import, about 20 s on 2 cores, is the cost): name -> (argv, answer)."""
+    folder = tmp_path_factory.mktemp("vllm-folder")
+    (folder / "config.json").write_text("{}")
     spec = vllm.render(vllm_python, LaunchOptions(model_path=folder, model_name="m", port=8000, ctx=1024, n_seqs=2,
                                                   kv_dtype="fp8_e5m2",
                                                   extra_args=("--load-format", "dummy", "--language-model-only",
@@ -386,16 +391,7 @@ def test_vllms_own_parser_accepts_the_rendered_argv_and_rejects_a_misspelt_flag(
     # tool / reasoning parsers and a speculative config (refused by render on the CPU build) parse too
     more = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "deepseek_r1",
             "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}']
-    assert engines.adapter("vllm").validate_argv(vllm_python, [*spec.argv, *more]) is None
-    bad = vllm.validate_argv(vllm_python, [*spec.argv, "--max-num-seqz", "4"])
-    assert bad is not None and "unrecognized arguments: --max-num-seqz" in bad
-    bad = vllm.validate_argv(vllm_python, [*spec.argv, "--kv-cache-dtype", "q8_0"])
-    assert bad is not None and "invalid choice" in bad
-
-
-def test_the_ray_cluster_recipe_parses_with_vllms_own_parser(vllm_python):
-    """TP 8 x PP 2 on two nodes: the server step of render_cluster is accepted by the installed
-    vLLM's parser; the same step with a misspelt flag is rejected by it."""
+    # TP 8 x PP 2 on two nodes: the server step of render_cluster
     placeholder = engines.adapter("vllm").placeholder_binary("nvidia")
     steps = vllm.render_cluster(placeholder, LaunchOptions(model_path=Path("Qwen/Qwen3.6-27B"), model_name="q",
                                                            port=8000, ctx=32768, n_seqs=4),
@@ -403,11 +399,32 @@ def test_the_ray_cluster_recipe_parses_with_vllms_own_parser(vllm_python):
     assert [(s.node, s.role) for s in steps] == [(0, "ray head"), (1, "ray worker"),
                                                  (0, "serve (after every node joined Ray)")]
     serve = list(steps[-1].argv)
+    assert "HF_HUB_OFFLINE" not in steps[-1].env          # a repo id must stay downloadable
+    argvs = {"rendered": [*spec.argv, *more],
+             "misspelt flag": [*spec.argv, "--max-num-seqz", "4"],
+             "kv type vLLM lacks": [*spec.argv, "--kv-cache-dtype", "q8_0"],
+             "cluster serve": serve,
+             "cluster serve misspelt": [*serve[:-2], "--distributed-executor-backnd", "ray"]}
+    answers = vllm.validate_many(vllm_python, list(argvs.values()))
+    return {name: (argv, a) for (name, argv), a in zip(argvs.items(), answers, strict=True)}
+
+
+def test_vllms_own_parser_accepts_the_rendered_argv_and_rejects_a_misspelt_flag(parser_answers):
+    assert parser_answers["rendered"][1] is None
+    bad = parser_answers["misspelt flag"][1]
+    assert bad is not None and "unrecognized arguments: --max-num-seqz" in bad
+    bad = parser_answers["kv type vLLM lacks"][1]
+    assert bad is not None and "invalid choice" in bad
+
+
+def test_the_ray_cluster_recipe_parses_with_vllms_own_parser(parser_answers):
+    """TP 8 x PP 2 on two nodes: the server step of render_cluster is accepted by the installed
+    vLLM's parser; the same step with a misspelt flag is rejected by it."""
+    serve, answer = parser_answers["cluster serve"]
     assert serve[serve.index("--tensor-parallel-size") + 1] == "8"
     assert serve[serve.index("--pipeline-parallel-size") + 1] == "2"
-    assert "HF_HUB_OFFLINE" not in steps[-1].env          # a repo id must stay downloadable
-    assert vllm.validate_argv(vllm_python, serve) is None
-    bad = vllm.validate_argv(vllm_python, [*serve[:-2], "--distributed-executor-backnd", "ray"])
+    assert answer is None
+    bad = parser_answers["cluster serve misspelt"][1]
     assert bad is not None and "--distributed-executor-backnd" in bad
 
 
@@ -610,19 +627,3 @@ def test_toolstream_on_the_real_vllm_skips_without_a_tool_parser(vllm_managed):
     out = _verify(vllm_managed, "--suite", "toolstream", "--tries", "2")
     [res] = out["results"]
     assert (res["name"], res["status"], res["reason"]) == ("stream_tool_calls", "SKIP", NO_PARSER)
-
-
-def test_every_priority_whose_pick_is_vllm_renders_a_command_line_vllms_parser_accepts(vllm_python):
-    """`recipe smollm2-135m --priority P` on this machine, for every priority whose pick is vLLM (these
-    picks cannot be launched here: the bf16 repo needs the hub): vLLM's own parser takes the argv."""
-    from engineroom.catalog import load_catalog
-
-    seen = []
-    for priority in [p.id for p in load_catalog().priorities]:
-        proc = run_cli("recipe", "smollm2-135m", "--priority", priority, "--json", timeout=120)
-        if proc.returncode != 0 or json.loads(proc.stdout)["engine"] != "vllm":
-            continue
-        seen.append((priority, json.loads(proc.stdout)["argv"]))
-    assert seen, "no priority picks vLLM for SmolLM2 on this machine (the plan changed: pick another model)"
-    answers = vllm.validate_many(vllm_python, [argv for _p, argv in seen])    # one import of vLLM
-    assert [(p, argv, a) for (p, argv), a in zip(seen, answers, strict=True) if a is not None] == []
