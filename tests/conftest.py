@@ -192,15 +192,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 # Fixtures that start or need a real engine, or the real model pulled from PyPI: a test using
 # any of them is an integration test.
+# The fixtures of ik_llama.cpp, whose build is the longest of all (its FlashAttention kernels for every
+# head size and KV type: 2,552 CPU-seconds on the 2-core VM, over half of the four installs' 4,913,
+# docs/testing.md): a test using one is also marked ``fork``, the tier CI leaves out.
+FORK_FIXTURES = frozenset({"ik_install", "ik_binary", "ik_server", "ik_managed"})
 REAL_ENGINE_FIXTURES = frozenset({"llama_server_binary", "managed_server", "plain_server", "tools_server",
                                   "installed_build", "smollm2", "gemma3", "think_server",
-                                  "ik_install", "ik_binary", "ik_server", "ik_managed",
                                   "sglang_binary",
-                                  "vllm_python"})
-# The fixtures of ik_llama.cpp, whose build is the longest of all (its FlashAttention kernels for every
-# head size and KV type: about 3,300 CPU-seconds on the 2-core VM, two thirds of every install together):
-# a test using one is also marked ``fork``, the tier CI leaves out (docs/testing.md).
-FORK_FIXTURES = frozenset({"ik_install", "ik_binary", "ik_server", "ik_managed"})
+                                  "vllm_python"}) | FORK_FIXTURES
 
 
 def pytest_collection_modifyitems(config, items):
