@@ -375,27 +375,33 @@ def onetoken(out: Path, name: str = "qwen36") -> None:
 
 
 def nonfinite(out: Path, name: str = "qwen36") -> None:
-    """Where the non-finite logits come from (lease4: every 8- and 64-layer qwen36 launch answered
-    NaN log-probabilities; swa only with an f16 cache; moe never): the shape's 8-layer cut, one file,
-    asked the short prompt on the CPU (``-ngl 0``), on the GPU with an f16 and a q4_0 cache, and on
-    the GPU without flash attention.
-    The file is deleted only at the end. Kept in ``nonfinite.json``."""
+    """Where the non-finite logits came from (lease4: every qwen36 launch answered NaN log-probabilities
+    on the GPU, at any cache type, with flash attention off too; the CPU answered finite). The cause
+    proposed since: the writer's f16 min fields equalled d, so Q4_K / Q5_K weights leaned positive
+    (mean 0.93 std) and activations grew layer by layer past f16 on CUDA. The shape's 8-layer cut is
+    written by the writer as it is now (centred min fields, random signs: ``synth.MIN_OF_D``) and
+    asked on the GPU with an f16 and a q4_0 cache and without flash attention; then written the old
+    way (one value, 0.002, in every f16 field, as lease 1 wrote them: NaN there) and asked once more.
+    Each file is deleted after its launches. Kept in ``nonfinite.json``."""
 
     from engineroom.synth import write_synthetic_gguf
 
-    path = out / f"nonfinite-{name}-8L.gguf"
-    write_synthetic_gguf(_cut(name, min(8, _arch(name).n_layers)), QUANT, path)
     results = []
-    try:
-        for where, kv, extra in (("cpu", "f16", ["--", "-ngl", "0"]), ("gpu", "f16", []), ("gpu", "q4_0", []),
-                                 ("gpu, no flash attention", "f16", ["--", "-fa", "off"])):
-            row: dict[str, Any] = {"model": name, "layers": 8, "where": where, "kv": kv,
-                                   **_launch_and_ask(path, {"short": SHORT_PROMPT}, "--kv", kv, *extra)["short"]}
-            print(json.dumps(row), flush=True)
-            results.append(row)
-            (out / "nonfinite.json").write_text(json.dumps(results, indent=1))
-    finally:
-        path.unlink(missing_ok=True)
+    cut = _cut(name, min(8, _arch(name).n_layers))
+    for writer, value, runs in (("centred", None, (("f16", []), ("q4_0", []), ("f16", ["--", "-fa", "off"]))),
+                                ("old 0.002 in every f16 field", 0.002, (("f16", []),))):
+        path = out / f"nonfinite-{name}-8L.gguf"
+        write_synthetic_gguf(cut, QUANT, path, block_scale=value)
+        try:
+            for kv, extra in runs:
+                row: dict[str, Any] = {"model": name, "layers": 8, "writer": writer, "kv": kv,
+                                       "flash_attention": "off" if extra else "default",
+                                       **_launch_and_ask(path, {"short": SHORT_PROMPT}, "--kv", kv, *extra)["short"]}
+                print(json.dumps(row), flush=True)
+                results.append(row)
+                (out / "nonfinite.json").write_text(json.dumps(results, indent=1))
+        finally:
+            path.unlink(missing_ok=True)
 
 
 def main() -> int:

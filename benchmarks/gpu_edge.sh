@@ -14,7 +14,7 @@
 #   bash benchmarks/gpu_edge.sh run dense32,swa      # the other two
 #   bash benchmarks/gpu_edge.sh scales               # the weight scale A/B: 8-layer cuts, old vs BLOCK_SCALES
 #   bash benchmarks/gpu_edge.sh onetoken qwen36      # 8 layers vs full depth x short vs ~1,000-token prompt
-#   bash benchmarks/gpu_edge.sh nonfinite qwen36,swa # 8-layer cuts: CPU (-ngl 0) vs GPU x f16 vs q4_0 cache
+#   bash benchmarks/gpu_edge.sh nonfinite qwen36     # 8-layer cut: the centred writer x f16 / q4_0 / no FA, then the old one
 # Long steps run under setsid with their output polled, so progress shows while they run. Every
 # call leaves $OUT/gpu_edge.tgz: everything measured so far (results.json, logs, the store).
 set -uo pipefail

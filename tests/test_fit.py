@@ -161,13 +161,19 @@ def test_vllm_worked_example_tp1_fp8_32k():
 def test_verdicts_fits_tight_does_not_fit(q27):
     req = FitRequest(engine="llama.cpp", ctx=32_768, kv_dtype="q8_0")
     assert fit(q27, req, ONE_3090).verdict == "fits"
-    need = fit(q27, req, H200).per_gpu[0].used_bytes
-    tight_rig = Rig(gpus=(replace(R3090, vram_bytes=int(need * 1.02)),), label="tight")
-    t = fit(q27, req, tight_rig)
+    big = replace(req, ctx=262_144, kv_dtype="f16")
+    need = fit(q27, big, H200).per_gpu[0].used_bytes
+    tight_rig = Rig(gpus=(replace(R3090, vram_bytes=need + (1 << 30) + (64 << 20)),), label="tight")   # < 5% spare
+    t = fit(q27, big, tight_rig)
     assert t.verdict == "tight" and "headroom" in t.binding
+    # a GPU launch keeps 1,024 MiB free beyond every buffer (the H200's 0-MiB MoE pick aborted at its
+    # first kernel): 1,000 MiB spare does not fit, and the sentence says why
+    edge = fit(q27, big, Rig(gpus=(replace(R3090, vram_bytes=need + 1000 * 2**20),), label="edge"))
+    assert edge.verdict == "does_not_fit", edge.binding
+    assert "leaves 1000 MiB free, under the 1024 MiB a GPU launch needs" in edge.binding
     small = Rig(gpus=(replace(R3090, vram_bytes=int(need * 0.9)),), label="small")
-    d = fit(q27, req, small)
-    assert d.verdict == "does_not_fit" and "GPU0" in d.binding and "weights" in d.binding
+    d = fit(q27, big, small)
+    assert d.verdict == "does_not_fit" and "GPU0: needs" in d.binding and "largest: kv_cache" in d.binding
 
 
 def test_vllm_pool_verdicts():

@@ -15,11 +15,12 @@ def test_two_3090s():
     assert rig.n_gpus == 2 and rig.label == "2x3090"
     g = rig.gpus[0]
     assert (g.name, g.vram_bytes, g.bandwidth_gbs, g.compute_capability, g.vendor) == (
-        "RTX 3090", 24_000_000_000, 936, "8.6", "nvidia")
+        "RTX 3090", 24 * 2**30, 936, "8.6", "nvidia")      # its "24 GB" is what nvidia-smi reports: 24,576 MiB
 
 
 def test_h200_mixed_cpu_and_apple():
-    assert parse_rig("1xH200").gpus[0].vram_bytes == 141_000_000_000
+    # the card's total as NVML reported it on the lent H200 (its "141 GB" is neither 141e9 nor 141 GiB)
+    assert parse_rig("1xH200").gpus[0].vram_bytes == 150_754_820_096
     mixed = parse_rig("3090+4090")
     assert [g.hw_class for g in mixed.gpus] == ["3090", "4090"]
     cpu = parse_rig("cpu:64GB")

@@ -174,6 +174,24 @@ def test_llama_server_fitting_is_turned_off_unless_the_user_asks_for_it(tmp_path
     assert "off" not in mine.argv and mine.argv[-2:] == ("--fit-target", "4096") and not mine.notes
 
 
+def test_many_slots_do_not_copy_every_idle_slot_to_host_ram_on_each_request(tmp_path):
+    """--no-cache-idle-slots where each slot keeps its own KV cache (the H200's 150-slot launch made
+    9,081 idle-slot saves and a 32-stream suite timed out); one slot, a unified cache or the user's
+    own flag: left to llama-server."""
+    binary = Binary(path=Path("/usr/bin/llama-server"), origin="test", env={})
+    many = render(binary, LaunchOptions(model_path=tmp_path / "m.gguf", port=8080, ctx=4096, n_seqs=8))
+    assert "--no-kv-unified" in many.argv and many.argv[-1] == "--no-cache-idle-slots"
+    assert any("duplicates it" in n for n in many.notes)
+    one = render(binary, LaunchOptions(model_path=tmp_path / "m.gguf", port=8080, ctx=4096))
+    shared = render(binary, LaunchOptions(model_path=tmp_path / "m.gguf", port=8080, ctx=4096, n_seqs=8,
+                                          kv_unified=True))
+    mine = render(binary, LaunchOptions(model_path=tmp_path / "m.gguf", port=8080, ctx=4096, n_seqs=8,
+                                        extra_args=("--cache-idle-slots",)))
+    for spec in (one, shared, mine):
+        assert "--no-cache-idle-slots" not in spec.argv
+    assert mine.argv[-1] == "--cache-idle-slots"
+
+
 # --------------------------------------------------------------------------- real llama-server (CPU)
 @pytest.fixture
 def own_state_dir(tmp_path_factory, monkeypatch):

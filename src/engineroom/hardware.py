@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import BadInput
+from .units import MiB
 
 if TYPE_CHECKING:
     import numpy as np
@@ -132,10 +133,10 @@ def parse_rig(spec: str, catalog: Catalog | None = None) -> Rig:
                 raise _bad(spec, "gives a memory size that is not positive", cat)
         if hw.kind == "gpu":
             if size_gb is not None:
-                raise _bad(spec, f"gives a memory size for {hw.id}, whose VRAM is fixed at {hw.vram_gb:g} GB", cat)
-            assert hw.vram_gb is not None      # the catalog schema requires it of a gpu class
+                raise _bad(spec, f"gives a memory size for {hw.id}, whose VRAM is fixed at {hw.vram_mib:,} MiB", cat)
+            assert hw.vram_mib is not None     # the catalog schema requires it of a gpu class
             gpus.extend(
-                GpuSpec(name=hw.name, vram_bytes=int(hw.vram_gb * GB), bandwidth_gbs=hw.bandwidth_gbs,
+                GpuSpec(name=hw.name, vram_bytes=hw.vram_mib * MiB, bandwidth_gbs=hw.bandwidth_gbs,
                         compute_capability=hw.compute_capability, vendor=hw.vendor, hw_class=hw.id)
                 for _ in range(count)
             )

@@ -286,18 +286,22 @@ def _bytes_to_unicode() -> dict[int, str]:
 # Data
 # ---------------------------------------------------------------------------------------
 
-# Every quantized block's f16 scale (d, and dmin where the type has one), per type: random quant
-# bytes under these scales dequantize to weights of standard deviation ~0.02, a real model's size
-# (measured with gguf.quants.dequantize on 4,096 random blocks; tests/test_synth.py holds it).
-# One scale of 0.002 for every type made Q4_K weights ~0.44 with a 0.41 mean and Q6_K ~2.7: at a
-# 5,120-wide model (the 32B shape; the Qwen3.6-27B layout) q.q over a 128-dim head then reaches
-# ~120,000 (numpy, RMS-1 input), past f16's 65,504: the likely reason every request of those files
-# stopped after one end-of-generation token on the H200 (2026-12-02; CUDA's attention runs in f16
-# there, the CPU's in f32, where the same files answer in full). Not yet re-run on a GPU with these
-# scales (benchmarks/gpu_edge.py scales is the A/B). Decode speed does not depend on the value.
+# Every quantized block's f16 scale d, per type: random quant bytes under these scales dequantize to
+# weights of standard deviation ~0.02, a real model's size, and mean ~0 (measured with
+# gguf.quants.dequantize on random blocks; tests/test_synth.py holds both). Types with a second f16
+# field (a min: Q4_1, Q5_1; dmin: Q4_K, Q5_K, Q2_K) get it as ``MIN_OF_D`` x d, which centres each
+# sub-block (what a real quantizer's min does), and every block's fields take a random sign, so no
+# type leans one way. Why it matters: with the min equal to d (the writer until 2026-12-03) Q4_K
+# weights had a mean of 0.93 standard deviations, so every row of a 5,120-wide matrix summed an
+# all-positive input to ~95 where a real model's gives ~1; layer after layer the activations grew
+# until llama.cpp's CUDA kernels (f16 partial sums) overflowed and every logit came back NaN on the
+# H200, while the CPU (f32 there) answered (benchmarks/gpu_edge.md). Speed does not depend on the values.
 BLOCK_SCALES = {"Q4_0": 4.3e-3, "Q4_1": 4.3e-3, "Q5_0": 2.2e-3, "Q5_1": 2.2e-3, "Q8_0": 2.7e-4,
-                "IQ4_NL": 3.0e-4, "IQ4_XS": 1.6e-5, "Q4_K": 9.1e-5, "Q5_K": 4.5e-5, "Q6_K": 1.46e-5,
-                "Q3_K": 4.6e-4, "Q2_K": 1.55e-3}
+                "IQ4_NL": 3.0e-4, "IQ4_XS": 1.6e-5, "Q4_K": 7.75e-5, "Q5_K": 3.8e-5, "Q6_K": 1.46e-5,
+                "Q3_K": 4.6e-4, "Q2_K": 1.44e-3}
+# the second f16 field as a multiple of d: minus the mean quant (Q4_1, Q5_1: w = d q + m), or the
+# mean quant level (Q4_K, Q5_K, Q2_K: w = d sc q - dmin m, with sc and m of one range)
+MIN_OF_D = {"Q4_1": -7.5, "Q5_1": -15.5, "Q4_K": 7.5, "Q5_K": 15.5, "Q2_K": 1.5}
 
 
 def _tensor_data(spec: TensorSpec, rng: np.random.Generator, block_scale: float | None = None) -> np.ndarray:
@@ -320,11 +324,17 @@ def _tensor_data(spec: TensorSpec, rng: np.random.Generator, block_scale: float 
         f32 = (rng.standard_normal(pool_n, dtype=np.float32) * 0.02).view(np.uint32)
         pool = f32.__rshift__(16).astype(np.uint16).view(np.uint8).reshape(pool_n, 2)
     else:
-        value = BLOCK_SCALES[spec.type] if block_scale is None else block_scale
-        scale = np.frombuffer(np.float16(value).tobytes(), dtype=np.uint8)
-        for off, cnt in _F16_FIELDS[spec.type]:
-            for j in range(cnt):
-                pool[:, off + 2 * j: off + 2 * j + 2] = scale
+        fields = [(off + 2 * j) for off, cnt in _F16_FIELDS[spec.type] for j in range(cnt)]
+        if block_scale is not None:      # the writer before 2026-12-03: one value in every field
+            values = np.full((pool_n, len(fields)), block_scale, dtype=np.float32)
+        else:
+            d = BLOCK_SCALES[spec.type]
+            per_field = [d] + [d * MIN_OF_D.get(spec.type, 1.0)] * (len(fields) - 1)
+            sign = rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=(pool_n, 1))
+            values = sign * np.array(per_field, dtype=np.float32)
+        raw = values.astype(np.float16).view(np.uint8).reshape(pool_n, len(fields), 2)
+        for i, at in enumerate(fields):
+            pool[:, at: at + 2] = raw[:, i]
     data = np.resize(pool, (n_blocks, size))
     row_bytes = spec.shape[0] // blk * size
     return data.reshape(*np_shape[:-1], row_bytes)

@@ -238,7 +238,7 @@ class HardwareClass(Strict):
     aliases: tuple[str, ...] = ()
     kind: Literal["gpu", "unified", "cpu"]
     vendor: Vendor
-    vram_gb: float | None = None             # None for cpu / unified (size given in the spec)
+    vram_mib: int | None = None              # the card's total as NVML reports it; None for cpu / unified
     default_memory_gb: float | None = None   # unified / cpu when the spec gives no size
     gpu_memory_fraction: float = 1.0         # unified memory the GPU may use
     bandwidth_gbs: float
@@ -247,8 +247,8 @@ class HardwareClass(Strict):
 
     @model_validator(mode="after")
     def _gpu_has_vram(self) -> HardwareClass:
-        if self.kind == "gpu" and self.vram_gb is None:
-            raise ValueError("a gpu class needs vram_gb (its memory is not given in a rig spec)")
+        if self.kind == "gpu" and self.vram_mib is None:
+            raise ValueError("a gpu class needs vram_mib (its memory is not given in a rig spec)")
         return self
 
 

@@ -37,6 +37,12 @@ _CUDA_HOST_EMBD = 4.0
 # CUDA context + cuBLAS workspace beyond llama.cpp's buffers: 597-604 MiB by nvidia-smi in 32 H200 runs
 # (benchmarks/cuda_fit_and_speed.md)
 _CUDA_RUNTIME = 600 * MiB
+# What a CUDA launch must leave free beyond every buffer fit counts: kernel code loads lazily, at
+# each kernel's first launch. On the H200 a MoE pick planned at 0 MiB spare aborted at its first
+# graph (`cudaFuncGetAttributes`: out of memory) while picks leaving 0.5-1.2 GiB ran
+# (benchmarks/gpu_edge.md, lease 4). 1,024 MiB is llama.cpp's own free-memory target (`--fit-target`),
+# the margin its automatic fitting keeps, which engineroom's launches turn off (`-fit off`).
+CUDA_LAUNCH_RESERVE = 1024 * MiB
 
 
 def _ffn_width(arch: ModelArch) -> int:

@@ -6,10 +6,11 @@ from ..arch import ModelArch
 from ..catalog import Catalog, load_catalog
 from ..errors import BadInput
 from ..hardware import Rig
-from ..units import gib  # memory in GiB, the one convention (units.py)
+from ..units import gib, mib  # memory in GiB, the one convention (units.py)
 from .engine import engine_spec, kv_dtype_spec
 from .kv import kv_refusal
 from .llama import _fit_llama
+from .llama_compute import CUDA_LAUNCH_RESERVE
 from .pool import _fit_pool
 from .request import Fit, FitRequest, Verdict
 from .space import _space_verdict
@@ -105,6 +106,13 @@ def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None =
                 verdict = Verdict.DOES_NOT_FIT
                 binding = (f"{dev}: needs {gib(g.used_bytes, 2)} > {gib(g.capacity_bytes, 2)} "
                            f"(largest: {big.name} {gib(big.bytes, 2)})")
+                break
+            if rig.gpus and g.headroom_bytes < CUDA_LAUNCH_RESERVE:
+                verdict = Verdict.DOES_NOT_FIT
+                binding = (f"{dev}: {gib(g.used_bytes, 2)} of {gib(g.capacity_bytes, 2)} leaves "
+                           f"{mib(max(g.headroom_bytes, 0), 0)} free, under the "
+                           f"{mib(CUDA_LAUNCH_RESERVE, 0)} a GPU launch needs beyond its buffers "
+                           f"(CUDA loads kernel code at first use)")
                 break
             frac = g.headroom_bytes / g.capacity_bytes if g.capacity_bytes else 0
             if worst is None or frac < worst[0]:

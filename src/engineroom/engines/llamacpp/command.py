@@ -200,6 +200,16 @@ FIT_OFF_WHY = ("-fit off: llama.cpp's own fitting (on by default, leaving 1024 M
                "layers to the host or shrink the context where engineroom's plan packs the memory; engineroom "
                "sized this launch and checks the engine's placement after it starts")
 
+# On every new task llama-server saves each idle slot to its host prompt cache (--cache-idle-slots, on by
+# default with --cache-ram's 8,192 MiB; b11434 tools/server/server-context.cpp). With KV per slot (not
+# unified) an idle slot's cache stays on the GPU anyway, so the copy only duplicates it; with many slots
+# it is a device-to-host copy of every idle slot per request: on the H200 a 150-slot launch made 9,081
+# saves of 468-737 MiB, about 0.3 s apart, and a 32-stream suite did not finish in 400 s
+# (benchmarks/gpu_edge.md). engineroom turns it off for such launches; a user's own flag wins.
+IDLE_SLOT_FLAGS = ("--cache-idle-slots", "--no-cache-idle-slots")
+IDLE_SLOTS_OFF_WHY = ("--no-cache-idle-slots: each slot keeps its own KV cache on the device, so llama-server's "
+                      "copy of every idle slot to host RAM on each new request duplicates it (and costs a "
+                      "device-to-host copy per idle slot per request)")
 
 # catalog spec method -> llama-server's --spec-type (b11434 common/speculative.cpp); MTP runs the
 # model's own head (a GGUF with the MTP tensors), the draft methods need --spec-draft-model
@@ -283,6 +293,9 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     if not _has_flag(extra, *FIT_FLAGS):
         argv += list(FIT_OFF)
         notes = (FIT_OFF_WHY,)
+    if slots > 1 and not unified and not _has_flag(extra, *IDLE_SLOT_FLAGS):
+        argv += [IDLE_SLOT_FLAGS[1]]
+        notes += (IDLE_SLOTS_OFF_WHY,)
     for change in o.changes:
         argv += list(change.args)
     argv += extra
