@@ -47,7 +47,7 @@ def test_fit_command_prints_memory_in_gib_and_capacity_in_both():
     assert proc.returncode in (0, 1), proc.stderr           # 1 = does not fit; the output is what counts
     out = proc.stdout
     assert "GiB" in out
-    assert re.search(r"of \d+\.\d GiB \(24\.0 GB\)", out), out      # the 3090's catalog 24 GB, both units
+    assert re.search(r"of 24\.0 GiB \(25\.8 GB\)", out), out      # the 3090: 24,576 MiB as it reports it, both units
     # decimal GB appears only as the capacity's vendor figure in parentheses; every size is binary
     assert len(re.findall(r"\d GB\b", out)) == len(re.findall(r"\(\d+\.\d GB\)", out)), out
     verdict = next(line for line in out.splitlines() if line.startswith("verdict:"))
