@@ -293,9 +293,10 @@ def _bytes_to_unicode() -> dict[int, str]:
 # sub-block (what a real quantizer's min does), and every block's fields take a random sign, so no
 # type leans one way. Why it matters: with the min equal to d (the writer until 2026-12-03) Q4_K
 # weights had a mean of 0.93 standard deviations, so every row of a 5,120-wide matrix summed an
-# all-positive input to ~95 where a real model's gives ~1; layer after layer the activations grew
-# until llama.cpp's CUDA kernels (f16 partial sums) overflowed and every logit came back NaN on the
-# H200, while the CPU (f32 there) answered (benchmarks/gpu_edge.md). Speed does not depend on the values.
+# all-positive input to ~95 where a real model's gives ~1, and every logit came back NaN on the H200
+# (the CPU answered; which CUDA kernel overflowed was not located, f16 intermediates are the suspects);
+# written this way the same cut answers finite log-probabilities there (benchmarks/gpu_edge.md, fifth
+# visit). Speed does not depend on the values.
 BLOCK_SCALES = {"Q4_0": 4.3e-3, "Q4_1": 4.3e-3, "Q5_0": 2.2e-3, "Q5_1": 2.2e-3, "Q8_0": 2.7e-4,
                 "IQ4_NL": 3.0e-4, "IQ4_XS": 1.6e-5, "Q4_K": 7.75e-5, "Q5_K": 3.8e-5, "Q6_K": 1.46e-5,
                 "Q3_K": 4.6e-4, "Q2_K": 1.44e-3}
