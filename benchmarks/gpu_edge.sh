@@ -10,7 +10,8 @@
 # machine between calls; disk (64 GiB) holds two of the four files at a time, so each run stage
 # writes its two, measures them and deletes them:
 #   bash benchmarks/gpu_edge.sh build                # venv, llama.cpp CUDA build (~5 min)
-#   bash benchmarks/gpu_edge.sh run qwen36,moe       # synth two files, measure, delete (~8 min)
+#   bash benchmarks/gpu_edge.sh run qwen36,moe 470   # synth two files, measure, delete, within 470 s
+#                                                    (a fresh machine: the build first, inside those 470 s)
 #   bash benchmarks/gpu_edge.sh run dense32,swa      # the other two
 #   bash benchmarks/gpu_edge.sh scales               # the weight scale A/B: 8-layer cuts, old vs BLOCK_SCALES
 #   bash benchmarks/gpu_edge.sh onetoken qwen36      # 8 layers vs full depth x short vs ~1,000-token prompt
@@ -71,10 +72,17 @@ case "$stage" in
     ;;
   run)
     models=${2:-qwen36,moe}
+    t0=$(date +%s)
+    # a call can land on a fresh machine (lease5: the one after a 339 s call did): build first, then
+    # the deadline left is what the build did not use
+    if ! engineroom engines --json | python3 -c 'import json,sys;sys.exit(0 if any(r.get("engine")=="llama.cpp" for r in json.load(sys.stdin)) else 1)'; then
+      echo "no llama.cpp build on this machine: building it first"
+      bash "$0" build || exit 1
+    fi
     step "synth-${models//,/-}" python3 benchmarks/gpu_edge.py synth --out "$G" --models "$models" || exit 1
     df -h . | tee -a "$G/df.txt"
     step "run-${models//,/-}" python3 benchmarks/gpu_edge.py run --out "$G" --models "$models" \
-        --deadline-s "${3:-480}"
+        --deadline-s "$(( ${3:-480} - ($(date +%s) - t0) ))"
     rc=$?
     for m in ${models//,/ }; do rm -f "$G/$m-"*.gguf; done
     engineroom runs --json > "$G/runs.json" 2>/dev/null
