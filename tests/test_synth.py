@@ -210,5 +210,6 @@ def test_random_blocks_dequantize_to_a_real_models_weight_size():
     old = dequantize(synth._tensor_data(synth.TensorSpec("w", (5120, 8), "Q4_K"), rng, 0.002),
                      gguf.GGMLQuantizationType.Q4_K)
     assert old.mean() > 0.5 * old.std()
-    assert set(synth.MIN_OF_D) < set(synth.BLOCK_SCALES)
+    # every type with a second f16 field (and only those) has its multiple of d
+    assert set(synth.MIN_OF_D) == {qt for qt, fields in synth._F16_FIELDS.items() if sum(n for _, n in fields) == 2}
     assert set(synth.BLOCK_SCALES) == set(synth._F16_FIELDS)

@@ -330,7 +330,7 @@ def _tensor_data(spec: TensorSpec, rng: np.random.Generator, block_scale: float 
             values = np.full((pool_n, len(fields)), block_scale, dtype=np.float32)
         else:
             d = BLOCK_SCALES[spec.type]
-            per_field = [d] + [d * MIN_OF_D.get(spec.type, 1.0)] * (len(fields) - 1)
+            per_field = [d] if len(fields) == 1 else [d, d * MIN_OF_D[spec.type]]
             sign = rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=(pool_n, 1))
             values = sign * np.array(per_field, dtype=np.float32)
         raw = values.astype(np.float16).view(np.uint8).reshape(pool_n, len(fields), 2)
