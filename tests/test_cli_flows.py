@@ -8,7 +8,6 @@ import re
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 
@@ -16,7 +15,7 @@ import pytest
 
 from engineroom import paths
 
-from conftest import SPREAD_CHECKS, as_in_a_terminal, assert_ok_or_invalid_on_spread_alone, run_cli
+from conftest import SPREAD_CHECKS, as_in_a_terminal, assert_ok_or_invalid_on_spread_alone, console_command, run_cli
 
 
 def _checks(out: dict) -> dict[str, dict]:
@@ -94,7 +93,7 @@ def _last_bench_run() -> tuple[int, int]:
 
 def test_ctrl_c_during_bench_keeps_measured_records(managed_server):
     before, _ = _last_bench_run()
-    cli = subprocess.Popen([sys.executable, "-m", "engineroom.cli", "bench", "--warmup", "0", "--runs", "50",
+    cli = subprocess.Popen([*console_command(), "bench", "--warmup", "0", "--runs", "50",
                             "--max-tokens", "32", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            preexec_fn=as_in_a_terminal)
     deadline = time.time() + 180
@@ -203,7 +202,7 @@ def test_sigkilled_bench_is_shown_interrupted_process_gone(managed_server):
     """kill -9 cannot be caught: the run is shown (and written back) as INTERRUPTED (process gone)
     by whoever reads it next, with every record it stored."""
     before, _ = _last_bench_run()
-    cli = subprocess.Popen([sys.executable, "-m", "engineroom.cli", "bench", "--warmup", "1", "--runs", "50",
+    cli = subprocess.Popen([*console_command(), "bench", "--warmup", "1", "--runs", "50",
                             "--max-tokens", "32", "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 180
     run_id, stored = 0, 0

@@ -171,6 +171,9 @@ def test_verdicts_fits_tight_does_not_fit(q27):
     edge = fit(q27, big, Rig(gpus=(replace(R3090, vram_bytes=need + 1000 * 2**20),), label="edge"))
     assert edge.verdict == "does_not_fit", edge.binding
     assert "leaves 1000 MiB free, under the 1024 MiB a GPU launch needs" in edge.binding
+    # the reserve is CUDA's (measured on the H200); a Metal GPU at the same spare is tight, not refused
+    metal = replace(R3090, vram_bytes=need + 1000 * 2**20, vendor="apple", unified=True)
+    assert fit(q27, big, Rig(gpus=(metal,), label="metal")).verdict == "tight"
     small = Rig(gpus=(replace(R3090, vram_bytes=int(need * 0.9)),), label="small")
     d = fit(q27, big, small)
     assert d.verdict == "does_not_fit" and "GPU0: needs" in d.binding and "largest: kv_cache" in d.binding

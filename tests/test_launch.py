@@ -22,7 +22,7 @@ import pytest
 from engineroom import launch
 from engineroom.engines import llamacpp
 
-from conftest import as_in_a_terminal, run_cli
+from conftest import as_in_a_terminal, console_command, run_cli
 
 
 @pytest.fixture(autouse=True)
@@ -144,10 +144,11 @@ def test_health_timeout_stops_everything(smollm2, tmp_path):
 
 def test_ctrl_c_during_up_leaves_nothing_running(smollm2, tmp_path, monkeypatch):
     # a state folder of its own: a state the session's managed server wrote must not end the wait
-    # below early (the Ctrl-C then reached a CLI still importing: CI saw it die of SIGINT, -2)
+    # below early (the Ctrl-C then reached a CLI still importing). The installed script, not
+    # `python -m` (see console_command: -m turned a handled Ctrl-C into -2 in CI)
     monkeypatch.setenv("ENGINEROOM_STATE_DIR", str(tmp_path / "state"))
     stand_in = _hanging_engine_stand_in(tmp_path)
-    cli = subprocess.Popen([sys.executable, "-m", "engineroom.cli", "up", "smollm2-135m", "--engine-bin",
+    cli = subprocess.Popen([*console_command(), "up", "smollm2-135m", "--engine-bin",
                             str(stand_in), "--port", str(launch.free_port())],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal)
     deadline = time.time() + 30

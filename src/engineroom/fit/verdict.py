@@ -107,7 +107,7 @@ def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None =
                 binding = (f"{dev}: needs {gib(g.used_bytes, 2)} > {gib(g.capacity_bytes, 2)} "
                            f"(largest: {big.name} {gib(big.bytes, 2)})")
                 break
-            if rig.gpus and g.headroom_bytes < CUDA_LAUNCH_RESERVE:
+            if rig.vendor == "nvidia" and g.headroom_bytes < CUDA_LAUNCH_RESERVE:   # measured on CUDA only
                 verdict = Verdict.DOES_NOT_FIT
                 binding = (f"{dev}: {gib(g.used_bytes, 2)} of {gib(g.capacity_bytes, 2)} leaves "
                            f"{mib(max(g.headroom_bytes, 0), 0)} free, under the "
