@@ -131,11 +131,22 @@ def test_one_thread_against_two_is_a_real_difference(llama_server_binary, smollm
     decode = _ab(tmp_path, "threads=1", "threads=2", "--max-boots", "6")
     assert decode["delta_pct"] > 10, json.dumps(decode)          # -t 2 ahead on the pooled mean
     if decode["verdict"] != "real":
+        # A 2-core VM shared with the client cannot always show it; ab may then say "not real" only for a
+        # reason its own boots show, and not stop while its own estimate says --max-boots would tell.
         # Seen on 2026-12-03 (a VM whose second core came and went): -t 2 boots at 58, 60, 87, 85 against
-        # -t 1 at 44-59. ab may then say "not real" only for the reason its own boots show: B's slowest
-        # boot below A's fastest. Any other "not real" (or this one without the overlap) fails.
-        assert decode["why"] == "the boots disagree on the direction", json.dumps(decode)
-        assert min(decode["boots_b"]) < max(decode["boots_a"]), json.dumps(decode)
+        # -t 1 at 44-59: B's slowest boot below A's fastest.
+        # Seen on 2026-12-04 (this repo's CI): -t 2 boots at 77, 78, 117, 96 against -t 1 at 64-76; the
+        # 117 boot widened the 99% boot band (36.3) past the delta (23.2): "about 7 boots an arm would tell".
+        # Any other "not real" fails: within the noise band, or an early stop where more boots would tell.
+        boots = len(decode["boots_a"])
+        if decode["why"] == "the boots disagree on the direction":
+            assert min(decode["boots_b"]) < max(decode["boots_a"]), json.dumps(decode)
+        else:
+            assert decode["why"].startswith("within the boot-to-boot variation"), json.dumps(decode)
+            assert abs(decode["delta"]) <= decode["boot_band"], json.dumps(decode)
+            needed = decode["boots_needed"]
+            assert needed is None or needed > boots, json.dumps(decode)
+            assert needed is None or needed > 6 or boots == 6, json.dumps(decode)   # it added boots up to --max-boots
 
 
 def test_the_ab_table_shows_each_arm_its_boots_and_the_verdict():
