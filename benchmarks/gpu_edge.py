@@ -195,7 +195,10 @@ def launch_and_bench(model: Path, args: list[str], label: str, out: Path, left: 
     return res
 
 
-def run(out: Path, names: list[str], deadline_s: float, gpu: bool) -> None:
+def run(out: Path, names: list[str], deadline_s: float, gpu: bool,
+        picks: tuple[str, ...] = ("balanced", "edge")) -> None:
+    """Each model's ``picks`` (balanced, edge), measured into results.json; a model already there keeps
+    what this call does not measure again."""
     global DEADLINE
     deadline = DEADLINE = time.time() + deadline_s
     results_path = out / "results.json"
@@ -203,8 +206,8 @@ def run(out: Path, names: list[str], deadline_s: float, gpu: bool) -> None:
     total, free = _gpu_bytes()
     for name in names:
         model = gguf_path(out, name)
-        res: dict[str, Any] = {"model": name, "file_bytes": model.stat().st_size, "gpu_total_bytes": total,
-                               "gpu_free_bytes": free, "skipped": []}
+        res: dict[str, Any] = {**results.get(name, {}), "model": name, "file_bytes": model.stat().st_size,
+                               "gpu_total_bytes": total, "gpu_free_bytes": free, "skipped": []}
 
         def left(need: float, what: str, res: dict[str, Any] = res) -> bool:
             if time.time() + need > deadline:
@@ -219,11 +222,11 @@ def run(out: Path, names: list[str], deadline_s: float, gpu: bool) -> None:
         pick = ["--priority", "balanced", "--pick", str(rows[0][0])] if rows else ["--ctx", "32768"]
         if not gpu:
             pick = ["--ctx", "2048", "--threads", "2"]
-        if left(150, "balanced"):
+        if "balanced" in picks and left(150, "balanced"):
             # a dry run on a shared CPU measures whatever else runs there (--busy-ok): it checks the script only
             res["balanced"] = launch_and_bench(model, pick, "balanced", out, left, DEPTHS if gpu else "256,1024",
                                                SHORT if gpu else (*SHORT, "--busy-ok"))
-        if gpu and left(200, "edge"):
+        if gpu and "edge" in picks and left(200, "edge"):
             res["edge_pick"] = edge_pick(model, total)
             if res["edge_pick"].get("args"):
                 res["edge"] = launch_and_bench(model, res["edge_pick"]["args"], "edge", out, left)
@@ -411,6 +414,7 @@ def main() -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--deadline-s", type=float, default=540)
     ap.add_argument("--cpu", action="store_true", help="a dry run on this machine's CPU (model: tiny)")
+    ap.add_argument("--picks", default="balanced,edge", help="which picks `run` measures (balanced, edge)")
     ap.add_argument("--report", type=Path)
     a = ap.parse_args()
     if a.report:
@@ -429,7 +433,10 @@ def main() -> int:
     elif a.stage == "run":
         if a.cpu:
             synth(a.out, names)
-        run(a.out, names, a.deadline_s, gpu=not a.cpu)
+        picks = tuple(p for p in a.picks.split(",") if p)
+        if set(picks) - {"balanced", "edge"}:
+            ap.error(f"--picks: balanced and/or edge, not {a.picks!r}")
+        run(a.out, names, a.deadline_s, gpu=not a.cpu, picks=picks)
     else:
         ap.error("give a stage (synth, run) or --report DIR")
     return 0

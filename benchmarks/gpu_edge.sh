@@ -13,6 +13,7 @@
 #   bash benchmarks/gpu_edge.sh run qwen36,moe 470   # synth two files, measure, delete, within 470 s
 #                                                    (a fresh machine: the build first, inside those 470 s)
 #   bash benchmarks/gpu_edge.sh run dense32,swa      # the other two
+#   bash benchmarks/gpu_edge.sh run moe 560 edge     # one pick only (balanced or edge; both by default)
 #   bash benchmarks/gpu_edge.sh scales               # the weight scale A/B: 8-layer cuts, old vs BLOCK_SCALES
 #   bash benchmarks/gpu_edge.sh onetoken qwen36      # 8 layers vs full depth x short vs ~1,000-token prompt
 #   bash benchmarks/gpu_edge.sh nonfinite qwen36     # 8-layer cut: the centred writer x f16 / q4_0 / no FA, then the old one
@@ -86,7 +87,7 @@ case "$stage" in
     step "synth-${models//,/-}" python3 benchmarks/gpu_edge.py synth --out "$G" --models "$models" || exit 1
     df -h . | tee -a "$G/df.txt"
     step "run-${models//,/-}" python3 benchmarks/gpu_edge.py run --out "$G" --models "$models" \
-        --deadline-s "$(( ${3:-480} - ($(date +%s) - t0) ))"
+        --deadline-s "$(( ${3:-480} - ($(date +%s) - t0) ))" --picks "${4:-balanced,edge}"
     rc=$?
     for m in ${models//,/ }; do rm -f "$G/$m-"*.gguf; done
     engineroom runs --json > "$G/runs.json" 2>/dev/null
