@@ -142,10 +142,26 @@ def bench_bin() -> tuple[Path, dict]:
     from engineroom.engines.llamacpp import find_binary, soname_env
 
     b = find_binary()
-    bench = b.path.parent / "llama-bench"
-    if not bench.is_file():
-        sys.exit(f"no llama-bench beside {b.path}")
+    bench = llama_bench_beside(b.path)
     return bench, {**os.environ, **soname_env(b.path.parent)}
+
+
+def llama_bench_beside(server: Path) -> Path:
+    """llama-bench beside ``server``: `engines install llama.cpp` builds llama-server only, so where it is
+    missing it is built in that install's kept build folder (the one target and its link, ~1 CPU-minute)."""
+    bench = server.parent / "llama-bench"
+    build_dir = server.parent.parent
+    if not bench.is_file():
+        if not (build_dir / "CMakeCache.txt").is_file():
+            sys.exit(f"no llama-bench beside {server}, and no CMake build folder at {build_dir} to build it in")
+        print(f"building llama-bench in {build_dir}", flush=True)
+        from engineroom.engines.build import find_cmake
+
+        proc = subprocess.run([find_cmake(), "--build", str(build_dir), "--target", "llama-bench", "-j",
+                               str(os.cpu_count() or 1)], capture_output=True, text=True)
+        if proc.returncode != 0 or not bench.is_file():
+            sys.exit(f"building llama-bench in {build_dir} failed: {proc.stderr.strip()[-600:]}")
+    return bench
 
 
 def cpu_idle(seconds: float = 2.0) -> float:

@@ -116,8 +116,10 @@ def _bindir() -> Path:
 
 
 def llama_bench(bindir: Path, model: Path, args: list[str], log: Path, gpu: bool) -> list[dict]:
-    cmd = [str(bindir / "llama-bench"), "-m", str(model), *(["-ngl", "99", "-fa", "1"] if gpu else ["-t", "2"]),
-           *args, "-o", "json"]
+    from cpu_speed import llama_bench_beside  # beside this script: builds it where the install did not
+
+    bench = llama_bench_beside(bindir / "llama-server")
+    cmd = [str(bench), "-m", str(model), *(["-ngl", "99", "-fa", "1"] if gpu else ["-t", "2"]), *args, "-o", "json"]
     t = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400,
                           env={**os.environ, "LD_LIBRARY_PATH": f"{bindir}:{os.environ.get('LD_LIBRARY_PATH', '')}"})

@@ -32,6 +32,12 @@ def test_progress_lines_of_ninja_and_make():
     assert build.parse_progress("-- Configuring done") is None
 
 
+def test_the_build_makes_only_what_engineroom_runs():
+    """llama-bench is for the benchmarks (they build it in the kept build folder): ~1 CPU-minute of
+    every install, CI's included, went to a binary engineroom never runs."""
+    assert llamacpp.BUILD_TARGETS == ("llama-server",)
+
+
 def test_the_real_build_records_what_it_built(installed_build):
     m = installed_build
     assert m["engine"] == "llama.cpp" and m["origin"]["package"] == llamacpp.SOURCE_PACKAGE
@@ -39,7 +45,7 @@ def test_the_real_build_records_what_it_built(installed_build):
     assert "-DGGML_NATIVE=ON" in m["cmake_options"] and "-DLLAMA_USE_PREBUILT_UI=OFF" in m["cmake_options"]
     assert m["built_for_cpu"]["model"] == cpuprobe.probe_cpu().model
     bin_dir = Path(m["bin_dir"])
-    assert (bin_dir / "llama-server").is_file() and (bin_dir / "llama-bench").is_file()
+    assert "llama-server" in m["targets"] and (bin_dir / "llama-server").is_file()
     assert Path(m["build_log"]).is_file()
     binary = llamacpp.Binary(bin_dir / "llama-server", f"engineroom engines install ({m['tag']})", {})
     assert llamacpp.binary_version(binary).startswith(m["tag"])

