@@ -221,6 +221,28 @@ def test_concurrency_figures_count_latency_from_the_scheduled_send():
     assert g["errors"] == g["silent"] == 0
 
 
+def test_the_all_decoding_rate_counts_only_while_every_stream_decodes():
+    """Issue 16: the aggregate mixes one stream's decode with another's prefill (the H200's 149-slot
+    suite: 68.6 tok/s aggregate against a plan of pure decode). Two streams at 50 tok/s each, the
+    second sent 0.5 s late: the window from its first token (0.6 s) to the first's last (0.88 s)
+    holds 14 tokens of each, 100 tok/s, where the round's aggregate is 80 tokens over 1.381 s."""
+    recs = [rec("N=2", round_=r, stream=s, lag_us=500_000 * s, ttft=0.1, tps=50.0) for r in range(2) for s in range(2)]
+    s = summarize_suite(recs + [LOAD_OK], cond("concurrency"))
+    g = s["groups"]["N=2"]
+    assert [x["all_decoding_window_s"] for x in g["rounds"]] == [pytest.approx(0.28, abs=1e-6)] * 2
+    assert g["all_decoding_tps"]["mean"] == pytest.approx(100.0, rel=1e-6) and g["all_decoding_why"] is None
+    assert g["aggregate_tps"]["mean"] == pytest.approx(80 / 1.381, rel=1e-3)
+    apart = [rec("N=2", round_=0, stream=s, lag_us=2_000_000 * s, ttft=0.1, tps=50.0) for s in range(2)]
+    g = summarize_suite(apart + [LOAD_OK], cond("concurrency"))["groups"]["N=2"]
+    assert g["all_decoding_tps"]["n"] == 0 and g["rounds"][0]["all_decoding_tps"] is None
+    assert g["all_decoding_why"].startswith("the streams never all decoded at once")
+    from engineroom.report.suites import suite_section
+
+    text = "\n".join(suite_section(apart + [LOAD_OK], cond("concurrency")))
+    assert "| all streams decoding tok/s |" in text
+    assert "N=2: all streams decoding n/a in 1 round(s): the streams never all decoded at once" in text
+
+
 def test_streams_with_no_text_are_silent_whatever_the_engine_counted():
     """Seen on the H200 (benchmarks/gpu_bench.md): greedy decoding of a random-weight model picked a
     token that renders as nothing, so the engine reported 64 tokens per request and the streams

@@ -11,7 +11,11 @@ is one depth, one stream count, or one workload. Per group:
 - ``depth``: the measured context at mid-decode (prompt tokens + half the generated ones);
 - concurrency: per round ``aggregate_tps`` = tokens of all streams / (last end - the scheduled
   send), TTFT *from the scheduled send* p50 / p95 / p99, per-stream decode median, errors and
-  silent-empty streams;
+  silent-empty streams; and ``all_decoding_tps`` (``all_decoding``): the tokens that arrived while
+  every stream of the round was decoding (after the last first token, before the first stream
+  ended) over that window, the pure-decode rate a plan's aggregate figure predicts, where the
+  aggregate mixes decode with the other streams' prefill; None (with ``all_decoding_why``) when the
+  window is empty;
 - ``reasoning``: time to first token vs first content token, reasoning / content chunks,
   requests whose thinking ran out of budget;
 - ``roofline``: the share of the bandwidth limit (``roofline``) at that depth.
@@ -44,7 +48,7 @@ from engineroom.bench.agentic import content_only, ttft_verdict
 from engineroom.bench.arrivals import goodput, request_latency
 from engineroom.bench.guards import STATUS_INVALID, extra_checks, failed_requests
 from engineroom.bench.integrity import check_row, checklist, is_valid
-from engineroom.bench.records import gaps_us
+from engineroom.bench.records import arrivals_us, gaps_us
 from engineroom.bench.roofline import roofline
 from engineroom.bench.speculative import acceptance
 from engineroom.bench.suitestats import (
@@ -60,7 +64,8 @@ from engineroom.bench.suitestats import (
 )
 from engineroom.bench.sweep import SWEEP_CELL_KIND, knee, recommend
 
-__all__ = ["STATUS_INVALID", "agentic_figures", "is_suite_run", "round_figures", "summarize_suite", "sweep_figures"]
+__all__ = ["STATUS_INVALID", "agentic_figures", "all_decoding", "is_suite_run", "round_figures", "summarize_suite",
+           "sweep_figures"]
 
 # the checklist's cache rule per kind: sweep and rate send salted prompts, like concurrency
 _CHECKED_AS = {"sweep": "concurrency", "rate": "concurrency"}
@@ -93,6 +98,32 @@ def _reasoning_block(recs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "first_content_s": st.describe(x["first_content_s"] for x in rs)}
 
 
+def all_decoding(rs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One round's streams while every one of them was decoding: on the round's clock (each token's
+    arrival after its request's send, plus the send's lag behind the round's schedule), the window
+    from the last stream's first token to the first stream's last token, and the tokens of all
+    streams that arrived in it (a chunk counts as its stream's tokens per chunk) over its length.
+    ``{"tps", "window_s", "tokens", "why"}``; ``tps`` None with ``why`` where there is no window."""
+    none: dict[str, Any] = {"tps": None, "window_s": None, "tokens": None}
+    ok = [r for r in rs if st.is_ok(r)]
+    if len(ok) < 2 or len(ok) < len(rs):
+        return {**none, "why": "a round with a failed stream, or fewer than 2 streams"}
+    streams: list[tuple[list[float], float]] = []        # (arrivals on the round clock, tokens per chunk)
+    for r in ok:
+        offsets, tokens = arrivals_us(r), r.get("completion_tokens")
+        if not offsets or len(offsets) < 2 or not isinstance(tokens, int) or tokens < 2:
+            return {**none, "why": "a stream without two timed token chunks"}
+        lag = r.get("scheduled_lag_us") or 0
+        streams.append(([(lag + o) / 1e6 for o in offsets], tokens / len(offsets)))
+    start = max(times[0] for times, _ in streams)         # every stream has its first token
+    end = min(times[-1] for times, _ in streams)          # no stream has ended yet
+    if end <= start:
+        return {**none, "why": "the streams never all decoded at once (one ended before the last one's first "
+                               "token)"}
+    tokens = sum(per * sum(1 for t in times if start < t <= end) for times, per in streams)
+    return {"tps": tokens / (end - start), "window_s": end - start, "tokens": tokens, "why": None}
+
+
 def round_figures(recs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     by: dict[int, list[Mapping[str, Any]]] = {}
     for r in recs:
@@ -103,8 +134,11 @@ def round_figures(recs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         ends = [(r.get("scheduled_lag_us") or 0) + (r.get("end_us") or 0) for r in rs]
         tokens = sum(int(r.get("completion_tokens") or 0) for r in rs if st.is_ok(r))
         wall = max(ends) / 1e6 if ends else 0.0
+        steady = all_decoding(rs)
         out.append({"round": no, "streams": len(rs), "tokens": tokens, "wall_s": wall,
                     "aggregate_tps": tokens / wall if wall > 0 else None,
+                    "all_decoding_tps": steady["tps"], "all_decoding_window_s": steady["window_s"],
+                    "all_decoding_why": steady["why"],
                     "errors": sum(1 for r in rs if not st.is_ok(r)), "silent": sum(1 for r in rs if is_silent(r))})
     return out
 
@@ -144,7 +178,10 @@ def _group(name: str, recs: Sequence[Mapping[str, Any]], keep: Sequence[Mapping[
         rounds = round_figures(keep)
         agg = st.describe(r["aggregate_tps"] for r in rounds)
         streams = max((r["streams"] for r in rounds), default=1)
+        whys = sorted({str(r["all_decoding_why"]) for r in rounds if r["all_decoding_tps"] is None})
         f.update(rounds=rounds, aggregate_tps=agg, cv_pct=agg.get("cv_pct"),
+                 all_decoding_tps=st.describe(r["all_decoding_tps"] for r in rounds),
+                 all_decoding_why="; ".join(whys) or None,
                  per_stream_decode_median=_median([x for x in (st.decode_tps(r) for r in usable) if x is not None]),
                  ttft_from_schedule_s=_pcts(latency_from_schedule_s(r) for r in keep if st.is_ok(r)),
                  scheduled_lag_ms=_pcts((r.get("scheduled_lag_us") or 0) / 1000.0 for r in keep),

@@ -62,12 +62,14 @@ def suite_section(records: Sequence[Mapping[str, Any]], cond: Mapping[str, Any],
     elif kind == "rate":
         lines += _rate_lines(s["rate"], bench)
     if kind in ("concurrency", "sweep"):
-        lines += ["| streams | rounds kept | aggregate tok/s mean ± std (CV%) | per-stream decode median | "
+        lines += ["| streams | rounds kept | aggregate tok/s mean ± std (CV%) | all streams decoding tok/s | "
+                  "per-stream decode median | "
                   "TTFT from schedule s p50 / p95 / p99 | inter-token ms p50 / p95 / p99 | send lag ms p50 / p99 | "
-                  "errors / silent | roofline % |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "errors / silent | roofline % |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for name, g in s["groups"].items():
             lag = g.get("scheduled_lag_ms") or {}
             lines.append(f"| {name} | {len(g.get('rounds') or [])} | {_ms(g.get('aggregate_tps'))} | "
+                         f"{_ms(g.get('all_decoding_tps') or {})} | "
                          f"{_f(g.get('per_stream_decode_median'))} | {_pct(g.get('ttft_from_schedule_s'), 1, 3)} | "
                          f"{_pct(g['inter_token_ms'])} | {_f(lag.get('p50'), 1)} / {_f(lag.get('p99'), 1)} | "
                          f"{g.get('errors', 0)} / {g.get('silent', 0)} | {_roof(g['roofline'])} |")
@@ -92,6 +94,9 @@ def suite_section(records: Sequence[Mapping[str, Any]], cond: Mapping[str, Any],
                          f"time to first token {_ms(rz['ttft_s'], 3)} s, to first content token "
                          f"{_ms(rz['first_content_s'], 3)} s; thinking used the whole budget in "
                          f"{rz['thinking_exhausted']} (left out of the figures)")
+        if g.get("all_decoding_why"):
+            missing = len(g.get("rounds") or []) - g["all_decoding_tps"]["n"]
+            notes.append(f"{name}: all streams decoding n/a in {missing} round(s): {g['all_decoding_why']}")
         roof = g["roofline"]
         if roof.get("pct") is not None:
             notes.append(f"{name}: roofline {roof['pct']:.1f}% of {roof['limit_tps']:,.0f} tok/s "
