@@ -210,6 +210,8 @@ def test_validation_refuses_a_misspelt_flag_with_the_nearest(ik_binary, tmp_path
     assert "no flag --kv-unified" in (ik.validate_argv(ik_binary, [str(ik_binary.path), "--kv-unified"]) or "")
     # this build still has the legacy speculative flags (newer ik_llama.cpp rejects them)
     assert ik.validate_argv(ik_binary, [str(ik_binary.path), "-mtp", "--draft-max", "4"]) is None
+    # the prompt cache's cap is the fork's flag too (engines.llamacpp.host_cache_change)
+    assert ik.validate_argv(ik_binary, [str(ik_binary.path), *ik.host_cache_change(1 << 30).args]) is None
     assert engines.adapter("ik_llama.cpp").validate_argv(ik_binary, [str(ik_binary.path), "--metrix"])
 
 

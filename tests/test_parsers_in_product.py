@@ -243,8 +243,11 @@ def test_argvcheck_names_no_engine_flag():
 def test_llama_servers_own_help_accepts_the_rendered_argv_and_names_a_wrong_flag(llama_server_binary, smollm2):
     from engineroom.engines.base import LaunchOptions
 
+    cache = llamacpp.host_cache_change(1 << 30)               # the prompt cache capped (little spare RAM)
+    assert cache is not None
     argv = list(llamacpp.render(llama_server_binary, LaunchOptions(model_path=smollm2, ctx=1024, n_seqs=2,
-                                                                   kv_dtype="q8_0")).argv)
+                                                                   kv_dtype="q8_0", changes=(cache,))).argv)
+    assert argv[argv.index("--cache-ram") + 1] == "1024"
     assert llamacpp.validate_argv(llama_server_binary, argv) is None
     assert len(llamacpp.known_flags(llama_server_binary) or ()) > 100          # read from its --help
     problem = llamacpp.validate_argv(llama_server_binary, [*argv, "--ctx-szie", "10"])

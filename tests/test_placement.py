@@ -192,6 +192,51 @@ def test_many_slots_do_not_copy_every_idle_slot_to_host_ram_on_each_request(tmp_
     assert mine.argv[-1] == "--cache-idle-slots"
 
 
+def test_the_prompt_cache_is_capped_at_what_the_launch_leaves_of_the_host():
+    """llama-server grows its host prompt cache to --cache-ram MiB (8,192 by default) as requests come,
+    memory the plan does not hold: below that much spare host memory the launch caps it there (0: off);
+    a user's own flag wins; the fork has the same flag; an engine without such a cache adds nothing."""
+    from engineroom.engines.llamacpp import host_cache_change
+
+    change = host_cache_change(3 << 30)
+    assert change is not None and change.args == ("--cache-ram", "3072") and change.source == "host memory"
+    assert "capped at 3,072 MiB" in change.why and "8,192 MiB by default" in change.why
+    assert host_cache_change(8192 << 20) is None and host_cache_change(1 << 40) is None
+    off = host_cache_change(-(1 << 30))
+    assert off is not None and off.args == ("--cache-ram", "0") and "turned off" in off.why
+    assert host_cache_change(1 << 20, ("-cram", "512")) is None and host_cache_change(0, ("--cache-ram", "-1")) is None
+    assert adapter("ik_llama.cpp").host_cache_change(1 << 30).args == ("--cache-ram", "1024")
+    assert adapter("vllm").host_cache_change(0) is None
+
+
+@pytest.mark.parametrize(("available_gib", "capped"), [(3, True), (64, False)])
+def test_a_launch_on_this_machine_renders_the_prompt_cache_cap_its_prediction_leaves(monkeypatch, tmp_path,
+                                                                                     available_gib, capped):
+    """`up` (and `recipe`) on a machine whose usable RAM leaves under 8,192 MiB beside the launch: the
+    argv carries --cache-ram at exactly what fit's prediction leaves, recorded as a change with its
+    reason; with room to spare, llama-server's default stands (no flag)."""
+    from dataclasses import replace
+
+    from engineroom import flows, hardware
+    from engineroom.hardware import Rig
+    from engineroom.launchargs import LaunchArgs
+    from engineroom.synth import SHAPES, write_synthetic_gguf
+
+    rig = Rig(gpus=(), cpu_ram_bytes=max(16, available_gib) << 30, cpu_ram_available_bytes=available_gib << 30,
+              cpu_cores=2, cpu_threads=2, label="test machine", source="detected")
+    monkeypatch.setattr(hardware, "detect_rig", lambda *a, **k: rig)
+    path = write_synthetic_gguf(replace(SHAPES["dense-s"], vocab_size=1024), "Q4_0", tmp_path / "m.gguf")
+    prepared = flows.prepare(str(path), LaunchArgs(engine="llama.cpp", ctx=4096, parallel=2), require_binary=False)
+    argv, spare = list(prepared.spec.argv), prepared.prediction.host_spare_bytes
+    assert spare is not None and 0 < spare, prepared.prediction
+    if capped:
+        assert spare < 8192 << 20 and argv[argv.index("--cache-ram") + 1] == str(spare // 2**20)
+        (change,) = [c for c in prepared.spec.changes if c["source"] == "host memory"]
+        assert change["args"] == ["--cache-ram", str(spare // 2**20)] and "prompt cache" in change["why"]
+    else:
+        assert spare >= 8192 << 20 and "--cache-ram" not in argv
+
+
 # --------------------------------------------------------------------------- real llama-server (CPU)
 @pytest.fixture
 def own_state_dir(tmp_path_factory, monkeypatch):

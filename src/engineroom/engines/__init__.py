@@ -103,6 +103,12 @@ class Engine:
         impl = self.impl
         return list(impl.cpu_adjustments(probe, extra_args)) if isinstance(impl, base.AdjustsForCpu) else []
 
+    def host_cache_change(self, spare_bytes: int, extra_args: Sequence[str] = ()) -> LaunchChange | None:
+        """The argument that keeps the engine's host-RAM cache within ``spare_bytes`` (what the
+        launch leaves of the host's usable memory), or None (no such cache, or it fits)."""
+        impl = self.impl
+        return impl.host_cache_change(spare_bytes, extra_args) if isinstance(impl, base.CapsHostCache) else None
+
     def crash_fallback(self, argv: Sequence[str], returncode: int) -> LaunchChange | None:
         impl = self.impl
         return impl.crash_fallback(argv, returncode) if isinstance(impl, base.FallsBackAfterCrash) else None

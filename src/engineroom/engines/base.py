@@ -57,7 +57,7 @@ class LaunchChange:
 
     args: tuple[str, ...]
     why: str
-    source: str                  # "cpu probe" | "relaunch after a crash"
+    source: str                  # "cpu probe" | "relaunch after a crash" | "host memory"
 
     def as_dict(self) -> dict[str, object]:
         return {"args": list(self.args), "why": self.why, "source": self.source}
@@ -208,6 +208,11 @@ class EngineAdapter(Protocol[BinaryT]):
 @runtime_checkable
 class AdjustsForCpu(Protocol):           # default: no changes
     def cpu_adjustments(self, probe: CpuProbe, extra_args: Sequence[str] = ()) -> list[LaunchChange]: ...
+
+
+@runtime_checkable
+class CapsHostCache(Protocol):           # default: None (no host-RAM cache beyond what fit sizes)
+    def host_cache_change(self, spare_bytes: int, extra_args: Sequence[str] = ()) -> LaunchChange | None: ...
 
 
 @runtime_checkable

@@ -24,6 +24,9 @@ class Prediction:
     request: dict                    # the FitRequest it was made for
     rig: str
     why_none: str = ""
+    # what the launch leaves of the host's usable memory (fit.usable_ram less the host-side
+    # components; a CPU rig: less everything), for a cache the engine grows there; None: unknown
+    host_spare_bytes: int | None = None
 
 
 def predict_memory(engine: str, arch: ModelArch | None, settings: dict, probe: CpuProbe, *, model_id: str = "",
@@ -34,7 +37,7 @@ def predict_memory(engine: str, arch: ModelArch | None, settings: dict, probe: C
     from dataclasses import asdict
 
     from ..catalog import load_catalog
-    from ..fit import FitRequest, fit
+    from ..fit import FitRequest, fit, usable_ram
     from ..hardware import detect_rig
 
     features = frozenset(probe.usable) if probe.flags else None
@@ -68,7 +71,11 @@ def predict_memory(engine: str, arch: ModelArch | None, settings: dict, probe: C
     request = {k: (sorted(v) if isinstance(v, frozenset) else v) for k, v in asdict(req).items()}
     request.pop("cpu_features", None)
     request["basis"] = basis
-    return Prediction(comps, request, rig.label or "this machine")
+    spare = None
+    if rig.cpu_ram_bytes:
+        host = f.total_bytes if not rig.gpus else sum(c.bytes for c in f.host)
+        spare = usable_ram(rig)[0] - host
+    return Prediction(comps, request, rig.label or "this machine", host_spare_bytes=spare)
 
 
 def process_memory(state: ServerState) -> tuple[dict, str, dict]:

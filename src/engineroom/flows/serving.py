@@ -195,6 +195,21 @@ def prepare(
             port=port, host=host, threads=threads, extra_args=tuple(extra_args), changes=tuple(changes),
             api_key_file=key.file,
         )
+        settings = adapter.launch_settings(lopts, trained_ctx=arch.max_position if arch is not None else None)
+        model_id, quant = (request.model, request.weights.quant) if pick else ("", "")
+        if not model_id and mref is not None and getattr(mref, "catalog_id", None):
+            model_id = mref.catalog_id or ""
+        if settings.get("ctx") is None and arch is None:
+            prediction = Prediction({}, {}, "", "no --ctx and no model file to read the trained context from")
+        else:
+            prediction = predict_memory(engine, arch, settings, probe, model_id=model_id, quant=quant)
+        # a cache the engine grows in host RAM, kept within what this launch leaves there (sized for this
+        # machine: not for a container image's machine, another rig or a cluster's nodes)
+        here = not container and not (pick is not None and (pick.other_rig or pick.cluster))
+        if here and prediction.host_spare_bytes is not None:
+            cache = adapter.host_cache_change(prediction.host_spare_bytes, extra_args)
+            if cache is not None:
+                lopts = replace(lopts, changes=(*lopts.changes, cache))
         spec = adapter.render(binary, lopts)
         check_bind_args(spec, extra_args)
         cluster: tuple[LaunchSpec, ...] = ()
@@ -205,14 +220,6 @@ def prepare(
                 adapter.placeholder_binary(pick.other_vendor or "nvidia"), lopts, nodes=c["nodes"],
                 gpus_per_node=c["gpus_per_node"],
                 head_addr=head_addr or HEAD_PLACEHOLDER, pipeline=c["pp"] > 1))
-        settings = adapter.launch_settings(lopts, trained_ctx=arch.max_position if arch is not None else None)
-        model_id, quant = (request.model, request.weights.quant) if pick else ("", "")
-        if not model_id and mref is not None and getattr(mref, "catalog_id", None):
-            model_id = mref.catalog_id or ""
-        if settings.get("ctx") is None and arch is None:
-            prediction = Prediction({}, {}, "", "no --ctx and no model file to read the trained context from")
-        else:
-            prediction = predict_memory(engine, arch, settings, probe, model_id=model_id, quant=quant)
     except BaseException:
         apikey.discard(key)
         raise

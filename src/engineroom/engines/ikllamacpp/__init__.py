@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..llamacpp.command import api_key_file_args, api_key_file_in, rope_scaling_arg, rope_scaling_example, split_api_key
+from ..llamacpp.command import (  # the fork takes the same flags and has the same prompt cache
+    api_key_file_args,
+    api_key_file_in,
+    host_cache_change,
+    rope_scaling_arg,
+    rope_scaling_example,
+    split_api_key,
+)
 from ..llamacpp.server import TIMINGS_FIELD, health_state  # the fork sends the same timings field
 from .command import (
     DEFAULT_SLOTS,
@@ -82,7 +89,8 @@ __all__ = ["BINARY", "BUILD_TARGETS", "DEFAULT_SLOTS", "ENGINE", "ENV_BINARY", "
            "RUN_TIME_REPACK", "SOURCE_PACKAGE", "SOURCE_VERSION", "SPEC_TYPE", "SPLIT_MODES",
            "TIMINGS_FIELD", "Binary",
            "api_key_file_args", "api_key_file_in", "binary_version", "check_binary_cpu", "classify_failure",
-           "cmake_options", "find_binary", "health_state", "install", "install_root", "installed", "known_flags",
+           "cmake_options", "find_binary", "host_cache_change", "health_state", "install", "install_root", "installed",
+           "known_flags",
            "launch_settings", "loads_refusal", "memory_report", "normalise_metrics", "normalise_timings",
            "placement_report",
            "parse_help", "placeholder_binary", "probe", "render", "repack_disabled", "rope_scaling_arg",

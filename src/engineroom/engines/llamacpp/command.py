@@ -76,6 +76,28 @@ def cpu_adjustments(probe: CpuProbe, extra_args: Sequence[str] = ()) -> list[Lau
     return []
 
 
+# llama-server keeps past prompts' KV cache in host RAM, its prompt cache (b11434
+# tools/server/server-task.cpp; ik_llama.cpp has the same flag and default), up to --cache-ram MiB,
+# 8,192 by default: none of it is allocated at load, it grows with requests, and fit's plan does not
+# hold it. Where a launch leaves less than that of the host's usable memory (fit.usable_ram), the
+# cache is capped there (0 turns it off); a user's own flag wins.
+CACHE_RAM_FLAGS = ("-cram", "--cache-ram")
+DEFAULT_CACHE_RAM_MIB = 8192
+
+
+def host_cache_change(spare_bytes: int, extra_args: Sequence[str] = ()) -> LaunchChange | None:
+    """``--cache-ram N`` where the launch leaves less than the default 8,192 MiB of usable host
+    memory (N: what it leaves, in MiB; 0 turns the prompt cache off), else None."""
+    if _has_flag(extra_args, *CACHE_RAM_FLAGS) or spare_bytes >= DEFAULT_CACHE_RAM_MIB * 2**20:
+        return None
+    mib = max(int(spare_bytes // 2**20), 0)
+    what = f"capped at {mib:,} MiB" if mib else "turned off (--cache-ram 0)"
+    return LaunchChange((CACHE_RAM_FLAGS[1], str(mib)),
+                        f"llama-server's prompt cache keeps past prompts' KV in host RAM as requests come, up to "
+                        f"{DEFAULT_CACHE_RAM_MIB:,} MiB by default; this launch leaves {mib:,} MiB of the host's "
+                        f"usable memory, so the cache is {what}", "host memory")
+
+
 def crash_fallback(argv: Sequence[str], returncode: int) -> LaunchChange | None:
     """What to change after the server died by a signal while loading, or None (nothing left to try).
 
