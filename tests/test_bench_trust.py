@@ -220,6 +220,22 @@ def random_weight_server(llama_server_binary, smollm2, tmp_path):
         yield url
 
 
+def test_a_random_weight_file_prints_every_token_but_the_end_of_sequence(random_weight_server):
+    """A control token that does not end generation prints as nothing: the H200's MoE edge pick sampled
+    them in 18 of 96 streams, each silent, the suite INVALID. synth writes them USER_DEFINED: a prompt
+    still tokenizes <|im_start|> as one token, and <file_sep> forced by a logit bias comes back as text."""
+    import httpx
+
+    tokens = httpx.post(f"{random_weight_server}/tokenize", json={"content": "<|im_start|>", "parse_special": True},
+                        timeout=30).json()["tokens"]
+    assert tokens == [1], tokens
+    reply = httpx.post(f"{random_weight_server}/v1/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "temperature": 0,
+        "logit_bias": {"5": 100}}).json()
+    assert reply["usage"]["completion_tokens"] == 2 and reply["choices"][0]["message"]["content"] == "<file_sep>" * 2, \
+        reply
+
+
 def test_depth_and_concurrency_run_full_length_on_a_random_weight_file(random_weight_server, tmp_path):
     for args in (("--suite", "depth", "--depths", "256", "--runs", "2", "--max-tokens", "128"),
                  ("--suite", "concurrency", "--streams", "2", "--prompt-tokens", "256", "--runs", "2",

@@ -82,6 +82,12 @@ def test_full_vocab_tokenizer(tmp_path: Path, smollm2: Path):
     assert _field(r, "tokenizer.ggml.model") == "gpt2"
     assert len(r.fields["tokenizer.ggml.tokens"].data) == 49_160
     assert len(r.fields["tokenizer.ggml.merges"].data) > 40_000
+    # SmolLM2's 17 control tokens: only those that end a sequence stay CONTROL (3); the others are written
+    # USER_DEFINED (4), which llama.cpp prints (a random model sampling <file_sep> makes no silent stream)
+    field = r.fields["tokenizer.ggml.token_type"]
+    types = [int(field.parts[i][0]) for i in field.data]
+    assert [i for i, t in enumerate(types) if t == 3] == [0, 2]              # <|endoftext|>, <|im_end|>
+    assert types[1] == types[5] == types[16] == 4 and types[49_159] == 4   # <|im_start|>, <file_sep>, a pad
 
 
 def test_metadata_for_hybrid_and_swa(tmp_path: Path):

@@ -236,6 +236,8 @@ def _read_tokenizer(source: Path) -> tuple:
             kv.get("tokenizer.chat_template"))
 
 
+CONTROL, USER_DEFINED = 3, 4        # GGUF token types (gguf.TokenType.CONTROL, .USER_DEFINED)
+
 _FALLBACK_PAIRS = (" t", "th", "he", " a", "in", "er", "an", " s", "re", "on", " w", "at", "en", "nd", " o",
                    "or", "es", "is", "it", " c", "ed", "ng", " b", "ou", "ar", "al", " f", " m", "te", "st")
 
@@ -247,7 +249,7 @@ def _tokenizer(vocab_size: int, source: Path | None) -> dict:
     else:  # a small byte-level BPE vocab: 256 byte tokens, specials and merges of common pairs
         byte_map = _bytes_to_unicode()
         tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + [byte_map[b] for b in range(256)]
-        types = [3, 3, 3] + [1] * 256
+        types = [CONTROL] * 3 + [1] * 256
         # llama.cpp's gpt2 tokenizer refuses a file without merges ("cannot find tokenizer
         # merges"): a few dozen English pairs make it a real (if weak) BPE vocab that loads
         merges = []
@@ -258,6 +260,13 @@ def _tokenizer(vocab_size: int, source: Path | None) -> dict:
             types.append(1)
         pre, tmpl = "default", None
         ids = {"bos": 1, "eos": 2, "unknown": 0, "padding": 0}
+    # Random weights sample any token. One the engine prints as nothing (a control token that does not end
+    # generation: SmolLM2's <|im_start|>, <file_sep>, ...) makes a silent stream, which bench rightly
+    # calls INVALID (the H200's MoE edge pick: 18 of 96 streams, benchmarks/gpu_edge.md). Every control
+    # token but end of sequence, unknown and padding is written USER_DEFINED: a prompt still tokenizes it
+    # as one special token, and llama.cpp prints its text (token_to_piece skips CONTROL and UNKNOWN only).
+    ends = {ids["eos"], ids["unknown"], ids["padding"]}
+    types = [USER_DEFINED if t == CONTROL and i not in ends else t for i, t in enumerate(types)]
     if vocab_size < len(tokens):
         keep = set(tokens[:vocab_size])
         tokens, types = tokens[:vocab_size], types[:vocab_size]
@@ -266,7 +275,7 @@ def _tokenizer(vocab_size: int, source: Path | None) -> dict:
     else:
         extra = vocab_size - len(tokens)
         tokens = tokens + [f"<|synthetic_pad_{i}|>" for i in range(extra)]
-        types = types + [4] * extra  # USER_DEFINED
+        types = types + [USER_DEFINED] * extra
     return {"tokens": tokens, "types": types, "merges": merges, "pre": pre, "ids": ids, "template": tmpl}
 
 
