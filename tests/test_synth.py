@@ -90,6 +90,26 @@ def test_full_vocab_tokenizer(tmp_path: Path, smollm2: Path):
     assert types[1] == types[5] == types[16] == 4 and types[49_159] == 4   # <|im_start|>, <file_sep>, a pad
 
 
+def test_tokens_that_print_nothing_get_zero_output_rows(tmp_path: Path):
+    """A random model greedily repeats one token; a lone UTF-8 byte (held back by the server until the
+    character completes) or a control token then makes a silent stream. Their rows of the output
+    projection are zero (logit 0, far below a random row's maximum), every other row is not."""
+    from engineroom.synth import _tokenizer, silent_tokens
+
+    arch = replace(SHAPES["dense-s"], vocab_size=1024)
+    r = gguf.GGUFReader(str(write_synthetic_gguf(arch, "Q4_0", tmp_path / "s.gguf",
+                                                 tokenizer_gguf=tmp_path / "no-such-tokenizer.gguf")))
+    tok = _tokenizer(1024, None)                 # the byte-level fallback the file was written with
+    silent = silent_tokens(tok)
+    names = {t.name: t for t in r.tensors}
+    out = names.get("output.weight") or names["token_embd.weight"]
+    rows = np.asarray(out.data).reshape(1024, -1)
+    assert len(silent) == 2 + 128                # <|endoftext|>, <|im_end|> and the 128 bytes >= 0x80 alone
+    assert silent[2] == 3 + 0x80 and not rows[silent].any()   # the fallback's bytes follow its 3 specials
+    printable = [i for i in range(1024) if i not in set(silent)]
+    assert all(rows[i].any() for i in printable)
+
+
 def test_metadata_for_hybrid_and_swa(tmp_path: Path):
     p = write_synthetic_gguf(replace(SHAPES["hybrid-s"], vocab_size=1024), "Q4_0", tmp_path / "h.gguf")
     r = gguf.GGUFReader(str(p))

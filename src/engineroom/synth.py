@@ -236,7 +236,7 @@ def _read_tokenizer(source: Path) -> tuple:
             kv.get("tokenizer.chat_template"))
 
 
-CONTROL, USER_DEFINED = 3, 4        # GGUF token types (gguf.TokenType.CONTROL, .USER_DEFINED)
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED = 1, 2, 3, 4   # GGUF token types (gguf.TokenType)
 
 _FALLBACK_PAIRS = (" t", "th", "he", " a", "in", "er", "an", " s", "re", "on", " w", "at", "en", "nd", " o",
                    "or", "es", "is", "it", " c", "ed", "ng", " b", "ou", "ar", "al", " f", " m", "te", "st")
@@ -277,6 +277,26 @@ def _tokenizer(vocab_size: int, source: Path | None) -> dict:
         tokens = tokens + [f"<|synthetic_pad_{i}|>" for i in range(extra)]
         types = types + [USER_DEFINED] * extra
     return {"tokens": tokens, "types": types, "merges": merges, "pre": pre, "ids": ids, "template": tmpl}
+
+
+def silent_tokens(tok: dict) -> list[int]:
+    """Token ids a server prints as nothing when one is sampled alone (and a random model repeats one
+    token): control and unknown tokens, and byte-level tokens that are not whole UTF-8 (a lone lead or
+    continuation byte; llama-server holds such bytes back until the character completes). The H200's
+    MoE edge pick, with SmolLM2's control tokens made printable, still had 2 silent streams of 96."""
+    to_byte = {c: b for b, c in _bytes_to_unicode().items()}
+    out = []
+    for i, (text, kind) in enumerate(zip(tok["tokens"], tok["types"], strict=True)):
+        if kind in (CONTROL, UNKNOWN):
+            out.append(i)
+            continue
+        if kind != NORMAL or not all(c in to_byte for c in text):
+            continue
+        try:
+            bytes(to_byte[c] for c in text).decode("utf-8")
+        except UnicodeDecodeError:
+            out.append(i)
+    return out
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -445,8 +465,16 @@ def write_synthetic_gguf(arch: ModelArch, quant: str, path: str | os.PathLike, *
     w.add_add_bos_token(False)
     if tok["template"]:
         w.add_chat_template(tok["template"])
-    for spec in tensor_layout(arch, quant):
+    layout = tensor_layout(arch, quant)
+    # the output projection (token_embd where it is tied) gets zero rows for the tokens that print nothing:
+    # their logits are 0 where a random row's reach several standard deviations, so greedy decoding of
+    # random weights never picks one, and every stream carries text
+    projection = "output.weight" if any(s.name == "output.weight" for s in layout) else "token_embd.weight"
+    silent = silent_tokens(tok)
+    for spec in layout:
         data = _tensor_data(spec, rng, block_scale)
+        if spec.name == projection and silent:
+            data[np.asarray(silent)] = 0
         w.add_tensor(spec.name, data, raw_dtype=T[spec.type] if spec.type not in ("F32", "F16") else None)
     w.write_header_to_file()
     w.write_kv_data_to_file()
