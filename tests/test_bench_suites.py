@@ -232,6 +232,13 @@ def test_the_all_decoding_rate_counts_only_while_every_stream_decodes():
     assert [x["all_decoding_window_s"] for x in g["rounds"]] == [pytest.approx(0.28, abs=1e-6)] * 2
     assert g["all_decoding_tps"]["mean"] == pytest.approx(100.0, rel=1e-6) and g["all_decoding_why"] is None
     assert g["aggregate_tps"]["mean"] == pytest.approx(80 / 1.381, rel=1e-3)
+    # a window of 0.06 s holds 3 tokens a stream: its edges would move the rate by a third
+    short = [rec("N=2", round_=0, stream=s, lag_us=720_000 * s, ttft=0.1, tps=50.0) for s in range(2)]
+    g = summarize_suite(short + [LOAD_OK], cond("concurrency"))["groups"]["N=2"]
+    assert g["rounds"][0]["all_decoding_tps"] is None and g["rounds"][0]["all_decoding_window_s"] == \
+        pytest.approx(0.06, abs=1e-6)
+    assert g["all_decoding_why"].startswith("the window where every stream decoded (60 ms) held 3.0 tokens a stream, "
+                                            "under 8: too short to time")
     apart = [rec("N=2", round_=0, stream=s, lag_us=2_000_000 * s, ttft=0.1, tps=50.0) for s in range(2)]
     g = summarize_suite(apart + [LOAD_OK], cond("concurrency"))["groups"]["N=2"]
     assert g["all_decoding_tps"]["n"] == 0 and g["rounds"][0]["all_decoding_tps"] is None

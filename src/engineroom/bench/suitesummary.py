@@ -98,6 +98,13 @@ def _reasoning_block(recs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "first_content_s": st.describe(x["first_content_s"] for x in rs)}
 
 
+# the fewest tokens a stream must deliver inside the all-decoding window for its rate to be timed: a
+# window's ends cut each stream's chunks at +-1, so at 8 a stream the edges move the rate by ~1/8
+# (the H200's 64-token suite had a 0.12 s window of ~4 tokens a stream: 1,170 tok/s against ~290 of
+# the whole round, not a measurement)
+MIN_WINDOW_TOKENS_PER_STREAM = 8
+
+
 def all_decoding(rs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One round's streams while every one of them was decoding: on the round's clock (each token's
     arrival after its request's send, plus the send's lag behind the round's schedule), the window
@@ -121,6 +128,11 @@ def all_decoding(rs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return {**none, "why": "the streams never all decoded at once (one ended before the last one's first "
                                "token)"}
     tokens = sum(per * sum(1 for t in times if start < t <= end) for times, per in streams)
+    if tokens < MIN_WINDOW_TOKENS_PER_STREAM * len(streams):
+        return {**none, "window_s": end - start, "tokens": tokens,
+                "why": f"the window where every stream decoded ({(end - start) * 1000:.0f} ms) held "
+                       f"{tokens / len(streams):.1f} tokens a stream, under {MIN_WINDOW_TOKENS_PER_STREAM}: too short "
+                       "to time (more --max-tokens widens it)"}
     return {"tps": tokens / (end - start), "window_s": end - start, "tokens": tokens, "why": None}
 
 
