@@ -94,12 +94,12 @@ def test_tokens_that_print_nothing_get_zero_output_rows(tmp_path: Path):
     """A random model greedily repeats one token; a lone UTF-8 byte (held back by the server until the
     character completes) or a control token then makes a silent stream. Their rows of the output
     projection are zero (logit 0, far below a random row's maximum), every other row is not."""
-    from engineroom.synth import _tokenizer, silent_tokens
+    from engineroom.synthvocab import silent_tokens, vocabulary
 
     arch = replace(SHAPES["dense-s"], vocab_size=1024)
     r = gguf.GGUFReader(str(write_synthetic_gguf(arch, "Q4_0", tmp_path / "s.gguf",
                                                  tokenizer_gguf=tmp_path / "no-such-tokenizer.gguf")))
-    tok = _tokenizer(1024, None)                 # the byte-level fallback the file was written with
+    tok = vocabulary(1024, None)                 # the byte-level fallback the file was written with
     silent = silent_tokens(tok)
     names = {t.name: t for t in r.tensors}
     out = names.get("output.weight") or names["token_embd.weight"]
