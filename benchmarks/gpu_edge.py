@@ -42,6 +42,9 @@ MODELS = ("qwen36", "moe", "dense32", "swa")
 EDGE = 0.90                      # the share of the GPU's memory the edge pick must fill
 DEPTHS = "1024,16384"
 SHORT = ("--warmup", "1", "--runs", "2", "--max-tokens", "64")
+# the concurrency suite's tokens a stream: at 64, 32 streams' TTFTs (3-25 s on the H200) left bench's
+# all-decoding window empty or too short to time (lease6); 256 keeps every stream decoding together
+CONCURRENCY_TOKENS = "256"
 DEADLINE = float("inf")          # run() sets it: no bench step may outlast the call's deadline
 
 
@@ -187,7 +190,7 @@ def launch_and_bench(model: Path, args: list[str], label: str, out: Path, left: 
         res["depth"] = {"rc": rc, "result": data, "stderr": err if rc else ""}
     if left(90, f"{label} concurrency"):
         rc, data, err = _cli("bench", "--suite", "concurrency", "--streams", streams, "--prompt-tokens", "1024",
-                             *short, "--json", timeout=_cap(400))
+                             *short, "--max-tokens", CONCURRENCY_TOKENS, "--json", timeout=_cap(400))
         res["concurrency"] = {"rc": rc, "result": data, "stderr": err if rc else ""}
     _cli("down")
     if log.is_file():
