@@ -358,13 +358,12 @@ def write_synthetic_gguf(arch: ModelArch, quant: str, path: str | os.PathLike, *
     w.add_add_bos_token(False)
     if tok["template"]:
         w.add_chat_template(tok["template"])
-    layout = tensor_layout(arch, quant)
     # the output projection (token_embd where it is tied) gets zero rows for the tokens that print nothing:
     # their logits are 0 where a random row's reach several standard deviations, so greedy decoding of
     # random weights never picks one, and every stream carries text
-    projection = "output.weight" if any(s.name == "output.weight" for s in layout) else "token_embd.weight"
+    projection = "token_embd.weight" if arch.tie_embeddings else "output.weight"
     silent = silent_tokens(tok)
-    for spec in layout:
+    for spec in tensor_layout(arch, quant):
         data = _tensor_data(spec, rng, block_scale)
         if spec.name == projection and silent:
             data[np.asarray(silent)] = 0
