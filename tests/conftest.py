@@ -324,17 +324,20 @@ def bench():
     return benchmark_script("fit_vs_llamacpp")
 
 
-# the checks of a bench's spread: a short run (a few requests of a few dozen tokens) on a 2-core VM
-# may fail them alone (decode CV 2-12% seen over 2 runs)
-SPREAD_CHECKS = frozenset({"cv", "inter_token_outliers"})
+# the checks a short run fails on the machine's doing, not the engine's or engineroom's: its spread (a
+# few requests of a few dozen tokens on a 2-core VM: decode CV 2-12% seen over 2 runs) and other
+# processes on the cores (the harness's CI host: vLLM's storage test was INVALID on host_contention
+# once, where 6 runs on a quiet machine read 0.4-1.3% over the run, 2-6% at worst in 2 s)
+MACHINE_CHECKS = frozenset({"cv", "inter_token_outliers", "host_contention"})
 
 
-def assert_ok_or_invalid_on_spread_alone(proc, out: dict) -> None:
+def assert_ok_or_invalid_on_the_machine_alone(proc, out: dict) -> None:
     """For a test whose subject is not the bench's verdict (storage, the suite's shape): the run is OK,
-    or INVALID on its spread alone; the exit code says which (0 / 1) and any other failed check fails."""
+    or INVALID on the machine's doing alone (MACHINE_CHECKS); the exit code says which (0 / 1) and any
+    other failed check fails."""
     failed = {c["name"] for c in out["summary"]["integrity"] if c["status"] == "FAIL"}
     assert (proc.returncode, out["summary"]["status"]) in ((0, "OK"), (1, "INVALID")), proc.stderr
-    assert failed <= SPREAD_CHECKS, out["summary"]["integrity"]
+    assert failed <= MACHINE_CHECKS, out["summary"]["integrity"]
 
 
 def as_in_a_terminal() -> None:

@@ -23,7 +23,7 @@ from engineroom.engines import llamacpp
 from engineroom.engines.base import UNKNOWN_FAILURE, DecodeWindow, LaunchOptions
 from engineroom.errors import BadInput, NotFound
 
-from conftest import assert_ok_or_invalid_on_spread_alone, run_cli
+from conftest import assert_ok_or_invalid_on_the_machine_alone, run_cli
 
 FIX = Path(__file__).parent / "fixtures" / "ik_llamacpp"
 
@@ -244,7 +244,7 @@ def test_bench_stores_the_forks_run(ik_managed):
     proc = run_cli("bench", "--warmup", "1", "--runs", "2", "--max-tokens", "24", "--json",
                    env=ik_managed["_env"], timeout=600)
     out = json.loads(proc.stdout)
-    assert_ok_or_invalid_on_spread_alone(proc, out)      # storage is the subject (2 requests of 24 tokens)
+    assert_ok_or_invalid_on_the_machine_alone(proc, out)      # storage is the subject (2 requests of 24 tokens)
     run_id = out["run_id"]
     with sqlite3.connect(paths.db_path()) as db:
         n = db.execute("select count(*) from records where run_id = ? and kind = 'bench_request'",

@@ -50,6 +50,27 @@ def test_uss_of_a_process_tree_follows_what_it_allocates():
     assert process_tree_memory(proc.pid) is None      # gone: None, never zeros
 
 
+_BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5:\n    pass\n"
+
+
+def test_the_cpu_of_a_child_that_exited_stays_the_trees():
+    """An engine's worker that exits between two samples: its CPU seconds stay the engine's (the
+    parent's reaped-children times), not a drop that host_contention would read as another process."""
+    parent = ("import subprocess, sys\n"
+              f"subprocess.run([sys.executable, '-c', {_BURN!r}])\n"     # run() waits: the child is reaped
+              "print('done', flush=True)\n"
+              "sys.stdin.readline()\n")
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "done"
+        tree = process_tree_memory(proc.pid)
+        assert tree is not None and tree["pids"] == [proc.pid]       # the child is gone
+        assert tree["cpu_s"] >= 0.45, tree                              # and its 0.5 s of CPU counted
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_sampler_records_idle_peak_after_and_the_engine_cpu():
     proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

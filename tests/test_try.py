@@ -9,7 +9,7 @@ import pytest
 
 from engineroom.errors import BadInput
 
-from conftest import SPREAD_CHECKS, run_cli
+from conftest import MACHINE_CHECKS, run_cli
 
 
 def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary, smollm2, tmp_path):
@@ -24,7 +24,7 @@ def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert (proc.returncode, out["bench_status"]) in ((0, "OK"), (1, "INVALID")), out
-    assert {f.split(":")[0] for f in out["bench_failed"]} <= SPREAD_CHECKS, out["bench_failed"]
+    assert {f.split(":")[0] for f in out["bench_failed"]} <= MACHINE_CHECKS, out["bench_failed"]
     assert (out["pick"]["engine"], out["pick"]["quant"], out["pick"]["ctx"]) == ("llama.cpp", "Q4_1", 1024)
     rows = {r["component"]: r for r in out["memory_rows"]}
     for component in ("weights", "kv_cache", "compute", "total"):

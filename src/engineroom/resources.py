@@ -99,7 +99,9 @@ def gpu_memory_of(pids: set[int]) -> dict[int, int] | None:
 
 def process_tree_memory(pid: int) -> dict[str, Any] | None:
     """``uss_bytes`` / ``rss_bytes`` summed over ``pid`` and its children, ``cpu_s`` (user +
-    system), ``pids``; ``uss_bytes`` is None where the OS does not give it. None when ``pid`` is gone."""
+    system, with what children that exited and were reaped had used: a worker that ends between
+    two samples must not turn its CPU seconds into another process's), ``pids``; ``uss_bytes`` is
+    None where the OS does not give it. None when ``pid`` is gone."""
     import psutil
 
     try:
@@ -116,7 +118,8 @@ def process_tree_memory(pid: int) -> dict[str, Any] | None:
             with proc.oneshot():
                 rss += proc.memory_info().rss
                 times = proc.cpu_times()
-                cpu += times.user + times.system
+                cpu += times.user + times.system + getattr(times, "children_user", 0.0) \
+                    + getattr(times, "children_system", 0.0)
                 try:
                     full = proc.memory_full_info()
                     uss = None if uss is None else uss + int(getattr(full, "uss", 0))
