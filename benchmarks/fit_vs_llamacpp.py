@@ -46,8 +46,8 @@ SETS = {
 # Slots and ubatch sizes other than the defaults (-np 1, -ub 512): (shape, ctx per slot, -np, -ub).
 # Measured AFTER the held-out set; it exposed one structural bug (the KQ mask spans one KV
 # stream, not all slots), fixed in fit.py without touching any fitted constant.
-STRUCTURE = [(name, 8192, n_seqs, ub) for name in ("dense-s", "hybrid-s", "swa-s", "moe-m")
-             for n_seqs, ub in ((2, 512), (4, 512), (1, 256), (2, 1024))]
+STRUCTURE = [(name, 8192, parallel, ub) for name in ("dense-s", "hybrid-s", "swa-s", "moe-m")
+             for parallel, ub in ((2, 512), (4, 512), (1, 256), (2, 1024))]
 
 # ---- issue 6: llama-server as users launch it ------------------------------------------------
 # launch: "default" = no -np (the server's auto: 4 slots, unified KV; fit gets the catalog's
@@ -125,14 +125,14 @@ def parse_log(text: str, device: str = "cpu") -> dict[str, float]:
     return m
 
 
-def server_args(ctx: int, kv: str, n_seqs: int | None, launch: str = "np") -> list[str]:
+def server_args(ctx: int, kv: str, parallel: int | None, launch: str = "np") -> list[str]:
     """-c/-np/-kvu flags of one case (see ISSUE6 above); the old sets are launch "np" without
     the explicit --no-kv-unified (the server's default once -np is given)."""
     base = launch.split("+")[0]
     if base == "default":
         args = ["-c", str(ctx)]
     else:
-        args = ["-c", str(ctx * (n_seqs or 1)), "-np", str(n_seqs or 1)]
+        args = ["-c", str(ctx * (parallel or 1)), "-np", str(parallel or 1)]
         if base == "np-kvu":
             args.append("--kv-unified")
         elif base == "np" and launch != "np-legacy":
@@ -143,12 +143,12 @@ def server_args(ctx: int, kv: str, n_seqs: int | None, launch: str = "np") -> li
     return args
 
 
-def measure(server: str, gguf: Path, ctx: int, kv: str, n_seqs: int | None = 1, ubatch: int | None = None,
+def measure(server: str, gguf: Path, ctx: int, kv: str, parallel: int | None = 1, ubatch: int | None = None,
             timeout: float = 120, device: str = "cpu", launch: str = "np-legacy",
             expect_refusal: bool = False) -> tuple[dict[str, float], list[str], str]:
     """Start llama-server for one case (server_args); parse its buffers (or its refusal)."""
     port = free_port()
-    cmd = [server, "-m", str(gguf), *server_args(ctx, kv, n_seqs, launch),
+    cmd = [server, "-m", str(gguf), *server_args(ctx, kv, parallel, launch),
            "-lv", "4", "--port", str(port), "--host", "127.0.0.1"]
     if ubatch is not None:
         cmd += ["-ub", str(ubatch), "-b", str(max(ubatch, 2048))]
@@ -183,7 +183,7 @@ def measure(server: str, gguf: Path, ctx: int, kv: str, n_seqs: int | None = 1, 
     if os.environ.get("FITBENCH_KEEP_LOGS"):
         keep = Path(os.environ["FITBENCH_KEEP_LOGS"])
         keep.mkdir(parents=True, exist_ok=True)
-        (keep / f"{gguf.stem}-c{ctx}-np{n_seqs}-ub{ubatch or 512}-{kv}-{launch}.log").write_text(text)
+        (keep / f"{gguf.stem}-c{ctx}-np{parallel}-ub{ubatch or 512}-{kv}-{launch}.log").write_text(text)
     refusal = next((ln.split(": ", 1)[-1].strip() for ln in text.splitlines() if "does not divide" in ln), "")
     if not m["compute"] and not (expect_refusal and refusal):
         tail = "\n".join(text.splitlines()[-15:])
@@ -213,7 +213,7 @@ def this_cpu_features() -> tuple[frozenset[str], str]:
         return frozenset(f for f in flags if not f.startswith("amx")), "/proc/cpuinfo flags without amx_*"
 
 
-def fit_request(ctx: int, kv: str, n_seqs: int | None, ubatch: int, launch: str) -> FitRequest:
+def fit_request(ctx: int, kv: str, parallel: int | None, ubatch: int, launch: str) -> FitRequest:
     """The FitRequest of one case: a default launch gets the catalog's slots / unified setting and
     ctx = -c / slots per sequence; explicit -np the given ones."""
     base = launch.split("+")[0]
@@ -221,17 +221,17 @@ def fit_request(ctx: int, kv: str, n_seqs: int | None, ubatch: int, launch: str)
         slots, unified = engine_defaults("llama.cpp")
         per_seq, n = ctx // slots, slots
     else:
-        n, unified, per_seq = n_seqs or 1, base == "np-kvu", ctx
+        n, unified, per_seq = parallel or 1, base == "np-kvu", ctx
     feats = this_cpu_features()[0]
-    return FitRequest(engine="llama.cpp", ctx=per_seq, kv_dtype=kv, n_seqs=n, ubatch=ubatch, kv_unified=unified,
+    return FitRequest(engine="llama.cpp", ctx=per_seq, kv_dtype=kv, parallel=n, ubatch=ubatch, kv_unified=unified,
                       cpu_features=feats, repack=not launch.endswith("+nr"))
 
 
-def predict(name: str, ctx: int, kv: str, n_seqs: int | None = 1, ubatch: int = 512, device: str = "cpu",
+def predict(name: str, ctx: int, kv: str, parallel: int | None = 1, ubatch: int = 512, device: str = "cpu",
             launch: str = "np-legacy") -> dict[str, float]:
     arch = arch_with_tensors(SHAPES[name], QUANT)
     rig = CPU_RIG if device == "cpu" else H200
-    f = fit(arch, fit_request(ctx, kv, n_seqs, ubatch, launch), rig)
+    f = fit(arch, fit_request(ctx, kv, parallel, ubatch, launch), rig)
     keys: tuple[str, ...] = ("weights", "weights_repack", "weights_amx", "kv_cache", "recurrent_state", "compute",
                              "output")
     if device != "cpu":
@@ -268,15 +268,15 @@ def err(p: float, m: float) -> float:
     return (p - m) / m * 100
 
 
-def predict_refusal(name: str, ctx: int, kv: str, n_seqs: int | None, ubatch: int, launch: str) -> str:
-    return kv_refusal(arch_with_tensors(SHAPES[name], QUANT), fit_request(ctx, kv, n_seqs, ubatch, launch)) or ""
+def predict_refusal(name: str, ctx: int, kv: str, parallel: int | None, ubatch: int, launch: str) -> str:
+    return kv_refusal(arch_with_tensors(SHAPES[name], QUANT), fit_request(ctx, kv, parallel, ubatch, launch)) or ""
 
 
 def _launch_text(r: dict) -> str:
     launch = r.get("launch", "np-legacy")
     base = launch.split("+")[0]
-    txt = {"default": "default (no -np)", "np": f"-np {r.get('n_seqs', 1)} -no-kvu",
-           "np-kvu": f"-np {r.get('n_seqs', 1)} -kvu", "np-legacy": f"-np {r.get('n_seqs', 1)}"}[base]
+    txt = {"default": "default (no -np)", "np": f"-np {r.get('parallel', 1)} -no-kvu",
+           "np-kvu": f"-np {r.get('parallel', 1)} -kvu", "np-legacy": f"-np {r.get('parallel', 1)}"}[base]
     return txt + (" -nr" if launch.endswith("+nr") else "")
 
 
@@ -295,7 +295,7 @@ def table(rows: list[dict]) -> str:
         for k, _ in cols:
             p, m = r["pred"].get(k, 0.0), r["meas"].get(k, 0.0)
             cells.append(f"{p:.2f} / {m:.2f} ({err(p, m):+.2f}%)" if (p or m) else "-")
-        c = r["ctx"] if r.get("launch", "np-legacy").startswith("default") else r["ctx"] * (r.get("n_seqs") or 1)
+        c = r["ctx"] if r.get("launch", "np-legacy").startswith("default") else r["ctx"] * (r.get("parallel") or 1)
         lines.append(f"| {r['shape']} | {c} | {_launch_text(r)} | {r.get('ubatch', 512)} | {r['kv']} | "
                      + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -334,14 +334,14 @@ def _cases(which: str, device: str = "cpu") -> list[tuple]:
 
 def run_set(server: str, which: str, workdir: Path, device: str = "cpu") -> list[dict]:
     rows = []
-    for name, ctx, n_seqs, ub, kv, launch in _cases(which, device):
+    for name, ctx, parallel, ub, kv, launch in _cases(which, device):
         g = workdir / f"{name}-{QUANT}.gguf"
         if not g.exists():
             write_synthetic_gguf(SHAPES[name], QUANT, g)
-        refusal = predict_refusal(name, ctx, kv, n_seqs, ub or 512, launch)
-        meas, cmd, engine_refusal = measure(server, g, ctx, kv, n_seqs, ub, device=device, launch=launch,
+        refusal = predict_refusal(name, ctx, kv, parallel, ub or 512, launch)
+        meas, cmd, engine_refusal = measure(server, g, ctx, kv, parallel, ub, device=device, launch=launch,
                                             expect_refusal=bool(refusal))
-        row = {"set": which, "shape": name, "ctx": ctx, "n_seqs": n_seqs, "ubatch": ub or 512, "kv": kv,
+        row = {"set": which, "shape": name, "ctx": ctx, "parallel": parallel, "ubatch": ub or 512, "kv": kv,
                "launch": launch, "cmd": " ".join(cmd)}
         if refusal or engine_refusal:
             row.update(refused={"engine": engine_refusal, "fit": refusal})
@@ -349,7 +349,7 @@ def run_set(server: str, which: str, workdir: Path, device: str = "cpu") -> list
             rows.append(row)
             continue
         meas["total"] = round(sum(meas.values()), 2)
-        pred = predict(name, ctx, kv, n_seqs, ub or 512, device, launch)
+        pred = predict(name, ctx, kv, parallel, ub or 512, device, launch)
         pred["total"] = round(sum(pred.values()), 2)
         row.update(pred=pred, meas=meas)
         rows.append(row)
@@ -363,7 +363,7 @@ def refusal_table(rows: list[dict]) -> str:
     lines = ["| shape | -c | launch | KV | llama-server says | fit says | match |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         e, f = r["refused"]["engine"], r["refused"]["fit"]
-        c = r["ctx"] if r.get("launch", "").startswith("default") else r["ctx"] * (r.get("n_seqs") or 1)
+        c = r["ctx"] if r.get("launch", "").startswith("default") else r["ctx"] * (r.get("parallel") or 1)
         lines.append(f"| {r['shape']} | {c} | {_launch_text(r)} | {r['kv']} | `{e or '(started)'}` | "
                      f"`{f or '(fits)'}` | {'yes' if e and e == f else 'NO'} |")
     return "\n".join(lines)
@@ -456,7 +456,7 @@ def amx_rows(path: Path) -> list[dict]:
         a = replace(SHAPES[r["shape"]], vocab_size=r["vocab"], n_layers=r["n_layers"],
                     layer_kinds=(LayerKind.FULL,) * r["n_layers"])
         arch = arch_with_tensors(a, r["quant"])
-        req = FitRequest(engine="llama.cpp", ctx=r["ctx"], kv_dtype=r["kv"], n_seqs=r["n_seqs"],
+        req = FitRequest(engine="llama.cpp", ctx=r["ctx"], kv_dtype=r["kv"], parallel=r["parallel"],
                          cpu_features=frozenset(flags), repack=not r["launch"].endswith("+nr"))
         f = fit(arch, req, CPU_RIG)
         pred = {k: round(f.component(k) / MiB, 2) for k in r["meas"]}
@@ -504,10 +504,10 @@ def main() -> None:
             launch = r.get("launch", "np-legacy")
             if "refused" in r:
                 rows.append({**r, "refused": {**r["refused"], "fit": predict_refusal(
-                    r["shape"], r["ctx"], r["kv"], r.get("n_seqs"), r.get("ubatch", 512), launch)}})
+                    r["shape"], r["ctx"], r["kv"], r.get("parallel"), r.get("ubatch", 512), launch)}})
                 continue
             dev = "cuda" if "weights_embedding" in r["meas"] else "cpu"
-            pred = predict(r["shape"], r["ctx"], r["kv"], r.get("n_seqs", 1), r.get("ubatch", 512), dev, launch)
+            pred = predict(r["shape"], r["ctx"], r["kv"], r.get("parallel", 1), r.get("ubatch", 512), dev, launch)
             pred["total"] = round(sum(pred.values()), 2)
             rows.append({**r, "pred": pred})
         server = stored[0].get("server", "llama-server") if stored else "llama-server"

@@ -153,11 +153,11 @@ def edge_pick(model: Path, total: int) -> dict:
     tried = []
     for ctx in (32_768, 65_536, 131_072, arch.max_position or 131_072):
         ctx = min(ctx, arch.max_position or ctx)
-        req = FitRequest(engine="llama.cpp", ctx=ctx, quant=arch.file_type, n_seqs=1, kv_unified=False)
+        req = FitRequest(engine="llama.cpp", ctx=ctx, quant=arch.file_type, parallel=1, kv_unified=False)
         n = max_concurrency(arch, req, rig, limit=256, catalog=cat)
         if not n:
             break
-        f = fit(arch, replace(req, n_seqs=n), rig, catalog=cat)
+        f = fit(arch, replace(req, parallel=n), rig, catalog=cat)
         share = max(g.used_bytes for g in f.per_gpu) / total if total else 0
         tried.append({"ctx": ctx, "parallel": n, "share_of_gpu": round(share, 4), "verdict": str(f.verdict)})
         if share >= EDGE or n == 256:

@@ -64,7 +64,7 @@ def main() -> None:
         measured["GPU0"] = nvml
         for row in rows_as_dicts(compare(predicted, measured)):
             p, m, e = row["predicted_bytes"], row["measured_bytes"], row["error_pct"]
-            print(f"| {req.ctx:,} x {req.n_seqs} | {row['component']} | {cell(p)} | {cell(m)} | "
+            print(f"| {req.ctx:,} x {req.parallel} | {row['component']} | {cell(p)} | {cell(m)} | "
                   f"{'—' if e is None else f'{e:+.2f}%'} |")
 
 

@@ -35,13 +35,13 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "comparison_tested.yaml"
 DOC = ROOT / "docs" / "recipes-vs-comparison.md"
-FLAGS = ("weights", "ctx", "kv", "tp", "seqs", "spec", "tools", "reasoning", "vision", "fork_flags")
+FLAGS = ("weights", "ctx", "kv", "tp", "parallel", "spec", "tools", "reasoning", "vision", "fork_flags")
 LABEL = {"weights": "weights", "ctx": "context / sequence", "kv": "KV cache type", "tp": "tensor parallel",
-         "seqs": "sequences", "spec": "speculative decoding", "tools": "tool-call parser",
+         "parallel": "sequences", "spec": "speculative decoding", "tools": "tool-call parser",
          "reasoning": "reasoning parser", "vision": "vision", "fork_flags": "fork flags"}
 # words of the plan's notes that explain a flag (the reason engineroom gives for a difference)
 NOTE_WORDS = {"weights": ("weights", "quant", "file", "repo"), "ctx": ("context", "ctx"),
-              "kv": ("kv",), "tp": ("tp", "tensor"), "seqs": ("sequence", "slot"),
+              "kv": ("kv",), "tp": ("tp", "tensor"), "parallel": ("sequence", "slot"),
               "spec": ("speculative", "mtp", "dflash", "draft"), "tools": ("tool",),
               "reasoning": ("reasoning",), "vision": ("vision", "text-only", "projector", "mmproj"),
               "fork_flags": ("fork",)}
@@ -49,13 +49,13 @@ NOTE_WORDS = {"weights": ("weights", "quant", "file", "repo"), "ctx": ("context"
 # ---- reading a command line (each engine's flags, as its adapter renders them) ---------------------
 ENGINE_FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm": {"weights": ("--model",), "ctx": ("--max-model-len",), "kv": ("--kv-cache-dtype",),
-             "tp": ("--tensor-parallel-size", "-tp"), "seqs": ("--max-num-seqs",),
+             "tp": ("--tensor-parallel-size", "-tp"), "parallel": ("--max-num-seqs",),
              "tools": ("--tool-call-parser",), "reasoning": ("--reasoning-parser",)},
     "sglang": {"weights": ("--model-path", "--model"), "ctx": ("--context-length",), "kv": ("--kv-cache-dtype",),
-               "tp": ("--tp-size", "--tp", "--tensor-parallel-size"), "seqs": ("--max-running-requests",),
+               "tp": ("--tp-size", "--tp", "--tensor-parallel-size"), "parallel": ("--max-running-requests",),
                "tools": ("--tool-call-parser",), "reasoning": ("--reasoning-parser",)},
     "llama.cpp": {"weights": ("-m", "--model", "-hf", "--hf-repo", "-hff", "--hf-file"), "ctx": ("-c", "--ctx-size"),
-                  "kv": ("-ctk", "--cache-type-k"), "seqs": ("-np", "--parallel"),
+                  "kv": ("-ctk", "--cache-type-k"), "parallel": ("-np", "--parallel"),
                   "reasoning": ("--reasoning-format",)},
 }
 ENGINE_FLAGS["ik_llama.cpp"] = ENGINE_FLAGS["llama.cpp"]
@@ -85,12 +85,12 @@ def facts(engine: str, argv: list[str]) -> dict[str, Any]:
     got["weights"] = " / ".join(weights) if weights else None
     kv = _first(argv, names["kv"])
     got["kv"] = kv or "engine default"
-    seqs = _first(argv, names["seqs"])
-    got["seqs"] = int(seqs) if seqs and seqs.isdigit() else None
+    parallel = _first(argv, names["parallel"])
+    got["parallel"] = int(parallel) if parallel and parallel.isdigit() else None
     ctx = _first(argv, names["ctx"])
     if engine in ("llama.cpp", "ik_llama.cpp"):
         total = int(ctx) if ctx and ctx.isdigit() else None
-        got["ctx"] = total // (got["seqs"] or 1) if total else None        # -c is ctx x slots
+        got["ctx"] = total // (got["parallel"] or 1) if total else None        # -c is ctx x slots
         split = _first(argv, ("-ts", "--tensor-split"))
         got["tp"] = len(split.split(",")) if split else 1
         got["tools"] = "--jinja" in argv or "--chat-template-file" in argv

@@ -56,7 +56,7 @@ def predicted_tokens(gguf: Path, space_gib: int, launched: dict) -> tuple[int, s
     arch = arch_from_gguf(gguf)
     rig = detect_rig()
     req = FitRequest(engine="vllm", ctx=CTX, quant=launched.get("quant") or "bf16",
-                     kv_dtype=launched.get("kv_dtype") or "auto", n_seqs=SEQS, kv_space_bytes=space_gib << 30)
+                     kv_dtype=launched.get("kv_dtype") or "auto", parallel=SEQS, kv_space_bytes=space_gib << 30)
     f = fit(arch, req, rig, catalog=load_catalog().for_vendor(rig.vendor))
     m = re.search(r"holds ([\d,]+) tokens", f.binding)
     if not m:
@@ -128,7 +128,7 @@ def main() -> None:
     (args.out / "results.json").write_text(json.dumps(out, indent=2))
     with Store() as store:
         run_id = store.start_run("vllm_kv_capacity", {"engine": "vllm", "model": "smollm2-135m", "ctx": CTX,
-                                                      "n_seqs": SEQS}, label="vLLM CPU KV capacity vs fit")
+                                                      "parallel": SEQS}, label="vLLM CPU KV capacity vs fit")
         for r in rows:
             m = r["measured"] or {}
             store.add_record(run_id, "kv_capacity", {"space_gib": r["space_gib"], "predicted_tokens":

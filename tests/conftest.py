@@ -434,7 +434,7 @@ def real_llama_server(binary, model: Path, *extra: str, log_path: Path, ctx: int
     # ctx is the whole cache (-c), shared by the engine's default slots
     spec = llamacpp.render(binary, LaunchOptions(model_path=model, port=launch.free_port(),
                                                  ctx=ctx // llamacpp.DEFAULT_SLOTS, threads=2,
-                                                 chat_template_file=template, model_name="smollm2-135m",
+                                                 chat_template=template, model_name="smollm2-135m",
                                                  extra_args=tuple(extra), log_path=log_path))
     argv = [a for a in spec.argv if a not in without]      # e.g. a server without --metrics
     with open(log_path, "wb") as log:   # a file, not a pipe: an unread pipe would stall the server

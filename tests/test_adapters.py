@@ -151,7 +151,7 @@ def test_a_plugin_without_the_optional_hooks_gets_their_neutral_defaults():
     with pytest.raises(NotFound, match="cannot install minimal"):
         eng.install()
     assert eng.launch_settings(LaunchOptions(model_path=Path("m"), ctx=512)) == {
-        "ctx": 512, "n_seqs": 1, "kv_unified": False, "kv_dtype": None}
+        "ctx": 512, "parallel": 1, "kv_unified": False, "kv_dtype": None}
 
 
 def test_the_builtin_health_states_are_the_enum_and_still_equal_their_strings():
@@ -303,8 +303,8 @@ def test_render_from_plan_settings_is_explicit(llama_server_binary, smollm2):
     r = pick.request
     opts = flows.launch_options(r, model_path=smollm2, port=1)
     argv = list(llamacpp.render(llama_server_binary, opts).argv)
-    assert argv[argv.index("-np") + 1] == str(r.n_seqs)
-    assert argv[argv.index("-c") + 1] == str(r.ctx * r.n_seqs)
+    assert argv[argv.index("-np") + 1] == str(r.parallel)
+    assert argv[argv.index("-c") + 1] == str(r.ctx * r.parallel)
     if r.kv_dtype not in (None, "f16"):
         assert argv[argv.index("-ctk") + 1] == r.kv_dtype == argv[argv.index("-ctv") + 1]
 
@@ -365,8 +365,8 @@ def test_up_priority_launches_the_plan_and_shows_predicted_vs_measured(llama_ser
         state = json.loads(proc.stdout)
         pick = flows.pick_from_plan("smollm2-135m", priority="balanced", engine="llama.cpp")
         argv = state["argv"]
-        assert argv[argv.index("-np") + 1] == str(pick.request.n_seqs)
-        assert argv[argv.index("-c") + 1] == str(pick.request.ctx * pick.request.n_seqs)
+        assert argv[argv.index("-np") + 1] == str(pick.request.parallel)
+        assert argv[argv.index("-c") + 1] == str(pick.request.ctx * pick.request.parallel)
         rows = {r["component"]: r for r in state["memory"]["rows"]}
         for name in ("weights", "kv_cache", "compute"):       # fit matches llama-server's own buffer lines
             assert rows[name]["measured_bytes"] > 0 and abs(rows[name]["error_pct"]) < 1.0, rows[name]
@@ -398,7 +398,7 @@ def test_explicit_flags_override_the_plan(llama_server_binary, smollm2, own_stat
         assert proc.returncode == 0, proc.stderr
         argv = json.loads(proc.stdout)["argv"]
         pick = flows.pick_from_plan("smollm2-135m", priority="balanced", engine="llama.cpp")
-        assert argv[argv.index("-c") + 1] == str(1024 * pick.request.n_seqs)
+        assert argv[argv.index("-c") + 1] == str(1024 * pick.request.parallel)
     finally:
         run_cli("down", env=own_state)
 
@@ -512,7 +512,7 @@ def test_a_pick_with_a_projector_serves_an_image_on_the_real_llama_server(llama_
 
     projector = synth.write_random_projector(tmp_path / "mmproj-smollm2-random.gguf", 576)
     request = LaunchRequest(model="smollm2-135m", engine="llama.cpp", weights=Weights(ref=str(smollm2)), ctx=2048,
-                            n_seqs=1, vision=True, projector=str(projector))
+                            parallel=1, vision=True, projector=str(projector))
     pick = flows.Pick(request=request, plan={}, source="test: a pick with a projector")
     state = flows.start(str(smollm2), LaunchArgs(port=0, threads=2, timeout=120), pick=pick)
     try:

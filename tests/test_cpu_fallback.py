@@ -224,7 +224,7 @@ def test_explicit_slots_are_always_on_the_command_line(llama_server_binary, smol
     default = llamacpp.render(llama_server_binary, LaunchOptions(model_path=smollm2, port=1))
     i = default.argv.index("-np")
     assert default.argv[i + 1] == str(llamacpp.DEFAULT_SLOTS) and "--kv-unified" in default.argv
-    two = llamacpp.render(llama_server_binary, LaunchOptions(model_path=smollm2, port=1, n_seqs=2, ctx=1000))
+    two = llamacpp.render(llama_server_binary, LaunchOptions(model_path=smollm2, port=1, parallel=2, ctx=1000))
     assert two.argv[two.argv.index("-np") + 1] == "2" and "--no-kv-unified" in two.argv
     assert two.argv[two.argv.index("-c") + 1] == "2000"      # -c holds ctx tokens for each slot
     mine = llamacpp.render(llama_server_binary, LaunchOptions(model_path=smollm2, port=1,

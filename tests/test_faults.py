@@ -97,7 +97,7 @@ def test_an_unknown_bench_suite_lists_every_suite():
 
 
 def test_parallel_beyond_the_engines_limit_is_refused_before_launch(own_state):
-    limit = engines.adapter("llama.cpp").max_seqs
+    limit = engines.adapter("llama.cpp").max_parallel
     assert limit == 256                              # LLAMA_MAX_SEQ of llama.cpp
     code, text = _cli("up", "smollm2-135m", "--parallel", "3000")
     assert code == 2 and text == "--parallel 3000 is more sequences than llama.cpp serves at once; give at most 256."

@@ -87,7 +87,7 @@ def test_measured_cuda_buffer_table(q27):
     assert fit(q27, FitRequest(engine="llama.cpp", ctx=262_144, kv_dtype="q4_0"), ONE_3090).verdict == "fits"
 
 
-@pytest.mark.parametrize("layers, ctx, n_seqs, ub, kv, meas_mib", [
+@pytest.mark.parametrize("layers, ctx, parallel, ub, kv, meas_mib", [
     # benchmarks/data/cuda_fit_and_speed.json (grid rows, -ub 512)
     (64, 131_072, 1, 512, "q8_0", 740.29),
     (8, 32_768, 1, 512, "q8_0", 260.29),
@@ -98,13 +98,13 @@ def test_measured_cuda_buffer_table(q27):
     # benchmarks/cuda_fit_and_speed.md, "Follow-up": allocator-trace run (8 layers, -ub 256)
     (8, 32_768, 1, 256, "q8_0", 194.28),
 ])
-def test_qwen35_cuda_compute_quantized_kv(layers, ctx, n_seqs, ub, kv, meas_mib):
+def test_qwen35_cuda_compute_quantized_kv(layers, ctx, parallel, ub, kv, meas_mib):
     """Measured CUDA0 compute buffers of the Qwen3.6-27B layout with a quantized KV cache (H200,
     llama.cpp 11434, flash attention). The Hadamard-rotated Q (n_head x head_dim f32 per token,
     llama-graph.cpp build_attn) stacks under the FA node because 24 x 256 > n_embd 5120: ub x 24
     KiB that the earlier calibrated form missed (it was ub x 16 KiB low)."""
     a = arch_with_tensors(qwen36_27b(layers), "Q4_0")
-    req = FitRequest(engine="llama.cpp", ctx=ctx, kv_dtype=kv, n_seqs=n_seqs, ubatch=ub, batch=2048)
+    req = FitRequest(engine="llama.cpp", ctx=ctx, kv_dtype=kv, parallel=parallel, ubatch=ub, batch=2048)
     assert fit(a, req, H200).component("compute") / MiB == pytest.approx(meas_mib, abs=0.015)
 
 
@@ -129,7 +129,7 @@ def test_vllm_worked_example_tp2_fp8_262k():
     W 8.75 + KV 8.59 + A 0.82 + O 1.72 -> PASS, ~19.9 GB need.
     We also count the GDN recurrent state (2 seqs x 149.62 MiB / TP = 0.16 GB), which the
     published sum leaves out: our need is 20.04 GB, 0.14 GB above, inside the 0.5 GB bar."""
-    req = FitRequest(engine="vllm", ctx=262_144, weight_bytes=int(17.5e9), kv_dtype="fp8", n_seqs=2,
+    req = FitRequest(engine="vllm", ctx=262_144, weight_bytes=int(17.5e9), kv_dtype="fp8", parallel=2,
                      tp=2, spec_method="mtp", spec_tokens=3, mem_fraction=0.92)
     f = fit(qwen36_27b(), req, TWO_3090)
     assert f.verdict == "fits"
@@ -184,12 +184,12 @@ def test_vllm_pool_verdicts():
     base = FitRequest(engine="vllm", ctx=32_768, weight_bytes=int(17.5e9), kv_dtype="fp8", mem_fraction=0.92)
     assert fit(a, base, ONE_3090).verdict == "fits"
     # 4 x 48K does not all fit in the pool, but one sequence does: the engine caps concurrency
-    capped = fit(a, replace(base, ctx=49_152, n_seqs=4), ONE_3090)
+    capped = fit(a, replace(base, ctx=49_152, parallel=4), ONE_3090)
     assert capped.verdict == "tight" and "caps" in capped.binding
     # typed: the count the binding states, and not servable (plan and max_context read these)
-    assert capped.capped_seqs is not None and 1 <= capped.capped_seqs < 4
-    assert f"at {capped.capped_seqs} seq(s)" in capped.binding and not capped.servable
-    assert fit(a, base, ONE_3090).capped_seqs is None and fit(a, base, ONE_3090).servable
+    assert capped.capped_parallel is not None and 1 <= capped.capped_parallel < 4
+    assert f"at {capped.capped_parallel} seq(s)" in capped.binding and not capped.servable
+    assert fit(a, base, ONE_3090).capped_parallel is None and fit(a, base, ONE_3090).servable
     assert fit(a, replace(base, ctx=262_144), ONE_3090).verdict == "does_not_fit"
 
 
@@ -238,7 +238,7 @@ def test_max_context_monotonic(q27):
     mid = max_context(q27, req, ONE_3090)
     big = max_context(q27, req, Rig(gpus=(replace(R3090, vram_bytes=32 * 10**9),)))
     assert 0 < small < mid < big
-    two = max_context(q27, replace(req, n_seqs=2), ONE_3090)
+    two = max_context(q27, replace(req, parallel=2), ONE_3090)
     assert two < mid
     q4 = max_context(q27, replace(req, kv_dtype="q4_0"), ONE_3090)
     assert q4 > mid
@@ -252,8 +252,8 @@ def test_max_concurrency(q27):
     req = FitRequest(engine="llama.cpp", ctx=32_768, kv_dtype="q8_0")
     n = max_concurrency(q27, req, ONE_3090)
     assert n >= 1
-    assert fit(q27, replace(req, n_seqs=n), ONE_3090).verdict != "does_not_fit"
-    assert fit(q27, replace(req, n_seqs=n + 1), ONE_3090).verdict == "does_not_fit"
+    assert fit(q27, replace(req, parallel=n), ONE_3090).verdict != "does_not_fit"
+    assert fit(q27, replace(req, parallel=n + 1), ONE_3090).verdict == "does_not_fit"
     a = qwen36_27b()
     v = FitRequest(engine="vllm", ctx=32_768, weight_bytes=int(17.5e9), kv_dtype="fp8", mem_fraction=0.92)
     assert max_concurrency(a, v, ONE_3090) == 2
@@ -442,17 +442,17 @@ def test_unified_and_per_stream_cells_follow_llama_context():
 
 def test_slots_scale_recurrent_state_and_output_unified_or_not():
     a = arch_with_tensors(SHAPES["hybrid-s"], "Q4_0")
-    one = fit(a, _req(n_seqs=1), CPU)
+    one = fit(a, _req(parallel=1), CPU)
     for unified in (True, False):
-        four = fit(a, _req(n_seqs=4, kv_unified=unified), CPU)
+        four = fit(a, _req(parallel=4, kv_unified=unified), CPU)
         assert four.component("recurrent_state") == 4 * one.component("recurrent_state")
         assert four.component("output") == 4 * one.component("output") == 4 * a.vocab_size * 4 * 4 // 4
 
 
 def test_unified_mask_spans_every_slots_cells():
     a = arch_with_tensors(SHAPES["dense-s"], "Q4_0")
-    per = fit(a, _req(ctx=1024, n_seqs=4, kv_unified=False), CPU).component("compute")
-    uni = fit(a, _req(ctx=1024, n_seqs=4, kv_unified=True), CPU).component("compute")
+    per = fit(a, _req(ctx=1024, parallel=4, kv_unified=False), CPU).component("compute")
+    uni = fit(a, _req(ctx=1024, parallel=4, kv_unified=True), CPU).component("compute")
     assert uni - per == 2 * 512 * (4096 - 1024)   # f16 mask: cells of one stream x ubatch
 
 
@@ -461,14 +461,14 @@ def test_kv_note_formula_adds_up_to_its_bytes_and_names_the_assumptions():
 
     a = arch_with_tensors(SHAPES["swa-s"], "Q4_0")
     for unified in (True, False):
-        f = fit(a, _req(ctx=2048, n_seqs=4, kv_unified=unified, kv_dtype="q8_0"), CPU)
+        f = fit(a, _req(ctx=2048, parallel=4, kv_unified=unified, kv_dtype="q8_0"), CPU)
         kv = next(c for c in f.per_gpu[0].components if c.name == "kv_cache")
         terms = re.findall(r"(\d+) \w+ layer\(s\) x (\d+) cells x (\d+) stream\(s\) x (\d+) elem x ([\d.]+) B", kv.note)
         assert terms
         assert sum(int(n) * int(c) * int(s) * int(e) * float(b) for n, c, s, e, b in terms) == kv.bytes
         assert "4 slot(s)" in kv.note and ("unified" in kv.note) == unified
         assert "SWA cap" in kv.note and "window 512" in kv.note and "--swa-full: off" in kv.note
-        assert ("x 4 seqs" in kv.note) == unified
+        assert ("x 4 parallel" in kv.note) == unified
         comp = next(c for c in f.per_gpu[0].components if c.name == "compute")
         assert "4 slot(s)" in comp.note
         full, swa = map(int, re.search(r"x \((\d+) full \+ (\d+) SWA\) cells of one stream", comp.note).groups())
@@ -722,7 +722,7 @@ def test_the_verdict_is_an_enum_whose_json_is_the_old_string(q27):
     assert f.verdict is Verdict.FITS and f"{f.verdict}" == "fits"
     data = to_jsonable(f)
     assert data["verdict"] == "fits" and json.dumps(data["verdict"]) == '"fits"'
-    assert "capped_seqs" not in data          # said in the binding; kept out of the JSON
+    assert "capped_parallel" not in data          # said in the binding; kept out of the JSON
     assert max((Verdict.TIGHT, Verdict.FITS, Verdict.DOES_NOT_FIT), key=lambda v: v.severity) is Verdict.DOES_NOT_FIT
 
 
@@ -731,9 +731,9 @@ def test_max_concurrency_stops_where_the_pool_starts_capping():
     base = FitRequest(engine="vllm", ctx=32_768, weight_bytes=int(17.5e9), kv_dtype="fp8", mem_fraction=0.92)
     n = max_concurrency(a, base, ONE_3090)
     assert n >= 1
-    assert fit(a, replace(base, n_seqs=n), ONE_3090).servable
-    over = fit(a, replace(base, n_seqs=n + 1), ONE_3090)
-    assert over.capped_seqs == n and over.verdict == "tight"
+    assert fit(a, replace(base, parallel=n), ONE_3090).servable
+    over = fit(a, replace(base, parallel=n + 1), ONE_3090)
+    assert over.capped_parallel == n and over.verdict == "tight"
 
 
 # ---- one KV formula -----------------------------------------------------------------------
@@ -836,11 +836,11 @@ def test_cuda_compute_of_a_wide_expert_moe_counts_the_experts_down_output():
     moe = replace(SHAPES["moe-m"], n_layers=48, hidden_size=2048, n_heads=32, n_kv_heads=4, head_dim=128,
                   vocab_size=151_936, layer_kinds=(LayerKind.FULL,) * 48, param_count=None,
                   moe=MoESpec(n_experts=128, n_experts_active=8, expert_intermediate_size=768))
-    req = FitRequest(engine="llama.cpp", ctx=32_768, n_seqs=1, kv_unified=False, kv_dtype="f16")
+    req = FitRequest(engine="llama.cpp", ctx=32_768, parallel=1, kv_unified=False, kv_dtype="f16")
     gpu, host = llama_cuda_compute(moe, req)
     assert abs(gpu / 2**20 - 116.01) < 0.05, gpu / 2**20
     assert abs(host / 2**20 - 48.02) < 0.05, host / 2**20
     # moe-m at 6,144 tokens (the CUDA calibration's 36.01 MiB) is untouched by the new term
-    small, _ = llama_cuda_compute(SHAPES["moe-m"], FitRequest(engine="llama.cpp", ctx=6144, n_seqs=1,
+    small, _ = llama_cuda_compute(SHAPES["moe-m"], FitRequest(engine="llama.cpp", ctx=6144, parallel=1,
                                                                kv_unified=False, kv_dtype="f16"))
     assert abs(small / 2**20 - 36.01) < 0.05, small / 2**20

@@ -57,8 +57,8 @@ def _scan_ctx(arch, req, rig, cat) -> int:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(c))
 def test_max_context_is_the_largest_servable_context(case):
     arch, req, rig, cat = _case(*case)
-    for n_seqs in (1, 3):
-        r = replace(req, n_seqs=n_seqs)
+    for parallel in (1, 3):
+        r = replace(req, parallel=parallel)
         got = max_context(arch, r, rig, catalog=cat)
         assert got == _scan_ctx(arch, r, rig, cat)
         if got:
@@ -75,7 +75,7 @@ def test_max_concurrency_is_the_largest_servable_count(case):
     for ctx in (4096, 32768):
         r = replace(req, ctx=ctx)
         got = max_concurrency(arch, r, rig, limit=256, catalog=cat)
-        ok = [n for n in range(1, 257) if fit(arch, replace(r, n_seqs=n), rig, catalog=cat).servable]
+        ok = [n for n in range(1, 257) if fit(arch, replace(r, parallel=n), rig, catalog=cat).servable]
         assert got == (max(ok) if ok else 0)
         assert ok == list(range(1, got + 1)), "servable counts are not a prefix: the search's premise fails"
 

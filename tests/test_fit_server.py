@@ -27,13 +27,13 @@ def gguf_dir(tmp_path_factory, smollm2) -> Path:
     return tmp_path_factory.mktemp("fitsrv")
 
 
-def _check(bench, server, gguf_dir, name, ctx, kv, n_seqs, launch):
+def _check(bench, server, gguf_dir, name, ctx, kv, parallel, launch):
     g = gguf_dir / f"{name}-{bench.QUANT}.gguf"
     if not g.exists():
         write_synthetic_gguf(SHAPES[name], bench.QUANT, g)
-    meas, cmd, refusal = bench.measure(server, g, ctx, kv, n_seqs, None, launch=launch)
+    meas, cmd, refusal = bench.measure(server, g, ctx, kv, parallel, None, launch=launch)
     assert not refusal
-    pred = bench.predict(name, ctx, kv, n_seqs, 512, "cpu", launch)
+    pred = bench.predict(name, ctx, kv, parallel, 512, "cpu", launch)
     for k, m in meas.items():
         assert abs(bench.err(pred[k], m)) <= 1.0, (name, launch, k, pred[k], m, " ".join(cmd))
     return meas
@@ -50,15 +50,15 @@ def test_default_launch_buffers_match(bench, server, gguf_dir, name, ctx, kv):
     assert meas["output"] > 0 and meas["compute"] > 0
 
 
-@pytest.mark.parametrize("name, n_seqs, launch", [
+@pytest.mark.parametrize("name, parallel, launch", [
     ("mqa", 2, "np"),
     ("swa-s", 2, "np-kvu"),
     ("dsv2", 2, "np+nr"),            # -nr: every weight stays in CPU_Mapped
     ("moe-a3b", 1, "np"),            # issue 16: the experts' down output, wider than 2 x the active FFN
     ("moe-wide", 2, "np"),           # the same with an FFN no wider than n_embd
 ])
-def test_explicit_slots_buffers_match(bench, server, gguf_dir, name, n_seqs, launch):
-    meas = _check(bench, server, gguf_dir, name, 4096, "q8_0" if launch != "np+nr" else "f16", n_seqs, launch)
+def test_explicit_slots_buffers_match(bench, server, gguf_dir, name, parallel, launch):
+    meas = _check(bench, server, gguf_dir, name, 4096, "q8_0" if launch != "np+nr" else "f16", parallel, launch)
     if launch.endswith("+nr"):
         assert meas["weights_repack"] == 0
 

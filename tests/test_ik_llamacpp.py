@@ -41,7 +41,7 @@ def _model(tmp_path: Path) -> Path:
 # --------------------------------------------------------------------------- render (no binary)
 def test_render_passes_the_forks_defaults_explicitly(tmp_path):
     spec = ik.render(ik.placeholder_binary(), LaunchOptions(model_path=_model(tmp_path), model_name="m", port=8123,
-                                                            ctx=1024, n_seqs=2, threads=2))
+                                                            ctx=1024, parallel=2, threads=2))
     argv = list(spec.argv)
     assert spec.engine == "ik_llama.cpp" and spec.host == "127.0.0.1"
     assert argv[argv.index("-c") + 1] == "2048"          # -c is the whole buffer: ctx x slots
@@ -71,12 +71,12 @@ def test_spec_type_is_one_flag_per_stage():
 
 
 def test_launch_settings_one_shared_buffer_and_no_repack_unless_asked(tmp_path):
-    s = ik.launch_settings(LaunchOptions(model_path=_model(tmp_path), ctx=1024, n_seqs=2))
-    assert s == {"ctx": 1024, "n_seqs": 2, "kv_unified": True, "kv_dtype": "f16", "repack": False,
+    s = ik.launch_settings(LaunchOptions(model_path=_model(tmp_path), ctx=1024, parallel=2))
+    assert s == {"ctx": 1024, "parallel": 2, "kv_unified": True, "kv_dtype": "f16", "repack": False,
                  "rope_scaling": None}
     s = ik.launch_settings(LaunchOptions(model_path=_model(tmp_path), extra_args=("-rtr", "-ctk", "q6_0")),
                            trained_ctx=8192)
-    assert s["ctx"] == 8192 and s["n_seqs"] == 1 and s["repack"] is True and s["kv_dtype"] == "q6_0"
+    assert s["ctx"] == 8192 and s["parallel"] == 1 and s["repack"] is True and s["kv_dtype"] == "q6_0"
 
 
 def test_loads_refusal_takes_any_gguf(tmp_path):

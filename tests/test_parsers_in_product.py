@@ -245,7 +245,7 @@ def test_llama_servers_own_help_accepts_the_rendered_argv_and_names_a_wrong_flag
 
     cache = llamacpp.host_cache_change(1 << 30)               # the prompt cache capped (little spare RAM)
     assert cache is not None
-    argv = list(llamacpp.render(llama_server_binary, LaunchOptions(model_path=smollm2, ctx=1024, n_seqs=2,
+    argv = list(llamacpp.render(llama_server_binary, LaunchOptions(model_path=smollm2, ctx=1024, parallel=2,
                                                                    kv_dtype="q8_0", changes=(cache,))).argv)
     assert argv[argv.index("--cache-ram") + 1] == "1024"
     assert llamacpp.validate_argv(llama_server_binary, argv) is None

@@ -240,7 +240,7 @@ def test_the_request_round_trips_and_typed_options_win_and_are_recorded():
     r = pick.request
     assert LaunchRequest.from_dict(json.loads(json.dumps(r.to_dict()))) == r
     mine = flows.typed_request(pick.model_ref, pick, LaunchArgs(ctx=8192), "llama.cpp")
-    assert mine.ctx == 8192 and mine.n_seqs == r.n_seqs and mine.given == ("ctx",) and mine.weights == r.weights
+    assert mine.ctx == 8192 and mine.parallel == r.parallel and mine.given == ("ctx",) and mine.weights == r.weights
     prepared = flows.prepare(pick.model_ref, LaunchArgs(ctx=8192), download=False, require_binary=False, pick=pick)
     argv = list(prepared.spec.argv)
     assert argv[argv.index("--max-model-len") + 1] == "8192" and prepared.request == mine
@@ -249,6 +249,11 @@ def test_the_request_round_trips_and_typed_options_win_and_are_recorded():
         LaunchRequest.from_dict({**r.to_dict(), "seqs": 3})
     with pytest.raises(BadInput, match="no weights"):
         LaunchRequest.from_dict({"model": "x", "engine": "vllm"})
+    # a saved plan or a server's state written before the rename (n_seqs, chat_template_file) loads as today's
+    old = {k: v for k, v in r.to_dict().items() if k != "parallel"} | {"n_seqs": 3}
+    assert LaunchRequest.from_dict(old) == replace(r, parallel=3)
+    assert LaunchArgs.from_dict({"ctx": 512, "chat_template_file": "t.jinja"}) == LaunchArgs(ctx=512,
+                                                                                           chat_template="t.jinja")
     plain = flows.typed_request("smollm2-135m", None, LaunchArgs(ctx=512), "llama.cpp")
     assert plain == LaunchRequest(model="smollm2-135m", engine="llama.cpp", weights=Weights(ref="smollm2-135m"),
                                   ctx=512, given=("ctx",))
@@ -266,7 +271,7 @@ def test_the_llama_cpp_family_renders_mtp_and_the_projector():
     from engineroom.engines import ikllamacpp, llamacpp
     from engineroom.engines.base import LaunchOptions
 
-    o = LaunchOptions(model_path=Path("/m/x.gguf"), ctx=1024, n_seqs=1, spec_method="mtp", spec_tokens=2,
+    o = LaunchOptions(model_path=Path("/m/x.gguf"), ctx=1024, parallel=1, spec_method="mtp", spec_tokens=2,
                       vision=True, projector=Path("/m/mmproj.gguf"), engine_options=("merge_qkv", "hadamard_kv"),
                       kv_dtype="q4_0")
     argv = list(llamacpp.render(llamacpp.placeholder_binary(), o).argv)

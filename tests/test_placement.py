@@ -40,7 +40,8 @@ def _stored_plan(ctx: int) -> tuple[dict, dict]:
     run = next(r for r in runs if r["kind"] == "launch" and r["conditions"]["fit_request"]["ctx"] == ctx)
     rows = run["summary"]["memory"]
     predicted = {r["component"]: r["predicted_bytes"] for r in rows if r["predicted_bytes"] is not None}
-    return predicted, run["conditions"]["fit_request"]
+    request = run["conditions"]["fit_request"]
+    return predicted, {("parallel" if k == "n_seqs" else k): v for k, v in request.items()}   # recorded: old name
 
 
 def _refitted(text: str) -> str:
@@ -98,7 +99,7 @@ def test_a_smaller_context_or_fewer_slots_than_planned_is_a_difference():
     actual = adapter("llama.cpp").placement_report((GPU_LOGS / "server-4096.log").read_text())
     assert actual is not None
     predicted, request = _stored_plan(4096)
-    plan = placement.planned(predicted, {**request, "ctx": 8192, "n_seqs": 6})
+    plan = placement.planned(predicted, {**request, "ctx": 8192, "parallel": 6})
     diffs = placement.differences(plan, actual)
     assert {d.what: (d.planned, d.actual) for d in diffs} == {"ctx_total": (49152, 16384), "slots": (6, 4)}
     text = placement.sentence("llama.cpp", diffs, actual)
@@ -113,9 +114,9 @@ def test_ik_llamacpp_cpu_log_gives_context_per_slot_and_slots():
     actual = adapter("ik_llama.cpp").placement_report(IK_LOG.read_text())
     assert actual is not None
     assert (actual.device, actual.ctx_total, actual.ctx_per_slot, actual.slots) == ("cpu", 2048, 1024, 2)
-    plan = placement.planned({"weights": 1, "kv_cache": 1}, {"ctx": 1024, "n_seqs": 2})
+    plan = placement.planned({"weights": 1, "kv_cache": 1}, {"ctx": 1024, "parallel": 2})
     assert placement.check("ik_llama.cpp", plan, actual).status == "as_planned"
-    short = placement.planned({"weights": 1}, {"ctx": 2048, "n_seqs": 2})
+    short = placement.planned({"weights": 1}, {"ctx": 2048, "parallel": 2})
     diffs = placement.differences(short, actual)
     assert [d.what for d in diffs] == ["ctx_total", "ctx_per_slot"]
     assert "a request longer than 1,024 tokens fails" in placement.sentence("ik_llama.cpp", diffs, actual)
@@ -125,16 +126,16 @@ def test_vllm_kv_pool_smaller_than_the_plan_is_fewer_sequences_at_full_length():
     """vLLM's real CPU log (2 GiB KV space: 93,184 tokens at max_model_len 2,048)."""
     actual = adapter("vllm").placement_report((ROOT / "tests" / "fixtures" / "vllm" / "start_2gib.log").read_text())
     assert actual is not None and (actual.ctx_total, actual.ctx_per_slot) == (93184, 2048)
-    fits = placement.planned({"kv_pool": 1}, {"ctx": 2048, "n_seqs": 45})
+    fits = placement.planned({"kv_pool": 1}, {"ctx": 2048, "parallel": 45})
     assert placement.check("vllm", fits, actual).status == "as_planned"
-    more = placement.planned({"kv_pool": 1}, {"ctx": 2048, "n_seqs": 64})
+    more = placement.planned({"kv_pool": 1}, {"ctx": 2048, "parallel": 64})
     diffs = placement.differences(more, actual)
     assert [(d.what, d.planned, d.actual) for d in diffs] == [("ctx_total", 131072, 93184)]
 
 
 def test_no_log_or_no_plan_is_unknown_not_a_pass():
     assert adapter("llama.cpp").placement_report("no buffers here\n") is None
-    plan = placement.planned({"weights": 1}, {"ctx": 1024, "n_seqs": 1})
+    plan = placement.planned({"weights": 1}, {"ctx": 1024, "parallel": 1})
     assert placement.check("llama.cpp", plan, None).status == "unknown"
     assert placement.check("llama.cpp", None, placement.Placement()).status == "unknown"
     assert placement.check_record(None)[0] == "SKIP"
@@ -179,13 +180,13 @@ def test_many_slots_do_not_copy_every_idle_slot_to_host_ram_on_each_request(tmp_
     9,081 idle-slot saves and a 32-stream suite timed out); one slot, a unified cache or the user's
     own flag: left to llama-server."""
     binary = Binary(path=Path("/usr/bin/llama-server"), origin="test", env={})
-    many = render(binary, LaunchOptions(model_path=tmp_path / "m.gguf", port=8080, ctx=4096, n_seqs=8))
+    many = render(binary, LaunchOptions(model_path=tmp_path / "m.gguf", port=8080, ctx=4096, parallel=8))
     assert "--no-kv-unified" in many.argv and many.argv[-1] == "--no-cache-idle-slots"
     assert any("duplicates it" in n for n in many.notes)
     one = render(binary, LaunchOptions(model_path=tmp_path / "m.gguf", port=8080, ctx=4096))
-    shared = render(binary, LaunchOptions(model_path=tmp_path / "m.gguf", port=8080, ctx=4096, n_seqs=8,
+    shared = render(binary, LaunchOptions(model_path=tmp_path / "m.gguf", port=8080, ctx=4096, parallel=8,
                                           kv_unified=True))
-    mine = render(binary, LaunchOptions(model_path=tmp_path / "m.gguf", port=8080, ctx=4096, n_seqs=8,
+    mine = render(binary, LaunchOptions(model_path=tmp_path / "m.gguf", port=8080, ctx=4096, parallel=8,
                                         extra_args=("--cache-idle-slots",)))
     for spec in (one, shared, mine):
         assert "--no-cache-idle-slots" not in spec.argv

@@ -90,7 +90,7 @@ def test_leanest_vram_at_q4_k_m_quality_is_ik_iq4_ks(rig):
 def test_concurrent_throughput_on_two_cards_is_vllm_tp2_or_instances_with_numbers():
     p = top("concurrent-throughput", TWO)
     assert p.engine == "vllm" and (p.tp == 2 or p.instances == 2)
-    assert p.n_seqs * p.instances >= 2 and p.ctx == 32_768   # the priority's workload context, not the maximum
+    assert p.parallel * p.instances >= 2 and p.ctx == 32_768   # the priority's workload context, not the maximum
     assert p.aggregate_tps and p.aggregate_tps > p.decode.mid
     assert any(r.startswith("aggregate ") for r in p.reasons)
     # the other layout's numbers are shown next to the pick
@@ -249,10 +249,10 @@ def test_fit_cli_reports_max_context_and_max_concurrency():
     f = json.loads(proc.stdout)["fit"]
     assert f["max_ctx"] == 262_144
     # eight 32K sequences hold as much KV as one 262K sequence, and the fit says so
-    assert f["max_seqs"] >= 7
+    assert f["max_parallel"] >= 7
     bigger = run_cli("fit", "qwen3.6-27b", "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q4_0",
                      "--ctx", "131072", "--rig", "1x3090", "--json")
-    assert json.loads(bigger.stdout)["fit"]["max_seqs"] < f["max_seqs"]
+    assert json.loads(bigger.stdout)["fit"]["max_parallel"] < f["max_parallel"]
 
 
 # ---- the decode model -----------------------------------------------------------------
@@ -316,10 +316,10 @@ def test_decode_band_meets_the_seeds_3090_figures(rig, priority, engine, quant, 
 
 def test_seqs_sizes_every_config_for_that_many_full_context_sequences():
     """The seed: 'vLLM TP=2 + Turbo (TQ3): 4 streams at full 262K, ~200 TPS aggregate'."""
-    plans = plan(MODEL, parse_rig(TWO), "concurrent-throughput", ctx=262_144, seqs=4, limit=3)
+    plans = plan(MODEL, parse_rig(TWO), "concurrent-throughput", ctx=262_144, parallel=4, limit=3)
     for p in plans:
-        assert p.n_seqs == 4 and p.ctx == 262_144
-        assert p.fit.request.n_seqs == 4 and p.fit.request.ctx == 262_144 and p.verdict != "does_not_fit"
+        assert p.parallel == 4 and p.ctx == 262_144
+        assert p.fit.request.parallel == 4 and p.fit.request.ctx == 262_144 and p.verdict != "does_not_fit"
     best = plans[0]
     assert (best.engine, best.tp, best.kv_dtype) == ("vllm", 2, "turboquant_3bit_nc")
     assert 100 < best.aggregate_tps < 400                     # the seed measured ~200
@@ -328,18 +328,18 @@ def test_seqs_sizes_every_config_for_that_many_full_context_sequences():
 
 def test_seqs_shrinks_the_fillable_context_and_is_validated():
     one = plan(MODEL, parse_rig(ONE), "max-context", limit=1)[0]
-    two = plan(MODEL, parse_rig(ONE), "max-context", seqs=2, limit=1)[0]
-    assert two.n_seqs == 2 and two.fit.request.n_seqs == 2
+    two = plan(MODEL, parse_rig(ONE), "max-context", parallel=2, limit=1)[0]
+    assert two.parallel == 2 and two.fit.request.parallel == 2
     assert two.max_ctx < one.max_ctx                          # two sequences share the memory
     with pytest.raises(BadInput, match="--parallel must be at least 1"):
-        plan(MODEL, parse_rig(ONE), None, seqs=0)
+        plan(MODEL, parse_rig(ONE), None, parallel=0)
     with pytest.raises(NotFound):                             # 64 full-length sequences fit nowhere
-        plan(MODEL, parse_rig(ONE), "max-context", ctx=262_144, seqs=64)
+        plan(MODEL, parse_rig(ONE), "max-context", ctx=262_144, parallel=64)
 
 
 def test_large_aggregates_say_they_ignore_compute():
     p = top("multi-tenant", TWO)
-    assert p.n_seqs >= 8
+    assert p.parallel >= 8
     assert any("compute-bound" in t and "does not model" in t for t in p.tradeoffs)
     assert not any("compute-bound" in t for t in top("max-context").tradeoffs)     # one sequence
 
@@ -558,7 +558,7 @@ def test_fit_cli_names_the_launch_that_matches_its_slots():
     four = json.loads(run_cli("fit", "smollm2-135m", "--engine", "llama.cpp", "--quant", "Q4_1", "--kv", "f16",
                               "--ctx", "2048", "--parallel", "4", "--kv-unified", "--rig", "cpu:16GB", "--json").stdout)
     assert four["launch"] == "engineroom up MODEL --ctx 2048 --parallel 4 --kv-unified"   # --ctx is per slot
-    assert four["fit"]["request"]["kv_unified"] is True and four["fit"]["request"]["n_seqs"] == 4
+    assert four["fit"]["request"]["kv_unified"] is True and four["fit"]["request"]["parallel"] == 4
 
 
 def _without_compute_dtype(raw):

@@ -330,8 +330,8 @@ def test_default_launch_fit_uses_the_engines_slots():
     from engineroom.synth import SHAPES
 
     subject = model_from_arch("swa", _with_params(SHAPES["swa-s"]))
-    _, f = fit_one(subject, parse_rig("cpu:64GB"), "llama.cpp", "Q8_0", "f16", 1024, n_seqs=None)
-    assert (f.request.n_seqs, f.request.kv_unified) == (4, True)
+    _, f = fit_one(subject, parse_rig("cpu:64GB"), "llama.cpp", "Q8_0", "f16", 1024, parallel=None)
+    assert (f.request.parallel, f.request.kv_unified) == (4, True)
 
 
 def test_ctx_beyond_max_positions_is_refused_unless_rope_scaling():

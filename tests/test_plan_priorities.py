@@ -34,7 +34,7 @@ RIGS = _rigs()
 
 def _label(p: Plan) -> str:
     return (f"{p.engine} {p.quant} KV {p.kv_dtype}" + (f" +{p.spec}" if p.spec else "")
-            + f" ({p.layout}) at {p.ctx:,} x {p.n_seqs}")
+            + f" ({p.layout}) at {p.ctx:,} x {p.parallel}")
 
 
 def _beats(a: Plan, b: Plan, keys) -> str | None:
@@ -106,11 +106,11 @@ def test_concurrent_throughput_serves_a_workload_context_not_the_maximum():
     assert prio.ctx != "max" and "--ctx" in prio.description
     rig = parse_rig("1xH200", CAT)
     top = plan("qwen3.6-27b", rig, "concurrent-throughput", catalog=CAT, limit=1)[0]
-    assert top.ctx == int(prio.ctx) and top.n_seqs > 1
+    assert top.ctx == int(prio.ctx) and top.parallel > 1
     mt = plan("qwen3.6-27b", rig, "multi-tenant", catalog=CAT, limit=1)[0]
     assert top.aggregate_tps >= mt.aggregate_tps - 1.0
     long = plan("qwen3.6-27b", rig, "concurrent-throughput", ctx=131_072, catalog=CAT, limit=1)[0]
-    assert long.ctx == 131_072 and long.n_seqs < top.n_seqs
+    assert long.ctx == 131_072 and long.parallel < top.parallel
 
 
 def test_balanced_keeps_kv_precision_unless_memory_binds():

@@ -23,13 +23,13 @@ def test_a_command_line_is_read_in_the_comparisons_terms():
             "--speculative-config", '{"method":"mtp","num_speculative_tokens":3}', "--tool-call-parser",
             "qwen3_coder", "--language-model-only"]
     got = rvc.facts("vllm", vllm)
-    assert got["ctx"] == 49152 and got["tp"] == 2 and got["seqs"] == 1 and got["vision"] is False
+    assert got["ctx"] == 49152 and got["tp"] == 2 and got["parallel"] == 1 and got["vision"] is False
     assert got["spec"] == {"method": "mtp", "tokens": 3} and got["tools"] == "qwen3_coder" and got["reasoning"] is False
     ik = ["llama-server", "-m", "/m/Qwen3.6-27B-IQ4_KS.gguf", "-c", "524288", "-np", "2", "-ctk", "q4_0",
           "--mmproj", "/m/mmproj.gguf", "--jinja", "-khad", "-vhad", "-mqkv", "--spec-type", "draft-mtp",
           "--draft-max", "2"]
     got = rvc.facts("ik_llama.cpp", ik)
-    assert got["ctx"] == 262144 and got["seqs"] == 2 and got["kv"] == "q4_0" and got["vision"] and got["tools"]
+    assert got["ctx"] == 262144 and got["parallel"] == 2 and got["kv"] == "q4_0" and got["vision"] and got["tools"]
     assert got["spec"] == {"method": "mtp", "tokens": 2}
     assert rvc.same("fork_flags", ["-khad", "-vhad", "--merge-qkv"], got["fork_flags"])
     assert not rvc.same("fork_flags", ["--parallel-tool-calls"], got["fork_flags"])

@@ -47,7 +47,7 @@ def _value(argv, flag: str) -> str:
 
 # --------------------------------------------------------------------------- render
 def test_render_passes_what_was_sized_explicitly(tmp_path):
-    spec = sglang.render(PY, _opts(tmp_path, ctx=8192, n_seqs=6, tp=2, kv_dtype="fp8_e4m3", mem_fraction=0.8,
+    spec = sglang.render(PY, _opts(tmp_path, ctx=8192, parallel=6, tp=2, kv_dtype="fp8_e4m3", mem_fraction=0.8,
                                    tool_parser="qwen3_coder", reasoning_parser="qwen3", thinking=False,
                                    extra_args=("--chunked-prefill-size", "4096")))
     argv = spec.argv
@@ -74,7 +74,7 @@ def test_the_users_own_flag_wins_over_the_typed_setting(tmp_path):
     settings = sglang.launch_settings(_opts(tmp_path / "b", ctx=8192, extra_args=("--context-length", "4096")))
     assert settings["ctx"] == 4096 and settings["kv_unified"] is True and settings["tp"] == 1
     settings = engines.adapter("sglang").launch_settings(_opts(tmp_path / "c", tp=2, kv_dtype="f16"), trained_ctx=40960)
-    assert (settings["ctx"], settings["tp"], settings["kv_dtype"], settings["n_seqs"]) == (40960, 2, "auto", 1)
+    assert (settings["ctx"], settings["tp"], settings["kv_dtype"], settings["parallel"]) == (40960, 2, "auto", 1)
 
 
 def test_kv_types_are_translated_and_an_unknown_one_refused_with_the_nearest(tmp_path):
@@ -135,7 +135,7 @@ def test_bad_host_mem_fraction_and_template_are_refused(tmp_path):
     with pytest.raises(BadInput, match="between 0 and 1"):
         sglang.render(PY, _opts(tmp_path / "b", mem_fraction=1.5))
     with pytest.raises(BadInput, match="does not exist"):
-        sglang.render(PY, _opts(tmp_path / "c", chat_template_file=tmp_path / "nope.jinja"))
+        sglang.render(PY, _opts(tmp_path / "c", chat_template=tmp_path / "nope.jinja"))
 
 
 def test_placeholder_binary_renders_a_recipe_and_find_binary_refuses_a_bad_path(tmp_path, monkeypatch):
@@ -285,7 +285,7 @@ def _reports(binary: sglang.Binary, argvs) -> list[dict]:
 
 
 def _full_options(tmp_path: Path, **kw) -> LaunchOptions:
-    return _opts(tmp_path, **{"ctx": 16384, "n_seqs": 8, "tp": 2, "kv_dtype": "fp8_e4m3", "mem_fraction": 0.85,
+    return _opts(tmp_path, **{"ctx": 16384, "parallel": 8, "tp": 2, "kv_dtype": "fp8_e4m3", "mem_fraction": 0.85,
                               "tool_parser": "qwen3_coder", "reasoning_parser": "qwen3", "thinking": False, **kw})
 
 

@@ -40,7 +40,7 @@ def _plan(**over) -> Plan:
     band = SpeedBand(low=30.4, high=40.6, roofline_tps=60.0, bytes_per_token=1, bandwidth_gbs=936.0,
                      efficiency=(0.5, 0.7), efficiency_source="test")
     fields = dict(rank=1, priority="balanced", model="qwen3.6-27b", engine="llama.cpp", quant="Q4_K_M",
-                  quant_format="gguf", kv_dtype="q8_0", ctx=32768, max_ctx=65536, n_seqs=1, spec=None, spec_tokens=0,
+                  quant_format="gguf", kv_dtype="q8_0", ctx=32768, max_ctx=65536, parallel=1, spec=None, spec_tokens=0,
                   tp=2, instances=1, multi_gpu_mode="layer_split", per_gpu_bytes=(12 * GiB, int(11.25 * GiB)),
                   capacity_bytes=(24 * GB, 24 * GB), breakdown=(), verdict=Verdict.FITS, binding="", decode=band,
                   aggregate_tps=None, metrics={}, reasons=("fast [enough]",), tradeoffs=("one trade-off",))
@@ -87,9 +87,9 @@ def _fit(verdict=Verdict.TIGHT) -> Fit:
     gpu = GpuFit(index=1, capacity_bytes=24 * GB,
                  components=(Component("weights", int(1.5 * GiB), "layers 0-31"),
                              Component("kv_cache", 512 * MiB, "q8_0")))
-    return Fit(request=FitRequest(engine="llama.cpp", ctx=8192, n_seqs=2, kv_unified=True), rig_label="1x3090",
+    return Fit(request=FitRequest(engine="llama.cpp", ctx=8192, parallel=2, kv_unified=True), rig_label="1x3090",
                per_gpu=(gpu,), host=(Component("output", 970 * 1024, "logits"),), verdict=verdict,
-               binding="GPU1: 2.00 GiB of 22.35 GiB", max_ctx=131072, max_seqs=None)
+               binding="GPU1: 2.00 GiB of 22.35 GiB", max_ctx=131072, max_parallel=None)
 
 
 def test_fit_view_tables_verdict_and_launch():

@@ -56,7 +56,7 @@ BIN = vllm.Binary(Path("/opt/vllm/bin/python"), "engineroom engines install (0.3
 # --------------------------------------------------------------------------- render
 def test_render_speaks_vllms_flags_and_keeps_the_users_arguments_last(folder, monkeypatch):
     monkeypatch.delenv(vllm.KVCACHE_SPACE_ENV, raising=False)
-    opts = LaunchOptions(model_path=folder, model_name="smollm2-135m", port=8123, ctx=2048, n_seqs=4, threads=1,
+    opts = LaunchOptions(model_path=folder, model_name="smollm2-135m", port=8123, ctx=2048, parallel=4, threads=1,
                          kv_dtype="f16", extra_args=("--enforce-eager",),
                          changes=(LaunchChange(("--dtype", "float32"), "why", "cpu probe"),))
     spec = vllm.render(BIN, opts)
@@ -206,7 +206,7 @@ def test_the_cpu_build_computes_at_float16_only_where_the_cpu_has_native_float16
     probe = _cpu(*flags, traps=traps)
     assert (vllm.cpu_dtype(probe)[0] or "float16") == dtype            # None: the converted folder's own
     changes = engines.adapter("vllm").cpu_adjustments(probe, ())      # the facade reaches the hook
-    opts = LaunchOptions(model_path=converted, ctx=2048, n_seqs=2, changes=tuple(changes))
+    opts = LaunchOptions(model_path=converted, ctx=2048, parallel=2, changes=tuple(changes))
     spec = vllm.render(BIN, opts)
     argv = list(spec.argv)
     assert argv.count("--dtype") == 1 and argv[argv.index("--dtype") + 1] == dtype
@@ -343,7 +343,7 @@ def test_fit_predicts_the_kv_capacity_vllm_logged(smollm2):
         assert cap is not None, log
         f32 = "dtype=torch.float32" in text               # the engine's config line: the dtype it ran at
         req = FitRequest(engine="vllm", ctx=int(cap["max_model_len"]), quant="f32" if f32 else "bf16",
-                         kv_dtype="float32" if f32 else "auto", n_seqs=1,
+                         kv_dtype="float32" if f32 else "auto", parallel=1,
                          kv_space_bytes=int(cap["pool_gib"] * (1 << 30)))
         f = fit(arch, req, rig, catalog=load_catalog().for_vendor(rig.vendor))
         m = re.search(r"holds ([\d,]+) tokens", f.binding)
@@ -383,7 +383,7 @@ def parser_answers(vllm_python, tmp_path_factory) -> dict[str, tuple[list[str], 
     (`validate_many`: vLLM's import, about 20 s on 2 cores, is the cost): name -> (argv, answer)."""
     folder = tmp_path_factory.mktemp("vllm-folder")
     (folder / "config.json").write_text("{}")
-    spec = vllm.render(vllm_python, LaunchOptions(model_path=folder, model_name="m", port=8000, ctx=1024, n_seqs=2,
+    spec = vllm.render(vllm_python, LaunchOptions(model_path=folder, model_name="m", port=8000, ctx=1024, parallel=2,
                                                   kv_dtype="fp8_e5m2",
                                                   extra_args=("--load-format", "dummy", "--language-model-only",
                                                               "--default-chat-template-kwargs",
@@ -394,7 +394,7 @@ def parser_answers(vllm_python, tmp_path_factory) -> dict[str, tuple[list[str], 
     # TP 8 x PP 2 on two nodes: the server step of render_cluster
     placeholder = engines.adapter("vllm").placeholder_binary("nvidia")
     steps = vllm.render_cluster(placeholder, LaunchOptions(model_path=Path("Qwen/Qwen3.6-27B"), model_name="q",
-                                                           port=8000, ctx=32768, n_seqs=4),
+                                                           port=8000, ctx=32768, parallel=4),
                                 nodes=2, gpus_per_node=8, head_addr="10.0.0.1")
     assert [(s.node, s.role) for s in steps] == [(0, "ray head"), (1, "ray worker"),
                                                  (0, "serve (after every node joined Ray)")]

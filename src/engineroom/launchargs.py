@@ -18,6 +18,10 @@ from .errors import BadInput
 DEFAULT_HOST = "127.0.0.1"
 
 
+# an argument's name in a server's state written by an earlier engineroom -> its name now
+OLD_NAMES = {"chat_template_file": "chat_template"}
+
+
 @dataclass(frozen=True)
 class LaunchArgs:
     """``None`` leaves a field to the plan's pick, else to the engine's default."""
@@ -32,7 +36,7 @@ class LaunchArgs:
     host: str = DEFAULT_HOST
     threads: int | None = None
     engine_bin: str | None = None
-    chat_template_file: str | None = None
+    chat_template: str | None = None
     tools_template: bool = False
     extra_args: tuple[str, ...] = ()       # the engine's own arguments, after `--`
     timeout: float | None = None           # seconds to wait for health
@@ -50,6 +54,7 @@ class LaunchArgs:
         BadInput in one sentence for anything else."""
         if not isinstance(data, dict):
             raise BadInput("the stored launch arguments are not a mapping.")
+        data = {OLD_NAMES.get(k, k): v for k, v in data.items()}
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names - {"api_key"})
         if unknown:

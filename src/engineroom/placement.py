@@ -68,14 +68,14 @@ def planned(predicted: Mapping[str, Any], request: Mapping[str, Any]) -> Placeme
     if not request or request.get("ctx") is None:
         return None
     gpu = any(str(k).startswith("GPU") for k in predicted)
-    ctx, seqs = int(request["ctx"]), int(request.get("n_seqs") or 1)
+    ctx, parallel = int(request["ctx"]), int(request.get("parallel") or 1)
     weights = int(predicted.get("weights") or 0)
     return Placement(
         device="gpu" if gpu else "cpu",
         gpu_weights_bytes=weights if gpu else None,
         host_weights_bytes=int(predicted.get("weights_embedding") or 0) if gpu else None,
         host_kv_bytes=0 if gpu else None,
-        ctx_total=ctx * seqs, ctx_per_slot=ctx, slots=seqs,
+        ctx_total=ctx * parallel, ctx_per_slot=ctx, slots=parallel,
         source="fit's prediction for this launch: every layer on the GPU(s), the token embedding on the host"
         if gpu else "fit's prediction for this launch (the host is the device)",
     )

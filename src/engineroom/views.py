@@ -144,7 +144,7 @@ def pick_lines(pick: Pick) -> Lines:
     r = pick.request
     out: Lines = [_markup(f"launching the plan's pick: {escape(r.engine)} {escape(r.weights.quant)} "
                           f"({escape(r.weights.ref)}), KV {escape(str(r.kv_dtype))}, {r.ctx or 0:,} ctx x "
-                          f"{r.n_seqs} seq ({escape(pick.source)})")]
+                          f"{r.parallel} seq ({escape(pick.source)})")]
     out += [_markup(f"[yellow]note:[/] {escape(note)}") for note in pick.notes]
     return out
 
@@ -318,7 +318,7 @@ def plan_table(model: str, subject: ResolvedModel, rig: Rig, plans: Sequence[Pla
                   "aggregate t/s",
                   title=f"{escape(model)}{_not_in_catalog(subject)} on {rig.label} — priority {plans[0].priority}")
     for p in plans:
-        table.add_row(str(p.rank), p.engine, p.quant, p.kv_dtype, f"{p.ctx:,}", str(p.n_seqs), p.spec or "-",
+        table.add_row(str(p.rank), p.engine, p.quant, p.kv_dtype, f"{p.ctx:,}", str(p.parallel), p.spec or "-",
                       p.layout, per_device(p.per_gpu_bytes), _decode(p),
                       f"{p.aggregate_tps:.0f}" if p.aggregate_tps else "?")
     return table
@@ -343,7 +343,7 @@ def how_to_choose_table(model: str, subject: ResolvedModel, rig: Rig, rows: Sequ
             table.add_row(r.label, "[red]nothing fits[/]", "", "", "", escape(r.why_none))
             continue
         pick = f"{p.engine} {p.quant} + KV {p.kv_dtype}" + (f" + {p.spec}" if p.spec else "") + f" ({p.layout})"
-        table.add_row(r.label, escape(pick), f"{p.ctx:,} x {p.n_seqs}", per_device(p.per_gpu_bytes), _decode(p),
+        table.add_row(r.label, escape(pick), f"{p.ctx:,} x {p.parallel}", per_device(p.per_gpu_bytes), _decode(p),
                       escape(p.reasons[0] if p.reasons else ""))
     return table
 
@@ -373,7 +373,7 @@ def fit_view(model_name: str, subject: ResolvedModel, rig: Rig, f: Fit, *, engin
     title names engine, quant and KV as the user typed them."""
     from .fit import Verdict  # here, not at the top: every command imports views, few need fit
 
-    slots, unified = f.request.n_seqs, f.request.kv_unified
+    slots, unified = f.request.parallel, f.request.kv_unified
     title = (f"{escape(model_name)}{_not_in_catalog(subject)} · {engine} · {quant} · KV {kv} · "
              f"{ctx:,} ctx on {rig.label}")
     out: Lines = [*fit_tables(title, f, bool(rig.gpus))]
@@ -386,8 +386,8 @@ def fit_view(model_name: str, subject: ResolvedModel, rig: Rig, f: Fit, *, engin
                     f"{'unified (one cache shared by the slots)' if unified else 'per slot'}"
                     f"; the same launch: {launch_line}"))
     out.append(_markup(f"max fillable context at {slots} seq(s): {f.max_ctx:,} tokens (fit.max_context)"))
-    if f.max_seqs is not None:
-        out.append(_markup(f"max concurrent sequences at {ctx:,} tokens each: {f.max_seqs} (fit.max_concurrency)"))
+    if f.max_parallel is not None:
+        out.append(_markup(f"max concurrent sequences at {ctx:,} tokens each: {f.max_parallel} (fit.max_concurrency)"))
     return out
 
 

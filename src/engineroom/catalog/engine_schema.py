@@ -287,7 +287,7 @@ class Engine(Strict):
     """One inference engine. ``memory_model`` says how ``fit`` sizes it:
 
     * ``llama_buffers``: llama.cpp-style fixed buffers (weights split by layers, a KV cache
-      of ctx x seqs cells, compute buffers for the worst-case graph);
+      of ctx x parallel cells, compute buffers for the worst-case graph);
     * ``kv_pool``: vLLM/SGLang-style: ``default_mem_fraction`` x VRAM is reserved and what
       weights, activations and CUDA graphs leave over becomes the KV pool (required here).
 
@@ -330,7 +330,8 @@ class Engine(Strict):
     default_slots: int = Field(default=1, ge=1)
     default_kv_unified: bool = False
     # llama_buffers engines: the logits rows the reserved compute graph holds -- one per slot
-    # (llama.cpp: n_outputs_max = n_seqs) or one per ubatch token (ik_llama.cpp reserves them all)
+    # (llama.cpp: n_outputs_max = n_seqs, its name for the parallel sequences) or one per ubatch token
+    # (ik_llama.cpp reserves them all)
     graph_outputs: Literal["slots", "ubatch"] = "slots"
     defaults_source: str = ""
     kv_block_rule: KvBlockRule | None = None  # None: the engine is not known to refuse any head size

@@ -291,7 +291,7 @@ class Constraints(Strict):
     quality_at_least_quant: str | None = None  # e.g. "Q4_K_M"
     non_nvidia_vendor: bool = False
     min_ctx: int | None = None
-    min_seqs: int = 1
+    min_parallel: int = 1
 
 
 class Priority(Strict):
@@ -301,7 +301,7 @@ class Priority(Strict):
     default: bool = False
     maximise: str                            # human summary of the objective
     ctx: int | Literal["max"] = 32768        # context each config is sized for
-    seqs: int | Literal["max"] = 1
+    parallel: int | Literal["max"] = 1
     spec: Literal["none", "any"] = "any"          # consider speculative decoding or not
     constraints: Constraints = Constraints()
     rank: tuple[RankKey, ...]

@@ -64,9 +64,9 @@ def _show(items: Any, to: Console = console) -> None:
 
 
 def _launch_args(ctx: int | None, port: int | None, threads: int | None, parallel: int | None,
-                 kv_unified: bool | None, engine_bin: Path | None, chat_template_file: Path | None,
+                 kv_unified: bool | None, engine_bin: Path | None, chat_template: Path | None,
                  tools_template: bool, timeout: float | None, extra: Sequence[str] | None, *,
-                 engine: str | None = None, kv: str | None = None, tp: int | None = None,
+                 engine: str | None = None, kv_dtype: str | None = None, tp: int | None = None,
                  api_key_env: str | None = None, api_key_file: Path | None = None) -> LaunchArgs:
     """The launch's arguments as typed (a key typed with --api-key is not one of them: it goes to
     ``flows.prepare`` alone, which writes it to a private file and keeps the file's path)."""
@@ -76,27 +76,24 @@ def _launch_args(ctx: int | None, port: int | None, threads: int | None, paralle
 
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise BadInput(f"--timeout must be a positive number of seconds, not {timeout}.")
-    return LaunchArgs(engine=engine, ctx=ctx, parallel=parallel, kv_unified=kv_unified, kv_dtype=kv, tp=tp, port=port,
-                      threads=threads, engine_bin=str(engine_bin) if engine_bin else None,
-                      chat_template_file=str(chat_template_file) if chat_template_file else None,
+    return LaunchArgs(engine=engine, ctx=ctx, parallel=parallel, kv_unified=kv_unified, kv_dtype=kv_dtype, tp=tp,
+                      port=port, threads=threads, engine_bin=str(engine_bin) if engine_bin else None,
+                      chat_template=str(chat_template) if chat_template else None,
                       tools_template=tools_template, extra_args=tuple(extra or ()), timeout=timeout,
                       api_key_env=api_key_env, api_key_file=str(api_key_file) if api_key_file else None)
-
-
-_OPTION_OF_PARAM = {"kv": "kv_dtype"}
 
 
 def _given(ctx_: typer.Context) -> list[str]:
     """The launch arguments typed on this command line, by LaunchArgs field (``switch`` keeps the
     others from the running server; a plan's pick fills the others); ``api_key``: a key typed."""
-    names = ("ctx", "port", "threads", "parallel", "kv_unified", "engine_bin", "chat_template_file",
-             "tools_template", "timeout", "engine", "kv", "tp", "api_key", "api_key_env", "api_key_file")
+    names = ("ctx", "port", "threads", "parallel", "kv_unified", "engine_bin", "chat_template",
+             "tools_template", "timeout", "engine", "kv_dtype", "tp", "api_key", "api_key_env", "api_key_file")
 
     def typed(param: str) -> bool:   # by name: typer vendors its own click, with its own enum
         source = ctx_.get_parameter_source(param)
         return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
 
-    given = [_OPTION_OF_PARAM.get(name, name) for name in names if typed(name)]
+    given = [name for name in names if typed(name)]
     if ctx_.args:
         given.append("extra_args")
     return given

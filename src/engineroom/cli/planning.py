@@ -39,7 +39,7 @@ def plan(
                                         help="balanced, full-features, max-context, leanest-vram, "
                                              "concurrent-throughput, non-nvidia, fastest-cold-start, multi-tenant."),
     ctx: int | None = typer.Option(None, "--ctx", "-c", help="Required context (tokens); default: the priority's."),
-    seqs: int | None = typer.Option(None, "--parallel",
+    parallel: int | None = typer.Option(None, "--parallel",
                                     help="Server slots (concurrent sequences) every config must serve, each at the "
                                          "full context (default: the priority's), as `up --parallel` launches."),
     engine: str | None = typer.Option(None, "--engine", "-e", help="Only this engine."),
@@ -60,11 +60,11 @@ def plan(
     the_rig = resolve_rig(rig)
     subject = resolve_model(model)
     if priority is None:
-        rows = how_to_choose(subject, the_rig, ctx=ctx, engine=engine, seqs=seqs)
+        rows = how_to_choose(subject, the_rig, ctx=ctx, engine=engine, parallel=parallel)
         _print_how_to_choose(model, subject, the_rig, rows, json_out)
         return
-    plans = make_plan(subject, the_rig, priority, ctx=ctx, engine=engine, limit=max(1, top), detail=3, seqs=seqs,
-                      rope_scaling=rope_scaling)
+    plans = make_plan(subject, the_rig, priority, ctx=ctx, engine=engine, limit=max(1, top), detail=3,
+                      parallel=parallel, rope_scaling=rope_scaling)
     if json_out:
         print_json({"model": model, **_model_facts(subject), "rig": the_rig.label, "rig_notes": list(the_rig.notes),
                     "priority": plans[0].priority, "plans": plans_as_rows(plans)})
@@ -95,7 +95,7 @@ def fit_cmd(
                               "config.json its dtype (bf16, fp8), Q8_0, Q4_K_M, fp8 or awq-int4."),
     kv: str = typer.Option(..., "--kv", help="KV cache type as the engine names it (q4_0, fp8, ...)."),
     ctx: int = typer.Option(..., "--ctx", help="Context length (tokens)."),
-    seqs: int = typer.Option(1, "--parallel",
+    parallel: int = typer.Option(1, "--parallel",
                              help="Server slots (concurrent sequences), each of --ctx tokens, as `up --parallel` "
                                   "launches; the output names the `up` launch that matches."),
     kv_unified: bool | None = typer.Option(None, "--kv-unified/--no-kv-unified",
@@ -127,10 +127,10 @@ def fit_cmd(
 
     the_rig = resolve_rig(rig)
     subject = resolve_model(model)
-    m, f = fit_one(subject, the_rig, engine, quant, kv, ctx, n_seqs=seqs, tp=tp, pp=pp, rope_scaling=rope_scaling,
+    m, f = fit_one(subject, the_rig, engine, quant, kv, ctx, parallel=parallel, tp=tp, pp=pp, rope_scaling=rope_scaling,
                    repack=repack, swa_full=full_swa_cache, ubatch=ubatch,
                    kv_unified=kv_unified)
-    slots, unified = f.request.n_seqs, f.request.kv_unified
+    slots, unified = f.request.parallel, f.request.kv_unified
     # `up`'s own engine-neutral switch (cli/base.py _UNIFIED), read from its declaration
     on, off = _UNIFIED.param_decls[0].split("/")
     launch_line = f"engineroom up MODEL --ctx {ctx} --parallel {slots} {on if unified else off}"

@@ -64,8 +64,8 @@ def up(
                                           "(with --from-plan: taken from the plan)."),
     ctx: int | None = _CTX, port: int | None = _PORT, threads: int | None = _THREADS,
     parallel: int | None = _PARALLEL, kv_unified: bool | None = _UNIFIED, engine_bin: Path | None = _BIN,
-    chat_template_file: Path | None = _TEMPLATE, tools_template: bool = _TOOLS,
-    timeout: float | None = _TIMEOUT, engine: str | None = _ENGINE, kv: str | None = _KV, tp: int | None = _TP,
+    chat_template: Path | None = _TEMPLATE, tools_template: bool = _TOOLS,
+    timeout: float | None = _TIMEOUT, engine: str | None = _ENGINE, kv_dtype: str | None = _KV, tp: int | None = _TP,
     priority: str | None = _PRIORITY, rig: str | None = _PLAN_RIG, from_plan: Path | None = _FROM_PLAN,
     pick: int = _PICKN, api_key_env: str | None = _KEY_ENV, api_key_file: Path | None = _KEY_FILE,
     api_key: str | None = _KEY, docker: bool = _DOCKER, host: str | None = _HOST,
@@ -81,8 +81,8 @@ def up(
     after `--`."""
     from .. import flows
 
-    args = _launch_args(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
-                        timeout, ctx_.args, engine=engine, kv=kv, tp=tp, api_key_env=api_key_env,
+    args = _launch_args(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template, tools_template,
+                        timeout, ctx_.args, engine=engine, kv_dtype=kv_dtype, tp=tp, api_key_env=api_key_env,
                         api_key_file=api_key_file)
     model, chosen = _planned(ctx_, model, args, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
                              missing="name a model to launch, e.g. `engineroom up smollm2-135m` "
@@ -99,8 +99,8 @@ def switch(
     model: str = typer.Argument(...),
     ctx: int | None = _CTX, port: int | None = _PORT, threads: int | None = _THREADS,
     parallel: int | None = _PARALLEL, kv_unified: bool | None = _UNIFIED, engine_bin: Path | None = _BIN,
-    chat_template_file: Path | None = _TEMPLATE, tools_template: bool = _TOOLS,
-    timeout: float | None = _TIMEOUT, engine: str | None = _ENGINE, kv: str | None = _KV, tp: int | None = _TP,
+    chat_template: Path | None = _TEMPLATE, tools_template: bool = _TOOLS,
+    timeout: float | None = _TIMEOUT, engine: str | None = _ENGINE, kv_dtype: str | None = _KV, tp: int | None = _TP,
     api_key_env: str | None = _KEY_ENV, api_key_file: Path | None = _KEY_FILE, api_key: str | None = _KEY,
     json_out: bool = JsonOpt,
 ) -> None:
@@ -109,8 +109,8 @@ def switch(
     from .. import flows
 
     _start(flows.switch, model, _launch_args(ctx, port, threads, parallel, kv_unified, engine_bin,
-                                             chat_template_file, tools_template, timeout, ctx_.args,
-                                             engine=engine, kv=kv, tp=tp, api_key_env=api_key_env,
+                                             chat_template, tools_template, timeout, ctx_.args,
+                                             engine=engine, kv_dtype=kv_dtype, tp=tp, api_key_env=api_key_env,
                                              api_key_file=api_key_file),
            json_out, given=_given(ctx_), api_key=api_key)
 
@@ -121,8 +121,8 @@ def recipe(
     model: str | None = typer.Argument(None, help="Model reference or catalog model (see `engineroom up --help`)."),
     ctx: int | None = _CTX, port: int | None = _PORT, threads: int | None = _THREADS,
     parallel: int | None = _PARALLEL, kv_unified: bool | None = _UNIFIED, engine_bin: Path | None = _BIN,
-    chat_template_file: Path | None = _TEMPLATE, tools_template: bool = _TOOLS,
-    engine: str | None = _ENGINE, kv: str | None = _KV, tp: int | None = _TP,
+    chat_template: Path | None = _TEMPLATE, tools_template: bool = _TOOLS,
+    engine: str | None = _ENGINE, kv_dtype: str | None = _KV, tp: int | None = _TP,
     priority: str | None = _PRIORITY, rig: str | None = _PLAN_RIG, from_plan: Path | None = _FROM_PLAN,
     pick: int = _PICKN, api_key_env: str | None = _KEY_ENV, api_key_file: Path | None = _KEY_FILE,
     api_key: str | None = _KEY,
@@ -138,8 +138,8 @@ def recipe(
     from ..flows import validation
     from ..redaction import redact_argv
 
-    args = _launch_args(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template_file, tools_template,
-                        300.0, ctx_.args, engine=engine, kv=kv, tp=tp, api_key_env=api_key_env,
+    args = _launch_args(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template, tools_template,
+                        300.0, ctx_.args, engine=engine, kv_dtype=kv_dtype, tp=tp, api_key_env=api_key_env,
                         api_key_file=api_key_file)
     model, chosen = _planned(ctx_, model, args, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
                              missing="name a model, e.g. `engineroom recipe smollm2-135m --priority balanced`.")

@@ -182,7 +182,7 @@ class Engine:
         impl = self.impl
         if isinstance(impl, base.SettlesLaunch):
             return dict(impl.launch_settings(options, trained_ctx=trained_ctx))
-        return {"ctx": options.ctx, "n_seqs": options.n_seqs or 1, "kv_unified": bool(options.kv_unified),
+        return {"ctx": options.ctx, "parallel": options.parallel or 1, "kv_unified": bool(options.kv_unified),
                 "kv_dtype": options.kv_dtype}
 
     def metrics(self, url: str, api_key: str | None = None, timeout: float = 5.0) -> dict[str, float] | None:
@@ -317,7 +317,7 @@ class Engine:
         return self._data("RELEASE", str, "")
 
     @property
-    def max_seqs(self) -> int:
+    def max_parallel(self) -> int:
         """The most sequences (slots) one server of the engine takes (the adapter's ``MAX_SEQS``);
         0 when the adapter states no limit."""
         return self._data("MAX_SEQS", int, 0)

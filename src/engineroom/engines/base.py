@@ -78,12 +78,12 @@ class LaunchOptions:
     port: int = 8080
     host: str = "127.0.0.1"
     ctx: int | None = None             # tokens per sequence
-    n_seqs: int | None = None          # concurrent sequences (slots / max sequences)
+    parallel: int | None = None          # concurrent sequences (slots / max sequences)
     kv_unified: bool | None = None     # one KV pool shared by all sequences (llama.cpp family)
     kv_dtype: str | None = None        # a catalog KV type id of the engine ("f16", "q8_0", "fp8")
     threads: int | None = None
     tp: int = 1                        # GPUs per instance
-    chat_template_file: Path | None = None
+    chat_template: Path | None = None
     extra_args: tuple[str, ...] = ()   # the user's own engine arguments, passed last, verbatim
     changes: tuple[LaunchChange, ...] = ()
     log_path: Path | None = None
@@ -276,7 +276,7 @@ class ReportsPlacement(Protocol):        # default: None (`up` records the place
 
 
 @runtime_checkable
-class SettlesLaunch(Protocol):           # default: the options' ctx / n_seqs / kv_unified / kv_dtype
+class SettlesLaunch(Protocol):           # default: the options' ctx / parallel / kv_unified / kv_dtype
     def launch_settings(self, options: LaunchOptions, trained_ctx: int | None = None) -> Mapping[str, object]: ...
 
 

@@ -3,11 +3,11 @@
 CONTRACT (used by plan and the CLI; extend with defaulted fields, never rename):
 
     fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog=None) -> Fit
-    max_context(arch, req, rig, *, catalog=None) -> int        # largest *fillable* ctx for req.n_seqs
+    max_context(arch, req, rig, *, catalog=None) -> int        # largest *fillable* ctx for req.parallel
     max_concurrency(arch, req, rig, *, catalog=None) -> int    # most sequences at req.ctx
 
 Verdicts (``Verdict``): fits (>= 5% headroom on every device), tight (< 5%, or a paged pool
-that caps concurrency below the sequences asked for: ``Fit.capped_seqs``), does_not_fit
+that caps concurrency below the sequences asked for: ``Fit.capped_parallel``), does_not_fit
 (the binding constraint is named in ``Fit.binding``).
 
 Everything engine-specific comes from the engine's catalog entry (catalog/engines/*.yaml):

@@ -132,8 +132,8 @@ def _dense_graph(arch: ModelArch, req: FitRequest) -> tuple[list[_T], list[_T]] 
         return None
     ub = _ubatch(req)
     e, q, kv = arch.hidden_size, arch.n_heads * arch.head_dim, arch.n_kv_heads * arch.head_dim
-    n_out = ub if req.graph_outputs == "ubatch" else min(ub, req.n_seqs)
-    n_kv, n_stream = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.n_seqs, ub, req.kv_unified)
+    n_out = ub if req.graph_outputs == "ubatch" else min(ub, req.parallel)
+    n_kv, n_stream = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.parallel, ub, req.kv_unified)
     W = _T("weights", 0, external=True)
     def f32(n: int) -> int:
         return 4 * n * ub

@@ -73,8 +73,8 @@ def kv_shard(n_kv_heads: int, tp: int) -> int:
     return max(1, min(tp, n_kv_heads))
 
 
-def recurrent_state_bytes(arch: ModelArch, n_seqs: int = 1) -> tuple[int, int]:
-    """(R conv bytes, S state bytes) for all recurrent layers and ``n_seqs`` sequences (fp32)."""
+def recurrent_state_bytes(arch: ModelArch, parallel: int = 1) -> tuple[int, int]:
+    """(R conv bytes, S state bytes) for all recurrent layers and ``parallel`` sequences (fp32)."""
     r = s = 0
     n_lin = arch.count(LayerKind.LINEAR)
     if n_lin and arch.linear is not None:
@@ -86,7 +86,7 @@ def recurrent_state_bytes(arch: ModelArch, n_seqs: int = 1) -> tuple[int, int]:
         m = arch.mamba
         r += n_mamba * (m.d_conv - 1) * (m.d_inner + 2 * m.n_groups * m.d_state) * 4
         s += n_mamba * m.d_state * m.d_inner * m.state_bytes_per_elem
-    return r * n_seqs, s * n_seqs
+    return r * parallel, s * parallel
 
 
 def pool_kv_grow_per_card(arch: ModelArch, req: FitRequest, *, catalog: Catalog | None = None) -> tuple[int, str]:
@@ -98,13 +98,13 @@ def pool_kv_grow_per_card(arch: ModelArch, req: FitRequest, *, catalog: Catalog 
     per_tok = kv_bytes(arch, bpe, 1, heads_div=div)
     n_mtp = req.spec_tokens if req.spec_method == "mtp" else 0
     total = kv_bytes(arch, bpe, req.ctx + 32 * n_mtp, heads_div=div)
-    return int(total * req.n_seqs), (f"{arch.n_kv_layers} KV layers, {arch.n_kv_heads}/{div} KV heads/card, "
-                                     f"{per_tok:.0f} B/token/card x ({req.ctx} + 32 x {n_mtp}) x {req.n_seqs}")
+    return int(total * req.parallel), (f"{arch.n_kv_layers} KV layers, {arch.n_kv_heads}/{div} KV heads/card, "
+                                     f"{per_tok:.0f} B/token/card x ({req.ctx} + 32 x {n_mtp}) x {req.parallel}")
 
 
 def _pool_bytes_per_token(arch: ModelArch, req: FitRequest, catalog: Catalog | None) -> int:
     """KV bytes one cached token costs over every growing KV layer (per card)."""
-    one, _ = pool_kv_grow_per_card(arch, replace(req, ctx=1, n_seqs=1, spec_method=None, spec_tokens=0),
+    one, _ = pool_kv_grow_per_card(arch, replace(req, ctx=1, parallel=1, spec_method=None, spec_tokens=0),
                                    catalog=catalog)
     return max(one, 1)
 

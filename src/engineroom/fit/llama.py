@@ -1,7 +1,7 @@
 """memory_model ``llama_buffers`` (llama.cpp, ik_llama.cpp): exactly what the graph needs.
 
 Weights split by layers across GPUs (the input embedding stays on the host for CUDA), a KV
-cache of ctx x n_seqs cells for the layers whose cache grows with context, fixed recurrent
+cache of ctx x parallel cells for the layers whose cache grows with context, fixed recurrent
 state per sequence, and compute buffers for the worst-case ubatch graph at a full cache. On
 a CPU-only rig the device is the RAM, with the CPU backend's repack / AMX buffers.
 """
@@ -55,8 +55,8 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
     req = replace(req, graph_outputs=engine_spec(req.engine, catalog).graph_outputs)
     split = weight_split(arch, req, catalog)
     kv_total, kv_note = llama_kv_bytes(arch, req, catalog=catalog)
-    r, s = recurrent_state_bytes(arch, req.n_seqs)
-    output_buf = arch.vocab_size * 4 * req.n_seqs
+    r, s = recurrent_state_bytes(arch, req.parallel)
+    output_buf = arch.vocab_size * 4 * req.parallel
     if not rig.gpus:  # CPU device: the RAM holds everything
         cap, ram_how = usable_ram(rig)
         notes.append(ram_how)
@@ -115,7 +115,7 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
         sim = llama_cpu_compute_sim(arch, req)    # the allocator replay, run once for the bytes and the note
         comps.append(Component("compute", llama_cpu_compute(arch, req, sim), _cpu_compute_note(arch, req, sim)))
         comps.append(Component("output", output_buf, f"logits buffer: vocab {arch.vocab_size} x 4 B x "
-                                                     f"n_seq_max {req.n_seqs} ({_slots_text(req)})"))
+                                                     f"n_seq_max {req.parallel} ({_slots_text(req)})"))
         if req.draft_bytes:
             comps.append(Component("draft", req.draft_bytes, "draft model"))
         if req.vision:
@@ -130,7 +130,7 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
     host = [Component("weights_embedding", split.embedding, "token_embd stays on the host (CPU_Mapped)"),
             Component("compute_host", host_c, "CUDA_Host compute buffer"),
             Component("output", output_buf,
-                      f"logits buffer (host): vocab {arch.vocab_size} x 4 B x n_seq_max {req.n_seqs}")]
+                      f"logits buffer (host): vocab {arch.vocab_size} x 4 B x n_seq_max {req.parallel}")]
     out: list[GpuFit] = []
     n_trunk = arch.n_layers
     # a tied output head is token_embd loaded again (TENSOR_DUPLICATED) with the output layer, on
@@ -180,7 +180,7 @@ def _rs_note(arch: ModelArch, req: FitRequest, r: int, s: int) -> str:
         m = arch.mamba
         parts.append(f"{n_m} Mamba layers x [conv ({m.d_conv}-1) x {m.d_inner + 2 * m.n_groups * m.d_state} x 4 B + "
                      f"state {m.d_state} x {m.d_inner} x {m.state_bytes_per_elem} B]")
-    return (" + ".join(parts) + f" x {req.n_seqs} seq(s) (one cell per slot, {_slots_text(req)}) = "
+    return (" + ".join(parts) + f" x {req.parallel} seq(s) (one cell per slot, {_slots_text(req)}) = "
             f"R {mib(r)} + S {mib(s)}")
 
 

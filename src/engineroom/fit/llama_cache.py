@@ -15,41 +15,41 @@ def _pad(x: int, to: int) -> int:
     return ((x + to - 1) // to) * to
 
 
-def llama_n_ctx(ctx: int, n_seqs: int, unified: bool) -> tuple[int, int, int]:
-    """(n_ctx, n_ctx_seq, n_stream) as llama_context computes them for ``-c ctx*n_seqs
-    -np n_seqs`` (src/llama-context.cpp: n_ctx = GGML_PAD(n_ctx, 256); unified: n_ctx_seq =
+def llama_n_ctx(ctx: int, parallel: int, unified: bool) -> tuple[int, int, int]:
+    """(n_ctx, n_ctx_seq, n_stream) as llama_context computes them for ``-c ctx*parallel
+    -np parallel`` (src/llama-context.cpp: n_ctx = GGML_PAD(n_ctx, 256); unified: n_ctx_seq =
     n_ctx, one stream; else n_ctx_seq = GGML_PAD(n_ctx / n_seq_max, 256), one stream per
     sequence, n_ctx = n_ctx_seq x n_seq_max)."""
-    n_ctx = _pad(ctx * n_seqs, 256)
+    n_ctx = _pad(ctx * parallel, 256)
     if unified:
         return n_ctx, n_ctx, 1
-    seq = _pad(n_ctx // n_seqs, 256)
-    return seq * n_seqs, seq, n_seqs
+    seq = _pad(n_ctx // parallel, 256)
+    return seq * parallel, seq, parallel
 
 
-def llama_kv_stream_cells(arch: ModelArch, kind: LayerKind, ctx: int, n_seqs: int, ubatch: int,
+def llama_kv_stream_cells(arch: ModelArch, kind: LayerKind, ctx: int, parallel: int, ubatch: int,
                           unified: bool = False, swa_full: bool = False) -> tuple[int, int]:
     """(cells per stream, streams) of one layer's KV tensor [n_embd_gqa, kv_size, n_stream].
 
     The base cache has n_ctx_seq cells per stream. A sliding layer's cache (src/llama-kv-cache-
     iswa.cpp) has GGML_PAD(min(size_base, n_swa x (unified ? n_seq_max : 1) + n_ubatch), 256)
     cells per stream, or size_base with --swa-full."""
-    _, size_base, n_stream = llama_n_ctx(ctx, n_seqs, unified)
+    _, size_base, n_stream = llama_n_ctx(ctx, parallel, unified)
     if kind == LayerKind.SLIDING and arch.sliding_window and not swa_full:
-        size = _pad(min(size_base, arch.sliding_window * (n_seqs if unified else 1) + ubatch), 256)
+        size = _pad(min(size_base, arch.sliding_window * (parallel if unified else 1) + ubatch), 256)
         return size, n_stream
     return size_base, n_stream
 
 
-def llama_kv_cells(arch: ModelArch, kind: LayerKind, ctx: int, n_seqs: int, ubatch: int,
+def llama_kv_cells(arch: ModelArch, kind: LayerKind, ctx: int, parallel: int, ubatch: int,
                    unified: bool = False, swa_full: bool = False) -> int:
     """Cells llama.cpp allocates for one layer over all its streams."""
-    cells, streams = llama_kv_stream_cells(arch, kind, ctx, n_seqs, ubatch, unified, swa_full)
+    cells, streams = llama_kv_stream_cells(arch, kind, ctx, parallel, ubatch, unified, swa_full)
     return cells * streams
 
 
 def _slots_text(req: FitRequest) -> str:
-    return f"{req.n_seqs} slot(s), {'unified KV (1 stream)' if req.kv_unified else f'{req.n_seqs} KV stream(s)'}"
+    return f"{req.parallel} slot(s), {'unified KV (1 stream)' if req.kv_unified else f'{req.parallel} KV stream(s)'}"
 
 
 def llama_kv_bytes(arch: ModelArch, req: FitRequest, layers: range | None = None, *,
@@ -58,10 +58,10 @@ def llama_kv_bytes(arch: ModelArch, req: FitRequest, layers: range | None = None
     THE KV formula (``kv.kv_layer_bytes``) over the cells llama.cpp allocates per layer."""
     bk = kv_bytes_per_elem(req.engine, req.kv_dtype, catalog)
     ub = _ubatch(req)
-    _, base, streams = llama_n_ctx(req.ctx, req.n_seqs, req.kv_unified)
+    _, base, streams = llama_n_ctx(req.ctx, req.parallel, req.kv_unified)
 
     def cells_of(kind: LayerKind) -> int:   # over every stream; streams are the same for all kinds
-        return llama_kv_stream_cells(arch, kind, req.ctx, req.n_seqs, ub, req.kv_unified, req.swa_full)[0] * streams
+        return llama_kv_stream_cells(arch, kind, req.ctx, req.parallel, ub, req.kv_unified, req.swa_full)[0] * streams
 
     total = 0.0
     groups: dict[tuple[str, int, int], int] = {}   # (kind, cells/stream, elems) -> layers
@@ -79,23 +79,23 @@ def llama_kv_bytes(arch: ModelArch, req: FitRequest, layers: range | None = None
     note = " + ".join(parts) + f" ({req.kv_dtype}; {_slots_text(req)}"
     if arch.count(LayerKind.SLIDING) and arch.sliding_window:
         note += (f"; SWA cap: pad256(min(n_ctx_seq, window {arch.sliding_window}"
-                 + (f" x {req.n_seqs} seqs" if req.kv_unified else "") + f" + ubatch {ub})) per sliding layer"
+                 + (f" x {req.parallel} parallel" if req.kv_unified else "") + f" + ubatch {ub})) per sliding layer"
                  + (", --swa-full: off" if not req.swa_full else "; --swa-full: on, no cap"))
     return int(total), note + ")"
 
 
 def _ubatch(req: FitRequest) -> int:
     """Effective -ub: llama.cpp caps n_batch at n_ctx (total) and n_ubatch at n_batch."""
-    return max(1, min(req.ubatch, req.batch, llama_n_ctx(req.ctx, req.n_seqs, req.kv_unified)[0]))
+    return max(1, min(req.ubatch, req.batch, llama_n_ctx(req.ctx, req.parallel, req.kv_unified)[0]))
 
 
 def _masks(arch: ModelArch, req: FitRequest, ub: int, bytes_per: int = 2) -> int:
     """KQ masks: [n_kv, n_tokens / n_stream, 1, n_stream] (llama-graph.cpp build_attn_inp_kv),
     i.e. one stream's cells x ubatch tokens; unified KV: the one stream spans every slot's cells."""
-    n_kv, _ = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.n_seqs, ub, req.kv_unified)
+    n_kv, _ = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.parallel, ub, req.kv_unified)
     m = bytes_per * n_kv * ub if any(k in (LayerKind.FULL, LayerKind.MLA) for k in arch.layer_kinds) else 0
     if arch.count(LayerKind.SLIDING):
-        swa, _ = llama_kv_stream_cells(arch, LayerKind.SLIDING, req.ctx, req.n_seqs, ub, req.kv_unified, req.swa_full)
+        swa, _ = llama_kv_stream_cells(arch, LayerKind.SLIDING, req.ctx, req.parallel, ub, req.kv_unified, req.swa_full)
         m += bytes_per * swa * ub
     return m
 

@@ -12,8 +12,8 @@ from .llama_cache import _masks, _slots_text, _ubatch, kv_rotation_bytes, llama_
 from .request import FitRequest, MiB
 
 # Compute-buffer model for llama.cpp CUDA (worst-case ubatch graph at a full KV cache, flash
-# attention on, n_outputs_max = n_seqs so the reserved graph's logits are tiny). The peak is
-# the larger of two blocks:
+# attention on, n_outputs_max = n_seqs, its name for the parallel sequences, so the reserved graph's
+# logits are tiny). The peak is the larger of two blocks:
 #   FFN block : f16 KQ mask (2 B x n_kv x ub, + the SWA mask) + ub x 4 B x (3 ff + 4 n_embd)
 #               (MoE: 4 ff + 4 n_embd, ff = n_active x expert width + shared; where the experts'
 #               down output n_active x n_embd is wider than 2 ff: 3 ff + 4 n_embd + that output)
@@ -56,7 +56,7 @@ def llama_cuda_compute(arch: ModelArch, req: FitRequest) -> tuple[int, int]:
     """(CUDA compute buffer, CUDA_Host compute buffer) bytes for one GPU holding every layer."""
     ub = _ubatch(req)
     e = arch.hidden_size
-    n_kv, n_stream = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.n_seqs, ub, req.kv_unified)
+    n_kv, n_stream = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.parallel, ub, req.kv_unified)
     ff = _ffn_width(arch)
     if arch.mla is not None:
         # no flash attention: f32 KQ (n_head) + f32 mask + f16 mask copy per cell and token
@@ -103,7 +103,7 @@ def llama_cuda_compute(arch: ModelArch, req: FitRequest) -> tuple[int, int]:
 
 
 # CPU compute buffer (llama.cpp CPU backend, flash attention auto -> on, n_outputs_max =
-# n_seqs so the reserved graph's logits are tiny).
+# parallel so the reserved graph's logits are tiny).
 # Measured structure (llama.cpp 11434): compute = f16 KQ mask over all cells (2 B x n_kv x ub,
 # plus one per SWA cache) + a ctx-independent activation peak in the FFN block:
 #   ff > n_embd : ub x 4 B x (3 x ff + k x n_embd)          (gate, up, swiglu + residual stream)
@@ -179,15 +179,15 @@ def _cpu_compute_note(arch: ModelArch, req: FitRequest, sim: int | None = None) 
     sim = sim if sim is not None else llama_cpu_compute_sim(arch, req)
     if sim is not None:
         ub = _ubatch(req)
-        n_kv, _ = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.n_seqs, ub, req.kv_unified)
+        n_kv, _ = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.parallel, ub, req.kv_unified)
         return (f"CPU compute {mib(sim)}: ggml-alloc replayed over the {arch.architecture} graph of a "
                 f"{ub}-token ubatch (inputs incl. the f16 KQ mask of {n_kv} cells x {ub}; {_slots_text(req)}; "
-                f"{ub if req.graph_outputs == 'ubatch' else req.n_seqs} output row(s))")
+                f"{ub if req.graph_outputs == 'ubatch' else req.parallel} output row(s))")
     mask, ub, units, how = _cpu_compute_terms(arch, req)
     rot = kv_rotation_bytes(arch, req)
     cells = f"{mask // (2 * ub)}"
     if arch.count(LayerKind.SLIDING) and mask:
-        swa, _ = llama_kv_stream_cells(arch, LayerKind.SLIDING, req.ctx, req.n_seqs, ub, req.kv_unified, req.swa_full)
+        swa, _ = llama_kv_stream_cells(arch, LayerKind.SLIDING, req.ctx, req.parallel, ub, req.kv_unified, req.swa_full)
         cells = f"({mask // (2 * ub) - swa} full + {swa} SWA)"
     return (f"CPU compute: f16 KQ masks {mib(mask)} (2 B x {cells} cells of one stream x ub {ub}; "
             f"{_slots_text(req)}) + ub {ub} x 4 B x ({how}) + {mib(_CPU_CONST)} inputs"

@@ -1,6 +1,6 @@
 """memory_model ``kv_pool`` (vLLM, SGLang): reserve mem_fraction x VRAM and hand what the
 weights, activations and CUDA graphs leave over to a paged KV pool; the question is whether
-that pool holds ctx x n_seqs.
+that pool holds ctx x parallel.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
     split = weight_split(arch, req, catalog)
     w = split.total // tp
     kv_need, kv_note = pool_kv_grow_per_card(arch, req, catalog=catalog)
-    r, s = recurrent_state_bytes(arch, req.n_seqs)
+    r, s = recurrent_state_bytes(arch, req.parallel)
     kv_fixed = (r + s) // tp
     bpe = kv_bytes_per_elem(req.engine, req.kv_dtype, catalog)
     assert eng.pool_activation is not None   # the catalog schema requires it of every kv_pool engine
@@ -83,7 +83,8 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
                            f"{coef:g} x 48 x ctx / TP" + (f" + GDN prefill scratch (b={b})" if scratch else "")),
                  Component("cuda_graphs", overhead, f"(0.5 + {frac} + 0.3 x (TP-1)) GB")]
         if kv_fixed:
-            fixed.append(Component("recurrent_state", kv_fixed, f"{req.n_seqs} seq(s) of linear-attention state / TP"))
+            fixed.append(Component("recurrent_state", kv_fixed,
+                                   f"{req.parallel} sequence(s) of linear-attention state / TP"))
         if draft:
             fixed.append(Component("draft", draft, "draft model / TP"))
         budget = int(frac * cap)
@@ -147,7 +148,7 @@ def _fit_stages(arch: ModelArch, req: FitRequest, rig: Rig, frac: float, split: 
                      Component("cuda_graphs", overhead, f"(0.5 + {frac} + 0.3 x (TP-1)) GB")]
             if state:
                 comps.append(Component("recurrent_state", int(state * share) // tp,
-                                       f"{req.n_seqs} seq(s) of linear-attention state of the stage's layers / TP"))
+                                       f"{req.parallel} seq(s) of linear-attention state of the stage's layers / TP"))
             if draft and stage == pp - 1:
                 comps.append(Component("draft", draft, "draft model / TP, on the last stage"))
             budget = int(frac * cap)

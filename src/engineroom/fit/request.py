@@ -56,7 +56,7 @@ class FitRequest:
     quant: str | None = None           # catalog quant id ("Q4_K_M", "autoround-int4", "bf16")
     weight_bytes: int | None = None    # exact weight bytes when known (GGUF file, catalog size)
     kv_dtype: str = "f16"              # a catalog KV type of the engine, id or alias
-    n_seqs: int = 1
+    parallel: int = 1
     tp: int = 1
     pp: int = 1                        # pipeline stages (kv_pool engines; the stages may sit on other nodes)
     spec_method: str | None = None     # "mtp" | "dflash" | "draft" | None
@@ -74,10 +74,10 @@ class FitRequest:
     # ---- added (defaulted) -----------------------------------------------------------
     flash_attn: bool = True            # llama.cpp -fa (auto resolves to on for CPU and CUDA)
     batch: int = 2048                  # llama.cpp -b (caps ubatch)
-    # llama.cpp slots: n_seqs is -np; kv_unified is --kv-unified / --no-kv-unified. The engine's
+    # llama.cpp slots: parallel is -np; kv_unified is --kv-unified / --no-kv-unified. The engine's
     # own default (no -np) is the catalog's default_slots / default_kv_unified (llama.cpp: 4
     # slots, unified); fit never guesses it: callers pass what they launch (engine_defaults()).
-    # With a unified cache the one stream holds ctx x n_seqs cells (-c ctx*n_seqs), and any one
+    # With a unified cache the one stream holds ctx x parallel cells (-c ctx*parallel), and any one
     # sequence may fill all of them; without it every sequence has its own ctx cells.
     kv_unified: bool = False
     # CPU features that really execute (/proc/cpuinfo flag names, cpuprobe.probe_cpu().usable)
@@ -122,16 +122,16 @@ class Fit:
     verdict: Verdict = Verdict.FITS
     binding: str = ""                  # the constraint that decides the verdict, in words
     max_ctx: int | None = None
-    max_seqs: int | None = None
+    max_parallel: int | None = None
     notes: tuple[str, ...] = ()
-    # a paged KV pool smaller than ctx x n_seqs: the engine runs, but serves only this many
+    # a paged KV pool smaller than ctx x parallel: the engine runs, but serves only this many
     # sequences at once (verdict TIGHT). Left out of JSON, which says it in ``binding``.
-    capped_seqs: int | None = field(default=None, metadata={"json": False})
+    capped_parallel: int | None = field(default=None, metadata={"json": False})
 
     @property
     def servable(self) -> bool:
         """The engine serves the whole request: it fits, and no pool caps its sequences."""
-        return self.verdict != Verdict.DOES_NOT_FIT and self.capped_seqs is None
+        return self.verdict != Verdict.DOES_NOT_FIT and self.capped_parallel is None
 
     # ---- added helpers ---------------------------------------------------------------
     def component(self, name: str) -> int:

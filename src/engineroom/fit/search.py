@@ -17,13 +17,13 @@ Fitter = Callable[..., Fit]
 
 
 def _ok(arch: ModelArch, req: FitRequest, rig: Rig, catalog: Catalog | None, fitter: Fitter | None = None) -> bool:
-    """Servable (``Fit.servable``): it fits, and a paged pool holds all of ctx x seqs."""
+    """Servable (``Fit.servable``): it fits, and a paged pool holds all of ctx x parallel."""
     return (fitter or fit)(arch, req, rig, catalog=catalog).servable
 
 
 def max_context(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None = None,
                 fitter: Fitter | None = None) -> int:
-    """Largest ctx that can be *filled* by req.n_seqs sequences (compute scratch at that fill
+    """Largest ctx that can be *filled* by req.parallel sequences (compute scratch at that fill
     included); 0 when even the smallest context does not fit. Searched in the engine's
     max_context_step (catalog: 256 tokens for llama.cpp, 1024 for vLLM/SGLang) up to the
     model's max positions (``_largest``)."""
@@ -42,7 +42,7 @@ def max_context(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog 
 def max_concurrency(arch: ModelArch, req: FitRequest, rig: Rig, limit: int = 4096, *,
                     catalog: Catalog | None = None, fitter: Fitter | None = None) -> int:
     """Most sequences that fit at req.ctx each, at most ``limit`` (0 when one does not)."""
-    size = lambda n: (fitter or fit)(arch, replace(req, n_seqs=n), rig, catalog=catalog)  # noqa: E731
+    size = lambda n: (fitter or fit)(arch, replace(req, parallel=n), rig, catalog=catalog)  # noqa: E731
     first = size(1)
     if not first.servable:
         return 0

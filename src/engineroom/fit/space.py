@@ -45,15 +45,15 @@ def _fit_space(arch: ModelArch, req: FitRequest, rig: Rig, eng: Engine, ks: KvCa
     kv_room = max(space - kv_fixed, 0)
     cap_blocks = kv_room // block_bytes
     cap_tokens = cap_blocks * block
-    per_seq = kv_need // req.n_seqs
+    per_seq = kv_need // req.parallel
     seq_blocks = -(-per_seq // block_bytes) if per_seq else 0
-    need_blocks = seq_blocks * req.n_seqs
+    need_blocks = seq_blocks * req.parallel
     kv_blocked = need_blocks * block_bytes
     comps = list(fixed) + [Component("kv_cache", kv_blocked,
                                      f"{kv_note}, in {block}-token blocks "
                                      f"({need_blocks:,} blocks of {block_bytes:,} B) of the pool {how}")]
     if kv_fixed:
-        comps.append(Component("recurrent_state", kv_fixed, f"{req.n_seqs} seq(s) of linear-attention state, "
+        comps.append(Component("recurrent_state", kv_fixed, f"{req.parallel} seq(s) of linear-attention state, "
                                                             f"taken from the KV pool"))
     spare = space - kv_blocked - kv_fixed
     if spare > 0:
@@ -81,11 +81,12 @@ def _space_verdict(info: dict, req: FitRequest) -> tuple[Verdict, str]:
         holds += f" beside {gib(sp['state'], 2)} of recurrent state"
     total = sp["fixed"] + max(sp["space"], 0)
     if sp["space"] <= sp["state"] or (sp["cap_blocks"] <= 0 and sp["need_blocks"]):
-        return Verdict.DOES_NOT_FIT, f"RAM: {holds}; ctx x seqs {req.ctx:,} x {req.n_seqs} needs {env}={need_units} GiB"
+        return Verdict.DOES_NOT_FIT, (f"RAM: {holds}; ctx x parallel {req.ctx:,} x {req.parallel} "
+                                     f"needs {env}={need_units} GiB")
     if sp["need_blocks"] > sp["cap_blocks"]:
         room = sp["cap"] - sp["fixed"]
         fits_ram = need_units * unit <= room
-        return Verdict.DOES_NOT_FIT, (f"RAM: {holds} < ctx x seqs {req.ctx:,} x {req.n_seqs} "
+        return Verdict.DOES_NOT_FIT, (f"RAM: {holds} < ctx x parallel {req.ctx:,} x {req.parallel} "
                                 f"({sp['need_blocks']:,} blocks); raise it to {env}={need_units} GiB "
                                 + ("" if fits_ram else f"(more than the {gib(max(room, 0), 2)} RAM left beside "
                                                        "the weights and runtime) ")
@@ -95,5 +96,5 @@ def _space_verdict(info: dict, req: FitRequest) -> tuple[Verdict, str]:
                                 f"{gib(total, 2)} > {gib(sp['cap'], 2)}")
     frac = (sp["cap"] - total) / sp["cap"] if sp["cap"] else 0
     verdict = Verdict.TIGHT if frac < 0.05 else Verdict.FITS
-    return verdict, (f"RAM: {holds}; ctx x seqs {req.ctx:,} x {req.n_seqs} uses {sp['need_blocks']:,}; "
+    return verdict, (f"RAM: {holds}; ctx x parallel {req.ctx:,} x {req.parallel} uses {sp['need_blocks']:,}; "
                      f"{gib(total, 2)} of {gib(sp['cap'], 2)} ({frac * 100:.1f}% headroom)")

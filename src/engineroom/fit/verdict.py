@@ -75,7 +75,7 @@ def check_ctx(arch: ModelArch, ctx: int, rope_scaling: str | None = None) -> Non
 def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None = None) -> Fit:
     """Per-device memory breakdown and a verdict for serving ``arch`` with ``req`` on ``rig``
     (engine facts from ``catalog``, default: the packaged catalog)."""
-    if req.ctx <= 0 or req.n_seqs <= 0:
+    if req.ctx <= 0 or req.parallel <= 0:
         raise BadInput("Context and number of sequences must be positive.")
     check_ctx(arch, req.ctx, req.rope_scaling)
     eng = engine_spec(req.engine, catalog)
@@ -129,7 +129,7 @@ def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None =
         return Fit(req, rig.label, tuple(gpus), tuple(host), verdict, binding, notes=tuple(notes))
     verdict, binding, capped = Verdict.FITS, "", None
     for gi, (pool, need, budget) in info.items():
-        per_seq = need // req.n_seqs
+        per_seq = need // req.parallel
         if pool < per_seq:
             return Fit(req, rig.label, tuple(gpus), tuple(host), Verdict.DOES_NOT_FIT,
                        f"GPU{gi}: KV pool {gib(max(pool, 0), 2)} < one sequence's KV {gib(per_seq, 2)} "
@@ -143,7 +143,7 @@ def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None =
             binding = f"GPU{gi}: KV need {gib(need, 2)} within 5% of pool {gib(pool, 2)}"
         elif verdict == Verdict.FITS:
             binding = f"GPU{gi}: KV need {gib(need, 2)} of pool {gib(pool, 2)}"
-    return Fit(req, rig.label, tuple(gpus), tuple(host), verdict, binding, notes=tuple(notes), capped_seqs=capped)
+    return Fit(req, rig.label, tuple(gpus), tuple(host), verdict, binding, notes=tuple(notes), capped_parallel=capped)
 
 
 def need_bytes(f: Fit) -> int:

@@ -83,7 +83,7 @@ def _sizing_notes(row: Mapping[str, Any], prio: Priority | None, trained: int | 
     """Why the pick's context and sequences are what they are: the priority's workload context, the
     model's trained context, or the most that fits (then fit's memory line says where the memory
     went); sequences sized to fit."""
-    ctx, max_ctx, seqs = row.get("ctx"), row.get("max_ctx"), row.get("seqs")
+    ctx, max_ctx, parallel = row.get("ctx"), row.get("max_ctx"), row.get("parallel")
     if prio is None or not isinstance(ctx, int):
         return []
     fit_line = next((r for r in row.get("reasons") or () if str(r).startswith("fit: ")), "")
@@ -97,8 +97,8 @@ def _sizing_notes(row: Mapping[str, Any], prio: Priority | None, trained: int | 
     else:
         out = [f"context {ctx:,} tokens per sequence: priority {prio.id}'s workload context{fillable} "
                "(--ctx sets it)"]
-    if prio.seqs == "max" and isinstance(seqs, int):
-        out.append(f"{seqs} sequences: as many as fit in memory at that context")
+    if prio.parallel == "max" and isinstance(parallel, int):
+        out.append(f"{parallel} sequences: as many as fit in memory at that context")
     return out
 
 
@@ -120,9 +120,9 @@ def pick_from_row(row: dict, model_id: str, source: str, priority: str | None = 
 
 def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None = None,
                    pick: int = 1, engine: str | None = None, ctx: int | None = None,
-                   seqs: int | None = None) -> Pick:
+                   parallel: int | None = None) -> Pick:
     """Plan ``model`` for ``rig`` (default: this machine) under ``priority`` and take plan ``pick``
-    (``ctx`` / ``seqs``: the plan's --ctx / --parallel)."""
+    (``ctx`` / ``parallel``: the plan's --ctx / --parallel)."""
     from ..hardware import resolve_rig
     from ..plan import plan as make_plan
     from ..plan import plans_as_rows
@@ -130,7 +130,7 @@ def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None =
     if pick < 1:
         raise BadInput(f"--pick counts plans from 1; got {pick}.")
     the_rig = resolve_rig(rig)
-    plans = make_plan(model, the_rig, priority, limit=pick, engine=engine, ctx=ctx, seqs=seqs)
+    plans = make_plan(model, the_rig, priority, limit=pick, engine=engine, ctx=ctx, parallel=parallel)
     if len(plans) < pick:
         raise NotFound(f"the plan has {len(plans)} configuration(s) for {model}; --pick {pick} is beyond them.")
     chosen = plans[pick - 1]
@@ -175,9 +175,8 @@ def pick_from_file(path: Path, pick: int = 1) -> Pick:
 
 
 # --------------------------------------------------------------------------- request -> adapter
-# the launch arguments that are also fields of the request (LaunchArgs field -> LaunchRequest field)
-TYPED_FIELDS = {"ctx": "ctx", "parallel": "n_seqs", "kv_unified": "kv_unified", "kv_dtype": "kv_dtype", "tp": "tp",
-                "engine": "engine", "chat_template_file": "chat_template"}
+# the launch arguments that are also fields of the request, by the one name both use
+REQUEST_FIELDS = ("ctx", "parallel", "kv_unified", "kv_dtype", "tp", "engine", "chat_template")
 
 
 def typed_request(model_ref: str, pick: Pick | None, args: LaunchArgs, default_engine: str) -> LaunchRequest:
@@ -185,8 +184,7 @@ def typed_request(model_ref: str, pick: Pick | None, args: LaunchArgs, default_e
     replacing its own, or, without a pick, those fields alone."""
     from ..plan.request import Weights
 
-    given: dict[str, Any] = {field: getattr(args, name) for name, field in TYPED_FIELDS.items()
-                             if getattr(args, name) is not None}
+    given: dict[str, Any] = {name: getattr(args, name) for name in REQUEST_FIELDS if getattr(args, name) is not None}
     if "engine" in given:            # an alias typed (llamacpp) is the engine's id from here on
         given["engine"] = engines.resolve(str(given["engine"]))
     if pick is None:
@@ -206,8 +204,8 @@ def launch_options(request: LaunchRequest, *, model_path: Path, projector: Path 
     threads, model_name, extra_args, changes, log_path, api_key_file)."""
     r = request
     return LaunchOptions(
-        model_path=model_path, ctx=r.ctx, n_seqs=r.n_seqs, kv_unified=r.kv_unified, kv_dtype=r.kv_dtype,
-        tp=r.tp or 1, chat_template_file=Path(r.chat_template) if r.chat_template else None,
+        model_path=model_path, ctx=r.ctx, parallel=r.parallel, kv_unified=r.kv_unified, kv_dtype=r.kv_dtype,
+        tp=r.tp or 1, chat_template=Path(r.chat_template) if r.chat_template else None,
         spec_method=r.spec_method, spec_tokens=r.spec_tokens, draft_model=r.draft_model,
         tool_parser=r.tool_parser, reasoning_parser=r.reasoning_parser, quant_format=r.weights.format or None,
         vision=True if r.vision else (False if r.text_only else None), projector=projector,

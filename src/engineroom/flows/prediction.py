@@ -50,14 +50,14 @@ def predict_memory(engine: str, arch: ModelArch | None, settings: dict, probe: C
             from ..plan import fit_one
 
             _, f = fit_one(model_id, rig, engine, quant, settings.get("kv_dtype") or "f16", int(settings["ctx"]),
-                           n_seqs=int(settings.get("n_seqs") or 1), tp=int(settings.get("tp") or 1),
+                           parallel=int(settings.get("parallel") or 1), tp=int(settings.get("tp") or 1),
                            kv_unified=bool(settings.get("kv_unified")), rope_scaling=settings.get("rope_scaling"),
                            cpu_features=features, repack=bool(settings.get("repack", True)))
             req, basis = f.request, f"the catalog's {model_id} {quant} (the file is not downloaded)"
         else:
             req = FitRequest(engine=engine, ctx=int(settings["ctx"]),
                              quant=(settings.get("quant") or arch.file_type or None),
-                             kv_dtype=settings.get("kv_dtype") or "f16", n_seqs=int(settings.get("n_seqs") or 1),
+                             kv_dtype=settings.get("kv_dtype") or "f16", parallel=int(settings.get("parallel") or 1),
                              kv_unified=bool(settings.get("kv_unified")), repack=bool(settings.get("repack", True)),
                              cpu_features=features, rope_scaling=settings.get("rope_scaling"),
                              tp=int(settings.get("tp") or 1), kv_space_bytes=settings.get("kv_space_bytes"))

@@ -112,12 +112,12 @@ def prepare(
     request = typed_request(str(getattr(model_ref, "raw", model_ref)), pick, args, engines.DEFAULT_ENGINE)
     engine = request.engine
     if pick is not None:       # the plan's settings, as launched (switch keeps them)
-        args = replace(args, ctx=request.ctx, parallel=request.n_seqs, kv_unified=request.kv_unified,
+        args = replace(args, ctx=request.ctx, parallel=request.parallel, kv_unified=request.kv_unified,
                        kv_dtype=request.kv_dtype, tp=request.tp)
     args = replace(args, engine=engine)
     ctx, port, host, threads, parallel, tp = args.ctx, args.port, args.host, args.threads, args.parallel, args.tp
     engine_bin, tools_template, extra_args = args.engine_bin, args.tools_template, list(args.extra_args)
-    chat_template_file = Path(args.chat_template_file) if args.chat_template_file else None
+    chat_template = Path(args.chat_template) if args.chat_template else None
     port = check_port(port)
     if pick is not None and pick.cluster and download:
         raise BadInput(f"the plan's pick spans {pick.cluster['nodes']} machines; engineroom launches one machine: "
@@ -134,9 +134,9 @@ def prepare(
         raise NotFound(f"engineroom has no adapter for {engine} yet, so it cannot launch it (it can launch: "
                        f"{', '.join(engines.names())}); `engineroom plan` still sizes it.")
     adapter = engines.adapter(engine)
-    if parallel is not None and adapter.max_seqs and parallel > adapter.max_seqs:
+    if parallel is not None and adapter.max_parallel and parallel > adapter.max_parallel:
         raise BadInput(f"--parallel {parallel} is more sequences than {engine} serves at once; give at most "
-                       f"{adapter.max_seqs}.")
+                       f"{adapter.max_parallel}.")
     try:
         if container:
             raise NotFound(f"{engine} runs from its image")
@@ -168,7 +168,7 @@ def prepare(
     # what the engine serves for that file (an engine that serves folders converts a GGUF once;
     # a recipe converts nothing)
     serve_path = adapter.serving_model(path, (lambda _f, m: say(m)) if say else None) if download else path
-    template = chat_template_file or (Path(request.chat_template) if request.chat_template else None)
+    template = chat_template or (Path(request.chat_template) if request.chat_template else None)
     if tools_template:
         if template is not None:
             raise BadInput("give either --chat-template-file or --tools-template, not both.")

@@ -88,7 +88,7 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
         if value < least:
             raise BadInput(f"{flag} must be at least {least}, not {value}.")
     say(f"plan {model} for this machine")
-    pick = pick_from_plan(model, priority=priority, engine=engine, ctx=ctx, seqs=parallel)
+    pick = pick_from_plan(model, priority=priority, engine=engine, ctx=ctx, parallel=parallel)
     fmt = str(pick.plan.get("quant_format") or "")
     if fmt != GGUF_FORMAT:
         raise BadInput(f"the plan's pick is {pick.engine} {pick.plan.get('quant')} ({fmt} weights); try writes "
@@ -111,7 +111,7 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
         write_synthetic_gguf(arch, quant, path)
         r = pick.request
         args = LaunchArgs(port=0, threads=threads)
-        say(f"launch {r.engine} {quant} KV {r.kv_dtype} at {r.ctx} tokens x {r.n_seqs}")
+        say(f"launch {r.engine} {quant} KV {r.kv_dtype} at {r.ctx} tokens x {r.parallel}")
         state = start(str(path), args, pick=pick, say=say, on_wait=on_wait)
         try:
             key = client_key(state.url)
@@ -139,7 +139,7 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
     return TryOutcome(
         run_id=run_id, model=model,
         pick={"engine": pick.engine, "quant": quant, "kv": pick.request.kv_dtype, "ctx": pick.request.ctx,
-              "parallel": pick.request.n_seqs, "source": pick.source},
+              "parallel": pick.request.parallel, "source": pick.source},
         file_bytes=size, kept=str(path) if keep else None, memory_rows=list(memory.get("rows") or []),
         placement=dict(memory.get("placement") or {}), decode_band=band,
         decode_tps=sum(means) / len(means) if means else None,

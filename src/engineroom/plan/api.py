@@ -40,7 +40,7 @@ class Plan:
     kv_dtype: str
     ctx: int
     max_ctx: int | None
-    n_seqs: int
+    parallel: int
     spec: str | None                 # drafter id ("mtp", "dflash-qwen3.6-27b") or None
     spec_tokens: int
     tp: int                          # GPUs per instance (tensor parallel or layer split)
@@ -58,7 +58,7 @@ class Plan:
     tradeoffs: tuple[str, ...] = ()
     fit: Fit | None = field(default=None, repr=False, compare=False)
     request: LaunchRequest | None = None   # the pick as what to launch: weights, parsers, spec-decode, vision
-    # llama.cpp slots as sized: -np n_seqs with --no-kv-unified unless True (the launcher passes both)
+    # llama.cpp slots as sized: -np parallel with --no-kv-unified unless True (the launcher passes both)
     kv_unified: bool = False
     pp: int = 1                      # pipeline stages (one per node of a cluster rig)
     nodes: int = 1                   # machines one instance spans
@@ -77,7 +77,7 @@ class Plan:
 
 def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, ctx: int | None = None,
          engine: str | None = None, *, catalog: Catalog | None = None, limit: int | None = None,
-         arch: ModelArch | None = None, detail: int = 1, seqs: int | None = None,
+         arch: ModelArch | None = None, detail: int = 1, parallel: int | None = None,
          rope_scaling: str | None = None, memo: FitMemo | None = None, launchable: bool = True) -> list[Plan]:
     """Ranked configs for serving ``model_ref`` on ``rig`` under ``priority`` (default: the
     catalog's default priority). Raises NothingFits (a NotFound) with the closest miss when nothing fits.
@@ -85,19 +85,19 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
 
     ``limit`` caps how many plans come back (None: all that fit); ``detail`` is how many of
     the top plans get their largest fillable context (fit.max_context) when the priority did
-    not need it for every candidate; the others keep ``max_ctx=None``. ``seqs``: every
+    not need it for every candidate; the others keep ``max_ctx=None``. ``parallel``: every
     config serves exactly this many concurrent sequences, each at the full context (the
     context, and "max fillable", are sized for all of them); None: the priority decides.
     ``launchable`` False: the sizing and ranking model alone, configurations whose weights or
     drafter the catalog cannot name included (never a pick: ``flows`` launches launchable plans only)."""
-    if seqs is not None and seqs < 1:
-        raise BadInput(f"--parallel must be at least 1, not {seqs}.")
+    if parallel is not None and parallel < 1:
+        raise BadInput(f"--parallel must be at least 1, not {parallel}.")
     cat = catalog or load_catalog()
     subject = resolve_model(model_ref, cat)
     model = subject.model
     arch = arch or subject.arch or arch_from_catalog(model)
     prio = find_priority(cat, priority) if priority else cat.default_priority()
-    p = _Planner(cat, model, arch, rig, prio, ctx, engine, source=subject.source, seqs=seqs,
+    p = _Planner(cat, model, arch, rig, prio, ctx, engine, source=subject.source, parallel=parallel,
                  rope_scaling=rope_scaling, memo=memo,   # ctx beyond the model's maximum only with rope_scaling
                  launchable=launchable)
     pool = p.pool = p.candidates()
@@ -108,12 +108,12 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
         if k.metric not in STATIC_METRICS:
             break
         prefix.append(k)
-    if prefix and limit is not None and p.seqs_rule != "max":
+    if prefix and limit is not None and p.parallel_rule != "max":
         # The leading rank keys need no fit (speed at the target context, catalog fields):
         # group candidates by them, then size whole groups in rank order until ``limit``
         # can serve; the remaining keys (memory, context) order within those groups.
         for c in pool:
-            c.ctx, c.n_seqs = p.target_ctx, seqs or 1
+            c.ctx, c.parallel = p.target_ctx, parallel or 1
             p.speed(c)
             p.static_metrics(c)
         cands: list[_Cand] = []
@@ -139,7 +139,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
     # fill in fillable context for shown plans when the priority did not need it
     for c in shown[:max(0, detail)]:
         if c.max_ctx is None:
-            p._max_ctx(c, seqs or 1)
+            p._max_ctx(c, parallel or 1)
             c.metrics["max_ctx"] = float(c.max_ctx or c.ctx)
     out = []
     for i, c in enumerate(shown):
@@ -148,7 +148,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
         busiest = max(f.per_gpu, key=lambda g: g.used_bytes)
         out.append(Plan(
             rank=i + 1, priority=prio.id, model=model.id, engine=c.engine.id, quant=c.quant.id,
-            quant_format=c.quant.format, kv_dtype=c.kv.id, ctx=c.ctx, max_ctx=c.max_ctx, n_seqs=c.n_seqs,
+            quant_format=c.quant.format, kv_dtype=c.kv.id, ctx=c.ctx, max_ctx=c.max_ctx, parallel=c.parallel,
             spec=c.drafter.id if c.drafter else None, spec_tokens=c.drafter.spec_tokens if c.drafter else 0,
             tp=c.tp, instances=c.instances, multi_gpu_mode=c.engine.multi_gpu.mode, pp=c.pp,
             nodes=c.groups[0].nodes if c.pp > 1 else 1, gpus_per_node=c.groups[0].n_gpus,
@@ -158,7 +158,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
             verdict=max((ff.verdict for ff in c.fits), key=lambda v: v.severity),
             binding=f.binding, decode=c.decode, aggregate_tps=c.aggregate, metrics=dict(c.metrics),
             reasons=tuple(reasons), tradeoffs=tuple(trade), fit=f, kv_unified=f.request.kv_unified,
-            request=request_for(model, c.engine, c.quant, c.kv.id, c.drafter, ctx=c.ctx, n_seqs=c.n_seqs,
+            request=request_for(model, c.engine, c.quant, c.kv.id, c.drafter, ctx=c.ctx, parallel=c.parallel,
                                 kv_unified=f.request.kv_unified, tp=c.tp, pp=c.pp,
                                 nodes=c.groups[0].nodes if c.pp > 1 else 1, gpus_per_node=c.groups[0].n_gpus,
                                 features=prio.constraints.features, priority=prio.id, source=subject.source),
@@ -177,7 +177,7 @@ class Choice:
 
 
 def how_to_choose(model_ref: str | ResolvedModel, rig: Rig, ctx: int | None = None, engine: str | None = None,
-                  *, catalog: Catalog | None = None, seqs: int | None = None) -> list[Choice]:
+                  *, catalog: Catalog | None = None, parallel: int | None = None) -> list[Choice]:
     """The top pick for every priority in the catalog: the seed's "how to choose" table, computed."""
     cat = catalog or load_catalog()
     subject = resolve_model(model_ref, cat)     # once: a remote GGUF header is read once
@@ -186,7 +186,7 @@ def how_to_choose(model_ref: str | ResolvedModel, rig: Rig, ctx: int | None = No
     rows: list[Choice] = []
     for prio in cat.priorities:
         try:
-            top = plan(subject, rig, prio.id, ctx=ctx, engine=engine, catalog=cat, limit=1, detail=1, seqs=seqs,
+            top = plan(subject, rig, prio.id, ctx=ctx, engine=engine, catalog=cat, limit=1, detail=1, parallel=parallel,
                        arch=arch, memo=memo)
             rows.append(Choice(prio.id, prio.label, top[0]))
         except NothingFits as err:   # any other error (an unknown model...) is the user's, not a row
@@ -195,12 +195,12 @@ def how_to_choose(model_ref: str | ResolvedModel, rig: Rig, ctx: int | None = No
 
 
 def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, kv_dtype: str, ctx: int,
-            n_seqs: int | None = 1, tp: int = 1, *, pp: int = 1, catalog: Catalog | None = None,
+            parallel: int | None = 1, tp: int = 1, *, pp: int = 1, catalog: Catalog | None = None,
             kv_unified: bool | None = None, rope_scaling: str | None = None,
             cpu_features: frozenset[str] | None = None, repack: bool = True, swa_full: bool = False,
             ubatch: int | None = None) -> tuple[Model, Fit]:
     """One fit from catalog ids (the `engineroom fit` command): the quant's catalog size is the
-    weight bytes. ``model_ref``: anything ``resolve_model`` accepts. ``n_seqs`` None: the
+    weight bytes. ``model_ref``: anything ``resolve_model`` accepts. ``parallel`` None: the
     engine's default launch (catalog default_slots / default_kv_unified: llama.cpp 4 slots,
     unified KV); an explicit slot count runs without a unified cache unless ``kv_unified``.
     A KV type the engine refuses for this model's head size is a BadInput with its reason."""
@@ -223,10 +223,10 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
     held = None
     if not rig.gpus and e.compute_dtype is not None:   # a CPU build that computes at another dtype here
         held = held_on_cpu(e, q, kv, rig, cat.tables.bits_per_weight, rule_cpu_flags(rig, cpu_features))
-    if n_seqs is None:
-        n_seqs, default_unified = e.default_slots, e.default_kv_unified
+    if parallel is None:
+        parallel, default_unified = e.default_slots, e.default_kv_unified
         kv_unified = default_unified if kv_unified is None else kv_unified
-    if ctx <= 0 or n_seqs <= 0 or tp <= 0 or pp <= 0 or (ubatch is not None and ubatch <= 0):
+    if ctx <= 0 or parallel <= 0 or tp <= 0 or pp <= 0 or (ubatch is not None and ubatch <= 0):
         raise BadInput("--ctx, --parallel, --tp, --pp and --ubatch must be positive.")
     if rig.gpus and tp > rig.n_gpus:
         raise BadInput(f"--tp {tp} needs {tp} GPUs but the rig {rig.label} has {rig.n_gpus}.")
@@ -234,7 +234,7 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
     req = FitRequest(engine=e.id, ctx=ctx, quant=held.quant if held else q.id,
                      weight_bytes=held.weight_bytes if held else q.weight_bytes,
                      kv_dtype=held.kv.id if held else kv_dtype,
-                     n_seqs=n_seqs, tp=tp, pp=pp, mem_fraction=e.default_mem_fraction, kv_unified=bool(kv_unified),
+                     parallel=parallel, tp=tp, pp=pp, mem_fraction=e.default_mem_fraction, kv_unified=bool(kv_unified),
                      rope_scaling=rope_scaling, cpu_features=cpu_features, repack=repack, swa_full=swa_full)
     if ubatch is not None:
         req = replace(req, ubatch=ubatch)
@@ -245,7 +245,7 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
     mc = max_context(arch, req, rig, catalog=cat)
     ms = max_concurrency(arch, req, rig, catalog=cat) if f.verdict != Verdict.DOES_NOT_FIT else 0
     notes = (f"{e.id}'s {e.backend} build is {held.text(q, kv)}: sized as launched",) if held else ()
-    return model, replace(f, max_ctx=mc, max_seqs=ms, notes=notes + f.notes)
+    return model, replace(f, max_ctx=mc, max_parallel=ms, notes=notes + f.notes)
 
 
 def plans_as_rows(plans: Iterable[Plan]) -> list[dict[str, Any]]:
@@ -254,7 +254,7 @@ def plans_as_rows(plans: Iterable[Plan]) -> list[dict[str, Any]]:
     for p in plans:
         rows.append({
             "rank": p.rank, "engine": p.engine, "quant": p.quant, "quant_format": p.quant_format, "kv": p.kv_dtype,
-            "ctx": p.ctx, "max_ctx": p.max_ctx, "seqs": p.n_seqs, "kv_unified": p.kv_unified, "spec": p.spec,
+            "ctx": p.ctx, "max_ctx": p.max_ctx, "parallel": p.parallel, "kv_unified": p.kv_unified, "spec": p.spec,
             "tp": p.tp, "pp": p.pp, "nodes": p.nodes, "gpus_per_node": p.gpus_per_node, "instances": p.instances,
             "layout": p.layout,
             "per_gpu_gb": [round(b / GB, 2) for b in p.per_gpu_bytes],

@@ -43,7 +43,7 @@ class _Cand:
     instances: int
     groups: tuple[Rig, ...]          # one sub-rig per instance (a pipeline: the whole cluster)
     ctx: int = 0
-    n_seqs: int = 1
+    parallel: int = 1
     max_ctx: int | None = None
     rope_scaling: str | None = None  # the planner's --rope-scaling (ctx may exceed max positions)
     fits: tuple[Fit, ...] = ()
@@ -59,12 +59,12 @@ class _Cand:
         """The KV type the launch holds (``auto`` at the CPU build's compute dtype: its own size)."""
         return self.held.kv if self.held else self.kv
 
-    def request(self, arch: ModelArch, ctx: int, n_seqs: int, vision: bool) -> FitRequest:
+    def request(self, arch: ModelArch, ctx: int, parallel: int, vision: bool) -> FitRequest:
         d, held = self.drafter, self.held
         return FitRequest(
             engine=self.engine.id, ctx=ctx, quant=held.quant if held else self.quant.id,
             weight_bytes=held.weight_bytes if held else self.quant.weight_bytes,
-            kv_dtype=self.held_kv.id, n_seqs=n_seqs, tp=self.tp, pp=self.pp,
+            kv_dtype=self.held_kv.id, parallel=parallel, tp=self.tp, pp=self.pp,
             spec_method=d.method if d else None, spec_tokens=d.spec_tokens if d else 0,
             draft_bytes=int(d.size_gb * GB) if d else 0, vision=vision,
             mem_fraction=self.engine.default_mem_fraction, rope_scaling=self.rope_scaling,
@@ -126,7 +126,7 @@ def held_on_cpu(engine: Engine, quant: Quant, kv: KvDtype, rig: Rig, bits: Mappi
     return HeldAs(cd.value, held_quant, weight_bytes, held_kv, why)
 
 
-def _max_seqs(arch: ModelArch, req: FitRequest, rig: Rig, cat: Catalog, cap: int = 256,
+def _max_parallel(arch: ModelArch, req: FitRequest, rig: Rig, cat: Catalog, cap: int = 256,
               fitter: Fitter | None = None) -> int:
     """fit.max_concurrency, capped (a plan never proposes more than ``cap`` sequences)."""
     return max_concurrency(arch, req, rig, limit=cap, catalog=cat, fitter=fitter)

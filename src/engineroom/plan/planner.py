@@ -18,7 +18,7 @@ from .candidates import (
     _Cand,
     _capacity,
     _engine_runs_on,
-    _max_seqs,
+    _max_parallel,
     _quant_runs_on,
     _rig_groups,
     held_on_cpu,
@@ -41,7 +41,7 @@ from .speed import (
 
 class _Planner:
     def __init__(self, cat: Catalog, model: Model, arch: ModelArch, rig: Rig, prio: Priority,
-                 ctx: int | None, engine: str | None, source: str = "catalog", seqs: int | None = None,
+                 ctx: int | None, engine: str | None, source: str = "catalog", parallel: int | None = None,
                  rope_scaling: str | None = None, memo: FitMemo | None = None, launchable: bool = True):
         cat = cat.for_vendor(rig.vendor)   # each engine as its build for this rig runs it (catalog backends)
         self.cat, self.model, self.arch, self.rig, self.prio = cat, model, arch, rig, prio
@@ -49,8 +49,8 @@ class _Planner:
         self.memo = memo if memo is not None and memo.arch is arch and memo.catalog is cat else FitMemo(arch, cat)
         self.source = source          # "catalog", or where a model outside it was read from
         self.user_ctx = ctx
-        self.user_seqs = seqs         # --parallel: every candidate serves exactly this many sequences
-        self.seqs_rule = prio.seqs if seqs is None else None   # the priority's rule, unless --parallel
+        self.user_parallel = parallel         # --parallel: every candidate serves exactly this many sequences
+        self.parallel_rule = prio.parallel if parallel is None else None   # the priority's rule, unless --parallel
         self.engines = [find_engine(cat, engine)] if engine else list(cat.engines)
         self.explicit_engine = engine is not None   # a named engine is planned whatever its status
         self.launchable = launchable  # False: the sizing model alone (configurations engineroom cannot launch too)
@@ -170,8 +170,8 @@ class _Planner:
         return out
 
     # -- sizing --------------------------------------------------------------------------
-    def _fit_all(self, c: _Cand, ctx: int, n_seqs: int) -> tuple[Fit, ...]:
-        req = c.request(self.arch, ctx, n_seqs, self.vision)
+    def _fit_all(self, c: _Cand, ctx: int, parallel: int) -> tuple[Fit, ...]:
+        req = c.request(self.arch, ctx, parallel, self.vision)
         first = self.memo.fit(req, c.groups[0])
         if all(g.gpus == c.groups[0].gpus for g in c.groups[1:]):
             return (first,) + tuple(replace(first, rig_label=g.label) for g in c.groups[1:])
@@ -187,13 +187,13 @@ class _Planner:
         """Every instance fits and serves all its sequences (``Fit.servable``)."""
         return all(f.servable for f in fits)
 
-    def _max_ctx(self, c: _Cand, n_seqs: int = 1) -> int:
+    def _max_ctx(self, c: _Cand, parallel: int = 1) -> int:
         if c.max_ctx is None:
             max_pos = self.arch.max_position or 0
-            if c.fits and c.ctx == max_pos and n_seqs == 1 and c.n_seqs == 1:
+            if c.fits and c.ctx == max_pos and parallel == 1 and c.parallel == 1:
                 c.max_ctx = max_pos        # already served at the model's full context
             else:
-                req = c.request(self.arch, self.min_ctx, n_seqs, self.vision)
+                req = c.request(self.arch, self.min_ctx, parallel, self.vision)
                 c.max_ctx = min(max_context(self.arch, req, g, catalog=self.cat, fitter=self.memo)
                                 for g in self._groups(c))
         return c.max_ctx
@@ -202,12 +202,12 @@ class _Planner:
         """Choose ctx and sequences for ``c``; False (with a reason) when it cannot serve."""
         label = f"{c.engine.id} + {c.quant.id} + {c.kv.id}" + (f" + {c.drafter.id}" if c.drafter else "")
         needs_max = self.prio.ctx == "max" or any(k.metric == "max_ctx" for k in self.prio.rank[:1])
-        base = self.user_seqs or 1      # context is sized for this many sequences
+        base = self.user_parallel or 1      # context is sized for this many sequences
         fits = self._fit_all(c, self.target_ctx, base)
         if self._servable(c, fits):
             ctx = self.target_ctx
             if needs_max:
-                c.ctx, c.fits, c.n_seqs = ctx, fits, base
+                c.ctx, c.fits, c.parallel = ctx, fits, base
                 self._max_ctx(c, base)
         else:
             lay = (f"{c.instances} independent instance(s)" if c.instances > 1
@@ -230,23 +230,24 @@ class _Planner:
                                           f"it fills {mc:,}")
             ctx = mc
             fits = self._fit_all(c, ctx, base)
-        n_seqs = base
-        if self.seqs_rule == "max":
+        parallel = base
+        if self.parallel_rule == "max":
             req = c.request(self.arch, ctx, 1, self.vision)
-            n_seqs = max(1, min(_max_seqs(self.arch, req, g, self.cat, fitter=self.memo) for g in self._groups(c)))
-            if n_seqs > 1:
-                fits = self._fit_all(c, ctx, n_seqs)
-        elif isinstance(self.seqs_rule, int) and self.seqs_rule > 1:
-            n_seqs = self.seqs_rule
-            fits = self._fit_all(c, ctx, n_seqs)
+            parallel = max(1, min(_max_parallel(self.arch, req, g, self.cat, fitter=self.memo)
+                                  for g in self._groups(c)))
+            if parallel > 1:
+                fits = self._fit_all(c, ctx, parallel)
+        elif isinstance(self.parallel_rule, int) and self.parallel_rule > 1:
+            parallel = self.parallel_rule
+            fits = self._fit_all(c, ctx, parallel)
             if not self._servable(c, fits):
-                self.rejected.append(f"{label}: cannot hold {n_seqs} sequences")
+                self.rejected.append(f"{label}: cannot hold {parallel} sequences")
                 return False
-        if n_seqs < self.prio.constraints.min_seqs:
-            self.rejected.append(f"{label}: holds {n_seqs} sequence(s), "
-                                 f"priority wants {self.prio.constraints.min_seqs}")
+        if parallel < self.prio.constraints.min_parallel:
+            self.rejected.append(f"{label}: holds {parallel} sequence(s), "
+                                 f"priority wants {self.prio.constraints.min_parallel}")
             return False
-        c.ctx, c.n_seqs, c.fits = ctx, n_seqs, fits
+        c.ctx, c.parallel, c.fits = ctx, parallel, fits
         return True
 
     # -- speed ---------------------------------------------------------------------------
@@ -289,7 +290,7 @@ class _Planner:
                              threads=threads,
                              per_thread_gbs=_mixed_per_thread(dm, threads, mix))
         # batched decode: one weight read serves every sequence in the step; each reads its KV
-        n = c.n_seqs
+        n = c.parallel
         if n > 1:
             batched_mid = decode_rates(dm, w + n * kv, layers, bw, threads, mix)[1]
             per_inst = n * scale * batched_mid * e.concurrency.batch_efficiency

@@ -15,7 +15,7 @@ COMPUTE_CAVEAT_SEQS = 8      # from this many sequences on, say the aggregate ig
 _METRIC_TEXT = {
     "decode_tps": lambda c: f"{c.metrics['decode_tps']:.0f} t/s single-stream (band middle)",
     "aggregate_tps": lambda c: (f"{c.metrics['aggregate_tps']:.0f} t/s aggregate over "
-                                f"{c.n_seqs * c.instances} sequence(s)"),
+                                f"{c.parallel * c.instances} sequence(s)"),
     "shared_prefix_tps": lambda c: (f"{c.metrics['shared_prefix_tps']:.0f} t/s shared-prefix aggregate "
                                     f"(x{c.engine.concurrency.multi_tenant_factor:g} "
                                     f"{c.engine.concurrency.prefix_cache} prefix cache)"),
@@ -89,8 +89,8 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
         + ", ".join(f"{x.name} {gib(x.bytes, 1)}" for x in comps) + ".",
         f"context {c.ctx:,} tokens" + (f" (max fillable {c.max_ctx:,}, fit.max_context)" if c.max_ctx else "")
         + f", KV {kv.id} at {c.held_kv.bytes_per_elem:g} B/elem"
-        + (f", {c.n_seqs} sequences (--parallel)" if p.user_seqs and c.n_seqs > 1
-           else f", {c.n_seqs} sequences (fit.max_concurrency)" if c.n_seqs > 1 else "") + ".",
+        + (f", {c.parallel} sequences (--parallel)" if p.user_parallel and c.parallel > 1
+           else f", {c.parallel} sequences (fit.max_concurrency)" if c.parallel > 1 else "") + ".",
     ]
     if c.held is not None:
         reasons.append(f"{e.id}'s {e.backend or 'CPU'} build is {c.held.text(q, kv)}; fit and the decode "
@@ -115,8 +115,8 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
         reasons.append(line + ".")
     else:
         reasons.append("decode speed unknown: the rig's memory bandwidth is not in the catalog.")
-    if c.n_seqs > 1 or c.instances > 1:
-        reasons.append(f"aggregate {c.aggregate or 0:.0f} t/s = {c.instances} instance(s) x {c.n_seqs} sequence(s), "
+    if c.parallel > 1 or c.instances > 1:
+        reasons.append(f"aggregate {c.aggregate or 0:.0f} t/s = {c.instances} instance(s) x {c.parallel} sequence(s), "
                        f"batch efficiency {e.concurrency.batch_efficiency:g} ({e.concurrency.source}).")
     if c.tp > 1:
         reasons.append(f"{c.tp} GPUs per instance by {e.multi_gpu.mode} "
@@ -156,13 +156,13 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
                              if key[:3] == (e.id, q.id, kv.id) and key[3:] != (c.tp, c.instances)), None)
                 if miss:
                     reasons.append(f"layout: {_label(c)} gives {c.metrics['aggregate_tps']:.0f} t/s aggregate at "
-                                   f"{c.ctx:,} ctx x {c.n_seqs} seq; the other layout {miss}.")
+                                   f"{c.ctx:,} ctx x {c.parallel} seq; the other layout {miss}.")
             if other is not None:
                 reasons.append(
                     f"layout: {_label(c)} gives {c.metrics['aggregate_tps']:.0f} t/s aggregate, "
-                    f"{c.metrics['decode_tps']:.0f} t/s per stream at {c.ctx:,} ctx x {c.n_seqs} seq; "
+                    f"{c.metrics['decode_tps']:.0f} t/s per stream at {c.ctx:,} ctx x {c.parallel} seq; "
                     f"{_label(other)} gives {other.metrics['aggregate_tps']:.0f} t/s aggregate, "
-                    f"{other.metrics['decode_tps']:.0f} t/s per stream at {other.ctx:,} ctx x {other.n_seqs} seq."
+                    f"{other.metrics['decode_tps']:.0f} t/s per stream at {other.ctx:,} ctx x {other.parallel} seq."
                 )
     trade = []
     if len(q.engines) == 1:
@@ -175,8 +175,8 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
         trade.append(f"tight fit: {f.binding}.")
     if q.quality.tier < 4:
         trade.append(f"quality below 4-bit class (tier {q.quality.tier}).")
-    if c.n_seqs >= COMPUTE_CAVEAT_SEQS:
-        trade.append(f"aggregate {c.aggregate or 0:.0f} t/s is a memory-bandwidth estimate: at {c.n_seqs} sequences "
+    if c.parallel >= COMPUTE_CAVEAT_SEQS:
+        trade.append(f"aggregate {c.aggregate or 0:.0f} t/s is a memory-bandwidth estimate: at {c.parallel} sequences "
                      "a decode step may be compute-bound, which the plan does not model "
                      "(no FLOPS figures in the catalog).")
     if p.source != "catalog":

@@ -30,6 +30,10 @@ class Weights:
     size_gb: float | None = None      # the catalog's size, what fit sized
 
 
+# a field's name in a request stored by an earlier engineroom (a saved plan, a server's state) -> its name now
+OLD_NAMES = {"n_seqs": "parallel"}
+
+
 @dataclass(frozen=True)
 class LaunchRequest:
     """Every field of a pick; ``None`` leaves a setting to the engine's default."""
@@ -38,7 +42,7 @@ class LaunchRequest:
     engine: str
     weights: Weights
     ctx: int | None = None            # tokens per sequence
-    n_seqs: int | None = None         # concurrent sequences
+    parallel: int | None = None         # concurrent sequences
     kv_unified: bool | None = None
     kv_dtype: str | None = None       # a catalog KV type id of the engine
     tp: int = 1
@@ -67,6 +71,7 @@ class LaunchRequest:
         """The request ``to_dict`` wrote; BadInput in one sentence for anything else."""
         if not isinstance(data, dict) or not isinstance(data.get("weights"), dict):
             raise BadInput("the stored launch request has no weights; make it again with `engineroom plan`.")
+        data = {OLD_NAMES.get(k, k): v for k, v in data.items()}
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
@@ -144,7 +149,7 @@ def drafter_miss(drafter: Drafter, engine: Engine) -> str | None:
 
 
 def request_for(model: Model, engine: Engine, quant: Quant, kv_dtype: str, drafter: Drafter | None, *,
-                ctx: int, n_seqs: int, kv_unified: bool, tp: int, pp: int = 1, nodes: int = 1,
+                ctx: int, parallel: int, kv_unified: bool, tp: int, pp: int = 1, nodes: int = 1,
                 gpus_per_node: int = 0, features: tuple[str, ...] = (), priority: str = "",
                 source: str = "catalog") -> LaunchRequest:
     """The launch request of one planned configuration. The parsers are the engine's for the model's
@@ -164,7 +169,7 @@ def request_for(model: Model, engine: Engine, quant: Quant, kv_dtype: str, draft
         projector = quant.projector if quant.projector.startswith("hf:") else (
             f"hf:{quant.hf_repo}/{quant.projector}" if quant.hf_repo else None)
     return LaunchRequest(
-        model=model.id, engine=engine.id, weights=weights_of(model, quant, source), ctx=ctx, n_seqs=n_seqs,
+        model=model.id, engine=engine.id, weights=weights_of(model, quant, source), ctx=ctx, parallel=parallel,
         kv_unified=kv_unified, kv_dtype=kv_dtype, tp=tp, pp=pp, nodes=nodes, gpus_per_node=gpus_per_node,
         spec_method=drafter.method if drafter else None, spec_tokens=drafter.spec_tokens if drafter else None,
         draft_model=None if drafter is None or drafter.builtin else drafter.hf_repo,

@@ -119,7 +119,7 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     argv: list[str] = [str(binary.path), "-m", str(model_path), "--host", o.host, "--port", str(o.port)]
     if o.model_name:
         argv += ["-a", o.model_name]
-    slots = o.n_seqs or DEFAULT_SLOTS
+    slots = o.parallel or DEFAULT_SLOTS
     if o.ctx:
         argv += ["-c", str(o.ctx * slots)]
     if o.threads:
@@ -137,10 +137,10 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         argv += ["-sm", "layer"]
     if not _has_flag(extra, JINJA):
         argv += [JINJA]
-    if o.chat_template_file:
-        if not Path(o.chat_template_file).is_file():
-            raise BadInput(f"chat template file {o.chat_template_file} does not exist.")
-        argv += ["--chat-template-file", str(o.chat_template_file)]
+    if o.chat_template:
+        if not Path(o.chat_template).is_file():
+            raise BadInput(f"chat template file {o.chat_template} does not exist.")
+        argv += ["--chat-template-file", str(o.chat_template)]
     if o.spec_method and not _has_flag(extra, SPEC_TYPE, LEGACY_MTP):
         argv += spec_args(binary, o.spec_method, o.spec_tokens, o.draft_model)
     argv += feature_args(replace(o, spec_method=None), extra)     # the projector, as mainline
@@ -186,11 +186,11 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> d
     geometry); without ``-c`` the fork sizes it for the model's trained context. It repacks only
     with ``-rtr``.
     """
-    slots = options.n_seqs or DEFAULT_SLOTS
+    slots = options.parallel or DEFAULT_SLOTS
     args = [a for c in options.changes for a in c.args] + list(options.extra_args)
     ctk = _flag_value(options.extra_args, "-ctk", "--cache-type-k")
     ctx = options.ctx if options.ctx is not None else (max(1, trained_ctx // slots) if trained_ctx else None)
-    return {"ctx": ctx, "n_seqs": slots, "kv_unified": True, "kv_dtype": ctk or options.kv_dtype or "f16",
+    return {"ctx": ctx, "parallel": slots, "kv_unified": True, "kv_dtype": ctk or options.kv_dtype or "f16",
             "repack": not repack_disabled(args), "rope_scaling": rope_scaling_arg(options.extra_args)}
 
 

@@ -285,7 +285,7 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     argv: list[str] = [str(binary.path), "-m", str(model_path), "--host", o.host, "--port", str(o.port)]
     if o.model_name:
         argv += ["-a", o.model_name]        # /v1/models id = the user's name, not a home path
-    slots, unified = slots_and_unified(o.n_seqs, o.kv_unified)
+    slots, unified = slots_and_unified(o.parallel, o.kv_unified)
     if o.ctx:
         argv += ["-c", str(o.ctx * slots)]   # -c is the whole cache: every slot holds ctx tokens
     if o.threads:
@@ -303,10 +303,10 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         argv += ["-ctk", cache, "-ctv", cache]
     if o.tp > 1 and not _has_flag(extra, "-sm", "--split-mode"):
         argv += ["-sm", "layer"]            # llama.cpp splits layers over the GPUs it sees
-    if o.chat_template_file:
-        if not Path(o.chat_template_file).is_file():
-            raise BadInput(f"chat template file {o.chat_template_file} does not exist.")
-        argv += ["--jinja", "--chat-template-file", str(o.chat_template_file)]
+    if o.chat_template:
+        if not Path(o.chat_template).is_file():
+            raise BadInput(f"chat template file {o.chat_template} does not exist.")
+        argv += ["--jinja", "--chat-template-file", str(o.chat_template)]
     argv += feature_args(o, extra)
     if o.api_key_file:
         argv += api_key_file_args(o.api_key_file)
@@ -358,11 +358,11 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> d
     any one slot may hold all of them). Without ``-c`` llama-server sizes the whole cache for the
     model's trained context, shared by the slots. Repacking is off when ``-nr`` is among the arguments.
     """
-    slots, unified = slots_and_unified(options.n_seqs, options.kv_unified)
+    slots, unified = slots_and_unified(options.parallel, options.kv_unified)
     args = [a for c in options.changes for a in c.args] + list(options.extra_args)
     ctk = _flag_value(options.extra_args, "-ctk", "--cache-type-k")
     ctx = options.ctx if options.ctx is not None else (max(1, trained_ctx // slots) if trained_ctx else None)
-    return {"ctx": ctx, "n_seqs": slots, "kv_unified": unified,
+    return {"ctx": ctx, "parallel": slots, "kv_unified": unified,
             "kv_dtype": ctk or options.kv_dtype or "f16", "repack": not repack_disabled(args),
             "rope_scaling": rope_scaling_arg(options.extra_args)}
 

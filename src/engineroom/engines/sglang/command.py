@@ -204,8 +204,8 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         add(NAME_FLAG, o.model_name)           # /v1/models id = the user's name, not a home path
     if o.ctx:
         add(CONTEXT_FLAG, str(o.ctx))
-    if o.n_seqs:
-        add(SEQS_FLAG, str(o.n_seqs))
+    if o.parallel:
+        add(SEQS_FLAG, str(o.parallel))
     add(TP_FLAG, str(max(1, o.tp)))
     if o.kv_dtype:
         add(KV_FLAG, kv_cache_dtype(o.kv_dtype))
@@ -219,10 +219,10 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         add(REASONING_FLAG, o.reasoning_parser)
     if o.thinking is not None:
         add(TEMPLATE_KWARGS_FLAG, json.dumps({"enable_thinking": o.thinking}))
-    if o.chat_template_file:
-        if not Path(o.chat_template_file).is_file():
-            raise BadInput(f"chat template file {o.chat_template_file} does not exist.")
-        add(TEMPLATE_FLAG, str(o.chat_template_file))
+    if o.chat_template:
+        if not Path(o.chat_template).is_file():
+            raise BadInput(f"chat template file {o.chat_template} does not exist.")
+        add(TEMPLATE_FLAG, str(o.chat_template))
     if o.spec_method:
         if not _has_flag(extra, SPEC_FLAG):
             args += spec_args(o.spec_method, o.spec_tokens, o.draft_model)
@@ -300,7 +300,7 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> d
     ctx = int(ctx_arg) if ctx_arg and ctx_arg.isdigit() else (options.ctx or trained_ctx)
     tp_arg = _flag_value(extra, TP_FLAG)
     kv = kv_arg or options.kv_dtype or "auto"
-    return {"ctx": ctx, "n_seqs": int(seqs_arg) if seqs_arg and seqs_arg.isdigit() else (options.n_seqs or 1),
+    return {"ctx": ctx, "parallel": int(seqs_arg) if seqs_arg and seqs_arg.isdigit() else (options.parallel or 1),
             "kv_unified": True, "kv_dtype": "auto" if kv == "f16" else kv,
             "tp": int(tp_arg) if tp_arg and tp_arg.isdigit() else max(1, options.tp),
             "mem_fraction": float(mem_arg) if mem_arg else options.mem_fraction}

@@ -182,7 +182,7 @@ def loads_refusal(path: Path) -> str | None:
 def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     """``python -m vllm.entrypoints.openai.api_server`` for ``options``; nothing is started.
 
-    ctx is vLLM's ``--max-model-len`` (per sequence) and n_seqs its ``--max-num-seqs``; the
+    ctx is vLLM's ``--max-model-len`` (per sequence) and parallel its ``--max-num-seqs``; the
     request's spec method, parsers and text-only choice become ``--speculative-config``, the
     tool-call and reasoning parsers and ``--language-model-only`` (vision on: vLLM's own
     multimodal limits for the model, nothing added). With a
@@ -209,8 +209,8 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     argv += ["--served-model-name", o.model_name or model_path.name, "--host", o.host, "--port", str(o.port)]
     if o.ctx and not _has_flag(extra, "--max-model-len"):
         argv += ["--max-model-len", str(o.ctx)]
-    if o.n_seqs and not _has_flag(extra, "--max-num-seqs"):
-        argv += ["--max-num-seqs", str(o.n_seqs)]
+    if o.parallel and not _has_flag(extra, "--max-num-seqs"):
+        argv += ["--max-num-seqs", str(o.parallel)]
     if o.tp > 1 and not _has_flag(extra, "--tensor-parallel-size", "-tp"):
         argv += ["--tensor-parallel-size", str(o.tp)]
     # the dtype vLLM computes at (dtype.py): the user's after `--`, else this CPU's (cpu_adjustments,
@@ -222,10 +222,10 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     kv = vllm_kv_dtype(o.kv_dtype, cpu=cpu)
     if kv and kv != "auto" and not _has_flag(extra, "--kv-cache-dtype"):
         argv += ["--kv-cache-dtype", kv]
-    if o.chat_template_file:
-        if not Path(o.chat_template_file).is_file():
-            raise BadInput(f"chat template file {o.chat_template_file} does not exist.")
-        argv += ["--chat-template", str(o.chat_template_file)]
+    if o.chat_template:
+        if not Path(o.chat_template).is_file():
+            raise BadInput(f"chat template file {o.chat_template} does not exist.")
+        argv += ["--chat-template", str(o.chat_template)]
     if o.spec_method and not _has_flag(extra, SPEC_FLAG):
         if cpu:
             raise BadInput("vLLM's CPU build does not support speculative decoding (docs/getting_started/"
@@ -267,7 +267,7 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> d
     ctx = options.ctx if options.ctx is not None else trained_ctx
     kv = kv_name(options.kv_dtype or "auto")
     quant = fit_quant(launched_dtype(options))
-    return {"ctx": ctx, "n_seqs": options.n_seqs or 1, "kv_unified": True, "kv_dtype": fit_kv(kv, quant),
+    return {"ctx": ctx, "parallel": options.parallel or 1, "kv_unified": True, "kv_dtype": fit_kv(kv, quant),
             "tp": options.tp, "kv_space_bytes": kvcache_space_gib() * (1 << 30), "quant": quant}
 
 
