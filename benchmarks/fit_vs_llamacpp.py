@@ -51,7 +51,7 @@ STRUCTURE = [(name, 8192, parallel, ub) for name in ("dense-s", "hybrid-s", "swa
 
 # ---- issue 6: llama-server as users launch it ------------------------------------------------
 # launch: "default" = no -np (the server's auto: 4 slots, unified KV; fit gets the catalog's
-# default_slots / default_kv_unified), "np" = explicit -np N --no-kv-unified, "np-kvu" = -np N
+# default_parallel / default_kv_unified), "np" = explicit -np N --no-kv-unified, "np-kvu" = -np N
 # --kv-unified; "+nr" adds -nr (no repack). ctx in a case is the -c value for "default" and the
 # context per slot otherwise (the server then gets -c ctx x N).
 ISSUE6_SHAPES = ("hd256", "hd80", "mqa", "thin48", "narrow-ff", "hybrid-s", "swa-s", "dsv2", "dsv2-noq")
@@ -378,7 +378,7 @@ CPU_PROSE = [
     "**Issue 6 protocol.** The sets `issue6` (the issue's shapes: head_dim 256 and 80, MQA, 48 thin MHA layers, FFN "
     "narrower than hidden, the qwen35 hybrid, gemma3-style SWA, DeepSeek-V2-style MLA + 2 shared experts with and "
     "without q_lora_rank) were used while the formulas were written: ctx 4096/32768/5000 x KV f16/q8_0/q4_0 at the "
-    "**default launch** (no -np: the server's auto = 4 slots, unified KV; fit gets the catalog's default_slots / "
+    "**default launch** (no -np: the server's auto = 4 slots, unified KV; fit gets the catalog's default_parallel / "
     "default_kv_unified and ctx = -c / 4 per sequence), at **explicit -np** 1/2/4 with `--kv-unified` and "
     "`--no-kv-unified` (ctx 4096 and 5000 per slot), and with `-nr`. The formulas were then FROZEN (fit.py sha256 "
     f"`{FROZEN_FIT_SHA}...`) before the `issue6-heldout` shapes (hd256-m, hd80-m, narrow-m, narrow-xs, swa-m, "

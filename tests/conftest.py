@@ -433,7 +433,7 @@ def real_llama_server(binary, model: Path, *extra: str, log_path: Path, ctx: int
 
     # ctx is the whole cache (-c), shared by the engine's default slots
     spec = llamacpp.render(binary, LaunchOptions(model_path=model, port=launch.free_port(),
-                                                 ctx=ctx // llamacpp.DEFAULT_SLOTS, threads=2,
+                                                 ctx=ctx // llamacpp.launch_defaults()[0], threads=2,
                                                  chat_template=template, model_name="smollm2-135m",
                                                  extra_args=tuple(extra), log_path=log_path))
     argv = [a for a in spec.argv if a not in without]      # e.g. a server without --metrics

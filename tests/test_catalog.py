@@ -220,11 +220,11 @@ def test_llama_cpp_launch_defaults_and_kv_rule_are_catalog_data(cat):
     """llama-server without -np runs 4 slots with a unified KV cache (server.cpp); the other
     engines keep the schema defaults (1 slot, not unified)."""
     lc = cat.engine("llama.cpp")
-    assert (lc.default_slots, lc.default_kv_unified) == (4, True)
+    assert (lc.default_parallel, lc.default_kv_unified) == (4, True)
     assert lc.kv_block_rule is not None and "does not divide" in lc.kv_block_rule.message
     for e in cat.engines:
         if e.id != "llama.cpp":
-            assert (e.default_slots, e.default_kv_unified) == (1, False), e.id
+            assert (e.default_parallel, e.default_kv_unified) == (1, False), e.id
 
 
 def test_planner_searches_the_same_kv_dtypes(cat):

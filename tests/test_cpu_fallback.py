@@ -214,7 +214,7 @@ def test_switch_checks_first_and_keeps_what_was_given(llama_server_binary, smoll
     argv = state["argv"]
     assert argv[argv.index("-b") + 1] == "1024"            # the extra engine args were kept
     # what was given this time won: 2048 tokens for each of the default slots
-    assert argv[argv.index("-c") + 1] == str(2048 * llamacpp.DEFAULT_SLOTS)
+    assert argv[argv.index("-c") + 1] == str(2048 * llamacpp.launch_defaults()[0])
     assert argv[argv.index("-t") + 1] == "2" and state["port"] == before.port
 
 
@@ -223,7 +223,7 @@ def test_explicit_slots_are_always_on_the_command_line(llama_server_binary, smol
 
     default = llamacpp.render(llama_server_binary, LaunchOptions(model_path=smollm2, port=1))
     i = default.argv.index("-np")
-    assert default.argv[i + 1] == str(llamacpp.DEFAULT_SLOTS) and "--kv-unified" in default.argv
+    assert default.argv[i + 1] == str(llamacpp.launch_defaults()[0]) and "--kv-unified" in default.argv
     two = llamacpp.render(llama_server_binary, LaunchOptions(model_path=smollm2, port=1, parallel=2, ctx=1000))
     assert two.argv[two.argv.index("-np") + 1] == "2" and "--no-kv-unified" in two.argv
     assert two.argv[two.argv.index("-c") + 1] == "2000"      # -c holds ctx tokens for each slot

@@ -327,7 +327,7 @@ class Engine(Strict):
     pool_activation: PoolActivation | None = None   # kv_pool engines only (required there)
     # the engine's launch defaults when no slot flag is given (llama-server: no -np = 4 slots,
     # unified KV); fit/plan/up use these for a "default launch", explicit flags otherwise
-    default_slots: int = Field(default=1, ge=1)
+    default_parallel: int = Field(default=1, ge=1)
     default_kv_unified: bool = False
     # llama_buffers engines: the logits rows the reserved compute graph holds -- one per slot
     # (llama.cpp: n_outputs_max = n_seqs, its name for the parallel sequences) or one per ubatch token

@@ -43,7 +43,7 @@ def kv_bytes_per_elem(engine: str, kv_dtype: str, catalog: Catalog | None = None
 
 def engine_defaults(engine: str, catalog: Catalog | None = None) -> tuple[int, bool]:
     """(slots, unified KV) the engine runs with when launched without slot flags (catalog:
-    default_slots / default_kv_unified; llama.cpp: 4 slots, unified). Pass them as
+    default_parallel / default_kv_unified; llama.cpp: 4 slots, unified). Pass them as
     FitRequest(parallel=..., kv_unified=...) to size a default launch."""
     e = engine_spec(engine, catalog)
-    return e.default_slots, e.default_kv_unified
+    return e.default_parallel, e.default_kv_unified

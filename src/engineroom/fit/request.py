@@ -75,7 +75,7 @@ class FitRequest:
     flash_attn: bool = True            # llama.cpp -fa (auto resolves to on for CPU and CUDA)
     batch: int = 2048                  # llama.cpp -b (caps ubatch)
     # llama.cpp slots: parallel is -np; kv_unified is --kv-unified / --no-kv-unified. The engine's
-    # own default (no -np) is the catalog's default_slots / default_kv_unified (llama.cpp: 4
+    # own default (no -np) is the catalog's default_parallel / default_kv_unified (llama.cpp: 4
     # slots, unified); fit never guesses it: callers pass what they launch (engine_defaults()).
     # With a unified cache the one stream holds ctx x parallel cells (-c ctx*parallel), and any one
     # sequence may fill all of them; without it every sequence has its own ctx cells.

@@ -201,7 +201,7 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
             ubatch: int | None = None) -> tuple[Model, Fit]:
     """One fit from catalog ids (the `engineroom fit` command): the quant's catalog size is the
     weight bytes. ``model_ref``: anything ``resolve_model`` accepts. ``parallel`` None: the
-    engine's default launch (catalog default_slots / default_kv_unified: llama.cpp 4 slots,
+    engine's default launch (catalog default_parallel / default_kv_unified: llama.cpp 4 slots,
     unified KV); an explicit slot count runs without a unified cache unless ``kv_unified``.
     A KV type the engine refuses for this model's head size is a BadInput with its reason."""
     cat = catalog or load_catalog()
@@ -224,7 +224,7 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
     if not rig.gpus and e.compute_dtype is not None:   # a CPU build that computes at another dtype here
         held = held_on_cpu(e, q, kv, rig, cat.tables.bits_per_weight, rule_cpu_flags(rig, cpu_features))
     if parallel is None:
-        parallel, default_unified = e.default_slots, e.default_kv_unified
+        parallel, default_unified = e.default_parallel, e.default_kv_unified
         kv_unified = default_unified if kv_unified is None else kv_unified
     if ctx <= 0 or parallel <= 0 or tp <= 0 or pp <= 0 or (ubatch is not None and ubatch <= 0):
         raise BadInput("--ctx, --parallel, --tp, --pp and --ubatch must be positive.")

@@ -21,7 +21,6 @@ from ..llamacpp.command import (  # the fork takes the same flags and has the sa
 )
 from ..llamacpp.server import TIMINGS_FIELD, health_state  # the fork sends the same timings field
 from .command import (
-    DEFAULT_SLOTS,
     ENGINE_OPTIONS,
     HADAMARD_K,
     HADAMARD_V,
@@ -83,7 +82,7 @@ TESTED = ("real: up -> verify -> bench on its CPU build from the ik-llama-cpp-py
           "(tests/test_ik_llamacpp.py, "
           "SmolLM2-135M); flags checked against the binary's own --help; CUDA build not compiled")
 
-__all__ = ["BINARY", "BUILD_TARGETS", "DEFAULT_SLOTS", "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS",
+__all__ = ["BINARY", "BUILD_TARGETS", "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS",
            "FAMILY", "HADAMARD_K", "HADAMARD_V", "JINJA", "KV_CACHE_TYPES", "MANIFEST", "MERGE_QKV", "METRIC_NAMES",
            "OWN_NAMES", "ENGINE_OPTIONS", "LEGACY_DRAFT_MAX", "LEGACY_MTP",
            "RUN_TIME_REPACK", "SOURCE_PACKAGE", "SOURCE_VERSION", "SPEC_TYPE", "SPLIT_MODES",

@@ -32,7 +32,13 @@ from .flags import validate_argv
 if TYPE_CHECKING:
     from ...cpuprobe import CpuProbe
 
-DEFAULT_SLOTS = 1                  # common.h: n_parallel = 1
+def default_parallel() -> int:
+    """The slots the fork runs without -np: its catalog entry's (default_parallel, with the source)."""
+    from ...catalog import find_engine, load_catalog
+
+    return find_engine(load_catalog(), ENGINE).default_parallel
+
+
 RUN_TIME_REPACK = "-rtr"           # --run-time-repack: off by default in the fork
 JINJA = "--jinja"                  # off by default in the fork; tool calls need it
 SPEC_TYPE = "--spec-type"
@@ -119,7 +125,7 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     argv: list[str] = [str(binary.path), "-m", str(model_path), "--host", o.host, "--port", str(o.port)]
     if o.model_name:
         argv += ["-a", o.model_name]
-    slots = o.parallel or DEFAULT_SLOTS
+    slots = o.parallel or default_parallel()
     if o.ctx:
         argv += ["-c", str(o.ctx * slots)]
     if o.threads:
@@ -186,7 +192,7 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> d
     geometry); without ``-c`` the fork sizes it for the model's trained context. It repacks only
     with ``-rtr``.
     """
-    slots = options.parallel or DEFAULT_SLOTS
+    slots = options.parallel or default_parallel()
     args = [a for c in options.changes for a in c.args] + list(options.extra_args)
     ctk = _flag_value(options.extra_args, "-ctk", "--cache-type-k")
     ctx = options.ctx if options.ctx is not None else (max(1, trained_ctx // slots) if trained_ctx else None)

@@ -25,19 +25,26 @@ if TYPE_CHECKING:
 from .discovery import ENGINE, MANIFEST, Binary, binary_version
 
 # --------------------------------------------------------------------------- launch
-# Without -np llama-server picks 4 slots with a unified KV cache ("n_parallel is set to auto,
-# using n_parallel = 4 and kv_unified = true", tools/server/server.cpp). engineroom always
-# passes the slot count and the unified setting explicitly, so `fit` sizes what runs.
-DEFAULT_SLOTS = 4
+# Without -np llama-server picks its own slot count and unified setting (the catalog entry's
+# default_parallel / default_kv_unified, with their source). engineroom always passes both
+# explicitly, so `fit` sizes what runs.
 MAX_SEQS = 256             # LLAMA_MAX_SEQ: llama_context refuses more ("n_seq_max must be <= 256")
-DEFAULT_KV_UNIFIED = True
 NO_REPACK = "-nr"          # --no-repack: weights stay in the mmapped file, no CPU_REPACK / AMX buffers
+
+
+def launch_defaults() -> tuple[int, bool]:
+    """(slots, unified KV) llama-server runs with when no -np is given: its catalog entry's."""
+    from ...catalog import find_engine, load_catalog
+
+    e = find_engine(load_catalog(), ENGINE)
+    return e.default_parallel, e.default_kv_unified
 
 
 def slots_and_unified(parallel: int | None, kv_unified: bool | None) -> tuple[int, bool]:
     """The slot count and unified-KV setting a launch will use (the engine's defaults when unset)."""
-    slots = parallel if parallel else DEFAULT_SLOTS
-    unified = DEFAULT_KV_UNIFIED if (kv_unified is None and not parallel) else bool(kv_unified)
+    default_slots, default_unified = launch_defaults()
+    slots = parallel if parallel else default_slots
+    unified = default_unified if (kv_unified is None and not parallel) else bool(kv_unified)
     return slots, unified
 
 
