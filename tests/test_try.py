@@ -12,15 +12,19 @@ from engineroom.errors import BadInput
 from conftest import MACHINE_CHECKS, run_cli
 
 
-def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary, smollm2, tmp_path):
+def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary, smollm2, tmp_path, monkeypatch):
     """The real llama-server on a random SmolLM2-shaped Q4_1 file: fit's prediction against the
     engine's own buffers, placement as planned, a decode measured beside the plan's band, the file
     deleted, the run stored with what try did and what random weights cannot say."""
     from engineroom.store import Store
 
     files = tmp_path / "files"
+    # a store of its own: the speed point this run makes must calibrate this test's plan alone
+    env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state"), "ENGINEROOM_DATA_DIR": str(tmp_path / "data")}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     proc = run_cli("try", "smollm2-135m", "--engine", "llama.cpp", "--ctx", "1024", "--folder", str(files), "--json",
-                   env={"ENGINEROOM_STATE_DIR": str(tmp_path / "state")}, timeout=600)
+                   env=env, timeout=600)
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert (proc.returncode, out["bench_status"]) in ((0, "OK"), (1, "INVALID")), out
@@ -39,6 +43,20 @@ def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary
         run = store.get_run(out["run_id"])
     conditions = run["conditions"] if isinstance(run["conditions"], dict) else json.loads(run["conditions"])
     assert conditions["try"]["quant"] == "Q4_1" and conditions["try"]["file_bytes"] == out["file_bytes"]
+    # the run calibrates the next plan here (issue 19 item 2) when its bench was valid, and only then
+    again = run_cli("plan", "smollm2-135m", "--engine", "llama.cpp", "--ctx", "1024", "--priority", "balanced",
+                    "--json", env=env)
+    row = json.loads(again.stdout)["plans"][0]
+    assert (row["quant"], row["kv"]) == (out["pick"]["quant"], out["pick"]["kv"])
+    point = out["calibrated_by"]
+    if out["bench_status"] != "OK":
+        assert point is None and row["speed_basis"].startswith("uncalibrated"), (point, row["speed_basis"])
+        return
+    assert point["engine"] == "llama.cpp" and point["shape"] == "dense" and point["measured_tps"] > 0
+    assert row["speed_basis"].startswith("calibrated") and f"#{out['run_id']}" in row["speed_basis"], row["speed_basis"]
+    middle = sum(row["decode_tps"]) / 2             # the same launch: its band now centres on what was measured
+    assert abs(middle - out["decode_tps"]) / out["decode_tps"] < 0.02, (row["decode_tps"], out["decode_tps"])
+    assert row["decode_tps_uncalibrated"] == out["decode_band"]
 
 
 def test_try_refuses_a_pick_it_cannot_write_weights_for_in_one_sentence(tmp_path):

@@ -7,8 +7,11 @@ hardware classes (VRAM, bandwidth, compute capability) come from the catalog.
 
 from __future__ import annotations
 
+import os
+import platform
 import re
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import BadInput
@@ -440,3 +443,34 @@ def with_free_memory_ignored(rig: Rig) -> Rig:
 
 __all__ = ["GpuSpec", "Rig", "cpu_bandwidth", "cpu_model_name", "detect_rig", "physical_cores", "probe_copy_bandwidth",
            "parse_rig", "resolve_rig", "with_free_memory_ignored", "field"]
+
+
+# --------------------------------------------------------------------------- a run's conditions
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def host_summary() -> dict[str, object]:
+    """CPU / RAM / GPU of this machine for a run's conditions (hardware names, no identities)."""
+    import psutil
+
+    summary: dict[str, object] = {
+        "os": f"{platform.system()} {platform.release()}",
+        "arch": platform.machine(),
+        "cpu": _cpu_name(),
+        "cpu_cores": os.cpu_count(),
+        "ram_bytes": psutil.virtual_memory().total,
+    }
+    try:
+        rig = detect_rig()
+        summary["gpus"] = [{"name": g.name, "vram_bytes": g.vram_bytes} for g in rig.gpus]
+    except Exception as exc:  # noqa: BLE001 - hardware detection must never break a run
+        summary["gpus"] = []
+        summary["gpu_note"] = f"GPU detection failed: {type(exc).__name__}"
+    return summary

@@ -313,6 +313,16 @@ def _decode(p: Plan) -> str:
     return f"{p.decode.low:.0f}-{p.decode.high:.0f}" if p.decode else "?"
 
 
+def speed_bases(plans: Sequence[Plan | None]) -> Lines:
+    """Where the decode speeds shown come from, one line per engine: calibrated by runs measured on this
+    machine, or the catalog's efficiency alone."""
+    seen: dict[str, str] = {}
+    for p in plans:
+        if p is not None and p.decode is not None and p.decode.basis:
+            seen.setdefault(p.engine, p.decode.basis)
+    return [Text(f"decode speeds, {engine}: {basis}") for engine, basis in seen.items()]
+
+
 def plan_table(model: str, subject: ResolvedModel, rig: Rig, plans: Sequence[Plan]) -> Table:
     table = Table("#", "engine", "quant", "KV", "ctx", "parallel", "spec", "layout", "GiB / device", "decode t/s",
                   "aggregate t/s",
@@ -326,7 +336,7 @@ def plan_table(model: str, subject: ResolvedModel, rig: Rig, plans: Sequence[Pla
 
 def plan_view(model: str, subject: ResolvedModel, rig: Rig, plans: Sequence[Plan], reasons_for: int = 3) -> Lines:
     """``plan --priority``: the ranked table, then every reason and trade-off of the first few."""
-    out: Lines = [plan_table(model, subject, rig, plans), *model_notes(subject)]
+    out: Lines = [plan_table(model, subject, rig, plans), *speed_bases(plans), *model_notes(subject)]
     for p in plans[:reasons_for]:
         out.append(_markup(f"[bold]#{p.rank} {p.engine} {p.quant} {p.kv_dtype}[/]"))
         out += [Text(f"  - {line}") for line in p.reasons]
@@ -350,7 +360,7 @@ def how_to_choose_table(model: str, subject: ResolvedModel, rig: Rig, rows: Sequ
 
 def how_to_choose_view(model: str, subject: ResolvedModel, rig: Rig, rows: Sequence[Choice]) -> Lines:
     """``plan`` without --priority: every priority's pick, and how to see the rest."""
-    return [how_to_choose_table(model, subject, rig, rows), *model_notes(subject),
+    return [how_to_choose_table(model, subject, rig, rows), *speed_bases([r.plan for r in rows]), *model_notes(subject),
             Text("Ranked alternatives and every reason: engineroom plan MODEL --priority ID")]
 
 

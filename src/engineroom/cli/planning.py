@@ -56,15 +56,17 @@ def plan(
     from ..hardware import resolve_rig
     from ..plan import how_to_choose, plans_as_rows, resolve_model
     from ..plan import plan as make_plan
+    from ..speedpoints import calibration_here
 
     the_rig = resolve_rig(rig)
     subject = resolve_model(model)
+    calibration = calibration_here() if rig is None else None   # this machine's measured speeds
     if priority is None:
-        rows = how_to_choose(subject, the_rig, ctx=ctx, engine=engine, parallel=parallel)
+        rows = how_to_choose(subject, the_rig, ctx=ctx, engine=engine, parallel=parallel, calibration=calibration)
         _print_how_to_choose(model, subject, the_rig, rows, json_out)
         return
     plans = make_plan(subject, the_rig, priority, ctx=ctx, engine=engine, limit=max(1, top), detail=3,
-                      parallel=parallel, rope_scaling=rope_scaling)
+                      parallel=parallel, rope_scaling=rope_scaling, calibration=calibration)
     if json_out:
         print_json({"model": model, **_model_facts(subject), "rig": the_rig.label, "rig_notes": list(the_rig.notes),
                     "priority": plans[0].priority, "plans": plans_as_rows(plans)})

@@ -8,7 +8,6 @@ Checks and bench never import the launcher; the flow gives them a ServerInfo.
 from __future__ import annotations
 
 from .docker import ComposeOutcome, DockerServer, compose_recipe, docker_up
-from .host import host_summary
 from .picks import Pick, launch_options, pick_from_file, pick_from_plan, pick_from_row, typed_request
 from .prediction import Prediction, predict_memory
 from .runs import (
@@ -29,7 +28,7 @@ from .switching import switch
 __all__ = ["DEFAULT_PORT", "BenchOutcome", "ComposeOutcome", "DemoOutcome", "DockerServer", "Pick",
            "Prediction", "Prepared", "VerifyOutcome", "bench", "bench_suite", "check_ctx", "check_port",
            "client_key",
-           "compose_recipe", "connect", "demo", "docker_up", "host_summary", "pick_from_file", "pick_from_plan",
+           "compose_recipe", "connect", "demo", "docker_up", "pick_from_file", "pick_from_plan",
            "pick_from_row", "launch_options", "typed_request", "predict_memory", "prepare", "record_launch",
            "run_conditions", "start", "stop",
            "switch", "verify"]

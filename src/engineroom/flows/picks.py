@@ -122,15 +122,19 @@ def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None =
                    pick: int = 1, engine: str | None = None, ctx: int | None = None,
                    parallel: int | None = None) -> Pick:
     """Plan ``model`` for ``rig`` (default: this machine) under ``priority`` and take plan ``pick``
-    (``ctx`` / ``parallel``: the plan's --ctx / --parallel)."""
+    (``ctx`` / ``parallel``: the plan's --ctx / --parallel). For this machine, the speeds are
+    calibrated by the runs measured here (``calibration_here``)."""
     from ..hardware import resolve_rig
     from ..plan import plan as make_plan
     from ..plan import plans_as_rows
 
     if pick < 1:
         raise BadInput(f"--pick counts plans from 1; got {pick}.")
+    from ..speedpoints import calibration_here
+
     the_rig = resolve_rig(rig)
-    plans = make_plan(model, the_rig, priority, limit=pick, engine=engine, ctx=ctx, parallel=parallel)
+    plans = make_plan(model, the_rig, priority, limit=pick, engine=engine, ctx=ctx, parallel=parallel,
+                      calibration=calibration_here() if rig is None else None)
     if len(plans) < pick:
         raise NotFound(f"the plan has {len(plans)} configuration(s) for {model}; --pick {pick} is beyond them.")
     chosen = plans[pick - 1]

@@ -7,12 +7,13 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .. import apikey, engines, launch, models
+from .. import apikey, engines, hardware, launch, models
 from ..engines.base import ServerInfo
 from ..errors import BadInput, EngineroomError
 from ..redaction import redact_data
+from ..speedpoints import POINT_KEY, point_from
 from ..store import Store
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ from .engineproc import (
     listening_engine,
     quiet_host,
 )
-from .host import host_summary
 
 # demo and the engine-process / memory helpers live in flows.demo and flows.engineproc; re-exported here
 __all__ = [
@@ -76,7 +76,7 @@ def run_conditions(info: ServerInfo) -> dict[str, object]:
     """What a measurement depends on: engine + version, model file, argv, host, and what engineroom changed."""
     cond: dict[str, object] = {
         "engine": info.engine, "engine_version": info.engine_version, "model_id": info.model_id,
-        "url": info.url, "n_ctx": info.n_ctx, "total_slots": info.total_slots, "host": host_summary(),
+        "url": info.url, "n_ctx": info.n_ctx, "total_slots": info.total_slots, "host": hardware.host_summary(),
     }
     from ..cpuprobe import probe_cpu
 
@@ -349,9 +349,24 @@ def bench(info: ServerInfo, store: Store, plan: BenchPlan, *, run_id: int | None
             store.add_record(rid, ABORT_KIND, result.aborted)
         counters("after")
     summary = summarize_bench(store.records(rid), conditions)
+    point = _speed_point(info, summary)
+    if point is not None:          # a calibration point for the next plan on this machine (speedpoints)
+        summary[POINT_KEY] = point
     if own_run:
         store.finish_run(run_id, summary["status"], summary)
     return BenchOutcome(run_id, summary)
+
+
+def _speed_point(info: ServerInfo, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The speed point of this bench: the managed server at ``info.url`` launched from a plan's pick."""
+    state = launch.read_state()
+    if state is None or state.url != info.url or not isinstance(state.memory, dict):
+        return None
+    kept = state.memory.get("plan")
+    if not isinstance(kept, dict) or kept.get("typed"):    # no pick, or settings typed over it
+        return None
+    row = kept.get("row")
+    return point_from(row, summary) if isinstance(row, dict) else None
 
 
 class _SlotSampler:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import apikey, engines, launch, models
+from .. import apikey, engines, hardware, launch, models
 from ..engines.base import LaunchSpec
 from ..errors import BadInput, EngineFailed, EngineroomError, NotFound
 from ..launchargs import LaunchArgs
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from ..arch import ModelArch
     from ..plan.request import LaunchRequest
 
-from .host import host_summary
 from .picks import Pick, launch_options, typed_request
 from .prediction import Prediction, placement_check, predict_memory, process_memory
 
@@ -226,6 +225,13 @@ def prepare(
     return Prepared(spec, args, prediction, pick, found, key=key, cluster=cluster, request=request)
 
 
+def _typed_over(pick: Pick, request: LaunchRequest | None) -> list[str]:
+    """The request fields the user typed with a value other than the pick's."""
+    if request is None:
+        return []
+    return [f for f in request.given if getattr(request, f, None) != getattr(pick.request, f, None)]
+
+
 def with_template_parser(request: LaunchRequest, calls: str | None) -> LaunchRequest:
     """``request`` serving engineroom's tools template, which writes tool calls in the format
     ``calls``: the engine's tool parser for that format (its catalog parsers table), where the
@@ -330,7 +336,10 @@ def record_launch(state: launch.ServerState, prepared: Prepared, *,
     if prepared.pick is not None:
         memory["plan"] = {"source": prepared.pick.source, "row": {k: v for k, v in prepared.pick.plan.items()
                                                                    if k not in ("reasons", "tradeoffs")},
-                          "notes": list(prepared.pick.notes)}
+                          "notes": list(prepared.pick.notes),
+                          # the fields typed over the plan's with another value: the row's speeds are not
+                          # this launch's then
+                          "typed": _typed_over(prepared.pick, prepared.request)}
     state = launch.update_state(state, memory=memory)
     try:
         with Store() as store:
@@ -338,7 +347,7 @@ def record_launch(state: launch.ServerState, prepared: Prepared, *,
                 "engine": state.engine, "engine_version": state.engine_version, "model": state.model,
                 "model_path": state.model_path, "model_sha256": state.model_sha256,
                 "argv": state.argv, "launch_changes": list(state.changes),
-                "host": host_summary(), **({"plan": memory["plan"]} if "plan" in memory else {}),
+                "host": hardware.host_summary(), **({"plan": memory["plan"]} if "plan" in memory else {}),
                 "fit_request": memory["fit_request"], "predicted_for": memory["predicted_for"],
                 # what the card's memory section reads, so `engineroom report RUN` shows the launch
                 "memory": {k: memory[k] for k in ("rows", "measured_source", "predicted_for", "prediction_missing",

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import BadInput
 from ..launchargs import LaunchArgs
+from ..speedpoints import POINT_KEY, decode_mean
 from ..store import Store
 from ..units import gib
 from .picks import Pick, pick_from_plan
@@ -56,6 +57,8 @@ class TryOutcome:
     bench_status: str
     bench_failed: list[str]                  # an INVALID bench's failed checks ("name: detail")
     left_out: list[str] = field(default_factory=list)   # what the pick had that the try ran without
+    speed_basis: str = ""                                 # the band's: calibrated from runs here, or not
+    calibrated_by: dict[str, Any] | None = None           # the speed point this run adds (a valid bench only)
     not_meaningful: tuple[str, ...] = NOT_MEANINGFUL
 
 
@@ -67,7 +70,11 @@ def _tried_pick(pick: Pick) -> tuple[Pick, list[str]]:
     if r.vision:
         left.append("vision: the random-weight file carries no projector; tried text-only")
     request = replace(r, spec_method=None, spec_tokens=None, draft_model=None, vision=False, projector=None)
-    return replace(pick, request=request), left
+    plan = dict(pick.plan)
+    if r.spec_method:        # the band counts the drafter's speed-up: not this launch's, so no calibration point
+        plan.pop("decode_tps_uncalibrated", None)
+        left.append("calibration: none from this run (the plan's band counts the spec-decode speed-up)")
+    return replace(pick, request=request, plan=plan), left
 
 
 def try_model(store: Store, model: str, *, priority: str | None = None, engine: str | None = None,
@@ -134,15 +141,15 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
     memory = state.memory or {}
     decode = pick.plan.get("decode_tps") or []
     band = (float(decode[0]), float(decode[1])) if len(decode) == 2 else None
-    workloads = outcome.summary.get("workloads") or {}
-    means = [w["decode_tps"]["mean"] for w in workloads.values() if (w.get("decode_tps") or {}).get("mean")]
+    measured_tps = decode_mean(outcome.summary)
     return TryOutcome(
         run_id=run_id, model=model,
         pick={"engine": pick.engine, "quant": quant, "kv": pick.request.kv_dtype, "ctx": pick.request.ctx,
               "parallel": pick.request.parallel, "source": pick.source},
         file_bytes=size, kept=str(path) if keep else None, memory_rows=list(memory.get("rows") or []),
         placement=dict(memory.get("placement") or {}), decode_band=band,
-        decode_tps=sum(means) / len(means) if means else None,
+        decode_tps=measured_tps, speed_basis=str(pick.plan.get("speed_basis") or ""),
+        calibrated_by=outcome.summary.get(POINT_KEY),
         bench_status=str(outcome.summary.get("status", "?")),
         bench_failed=failed_checks(outcome.summary) if outcome.summary.get("status") == "INVALID" else [],
         left_out=left_out)

@@ -7,7 +7,8 @@ fit.max_concurrency where the priority needs them), drops those that break the p
 constraints (catalog/priorities.yaml), and ranks the rest by the priority's rank keys
 (``ranking``). Speeds come from the bandwidth roofline (``speed``: bytes read per token /
 memory bandwidth) times the engine's measured efficiency band and the drafter's acceptance
-length. Every reason line (``reasons``) names the catalog field or fit number it rests on.
+length, corrected by this machine's measurements where there are some (``calibration``).
+Every reason line (``reasons``) names the catalog field or fit number it rests on.
 Models outside the catalog become catalog-shaped models in ``adhoc``; the public entry
 points live in ``api``.
 """
@@ -24,6 +25,7 @@ from .adhoc import (  # noqa: F401 - the private helpers: tests import them from
     resolve_model,
 )
 from .api import Choice, NothingFits, Plan, fit_one, how_to_choose, plan, plans_as_rows
+from .calibration import UNCALIBRATED, Calibration, SpeedPoint, shape_class
 from .candidates import quality_cmp, quality_value
 from .planner import _Planner  # noqa: F401  (tests drive the planner directly)
 from .ranking import STATIC_METRICS
@@ -36,5 +38,5 @@ __all__ = [
     "STATIC_METRICS", "SpeedBand", "class_quality", "decode_rates", "fit_one",
     "how_to_choose", "kv_bytes_per_token", "model_from_arch", "plan", "plans_as_rows", "quality_cmp",
     "quality_value", "request_for", "resolve_model", "Weights", "drafter_miss", "launch_miss",
-    "weight_type_mix", "weights_read_per_token",
+    "weight_type_mix", "weights_read_per_token", "Calibration", "SpeedPoint", "UNCALIBRATED", "shape_class",
 ]

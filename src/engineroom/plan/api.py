@@ -16,6 +16,7 @@ from ..errors import BadInput, NotFound
 from ..fit import Fit, FitMemo, FitRequest, Verdict, fit, kv_dtype_spec, kv_refusal, max_concurrency, max_context
 from ..hardware import Rig
 from .adhoc import ResolvedModel, resolve_model
+from .calibration import Calibration
 from .candidates import _Cand, _quant_runs_on, held_on_cpu, rule_cpu_flags
 from .planner import _Planner
 from .ranking import STATIC_METRICS, _groups
@@ -78,7 +79,8 @@ class Plan:
 def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, ctx: int | None = None,
          engine: str | None = None, *, catalog: Catalog | None = None, limit: int | None = None,
          arch: ModelArch | None = None, detail: int = 1, parallel: int | None = None,
-         rope_scaling: str | None = None, memo: FitMemo | None = None, launchable: bool = True) -> list[Plan]:
+         rope_scaling: str | None = None, memo: FitMemo | None = None, launchable: bool = True,
+         calibration: Calibration | None = None) -> list[Plan]:
     """Ranked configs for serving ``model_ref`` on ``rig`` under ``priority`` (default: the
     catalog's default priority). Raises NothingFits (a NotFound) with the closest miss when nothing fits.
     ``model_ref``: anything ``resolve_model`` accepts (a catalog model, or a file or repo).
@@ -89,7 +91,9 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
     config serves exactly this many concurrent sequences, each at the full context (the
     context, and "max fillable", are sized for all of them); None: the priority decides.
     ``launchable`` False: the sizing and ranking model alone, configurations whose weights or
-    drafter the catalog cannot name included (never a pick: ``flows`` launches launchable plans only)."""
+    drafter the catalog cannot name included (never a pick: ``flows`` launches launchable plans only).
+    ``calibration``: speed points measured on the machine ``rig`` is (calibration.py); give it only
+    when planning for that machine."""
     if parallel is not None and parallel < 1:
         raise BadInput(f"--parallel must be at least 1, not {parallel}.")
     cat = catalog or load_catalog()
@@ -99,7 +103,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
     prio = find_priority(cat, priority) if priority else cat.default_priority()
     p = _Planner(cat, model, arch, rig, prio, ctx, engine, source=subject.source, parallel=parallel,
                  rope_scaling=rope_scaling, memo=memo,   # ctx beyond the model's maximum only with rope_scaling
-                 launchable=launchable)
+                 launchable=launchable, calibration=calibration)
     pool = p.pool = p.candidates()
     # a leading ctx key is bounded by the target context: configs serving all of it come first
     bounded = bool(prio.rank) and prio.rank[0].metric == "ctx"
@@ -177,7 +181,8 @@ class Choice:
 
 
 def how_to_choose(model_ref: str | ResolvedModel, rig: Rig, ctx: int | None = None, engine: str | None = None,
-                  *, catalog: Catalog | None = None, parallel: int | None = None) -> list[Choice]:
+                  *, catalog: Catalog | None = None, parallel: int | None = None,
+                  calibration: Calibration | None = None) -> list[Choice]:
     """The top pick for every priority in the catalog: the seed's "how to choose" table, computed."""
     cat = catalog or load_catalog()
     subject = resolve_model(model_ref, cat)     # once: a remote GGUF header is read once
@@ -187,7 +192,7 @@ def how_to_choose(model_ref: str | ResolvedModel, rig: Rig, ctx: int | None = No
     for prio in cat.priorities:
         try:
             top = plan(subject, rig, prio.id, ctx=ctx, engine=engine, catalog=cat, limit=1, detail=1, parallel=parallel,
-                       arch=arch, memo=memo)
+                       arch=arch, memo=memo, calibration=calibration)
             rows.append(Choice(prio.id, prio.label, top[0]))
         except NothingFits as err:   # any other error (an unknown model...) is the user's, not a row
             rows.append(Choice(prio.id, prio.label, None, str(err)))
@@ -259,6 +264,10 @@ def plans_as_rows(plans: Iterable[Plan]) -> list[dict[str, Any]]:
             "layout": p.layout,
             "per_gpu_gb": [round(b / GB, 2) for b in p.per_gpu_bytes],
             "decode_tps": [round(p.decode.low, 1), round(p.decode.high, 1)] if p.decode else None,
+            "decode_tps_uncalibrated": [round(x, 1) for x in (p.decode.uncalibrated or (p.decode.low, p.decode.high))]
+            if p.decode else None,
+            "speed_basis": p.decode.basis if p.decode else None,
+            "shape_class": p.decode.shape if p.decode else None,
             "aggregate_tps": round(p.aggregate_tps, 1) if p.aggregate_tps else None,
             "verdict": p.verdict, "reasons": list(p.reasons), "tradeoffs": list(p.tradeoffs),
             "request": p.request.to_dict() if p.request else None,

@@ -13,6 +13,7 @@ from ..catalog import Catalog, Drafter, Engine, Model, Priority, Quant, find_eng
 from ..catalog.schema import GB, RankKey
 from ..fit import Fit, FitMemo, FitRequest, check_ctx, kv_refusal, max_context
 from ..hardware import Rig
+from .calibration import UNCALIBRATED, Calibration, shape_class
 from .candidates import (
     _bandwidth,
     _Cand,
@@ -42,7 +43,8 @@ from .speed import (
 class _Planner:
     def __init__(self, cat: Catalog, model: Model, arch: ModelArch, rig: Rig, prio: Priority,
                  ctx: int | None, engine: str | None, source: str = "catalog", parallel: int | None = None,
-                 rope_scaling: str | None = None, memo: FitMemo | None = None, launchable: bool = True):
+                 rope_scaling: str | None = None, memo: FitMemo | None = None, launchable: bool = True,
+                 calibration: Calibration | None = None):
         cat = cat.for_vendor(rig.vendor)   # each engine as its build for this rig runs it (catalog backends)
         self.cat, self.model, self.arch, self.rig, self.prio = cat, model, arch, rig, prio
         # every fit of this model goes through one memo (how_to_choose shares it over the priorities)
@@ -54,6 +56,8 @@ class _Planner:
         self.engines = [find_engine(cat, engine)] if engine else list(cat.engines)
         self.explicit_engine = engine is not None   # a named engine is planned whatever its status
         self.launchable = launchable  # False: the sizing model alone (configurations engineroom cannot launch too)
+        self.calibration = calibration   # this machine's measured speed points (None: a rig by spec, or none)
+        self.shape = shape_class(arch)
         self.rejected: list[str] = []
         self.layout_misses: dict[tuple, str] = {}   # (engine, quant, kv, tp, instances) -> why not
         self.pool: list[_Cand] = []
@@ -297,6 +301,14 @@ class _Planner:
         else:
             per_inst = c.decode.mid
         c.aggregate = per_inst * c.instances
+        found = self.calibration.factor(e.id, self.shape) if self.calibration is not None else None
+        if found is None:
+            c.decode = replace(c.decode, basis=UNCALIBRATED, shape=self.shape)
+        else:        # this machine's measurements correct the catalog's model (both estimates)
+            k = found.factor
+            c.decode = replace(c.decode, low=c.decode.low * k, high=c.decode.high * k, basis=found.text,
+                               uncalibrated=(c.decode.low, c.decode.high), shape=self.shape)
+            c.aggregate *= k
 
     # -- metrics and ranking -------------------------------------------------------------
     def static_metrics(self, c: _Cand) -> None:

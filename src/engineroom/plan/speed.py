@@ -37,6 +37,9 @@ class SpeedBand:
     spec_source: str = ""
     threads: int | None = None                         # CPU decode threads (None: a GPU, or an unknown CPU)
     per_thread_gbs: tuple[float, float] | None = None  # CPU compute roof per thread, when it applies
+    basis: str = ""                                    # calibrated from this machine's runs, or not (calibration.py)
+    shape: str = ""                                    # the model's shape class (calibration.shape_class)
+    uncalibrated: tuple[float, float] | None = None    # (low, high) by the catalog alone, where calibrated
 
     @property
     def mid(self) -> float:

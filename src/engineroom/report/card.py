@@ -8,7 +8,7 @@ Conditions keys it reads (all optional; missing ones are left out), exactly as
 ``flows.run_conditions`` and ``bench.bench_conditions`` write them, no aliases:
 ``engine``, ``engine_version``, ``model`` (the reference as given), ``model_path``,
 ``model_size_bytes``, ``model_sha256``, ``model_id``, ``argv`` (list or string),
-``launch_changes``, ``cpu_probe``, ``host`` (``flows.host_summary``: ``os``, ``arch``,
+``launch_changes``, ``cpu_probe``, ``host`` (``hardware.host_summary``: ``os``, ``arch``,
 ``cpu``, ``cpu_cores``, ``ram_bytes``, ``gpus`` as ``{name, vram_bytes}``), ``bench``.
 
 Check record payload keys (``checks.CheckResult``): ``name``, ``status`` (PASS / FAIL /

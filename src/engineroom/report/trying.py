@@ -37,6 +37,14 @@ def try_text(result: Mapping[str, Any]) -> str:
         lines.append(f"decode: {tps:.1f} tok/s measured, {where} the plan's band {low:.1f}-{high:.1f} tok/s")
     else:
         lines.append(f"decode: {tps:.1f} tok/s measured (the plan has no band: the machine's bandwidth is unknown)")
+    if band and result.get("speed_basis"):
+        lines.append(f"the plan's band: {result['speed_basis']}")
+    point = result.get("calibrated_by")
+    if point:
+        ratio = point["measured_tps"] / point["planned_mid_tps"]
+        lines.append(f"calibration: this run is a speed point for {point.get('engine')} ({point.get('shape')} shapes) "
+                     f"on this machine: measured / planned middle = {ratio:.2f}; `engineroom plan` here uses it "
+                     "from now on")
     failed = "; ".join(result.get("bench_failed") or [])
     lines.append(f"bench: {result.get('bench_status')}" + (f" ({failed})" if failed else "")
                  + f"; run {result.get('run_id')}: engineroom report {result.get('run_id')}")

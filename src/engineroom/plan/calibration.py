@@ -1,0 +1,107 @@
+"""Speed calibration: the plan's decode model corrected by what this machine measured.
+
+A calibration point is one stored measurement on this machine: a single-stream decode rate
+(tokens/s, the bench's measured requests) beside the middle of the plan's *uncalibrated* band
+for the same launch (what the catalog's efficiency said then). Its ratio, measured / planned,
+is how far the catalog's model is off for this device and engine. ``flows`` reads the points
+from the store (``try`` runs record both numbers) and hands them to ``plan``; this module holds
+no store access and no machine detection.
+
+The factor a candidate gets: the median ratio of the points of its engine and shape class
+(dense, MoE, hybrid, MLA, sliding window), else of its engine over every shape measured (said:
+"from other shapes"), else none ("uncalibrated: the catalog's efficiency"). Engines never
+borrow each other's points. The same factor scales the single-stream band and the concurrent
+estimate (no concurrent point calibrates the batch model yet).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..arch import LayerKind, ModelArch
+
+__all__ = ["Calibration", "SpeedFactor", "SpeedPoint", "UNCALIBRATED", "shape_class"]
+
+UNCALIBRATED = "uncalibrated: the catalog's efficiency (no run of this engine measured here yet)"
+
+
+def shape_class(arch: ModelArch) -> str:
+    """The class of shape whose decode behaves alike: moe, mla, hybrid, sliding or dense."""
+    if arch.moe is not None:
+        return "moe"
+    if arch.mla is not None:
+        return "mla"
+    if arch.is_hybrid:
+        return "hybrid"
+    if LayerKind.SLIDING in arch.kind_counts:
+        return "sliding"
+    return "dense"
+
+
+@dataclass(frozen=True)
+class SpeedPoint:
+    """One single-stream decode measurement on this machine, beside the plan's band of its day."""
+
+    run_id: int
+    engine: str
+    shape: str                  # shape_class of the model measured
+    model: str                  # what was measured (for the provenance line)
+    measured_tps: float
+    planned_mid_tps: float      # the middle of the plan's uncalibrated band for that launch
+
+    @property
+    def ratio(self) -> float:
+        return self.measured_tps / self.planned_mid_tps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "engine": self.engine, "shape": self.shape, "model": self.model,
+                "measured_tps": round(self.measured_tps, 2), "planned_mid_tps": round(self.planned_mid_tps, 2)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SpeedPoint | None:
+        """A point from what ``to_dict`` wrote; None for anything that cannot be one (a damaged record)."""
+        try:
+            p = cls(run_id=int(d["run_id"]), engine=str(d["engine"]), shape=str(d["shape"]), model=str(d["model"]),
+                    measured_tps=float(d["measured_tps"]), planned_mid_tps=float(d["planned_mid_tps"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+        return p if p.measured_tps > 0 and p.planned_mid_tps > 0 else None
+
+
+@dataclass(frozen=True)
+class SpeedFactor:
+    factor: float
+    runs: tuple[int, ...]
+    same_shape: bool
+
+    @property
+    def text(self) -> str:
+        n = len(self.runs)
+        ids = ", ".join(f"#{r}" for r in self.runs[:6]) + (", ..." if n > 6 else "")
+        of = "this shape class" if self.same_shape else "other shapes (none of this class yet)"
+        return f"calibrated x{self.factor:.2f} from {n} run{'s' if n != 1 else ''} of {of} on this machine ({ids})"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The points measured on this machine (``device``: what they were measured on)."""
+
+    device: str
+    points: tuple[SpeedPoint, ...] = ()
+
+    @classmethod
+    def of(cls, device: str, points: Iterable[SpeedPoint]) -> Calibration:
+        return cls(device, tuple(points))
+
+    def factor(self, engine: str, shape: str) -> SpeedFactor | None:
+        """The correction for ``engine`` on a model of class ``shape``; None without a point of that engine."""
+        mine = [p for p in self.points if p.engine == engine]
+        same = [p for p in mine if p.shape == shape]
+        use = same or mine
+        if not use:
+            return None
+        return SpeedFactor(statistics.median(p.ratio for p in use), tuple(sorted(p.run_id for p in use)),
+                           same_shape=bool(same))

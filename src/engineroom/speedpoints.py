@@ -1,0 +1,89 @@
+"""This machine's speed points, read back from the store for the plan (``plan.calibration``).
+
+A valid bench (single stream, one request at a time) of a server launched from a plan's pick
+(``up --priority``, ``up --from-plan``, ``try``) stores one point in its summary (``speed_point``:
+the engine, the model's shape class, the measured decode and the middle of the plan's
+uncalibrated band). A point counts for the machine it was measured on: the run's ``host``
+conditions name the same device (GPUs by name and count, else the CPU by name and cores) as
+this machine does now. Kept out of ``flows`` so that ``plan`` reads the points without importing
+the launcher.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .hardware import host_summary
+from .plan import Calibration, SpeedPoint
+from .store import Store
+
+__all__ = ["POINT_KEY", "RUNS_READ", "calibration_here", "decode_mean", "device_of", "point_from"]
+
+POINT_KEY = "speed_point"      # in a run's summary
+RUNS_READ = 500                # the newest bench runs looked at
+
+
+def device_of(host: Mapping[str, Any]) -> str:
+    """What a speed was measured on, from a run's ``host`` conditions (``host_summary``)."""
+    gpus = [g.get("name") for g in host.get("gpus") or () if isinstance(g, Mapping)]
+    if gpus:
+        names = sorted({str(n) for n in gpus})
+        return " + ".join(f"{sum(1 for g in gpus if g == n)} x {n}" for n in names)
+    return f"CPU {host.get('cpu', '?')} ({host.get('cpu_cores', '?')} cores)"
+
+
+def decode_mean(summary: Mapping[str, Any]) -> float | None:
+    """The measured requests' mean decode rate (tok/s) over a bench summary's workloads."""
+    workloads = summary.get("workloads") or {}
+    means = [w["decode_tps"]["mean"] for w in workloads.values()
+             if isinstance(w, Mapping) and (w.get("decode_tps") or {}).get("mean")]
+    return sum(means) / len(means) if means else None
+
+
+def point_from(row: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The speed point a single-stream bench of a plan's pick makes (``row``: the pick's plan row as
+    the launch kept it): its measured decode beside the middle of the row's uncalibrated band; None
+    for an invalid run or a row without a band."""
+    measured, planned = decode_mean(summary), row.get("decode_tps_uncalibrated") or []
+    if summary.get("status") != "OK" or not measured or len(planned) != 2 or not row.get("shape_class"):
+        return None
+    point = SpeedPoint(run_id=0, engine=str(row.get("engine")), shape=str(row["shape_class"]),
+                       model=str(row.get("model") or ""), measured_tps=measured,
+                       planned_mid_tps=(float(planned[0]) + float(planned[1])) / 2)
+    return point.to_dict() if point.planned_mid_tps > 0 else None
+
+
+def _as_dict(value: Any) -> Mapping[str, Any]:
+    if isinstance(value, Mapping):
+        return value
+    try:
+        out = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        return {}
+    return out if isinstance(out, Mapping) else {}
+
+
+def calibration_here(store: Store | None = None) -> Calibration:
+    """The speed points this machine's store holds for this machine (none: an empty calibration)."""
+    from . import paths
+
+    device = device_of(host_summary())
+    if store is None:
+        if not paths.db_path().is_file():        # nothing measured here yet (and planning creates no store)
+            return Calibration.of(device, ())
+        with Store() as own:
+            return calibration_here(own)
+    points = []
+    for run in store.runs(RUNS_READ, kind="bench"):
+        if run.get("status") != "OK":
+            continue
+        summary, conditions = _as_dict(run.get("summary")), _as_dict(run.get("conditions"))
+        raw = summary.get(POINT_KEY)
+        if not isinstance(raw, Mapping) or device_of(_as_dict(conditions.get("host"))) != device:
+            continue
+        point = SpeedPoint.from_dict({**raw, "run_id": run["id"]})
+        if point is not None:
+            points.append(point)
+    return Calibration.of(device, points)

@@ -1,0 +1,141 @@
+"""Speed calibration (issue 19 item 2): the plan's decode band corrected by runs measured on this
+machine, with its provenance; points read back from the store for this machine only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engineroom.arch import LayerKind
+from engineroom.catalog import arch_from_catalog, load_catalog
+from engineroom.hardware import host_summary, parse_rig
+from engineroom.plan import UNCALIBRATED, Calibration, SpeedPoint, plan, plans_as_rows, shape_class
+from engineroom.speedpoints import POINT_KEY, calibration_here, device_of, point_from
+from engineroom.store import Store
+
+from conftest import run_cli
+
+
+def _point(run_id: int, engine: str, shape: str, measured: float, planned: float = 100.0) -> SpeedPoint:
+    return SpeedPoint(run_id=run_id, engine=engine, shape=shape, model="m", measured_tps=measured,
+                      planned_mid_tps=planned)
+
+
+def test_the_factor_is_the_median_of_the_engines_points_of_that_shape_else_of_its_other_shapes():
+    cal = Calibration.of("1 x GPU", [_point(1, "llama.cpp", "dense", 80), _point(2, "llama.cpp", "dense", 90),
+                                     _point(3, "llama.cpp", "dense", 130), _point(4, "llama.cpp", "moe", 150),
+                                     _point(5, "vllm", "dense", 50)])
+    dense = cal.factor("llama.cpp", "dense")
+    assert dense is not None and dense.factor == pytest.approx(0.9) and dense.runs == (1, 2, 3) and dense.same_shape
+    assert "from 3 runs of this shape class on this machine (#1, #2, #3)" in dense.text
+    hybrid = cal.factor("llama.cpp", "hybrid")          # no hybrid point: every llama.cpp point, said so
+    assert hybrid is not None and hybrid.factor == pytest.approx(1.1) and not hybrid.same_shape
+    assert "other shapes" in hybrid.text
+    assert cal.factor("sglang", "dense") is None         # engines never borrow each other's points
+    assert Calibration.of("x", []).factor("llama.cpp", "dense") is None
+
+
+def test_a_damaged_point_is_no_point():
+    good = _point(7, "llama.cpp", "dense", 50.0).to_dict()
+    assert SpeedPoint.from_dict(good) == _point(7, "llama.cpp", "dense", 50.0)
+    for bad in ({**good, "measured_tps": "fast"}, {k: v for k, v in good.items() if k != "engine"},
+                {**good, "planned_mid_tps": 0}, {**good, "measured_tps": -3}):
+        assert SpeedPoint.from_dict(bad) is None
+
+
+def test_a_bench_summary_makes_a_point_only_when_valid_and_the_row_has_a_band():
+    row = {"engine": "llama.cpp", "model": "m", "shape_class": "dense", "decode_tps_uncalibrated": [20.0, 30.0]}
+    ok = {"status": "OK", "workloads": {"a": {"decode_tps": {"mean": 40.0}}, "b": {"decode_tps": {"mean": 60.0}}}}
+    assert point_from(row, ok) == {"run_id": 0, "engine": "llama.cpp", "shape": "dense", "model": "m",
+                                   "measured_tps": 50.0, "planned_mid_tps": 25.0}
+    assert point_from(row, {**ok, "status": "INVALID"}) is None
+    assert point_from({**row, "decode_tps_uncalibrated": None}, ok) is None
+    assert point_from({**row, "shape_class": None}, ok) is None
+    assert point_from(row, {"status": "OK", "workloads": {}}) is None
+
+
+def test_shape_classes_follow_the_architecture():
+    cat = load_catalog()
+    assert shape_class(arch_from_catalog(cat.model("qwen3.6-27b"))) == "hybrid"
+    assert shape_class(arch_from_catalog(cat.model("smollm2-135m"))) == "dense"
+    assert shape_class(arch_from_catalog(cat.model("qwen3.6-35b-a3b"))) == "moe"
+    gemma = arch_from_catalog(cat.model("gemma-3-270m"))
+    assert LayerKind.SLIDING in gemma.kind_counts and shape_class(gemma) == "sliding"
+
+
+def test_the_plan_scales_its_band_and_aggregate_and_says_from_which_runs():
+    rig = parse_rig("1x3090")
+    before = plan("qwen3.6-27b", rig, "balanced", engine="llama.cpp", limit=1)[0]
+    assert before.decode is not None and before.decode.basis == UNCALIBRATED and before.decode.uncalibrated is None
+    cal = Calibration.of("1 x NVIDIA GeForce RTX 3090", [_point(11, "llama.cpp", "hybrid", 60.0)])
+    after = plan("qwen3.6-27b", rig, "balanced", engine="llama.cpp", limit=1, calibration=cal)[0]
+    assert after.decode is not None and after.decode.uncalibrated == (before.decode.low, before.decode.high)
+    assert after.decode.low == pytest.approx(before.decode.low * 0.6)
+    assert after.decode.high == pytest.approx(before.decode.high * 0.6)
+    assert after.aggregate_tps == pytest.approx(before.aggregate_tps * 0.6)
+    row = plans_as_rows([after])[0]
+    assert row["speed_basis"].startswith("calibrated x0.60 from 1 run of this shape class"), row["speed_basis"]
+    assert "(#11)" in row["speed_basis"]
+    assert row["decode_tps_uncalibrated"] == [round(before.decode.low, 1), round(before.decode.high, 1)]
+    other = Calibration.of("x", [_point(12, "vllm", "hybrid", 60.0)])     # another engine's point changes nothing
+    same = plan("qwen3.6-27b", rig, "balanced", engine="llama.cpp", limit=1, calibration=other)[0]
+    assert same.decode == before.decode
+
+
+def _stored(store: Store, host: dict, point: dict | None, status: str = "OK") -> int:
+    run_id = store.start_run("bench", {"host": host})
+    store.finish_run(run_id, status, {"status": status, **({POINT_KEY: point} if point else {})})
+    return run_id
+
+
+def test_points_are_read_for_this_machine_only_from_valid_runs(tmp_path):
+    here = host_summary()
+    elsewhere = {**here, "gpus": [{"name": "NVIDIA H200", "vram_bytes": 150 << 30}]}
+    p = _point(0, "llama.cpp", "dense", 120.0, 30.0).to_dict()
+    with Store(tmp_path / "r.sqlite") as store:
+        mine = _stored(store, here, p)
+        _stored(store, elsewhere, p)                        # another device's run
+        _stored(store, here, p, status="INVALID")           # an invalid bench calibrates nothing
+        _stored(store, here, None)                          # a bench that is not a try run
+        _stored(store, here, {**p, "measured_tps": "n/a"})  # damaged
+        cal = calibration_here(store)
+    assert cal.device == device_of(here)
+    assert [(q.run_id, q.ratio) for q in cal.points] == [(mine, 4.0)]
+    assert device_of(elsewhere) == "1 x NVIDIA H200"
+    assert device_of({"cpu": "AMD EPYC", "cpu_cores": 2, "gpus": []}) == "CPU AMD EPYC (2 cores)"
+
+
+def test_a_bench_of_the_plans_pick_calibrates_the_next_plan_and_a_typed_override_does_not(
+        llama_server_binary, smollm2, tmp_path, monkeypatch):
+    """`up --priority` then `bench` on the real llama-server: a valid run stores a speed point and the
+    next `plan` here says it is calibrated by that run; launched with --ctx typed over the pick's, the
+    plan row's band is not that launch's and the bench stores none."""
+    env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state"), "ENGINEROOM_DATA_DIR": str(tmp_path / "data")}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+    def up_bench(*typed: str) -> dict:
+        up = run_cli("up", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--port", "0",
+                     *typed, "--json", env=env, timeout=300)
+        assert up.returncode == 0, up.stderr[-2000:]
+        try:
+            bench = run_cli("bench", "--warmup", "1", "--runs", "3", "--max-tokens", "32", "--json", env=env,
+                            timeout=300)
+            return json.loads(bench.stdout)
+        finally:
+            run_cli("down", env=env)
+
+    typed = up_bench("--ctx", "1024")                  # the balanced pick's context is not 1,024 here
+    assert POINT_KEY not in typed["summary"], typed["summary"].get(POINT_KEY)
+    out = up_bench()
+    plan = json.loads(run_cli("plan", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--json",
+                              env=env).stdout)["plans"][0]
+    point = out["summary"].get(POINT_KEY)
+    if out["summary"]["status"] != "OK":               # the machine's noise: no point, and said so
+        assert point is None and plan["speed_basis"].startswith("uncalibrated"), plan["speed_basis"]
+        return
+    assert point["engine"] == "llama.cpp" and point["shape"] == "dense"
+    assert point["planned_mid_tps"] == pytest.approx(sum(plan["decode_tps_uncalibrated"]) / 2, abs=0.06)
+    assert plan["speed_basis"].startswith("calibrated") and f"(#{out['run_id']})" in plan["speed_basis"]
+    assert sum(plan["decode_tps"]) / 2 == pytest.approx(point["measured_tps"], rel=0.01)
