@@ -106,29 +106,35 @@ def test_points_are_read_for_this_machine_only_from_valid_runs(tmp_path):
     assert device_of({"cpu": "AMD EPYC", "cpu_cores": 2, "gpus": []}) == "CPU AMD EPYC (2 cores)"
 
 
-def test_a_bench_of_the_plans_pick_calibrates_the_next_plan_and_a_typed_override_does_not(
-        llama_server_binary, smollm2, tmp_path, monkeypatch):
+def test_a_setting_typed_over_the_pick_with_another_value_is_named_and_the_same_value_is_not():
+    """The launch keeps these names with the plan row; a bench then makes no speed point (the row's
+    band is not that launch's)."""
+    from dataclasses import replace
+
+    from engineroom.flows.picks import pick_from_plan
+    from engineroom.flows.serving import _typed_over
+
+    pick = pick_from_plan("qwen3.6-27b", priority="balanced", rig="1x3090", engine="llama.cpp")
+    same = pick.request.with_user({"engine": "llama.cpp"})            # `up --priority P --engine llama.cpp`
+    other = pick.request.with_user({"ctx": 1024, "engine": "llama.cpp"})
+    assert _typed_over(pick, same) == [] and _typed_over(pick, other) == ["ctx"]
+    assert _typed_over(pick, replace(pick.request, given=())) == [] and _typed_over(pick, None) == []
+
+
+def test_a_bench_of_the_plans_pick_calibrates_the_next_plan(llama_server_binary, smollm2, tmp_path, monkeypatch):
     """`up --priority` then `bench` on the real llama-server: a valid run stores a speed point and the
-    next `plan` here says it is calibrated by that run; launched with --ctx typed over the pick's, the
-    plan row's band is not that launch's and the bench stores none."""
+    next `plan` here says it is calibrated by that run, its middle on what was measured."""
     env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state"), "ENGINEROOM_DATA_DIR": str(tmp_path / "data")}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-
-    def up_bench(*typed: str) -> dict:
-        up = run_cli("up", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--port", "0",
-                     *typed, "--json", env=env, timeout=300)
-        assert up.returncode == 0, up.stderr[-2000:]
-        try:
-            bench = run_cli("bench", "--warmup", "1", "--runs", "3", "--max-tokens", "32", "--json", env=env,
-                            timeout=300)
-            return json.loads(bench.stdout)
-        finally:
-            run_cli("down", env=env)
-
-    typed = up_bench("--ctx", "1024")                  # the balanced pick's context is not 1,024 here
-    assert POINT_KEY not in typed["summary"], typed["summary"].get(POINT_KEY)
-    out = up_bench()
+    up = run_cli("up", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--port", "0", "--json",
+                 env=env, timeout=300)
+    assert up.returncode == 0, up.stderr[-2000:]
+    try:
+        bench = run_cli("bench", "--warmup", "1", "--runs", "3", "--max-tokens", "32", "--json", env=env, timeout=300)
+        out = json.loads(bench.stdout)
+    finally:
+        run_cli("down", env=env)
     plan = json.loads(run_cli("plan", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--json",
                               env=env).stdout)["plans"][0]
     point = out["summary"].get(POINT_KEY)

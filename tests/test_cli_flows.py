@@ -189,6 +189,14 @@ def test_demo_end_to_end(llama_server_binary, smollm2, er_home):
     failed = {ln.split(":")[0].removeprefix("- ⚠ FAIL ") for ln in card.splitlines() if ln.startswith("- ⚠ FAIL ")}
     assert out["verify_failed"] == 0 and failed <= MACHINE_CHECKS, card
     assert (proc.returncode, out["bench_status"]) in ((0, "OK"), (1, "INVALID")), card
+    # the stage runner's record of what ran, in order, each done (the stored run has it up to the bench)
+    assert [(s["stage"], s["outcome"]) for s in out["stages"]] == [
+        ("pull", "done"), ("launch", "done"), ("verify", "done"), ("bench", "done"), ("down", "done")]
+    from engineroom.store import Store
+
+    with Store() as store:
+        summary = store.get_run(out["run_id"])["summary"]
+    assert [s["stage"] for s in summary["stages"]] == ["pull", "launch", "verify", "bench"]
     status = run_cli("status", env={"ENGINEROOM_STATE_DIR": str(er_home / "demo-state")})
     assert status.returncode == 1      # demo leaves nothing running
 

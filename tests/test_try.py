@@ -39,6 +39,8 @@ def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary
     assert out["kept"] is None and not list(files.rglob("*.gguf"))         # the file is gone
     assert any("answer quality" in x for x in out["not_meaningful"])
     assert "write smollm2-135m-Q4_1-random.gguf" in proc.stderr             # progress, with --json too
+    assert [(s["stage"], s["outcome"]) for s in out["stages"]] == [
+        ("plan", "done"), ("write", "done"), ("launch", "done"), ("bench", "done"), ("down", "done")]
     with Store() as store:
         run = store.get_run(out["run_id"])
     conditions = run["conditions"] if isinstance(run["conditions"], dict) else json.loads(run["conditions"])

@@ -460,7 +460,7 @@ def demo(
         )
     if json_out:
         print_json({"run_id": outcome.run_id, "verify_failed": outcome.failed, "bench_status": outcome.bench_status,
-                    "card": outcome.card})
+                    "stages": outcome.stages, "card": outcome.card})
     else:
         print_text(outcome.card)
     raise typer.Exit(min(outcome.failed, 125) if outcome.failed else (0 if outcome.bench_status == "OK" else 1))

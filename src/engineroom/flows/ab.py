@@ -18,8 +18,8 @@ from .. import launch
 from ..errors import BadInput
 from ..launchargs import LaunchArgs
 from ..store import Store
-from .runs import HostGuard, bench, connect, run_conditions
-from .serving import start, stop
+from .runs import HostGuard, bench
+from .stages import STAGES_KEY, StageLog, open_run, served
 
 __all__ = ["ARM_KEYS", "ABOutcome", "ab", "boot_order", "parse_arm"]
 
@@ -98,7 +98,6 @@ def ab(store: Store, model: str, *, arm_a: Mapping[str, Any], arm_b: Mapping[str
     it is kept in the store, named in ``invalid`` with its reason, and the arm is booted again (at most
     ``retries`` times per boot). When a metric is undecided only by the boot-to-boot variation and its
     spread says ``max_boots`` boots an arm would tell, mirrored pairs of boots are added up to there."""
-    from ..bench import bench_conditions
     from ..bench.compare import compare_arms
     from ..bench.guards import failed_checks
 
@@ -117,19 +116,17 @@ def ab(store: Store, model: str, *, arm_a: Mapping[str, Any], arm_b: Mapping[str
             again = f", again ({attempt} INVALID before)" if attempt else ""
             if say:
                 say(f"boot {n}/{len(order)}: arm {arm} ({_describe(settings)}){again}")
-            state = start(model, args)
-            try:
-                info = connect(None)
+            log = StageLog()          # each boot's own stages (its progress is the boot line above)
+            with served(model, args, log) as s:
                 nth = len(runs[arm]) + 1
-                cond = {**bench_conditions(info, plan), **run_conditions(info),
-                        "ab": {"arm": arm, "boot": nth, "order": order, "position": n, "attempt": attempt + 1,
-                               "arm_a": _jsonable(arm_a), "arm_b": _jsonable(arm_b), "args": state.args.to_dict()}}
-                run_id = store.start_run("bench", cond, label=f"ab arm {arm} boot {nth}: {model}")
-                outcome = bench(info, store, plan, run_id=run_id, progress=progress, host=HostGuard(say=say))
+                run_id = open_run(store, "bench", s, plan, f"ab arm {arm} boot {nth}: {model}", {
+                    "ab": {"arm": arm, "boot": nth, "order": order, "position": n, "attempt": attempt + 1,
+                           "arm_a": _jsonable(arm_a), "arm_b": _jsonable(arm_b), "args": s.state.args.to_dict()}})
+                with log.stage("bench"):
+                    outcome = bench(s.info, store, plan, run_id=run_id, progress=progress, api_key=s.key,
+                                    host=HostGuard(say=say))
                 status = outcome.summary.get("status", "OK")
-                store.finish_run(run_id, status, outcome.summary)
-            finally:
-                stop()
+                store.finish_run(run_id, status, {**outcome.summary, STAGES_KEY: log.so_far()})
             if status != "INVALID":
                 runs[arm].append(run_id)
                 return

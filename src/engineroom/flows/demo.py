@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import models
 from ..launchargs import LaunchArgs
 from ..store import Store
-from .serving import start, stop
 
 if TYPE_CHECKING:
     from ..checks import CheckResult
@@ -21,6 +20,7 @@ class DemoOutcome:
     card: str
     failed: int
     bench_status: str
+    stages: list[dict] = field(default_factory=list)     # what ran: stage, seconds, outcome (down included)
 
 
 def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, ctx: int = 2048,
@@ -39,32 +39,26 @@ def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, 
     refuse; or measure anyway and be judged on the contention seen)."""
     from ..bench import BenchPlan, default_workloads
     from ..report import render_card
-    from .runs import HostGuard, _closing_run, bench, client_key, connect, run_conditions, verify
+    from .runs import HostGuard, _closing_run, bench, verify
+    from .stages import STAGES_KEY, StageLog, open_run, served
 
-    say = say or (lambda _m: None)
+    log = StageLog(say)
     plan = BenchPlan(workloads=default_workloads(max_tokens), warmup=warmup, measured=measured, full_length=True)
     ref = models.resolve(model)          # resolved once; every stage below gets the same reference
-    models.pull(ref, say)
+    with log.stage("pull", ""):          # models.pull reports its own progress
+        models.pull(ref, say)
     args = LaunchArgs(ctx=ctx, port=port if port is not None else 0, threads=threads,
                       tools_template=tools_template and ref.tool_template is not None, extra_args=tuple(extra_args))
-    state = start(ref, args, say=say, on_wait=on_wait, on_spawn=on_spawn)
-    try:
-        key = client_key(state.url)          # a key after `--` was moved to a file: read it back
-        info = connect(state.url, api_key=key)
-        from ..bench import bench_conditions
-
-        run_id = store.start_run("demo", {**bench_conditions(info, plan), **run_conditions(info)},
-                                 label=f"engineroom demo: {model}")
+    with served(ref, args, log, keep=keep, on_wait=on_wait, on_spawn=on_spawn) as s:
+        run_id = open_run(store, "demo", s, plan, label=f"engineroom demo: {model}")
         with _closing_run(store, run_id):
-            say("verify")
-            checked = verify(info, store, run_id=run_id, on_result=on_result, api_key=key)
-            say("bench")
-            benched = bench(info, store, plan, run_id=run_id, progress=progress, api_key=key,
-                            host=HostGuard(wait_s=quiet_wait, busy_ok=busy_ok, say=say))
+            with log.stage("verify"):
+                checked = verify(s.info, store, run_id=run_id, on_result=on_result, api_key=s.key)
+            with log.stage("bench"):
+                benched = bench(s.info, store, plan, run_id=run_id, progress=progress, api_key=s.key,
+                                host=HostGuard(wait_s=quiet_wait, busy_ok=busy_ok, say=say))
         status = "OK" if checked.failed == 0 and benched.summary.get("status") == "OK" else "FAILED"
-        store.finish_run(run_id, status, {"verify_failed": checked.failed, "bench": benched.summary})
-    finally:
-        if not keep:
-            stop()
+        store.finish_run(run_id, status, {"verify_failed": checked.failed, "bench": benched.summary,
+                                          STAGES_KEY: log.so_far()})
     card = render_card(store.get_run(run_id), store.records(run_id))
-    return DemoOutcome(run_id, card, checked.failed, benched.summary.get("status", "?"))
+    return DemoOutcome(run_id, card, checked.failed, benched.summary.get("status", "?"), log.so_far())

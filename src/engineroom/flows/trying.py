@@ -29,8 +29,8 @@ from ..speedpoints import POINT_KEY, decode_mean
 from ..store import Store
 from ..units import gib
 from .picks import Pick, pick_from_plan
-from .runs import HostGuard, bench, client_key, connect, run_conditions
-from .serving import start, stop
+from .runs import HostGuard, bench
+from .stages import STAGES_KEY, StageLog, open_run, served
 
 __all__ = ["NOT_MEANINGFUL", "TryOutcome", "try_model"]
 
@@ -59,6 +59,7 @@ class TryOutcome:
     left_out: list[str] = field(default_factory=list)   # what the pick had that the try ran without
     speed_basis: str = ""                                 # the band's: calibrated from runs here, or not
     calibrated_by: dict[str, Any] | None = None           # the speed point this run adds (a valid bench only)
+    stages: list[dict[str, Any]] = field(default_factory=list)   # what ran: stage, seconds, outcome
     not_meaningful: tuple[str, ...] = NOT_MEANINGFUL
 
 
@@ -84,7 +85,7 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
               say: Callable[[str], None] | None = None, on_wait: Callable[[str, float], None] | None = None,
               progress: Callable[[int, int, str], None] | None = None) -> TryOutcome:
     """Plan ``model`` here, write its random-weight file, launch the pick on it, bench, compare, clean up."""
-    from ..bench import BenchPlan, bench_conditions, default_workloads
+    from ..bench import BenchPlan, default_workloads
     from ..bench.guards import failed_checks
     from ..catalog import arch_from_catalog
     from ..plan import resolve_model
@@ -94,8 +95,9 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
     for flag, value, least in (("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", measured, 1)):
         if value < least:
             raise BadInput(f"{flag} must be at least {least}, not {value}.")
-    say(f"plan {model} for this machine")
-    pick = pick_from_plan(model, priority=priority, engine=engine, ctx=ctx, parallel=parallel)
+    log = StageLog(say)
+    with log.stage("plan", f"plan {model} for this machine"):
+        pick = pick_from_plan(model, priority=priority, engine=engine, ctx=ctx, parallel=parallel)
     fmt = str(pick.plan.get("quant_format") or "")
     if fmt != GGUF_FORMAT:
         raise BadInput(f"the plan's pick is {pick.engine} {pick.plan.get('quant')} ({fmt} weights); try writes "
@@ -114,30 +116,26 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
                        f"{gib(free)} free; give --folder on a disk with room.")
     path = Path(tempfile.mkdtemp(prefix="engineroom-try-", dir=where)) / f"{subject.model.id}-{quant}-random.gguf"
     try:
-        say(f"write {path.name}: random weights, {gib(size, 2)}")
-        write_synthetic_gguf(arch, quant, path)
+        with log.stage("write", f"write {path.name}: random weights, {gib(size, 2)}"):
+            write_synthetic_gguf(arch, quant, path)
         r = pick.request
-        args = LaunchArgs(port=0, threads=threads)
-        say(f"launch {r.engine} {quant} KV {r.kv_dtype} at {r.ctx} tokens x {r.parallel}")
-        state = start(str(path), args, pick=pick, say=say, on_wait=on_wait)
-        try:
-            key = client_key(state.url)
-            info = connect(state.url, api_key=key)
-            plan = BenchPlan(workloads=default_workloads(max_tokens)[:1], warmup=warmup, measured=measured,
-                             full_length=True)
+        plan = BenchPlan(workloads=default_workloads(max_tokens)[:1], warmup=warmup, measured=measured,
+                         full_length=True)
+        with served(str(path), LaunchArgs(port=0, threads=threads), log, pick=pick, on_wait=on_wait,
+                    what=f"launch {r.engine} {quant} KV {r.kv_dtype} at {r.ctx} tokens x {r.parallel}") as s:
             tried = {"model": model, "quant": quant, "file_bytes": size, "source": pick.source,
                      "left_out": left_out, "not_meaningful": list(NOT_MEANINGFUL)}
-            run_id = store.start_run("bench", {**bench_conditions(info, plan), **run_conditions(info), "try": tried},
-                                     label=f"try {model} {r.engine} {quant} (random weights)")
-            say("bench")
-            outcome = bench(info, store, plan, run_id=run_id, progress=progress, api_key=key,
-                            host=HostGuard(wait_s=quiet_wait, busy_ok=busy_ok, say=say))
-            store.finish_run(run_id, outcome.summary.get("status", "OK"), outcome.summary)
-        finally:
-            stop()
+            run_id = open_run(store, "bench", s, plan, f"try {model} {r.engine} {quant} (random weights)",
+                              {"try": tried})
+            with log.stage("bench"):
+                outcome = bench(s.info, store, plan, run_id=run_id, progress=progress, api_key=s.key,
+                                host=HostGuard(wait_s=quiet_wait, busy_ok=busy_ok, say=say))
+            store.finish_run(run_id, outcome.summary.get("status", "OK"),
+                             {**outcome.summary, STAGES_KEY: log.so_far()})
     finally:
         if not keep:
             shutil.rmtree(path.parent, ignore_errors=True)
+    state = s.state
     memory = state.memory or {}
     decode = pick.plan.get("decode_tps") or []
     band = (float(decode[0]), float(decode[1])) if len(decode) == 2 else None
@@ -152,4 +150,4 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
         calibrated_by=outcome.summary.get(POINT_KEY),
         bench_status=str(outcome.summary.get("status", "?")),
         bench_failed=failed_checks(outcome.summary) if outcome.summary.get("status") == "INVALID" else [],
-        left_out=left_out)
+        left_out=left_out, stages=log.so_far())
