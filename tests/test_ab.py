@@ -169,20 +169,23 @@ class _StandInBoots:
         import engineroom.bench as bench_pkg
         import engineroom.bench.compare as compare_mod
         import engineroom.flows.ab as ab_mod
+        import engineroom.flows.stages as stages_mod
         from engineroom.flows.runs import BenchOutcome
 
         self.statuses, self.verdicts, self.compared = list(statuses), list(verdicts), []
         self.launched: list[dict] = []
 
         class _State:
+            url = "http://127.0.0.1:1"
+
             def __init__(self, args):
                 self.args = args
 
-        def start(model, args):
+        def start(model, args, **_kw):
             self.launched.append(args.to_dict())
             return _State(args)
 
-        def bench(info, store, plan, *, run_id, progress=None, host=None):
+        def bench(info, store, plan, *, run_id, progress=None, host=None, api_key=None):
             status = self.statuses.pop(0)
             integrity = [{"name": "cv", "status": "FAIL" if status == "INVALID" else "PASS",
                           "detail": "decode CV over 10%: narrative 11.2%"}]
@@ -192,10 +195,11 @@ class _StandInBoots:
             self.compared.append(([run["id"] for run, _ in a], [run["id"] for run, _ in b]))
             return {"rows": [self.verdicts.pop(0) if self.verdicts else {"verdict": "real", "boots_needed": None}]}
 
-        monkeypatch.setattr(ab_mod, "start", start)
-        monkeypatch.setattr(ab_mod, "stop", lambda: None)
-        monkeypatch.setattr(ab_mod, "connect", lambda url: None)
-        monkeypatch.setattr(ab_mod, "run_conditions", lambda info: {})
+        monkeypatch.setattr(stages_mod, "start", start)           # the stage runner's launch, connection, down
+        monkeypatch.setattr(stages_mod, "stop", lambda: None)
+        monkeypatch.setattr(stages_mod, "client_key", lambda url: None)
+        monkeypatch.setattr(stages_mod, "connect", lambda url, api_key=None: None)
+        monkeypatch.setattr(stages_mod, "run_conditions", lambda info: {})
         monkeypatch.setattr(ab_mod, "bench", bench)
         monkeypatch.setattr(bench_pkg, "bench_conditions", lambda info, plan: {})
         monkeypatch.setattr(compare_mod, "compare_arms", compare_arms)
