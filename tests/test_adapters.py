@@ -16,7 +16,7 @@ import pytest
 from engineroom import engines, flows, launch
 from engineroom.client import ChatResult, StreamResult
 from engineroom.engines import base, llamacpp
-from engineroom.engines.base import UNKNOWN_FAILURE, Capabilities, EngineAdapter, HealthState, LaunchOptions
+from engineroom.engines.base import UNKNOWN_FAILURE, Capabilities, EngineAdapter, HealthState, LaunchOptions, Settled
 from engineroom.errors import NotFound
 from engineroom.launchargs import LaunchArgs
 from engineroom.memory import compare, rows_as_dicts
@@ -150,8 +150,7 @@ def test_a_plugin_without_the_optional_hooks_gets_their_neutral_defaults():
     assert eng.installed() == [] and not eng.can_install and eng.start_timeout == 300.0
     with pytest.raises(NotFound, match="cannot install minimal"):
         eng.install()
-    assert eng.launch_settings(LaunchOptions(model_path=Path("m"), ctx=512)) == {
-        "ctx": 512, "parallel": 1, "kv_unified": False, "kv_dtype": None}
+    assert eng.launch_settings(LaunchOptions(model_path=Path("m"), ctx=512)) == Settled(ctx=512, parallel=1)
 
 
 def test_the_builtin_health_states_are_the_enum_and_still_equal_their_strings():

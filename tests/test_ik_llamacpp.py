@@ -20,7 +20,7 @@ import pytest
 from engineroom import engines, paths
 from engineroom.engines import ikllamacpp as ik
 from engineroom.engines import llamacpp
-from engineroom.engines.base import UNKNOWN_FAILURE, DecodeWindow, LaunchOptions
+from engineroom.engines.base import UNKNOWN_FAILURE, DecodeWindow, LaunchOptions, Settled
 from engineroom.errors import BadInput, NotFound
 
 from conftest import assert_ok_or_invalid_on_the_machine_alone, run_cli
@@ -72,11 +72,10 @@ def test_spec_type_is_one_flag_per_stage():
 
 def test_launch_settings_one_shared_buffer_and_no_repack_unless_asked(tmp_path):
     s = ik.launch_settings(LaunchOptions(model_path=_model(tmp_path), ctx=1024, parallel=2))
-    assert s == {"ctx": 1024, "parallel": 2, "kv_unified": True, "kv_dtype": "f16", "repack": False,
-                 "rope_scaling": None}
+    assert s == Settled(ctx=1024, parallel=2, kv_unified=True, kv_dtype="f16", repack=False)
     s = ik.launch_settings(LaunchOptions(model_path=_model(tmp_path), extra_args=("-rtr", "-ctk", "q6_0")),
                            trained_ctx=8192)
-    assert s["ctx"] == 8192 and s["parallel"] == 1 and s["repack"] is True and s["kv_dtype"] == "q6_0"
+    assert s.ctx == 8192 and s.parallel == 1 and s.repack is True and s.kv_dtype == "q6_0"
 
 
 def test_loads_refusal_takes_any_gguf(tmp_path):

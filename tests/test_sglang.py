@@ -72,9 +72,9 @@ def test_the_users_own_flag_wins_over_the_typed_setting(tmp_path):
     argv = sglang.render(PY, _opts(tmp_path, ctx=8192, extra_args=("--context-length", "4096"))).argv
     assert argv.count("--context-length") == 1 and argv[-1] == "4096"
     settings = sglang.launch_settings(_opts(tmp_path / "b", ctx=8192, extra_args=("--context-length", "4096")))
-    assert settings["ctx"] == 4096 and settings["kv_unified"] is True and settings["tp"] == 1
+    assert settings.ctx == 4096 and settings.kv_unified is True and settings.tp == 1
     settings = engines.adapter("sglang").launch_settings(_opts(tmp_path / "c", tp=2, kv_dtype="f16"), trained_ctx=40960)
-    assert (settings["ctx"], settings["tp"], settings["kv_dtype"], settings["parallel"]) == (40960, 2, "auto", 1)
+    assert (settings.ctx, settings.tp, settings.kv_dtype, settings.parallel) == (40960, 2, "auto", 1)
 
 
 def test_kv_types_are_translated_and_an_unknown_one_refused_with_the_nearest(tmp_path):

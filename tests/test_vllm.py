@@ -72,7 +72,7 @@ def test_render_speaks_vllms_flags_and_keeps_the_users_arguments_last(folder, mo
     assert spec.health_path == "/health" and spec.engine_version == "0.32.0"
     monkeypatch.setenv(vllm.KVCACHE_SPACE_ENV, "3")
     assert vllm.render(BIN, opts).env[vllm.KVCACHE_SPACE_ENV] == "3"
-    assert vllm.launch_settings(opts)["kv_space_bytes"] == 3 << 30
+    assert vllm.launch_settings(opts).kv_space_bytes == 3 << 30
 
 
 def test_the_cpu_build_boots_with_the_compile_cache_it_can_load_back(folder, monkeypatch):
@@ -215,10 +215,10 @@ def test_the_cpu_build_computes_at_float16_only_where_the_cpu_has_native_float16
         [change] = changes
         assert change.args == ("--dtype", "float32") and change.source == "cpu probe"
         assert "no native float16" in change.why and [c["args"] for c in spec.changes] == [["--dtype", "float32"]]
-        assert (settings["quant"], settings["kv_dtype"]) == ("f32", "float32")
+        assert (settings.quant, settings.kv_dtype) == ("f32", "float32")
     else:
         assert changes == [] and spec.changes == ()        # the converted folder's own float16, nothing added
-        assert (settings["quant"], settings["kv_dtype"]) == ("f16", "auto")
+        assert (settings.quant, settings.kv_dtype) == ("f16", "auto")
 
 
 def test_the_users_dtype_wins_and_the_cuda_build_keeps_its_own(converted, folder, monkeypatch):
@@ -230,7 +230,7 @@ def test_the_users_dtype_wins_and_the_cuda_build_keeps_its_own(converted, folder
     mine = LaunchOptions(model_path=converted, extra_args=("--dtype", "bfloat16"))
     argv = list(vllm.render(BIN, mine).argv)
     assert argv.count("--dtype") == 1 and argv[-2:] == ["--dtype", "bfloat16"]
-    assert vllm.launch_settings(mine)["quant"] == "bf16"
+    assert vllm.launch_settings(mine).quant == "bf16"
     # the CUDA build computes on the GPU: a CPU's dtype change is not rendered for it
     changes = tuple(vllm.cpu_adjustments(avx2))
     cuda = vllm.Binary(Path("/usr/bin/python3"), "--engine-bin", {})

@@ -175,15 +175,15 @@ class Engine:
         impl = self.impl
         return impl.placement_report(log_text) if isinstance(impl, base.ReportsPlacement) else None
 
-    def launch_settings(self, options: LaunchOptions, trained_ctx: int | None = None) -> dict[str, Any]:
+    def launch_settings(self, options: LaunchOptions, trained_ctx: int | None = None) -> base.Settled:
         """The settings the engine will run with for ``options`` (its defaults filled in, e.g. the
         context it picks from the model's ``trained_ctx`` when none is given), in fit's words:
         what the memory prediction must be made for."""
         impl = self.impl
         if isinstance(impl, base.SettlesLaunch):
-            return dict(impl.launch_settings(options, trained_ctx=trained_ctx))
-        return {"ctx": options.ctx, "parallel": options.parallel or 1, "kv_unified": bool(options.kv_unified),
-                "kv_dtype": options.kv_dtype}
+            return impl.launch_settings(options, trained_ctx=trained_ctx)
+        return base.Settled(ctx=options.ctx, parallel=options.parallel or 1, kv_unified=bool(options.kv_unified),
+                            kv_dtype=options.kv_dtype)
 
     def metrics(self, url: str, api_key: str | None = None, timeout: float = 5.0) -> dict[str, float] | None:
         """The server's /metrics as engineroom's neutral counter names (the adapter's

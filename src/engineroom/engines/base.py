@@ -275,9 +275,27 @@ class ReportsPlacement(Protocol):        # default: None (`up` records the place
     def placement_report(self, log_text: str) -> Placement | None: ...
 
 
+@dataclass(frozen=True)
+class Settled:
+    """What a launch runs with once the engine's own defaults are filled in, in fit's words: what the
+    memory prediction is made for (``SettlesLaunch``). ``None`` ctx: the engine picks one the
+    adapter cannot tell (no trained context known)."""
+
+    ctx: int | None
+    parallel: int = 1
+    kv_unified: bool = False
+    kv_dtype: str | None = None        # a catalog KV type id (None: the engine's default)
+    tp: int = 1
+    repack: bool = True                # llama.cpp family: weights repacked for the CPU's kernels
+    rope_scaling: str | None = None    # the RoPE scaling the user's arguments give ("yarn:4")
+    quant: str | None = None           # the weights as the engine loads them, where it says (vLLM's dtype)
+    kv_space_bytes: int | None = None  # a KV space the engine is given in bytes (vLLM's CPU build)
+    mem_fraction: float | None = None  # the share of device memory a pool engine takes (SGLang)
+
+
 @runtime_checkable
 class SettlesLaunch(Protocol):           # default: the options' ctx / parallel / kv_unified / kv_dtype
-    def launch_settings(self, options: LaunchOptions, trained_ctx: int | None = None) -> Mapping[str, object]: ...
+    def launch_settings(self, options: LaunchOptions, trained_ctx: int | None = None) -> Settled: ...
 
 
 @runtime_checkable

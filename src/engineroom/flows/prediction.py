@@ -10,6 +10,7 @@ from ..errors import EngineroomError
 if TYPE_CHECKING:
     from ..arch import ModelArch
     from ..cpuprobe import CpuProbe
+    from ..engines.base import Settled
     from ..launch import ServerState
     from ..placement import Check
 
@@ -29,7 +30,7 @@ class Prediction:
     host_spare_bytes: int | None = None
 
 
-def predict_memory(engine: str, arch: ModelArch | None, settings: dict, probe: CpuProbe, *, model_id: str = "",
+def predict_memory(engine: str, arch: ModelArch | None, settled: Settled, probe: CpuProbe, *, model_id: str = "",
                    quant: str = "") -> Prediction:
     """fit for the launched configuration on this machine (its probed CPU features), from the
     model file's header; without the file (a recipe), from the catalog's entry for ``model_id``
@@ -41,6 +42,9 @@ def predict_memory(engine: str, arch: ModelArch | None, settings: dict, probe: C
     from ..hardware import detect_rig
 
     features = frozenset(probe.usable) if probe.flags else None
+    s = settled
+    if s.ctx is None:
+        return Prediction({}, {}, "", "the engine picks its context at start and nothing says which")
     try:
         rig = detect_rig()
         cat = load_catalog().for_vendor(rig.vendor)   # the engine's build for this machine
@@ -49,18 +53,15 @@ def predict_memory(engine: str, arch: ModelArch | None, settings: dict, probe: C
                 return Prediction({}, {}, "", "the model file is not here and the catalog does not describe it")
             from ..plan import fit_one
 
-            _, f = fit_one(model_id, rig, engine, quant, settings.get("kv_dtype") or "f16", int(settings["ctx"]),
-                           parallel=int(settings.get("parallel") or 1), tp=int(settings.get("tp") or 1),
-                           kv_unified=bool(settings.get("kv_unified")), rope_scaling=settings.get("rope_scaling"),
-                           cpu_features=features, repack=bool(settings.get("repack", True)))
+            _, f = fit_one(model_id, rig, engine, quant, s.kv_dtype or "f16", s.ctx, parallel=s.parallel, tp=s.tp,
+                           kv_unified=s.kv_unified, rope_scaling=s.rope_scaling, cpu_features=features,
+                           repack=s.repack, mem_fraction=s.mem_fraction)
             req, basis = f.request, f"the catalog's {model_id} {quant} (the file is not downloaded)"
         else:
-            req = FitRequest(engine=engine, ctx=int(settings["ctx"]),
-                             quant=(settings.get("quant") or arch.file_type or None),
-                             kv_dtype=settings.get("kv_dtype") or "f16", parallel=int(settings.get("parallel") or 1),
-                             kv_unified=bool(settings.get("kv_unified")), repack=bool(settings.get("repack", True)),
-                             cpu_features=features, rope_scaling=settings.get("rope_scaling"),
-                             tp=int(settings.get("tp") or 1), kv_space_bytes=settings.get("kv_space_bytes"))
+            req = FitRequest(engine=engine, ctx=s.ctx, quant=s.quant or arch.file_type or None,
+                             kv_dtype=s.kv_dtype or "f16", parallel=s.parallel, kv_unified=s.kv_unified,
+                             repack=s.repack, cpu_features=features, rope_scaling=s.rope_scaling, tp=s.tp,
+                             kv_space_bytes=s.kv_space_bytes, mem_fraction=s.mem_fraction)
             f, basis = fit(arch, req, rig, catalog=cat), "the model file's header"
     except (EngineroomError, KeyError, TypeError, ValueError) as exc:
         return Prediction({}, {}, "", f"fit cannot size this launch ({str(exc).rstrip('.')})")

@@ -194,14 +194,14 @@ def prepare(
             port=port, host=host, threads=threads, extra_args=tuple(extra_args), changes=tuple(changes),
             api_key_file=key.file,
         )
-        settings = adapter.launch_settings(lopts, trained_ctx=arch.max_position if arch is not None else None)
+        settled = adapter.launch_settings(lopts, trained_ctx=arch.max_position if arch is not None else None)
         model_id, quant = (request.model, request.weights.quant) if pick else ("", "")
         if not model_id and mref is not None and getattr(mref, "catalog_id", None):
             model_id = mref.catalog_id or ""
-        if settings.get("ctx") is None and arch is None:
+        if settled.ctx is None and arch is None:
             prediction = Prediction({}, {}, "", "no --ctx and no model file to read the trained context from")
         else:
-            prediction = predict_memory(engine, arch, settings, probe, model_id=model_id, quant=quant)
+            prediction = predict_memory(engine, arch, settled, probe, model_id=model_id, quant=quant)
         # a cache the engine grows in host RAM, kept within what this launch leaves there (sized for this
         # machine: not for a container image's machine, another rig or a cluster's nodes)
         here = not container and not (pick is not None and (pick.other_rig or pick.cluster))

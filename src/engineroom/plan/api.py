@@ -203,7 +203,7 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
             parallel: int | None = 1, tp: int = 1, *, pp: int = 1, catalog: Catalog | None = None,
             kv_unified: bool | None = None, rope_scaling: str | None = None,
             cpu_features: frozenset[str] | None = None, repack: bool = True, swa_full: bool = False,
-            ubatch: int | None = None) -> tuple[Model, Fit]:
+            ubatch: int | None = None, mem_fraction: float | None = None) -> tuple[Model, Fit]:
     """One fit from catalog ids (the `engineroom fit` command): the quant's catalog size is the
     weight bytes. ``model_ref``: anything ``resolve_model`` accepts. ``parallel`` None: the
     engine's default launch (catalog default_parallel / default_kv_unified: llama.cpp 4 slots,
@@ -239,7 +239,8 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
     req = FitRequest(engine=e.id, ctx=ctx, quant=held.quant if held else q.id,
                      weight_bytes=held.weight_bytes if held else q.weight_bytes,
                      kv_dtype=held.kv.id if held else kv_dtype,
-                     parallel=parallel, tp=tp, pp=pp, mem_fraction=e.default_mem_fraction, kv_unified=bool(kv_unified),
+                     parallel=parallel, tp=tp, pp=pp, mem_fraction=mem_fraction or e.default_mem_fraction,
+                     kv_unified=bool(kv_unified),
                      rope_scaling=rope_scaling, cpu_features=cpu_features, repack=repack, swa_full=swa_full)
     if ubatch is not None:
         req = replace(req, ubatch=ubatch)

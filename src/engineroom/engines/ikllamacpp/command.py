@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import BadInput, NotFound
-from ..base import LaunchOptions, LaunchSpec
+from ..base import LaunchOptions, LaunchSpec, Settled
 from ..llamacpp.command import (
     _build_cpu,
     _flag_value,
@@ -185,7 +185,7 @@ def _version_or_blank(binary: Binary) -> str:
         return ""
 
 
-def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> dict[str, object]:
+def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> Settled:
     """What the fork's llama-server runs with for ``options``, in fit's words.
 
     One KV buffer of ``-c`` = ctx x slots cells serves every slot (fit's single-stream, "unified"
@@ -196,8 +196,8 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> d
     args = [a for c in options.changes for a in c.args] + list(options.extra_args)
     ctk = _flag_value(options.extra_args, "-ctk", "--cache-type-k")
     ctx = options.ctx if options.ctx is not None else (max(1, trained_ctx // slots) if trained_ctx else None)
-    return {"ctx": ctx, "parallel": slots, "kv_unified": True, "kv_dtype": ctk or options.kv_dtype or "f16",
-            "repack": not repack_disabled(args), "rope_scaling": rope_scaling_arg(options.extra_args)}
+    return Settled(ctx=ctx, parallel=slots, kv_unified=True, kv_dtype=ctk or options.kv_dtype or "f16",
+                   repack=not repack_disabled(args), rope_scaling=rope_scaling_arg(options.extra_args))
 
 
 def loads_refusal(path: Path) -> str | None:

@@ -16,6 +16,7 @@ from ..base import (
     LaunchChange,
     LaunchOptions,
     LaunchSpec,
+    Settled,
 )
 
 if TYPE_CHECKING:
@@ -358,7 +359,7 @@ def loads_refusal(path: Path) -> str | None:
     return None
 
 
-def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> dict[str, object]:
+def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> Settled:
     """What llama-server will run with for ``options``, in fit's words (FitRequest fields).
 
     ``ctx`` is per sequence: ``-c`` is ctx x slots, so every slot holds ``ctx`` tokens (unified:
@@ -369,9 +370,8 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> d
     args = [a for c in options.changes for a in c.args] + list(options.extra_args)
     ctk = _flag_value(options.extra_args, "-ctk", "--cache-type-k")
     ctx = options.ctx if options.ctx is not None else (max(1, trained_ctx // slots) if trained_ctx else None)
-    return {"ctx": ctx, "parallel": slots, "kv_unified": unified,
-            "kv_dtype": ctk or options.kv_dtype or "f16", "repack": not repack_disabled(args),
-            "rope_scaling": rope_scaling_arg(options.extra_args)}
+    return Settled(ctx=ctx, parallel=slots, kv_unified=unified, kv_dtype=ctk or options.kv_dtype or "f16",
+                   repack=not repack_disabled(args), rope_scaling=rope_scaling_arg(options.extra_args))
 
 
 def _flag_value(args: Sequence[str], *names: str) -> str | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ... import apikey
 from ...errors import BadInput
-from ..base import LaunchOptions, LaunchSpec
+from ..base import LaunchOptions, LaunchSpec, Settled
 from .discovery import ENGINE, MODULE, Binary
 
 DEFAULT_PORT = 30000          # SGLang's own default; engineroom always passes --port
@@ -289,7 +289,7 @@ def api_key_file_in(argv: Sequence[str]) -> str | None:
     return None
 
 
-def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> dict[str, object]:
+def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> Settled:
     """What SGLang will run with, in fit's words: one paged KV pool shared by all sequences,
     the context per request (the model's trained context when none is given)."""
     extra = options.extra_args
@@ -300,10 +300,10 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> d
     ctx = int(ctx_arg) if ctx_arg and ctx_arg.isdigit() else (options.ctx or trained_ctx)
     tp_arg = _flag_value(extra, TP_FLAG)
     kv = kv_arg or options.kv_dtype or "auto"
-    return {"ctx": ctx, "parallel": int(seqs_arg) if seqs_arg and seqs_arg.isdigit() else (options.parallel or 1),
-            "kv_unified": True, "kv_dtype": "auto" if kv == "f16" else kv,
-            "tp": int(tp_arg) if tp_arg and tp_arg.isdigit() else max(1, options.tp),
-            "mem_fraction": float(mem_arg) if mem_arg else options.mem_fraction}
+    return Settled(ctx=ctx, parallel=int(seqs_arg) if seqs_arg and seqs_arg.isdigit() else (options.parallel or 1),
+                   kv_unified=True, kv_dtype="auto" if kv == "f16" else kv,
+                   tp=int(tp_arg) if tp_arg and tp_arg.isdigit() else max(1, options.tp),
+                   mem_fraction=float(mem_arg) if mem_arg else options.mem_fraction)
 
 
 # --------------------------------------------------------------------------- multi-node

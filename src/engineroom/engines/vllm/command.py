@@ -11,7 +11,7 @@ from pathlib import Path
 from ... import apikey
 from ...catalog import Engine, find_engine, load_catalog
 from ...errors import BadInput, NotFound
-from ..base import LaunchOptions, LaunchSpec
+from ..base import LaunchOptions, LaunchSpec, Settled
 from .convert import converted_dtype
 from .discovery import ENGINE, SERVER_MODULE, Binary
 from .dtype import DTYPE_FLAG, cpu_changes, fit_kv, fit_quant, launched_dtype
@@ -258,7 +258,7 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     )
 
 
-def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> dict[str, object]:
+def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> Settled:
     """What vLLM runs with for ``options``, in fit's words: ctx (its default: the model's
     trained context), its max-num-seqs default (256 on CPU, capped by what is launched), the
     weights at the dtype it computes at (``dtype.launched_dtype``: float32 takes 4 bytes a
@@ -267,8 +267,8 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> d
     ctx = options.ctx if options.ctx is not None else trained_ctx
     kv = kv_name(options.kv_dtype or "auto")
     quant = fit_quant(launched_dtype(options))
-    return {"ctx": ctx, "parallel": options.parallel or 1, "kv_unified": True, "kv_dtype": fit_kv(kv, quant),
-            "tp": options.tp, "kv_space_bytes": kvcache_space_gib() * (1 << 30), "quant": quant}
+    return Settled(ctx=ctx, parallel=options.parallel or 1, kv_unified=True, kv_dtype=fit_kv(kv, quant),
+                   tp=options.tp, kv_space_bytes=kvcache_space_gib() * (1 << 30), quant=quant)
 
 
 # --------------------------------------------------------------------------- vLLM's own parser
