@@ -11,6 +11,7 @@ from engineroom.arch import LayerKind
 from engineroom.catalog import arch_from_catalog, load_catalog
 from engineroom.hardware import host_summary, parse_rig
 from engineroom.plan import UNCALIBRATED, Calibration, SpeedPoint, plan, plans_as_rows, shape_class
+from engineroom.plan.calibration import NO_POINT_HERE
 from engineroom.speedpoints import POINT_KEY, calibration_here, device_of, point_from
 from engineroom.store import Store
 
@@ -80,7 +81,8 @@ def test_the_plan_scales_its_band_and_aggregate_and_says_from_which_runs():
     assert row["decode_tps_uncalibrated"] == [round(before.decode.low, 1), round(before.decode.high, 1)]
     other = Calibration.of("x", [_point(12, "vllm", "hybrid", 60.0)])     # another engine's point changes nothing
     same = plan("qwen3.6-27b", rig, "balanced", engine="llama.cpp", limit=1, calibration=other)[0]
-    assert same.decode == before.decode
+    assert same.decode is not None and (same.decode.low, same.decode.high) == (before.decode.low, before.decode.high)
+    assert same.decode.basis == NO_POINT_HERE and same.aggregate_tps == before.aggregate_tps
 
 
 def _stored(store: Store, host: dict, point: dict | None, status: str = "OK") -> int:
@@ -103,6 +105,14 @@ def test_points_are_read_for_this_machine_only_from_valid_runs(tmp_path):
     assert cal.device == device_of(here)
     assert [(q.run_id, q.ratio) for q in cal.points] == [(mine, 4.0)]
     assert device_of(elsewhere) == "1 x NVIDIA H200"
+
+
+def test_a_store_that_cannot_be_read_never_stops_a_plan(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENGINEROOM_DATA_DIR", str(tmp_path))
+    assert calibration_here().points == ()                  # no store yet: none made by planning
+    assert not (tmp_path / "results.sqlite").exists()
+    (tmp_path / "results.sqlite").write_bytes(b"not a database, " * 64)
+    assert calibration_here().points == ()                  # a damaged one: no points, no error
     assert device_of({"cpu": "AMD EPYC", "cpu_cores": 2, "gpus": []}) == "CPU AMD EPYC (2 cores)"
 
 

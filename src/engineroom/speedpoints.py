@@ -12,9 +12,11 @@ the launcher.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
+from .errors import EngineroomError
 from .hardware import host_summary
 from .plan import Calibration, SpeedPoint
 from .store import Store
@@ -73,8 +75,11 @@ def calibration_here(store: Store | None = None) -> Calibration:
     if store is None:
         if not paths.db_path().is_file():        # nothing measured here yet (and planning creates no store)
             return Calibration.of(device, ())
-        with Store() as own:
-            return calibration_here(own)
+        try:
+            with Store() as own:
+                return calibration_here(own)
+        except (sqlite3.Error, OSError, EngineroomError):
+            return Calibration.of(device, ())    # a store that cannot be read never stops a plan
     points = []
     for run in store.runs(RUNS_READ, kind="bench"):
         if run.get("status") != "OK":

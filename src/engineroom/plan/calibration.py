@@ -23,9 +23,10 @@ from typing import Any
 
 from ..arch import LayerKind, ModelArch
 
-__all__ = ["Calibration", "SpeedFactor", "SpeedPoint", "UNCALIBRATED", "shape_class"]
+__all__ = ["NO_POINT_HERE", "Calibration", "SpeedFactor", "SpeedPoint", "UNCALIBRATED", "shape_class"]
 
-UNCALIBRATED = "uncalibrated: the catalog's efficiency (no run of this engine measured here yet)"
+UNCALIBRATED = "uncalibrated: the catalog's efficiency"
+NO_POINT_HERE = f"{UNCALIBRATED} (no run of this engine measured on this machine yet)"
 
 
 def shape_class(arch: ModelArch) -> str:

@@ -13,7 +13,7 @@ from ..catalog import Catalog, Drafter, Engine, Model, Priority, Quant, find_eng
 from ..catalog.schema import GB, RankKey
 from ..fit import Fit, FitMemo, FitRequest, check_ctx, kv_refusal, max_context
 from ..hardware import Rig
-from .calibration import UNCALIBRATED, Calibration, shape_class
+from .calibration import NO_POINT_HERE, UNCALIBRATED, Calibration, shape_class
 from .candidates import (
     _bandwidth,
     _Cand,
@@ -302,8 +302,9 @@ class _Planner:
             per_inst = c.decode.mid
         c.aggregate = per_inst * c.instances
         found = self.calibration.factor(e.id, self.shape) if self.calibration is not None else None
-        if found is None:
-            c.decode = replace(c.decode, basis=UNCALIBRATED, shape=self.shape)
+        if found is None:      # a rig by spec is never calibrated by this machine's runs
+            c.decode = replace(c.decode, basis=UNCALIBRATED if self.calibration is None else NO_POINT_HERE,
+                               shape=self.shape)
         else:        # this machine's measurements correct the catalog's model (both estimates)
             k = found.factor
             c.decode = replace(c.decode, low=c.decode.low * k, high=c.decode.high * k, basis=found.text,
