@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import re
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import BadInput
@@ -441,36 +440,27 @@ def with_free_memory_ignored(rig: Rig) -> Rig:
     return replace(rig, gpus=tuple(replace(g, free_bytes=None) for g in rig.gpus), cpu_ram_available_bytes=None)
 
 
-__all__ = ["GpuSpec", "Rig", "cpu_bandwidth", "cpu_model_name", "detect_rig", "physical_cores", "probe_copy_bandwidth",
-           "parse_rig", "resolve_rig", "with_free_memory_ignored", "field"]
-
-
 # --------------------------------------------------------------------------- a run's conditions
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def host_summary() -> dict[str, object]:
-    """CPU / RAM / GPU of this machine for a run's conditions (hardware names, no identities)."""
+def host_summary(rig: Rig | None = None) -> dict[str, object]:
+    """CPU / RAM / GPU of this machine for a run's conditions (hardware names, no identities);
+    ``rig``: this machine as already detected (``detect_rig``), else detected here."""
     import psutil
 
     summary: dict[str, object] = {
         "os": f"{platform.system()} {platform.release()}",
         "arch": platform.machine(),
-        "cpu": _cpu_name(),
+        "cpu": cpu_model_name() or platform.machine(),
         "cpu_cores": os.cpu_count(),
         "ram_bytes": psutil.virtual_memory().total,
     }
     try:
-        rig = detect_rig()
+        rig = rig or detect_rig()
         summary["gpus"] = [{"name": g.name, "vram_bytes": g.vram_bytes} for g in rig.gpus]
     except Exception as exc:  # noqa: BLE001 - hardware detection must never break a run
         summary["gpus"] = []
         summary["gpu_note"] = f"GPU detection failed: {type(exc).__name__}"
     return summary
+
+
+__all__ = ["GpuSpec", "Rig", "cpu_bandwidth", "cpu_model_name", "detect_rig", "host_summary", "physical_cores",
+           "probe_copy_bandwidth", "parse_rig", "resolve_rig", "with_free_memory_ignored"]

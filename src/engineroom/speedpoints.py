@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import EngineroomError
-from .hardware import host_summary
+from .hardware import Rig, host_summary
 from .plan import Calibration, SpeedPoint
 from .store import Store
 
@@ -67,17 +67,18 @@ def _as_dict(value: Any) -> Mapping[str, Any]:
     return out if isinstance(out, Mapping) else {}
 
 
-def calibration_here(store: Store | None = None) -> Calibration:
-    """The speed points this machine's store holds for this machine (none: an empty calibration)."""
+def calibration_here(store: Store | None = None, rig: Rig | None = None) -> Calibration:
+    """The speed points this machine's store holds for this machine (none: an empty calibration);
+    ``rig``: this machine as the caller already detected it."""
     from . import paths
 
-    device = device_of(host_summary())
+    device = device_of(host_summary(rig))
     if store is None:
         if not paths.db_path().is_file():        # nothing measured here yet (and planning creates no store)
             return Calibration.of(device, ())
         try:
             with Store() as own:
-                return calibration_here(own)
+                return calibration_here(own, rig)
         except (sqlite3.Error, OSError, EngineroomError):
             return Calibration.of(device, ())    # a store that cannot be read never stops a plan
     points = []

@@ -60,7 +60,7 @@ def plan(
 
     the_rig = resolve_rig(rig)
     subject = resolve_model(model)
-    calibration = calibration_here() if rig is None else None   # this machine's measured speeds
+    calibration = calibration_here(rig=the_rig) if rig is None else None   # this machine's measured speeds
     if priority is None:
         rows = how_to_choose(subject, the_rig, ctx=ctx, engine=engine, parallel=parallel, calibration=calibration)
         _print_how_to_choose(model, subject, the_rig, rows, json_out)

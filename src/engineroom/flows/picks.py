@@ -134,7 +134,7 @@ def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None =
 
     the_rig = resolve_rig(rig)
     plans = make_plan(model, the_rig, priority, limit=pick, engine=engine, ctx=ctx, parallel=parallel,
-                      calibration=calibration_here() if rig is None else None)
+                      calibration=calibration_here(rig=the_rig) if rig is None else None)
     if len(plans) < pick:
         raise NotFound(f"the plan has {len(plans)} configuration(s) for {model}; --pick {pick} is beyond them.")
     chosen = plans[pick - 1]
