@@ -13,7 +13,7 @@ from ..catalog import Catalog, Drafter, Engine, Model, Priority, Quant, find_eng
 from ..catalog.schema import GB, RankKey
 from ..fit import Fit, FitMemo, FitRequest, check_ctx, kv_refusal, max_context
 from ..hardware import Rig
-from .calibration import NO_POINT_HERE, UNCALIBRATED, Calibration, shape_class
+from .calibration import NO_POINT_HERE, UNCALIBRATED, Calibration, SpeedFactor, shape_class
 from .candidates import (
     _bandwidth,
     _Cand,
@@ -58,6 +58,7 @@ class _Planner:
         self.launchable = launchable  # False: the sizing model alone (configurations engineroom cannot launch too)
         self.calibration = calibration   # this machine's measured speed points (None: a rig by spec, or none)
         self.shape = shape_class(arch)
+        self._factors: dict[str, SpeedFactor | None] = {}
         self.rejected: list[str] = []
         self.layout_misses: dict[tuple, str] = {}   # (engine, quant, kv, tp, instances) -> why not
         self.pool: list[_Cand] = []
@@ -301,7 +302,7 @@ class _Planner:
         else:
             per_inst = c.decode.mid
         c.aggregate = per_inst * c.instances
-        found = self.calibration.factor(e.id, self.shape) if self.calibration is not None else None
+        found = self._speed_factor(e.id)
         if found is None:      # a rig by spec is never calibrated by this machine's runs
             c.decode = replace(c.decode, basis=UNCALIBRATED if self.calibration is None else NO_POINT_HERE,
                                shape=self.shape)
@@ -310,6 +311,14 @@ class _Planner:
             c.decode = replace(c.decode, low=c.decode.low * k, high=c.decode.high * k, basis=found.text,
                                uncalibrated=(c.decode.low, c.decode.high), shape=self.shape)
             c.aggregate *= k
+
+    def _speed_factor(self, engine: str) -> SpeedFactor | None:
+        """This machine's correction for ``engine`` (one per engine: every candidate of it shares it)."""
+        if self.calibration is None:
+            return None
+        if engine not in self._factors:
+            self._factors[engine] = self.calibration.factor(engine, self.shape)
+        return self._factors[engine]
 
     # -- metrics and ranking -------------------------------------------------------------
     def static_metrics(self, c: _Cand) -> None:
