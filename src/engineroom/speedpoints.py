@@ -11,7 +11,6 @@ the launcher.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Mapping
 from typing import Any
@@ -21,7 +20,8 @@ from .hardware import Rig, host_summary
 from .plan import Calibration, SpeedPoint
 from .store import Store
 
-__all__ = ["POINT_KEY", "RUNS_READ", "calibration_here", "decode_mean", "device_of", "point_from"]
+__all__ = ["POINT_KEY", "RUNS_READ", "calibration_here", "decode_mean", "device_of", "point_from",
+           "workload_decode_means"]
 
 POINT_KEY = "speed_point"      # in a run's summary
 RUNS_READ = 500                # the newest bench runs looked at
@@ -36,11 +36,16 @@ def device_of(host: Mapping[str, Any]) -> str:
     return f"CPU {host.get('cpu', '?')} ({host.get('cpu_cores', '?')} cores)"
 
 
+def workload_decode_means(summary: Mapping[str, Any]) -> list[float]:
+    """Each workload's mean decode rate (tok/s) in a stored bench summary (those it has)."""
+    workloads = summary.get("workloads") or {}
+    rates = [(w.get("decode_tps") or {}).get("mean") for w in workloads.values() if isinstance(w, Mapping)]
+    return [float(r) for r in rates if isinstance(r, (int, float))]
+
+
 def decode_mean(summary: Mapping[str, Any]) -> float | None:
     """The measured requests' mean decode rate (tok/s) over a bench summary's workloads."""
-    workloads = summary.get("workloads") or {}
-    means = [w["decode_tps"]["mean"] for w in workloads.values()
-             if isinstance(w, Mapping) and (w.get("decode_tps") or {}).get("mean")]
+    means = [r for r in workload_decode_means(summary) if r]
     return sum(means) / len(means) if means else None
 
 
@@ -57,14 +62,8 @@ def point_from(row: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, 
     return point.to_dict() if point.planned_mid_tps > 0 else None
 
 
-def _as_dict(value: Any) -> Mapping[str, Any]:
-    if isinstance(value, Mapping):
-        return value
-    try:
-        out = json.loads(value) if isinstance(value, str) else None
-    except ValueError:
-        return {}
-    return out if isinstance(out, Mapping) else {}
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def calibration_here(store: Store | None = None, rig: Rig | None = None) -> Calibration:
@@ -85,9 +84,9 @@ def calibration_here(store: Store | None = None, rig: Rig | None = None) -> Cali
     for run in store.runs(RUNS_READ, kind="bench"):
         if run.get("status") != "OK":
             continue
-        summary, conditions = _as_dict(run.get("summary")), _as_dict(run.get("conditions"))
+        summary, conditions = _mapping(run.get("summary")), _mapping(run.get("conditions"))
         raw = summary.get(POINT_KEY)
-        if not isinstance(raw, Mapping) or device_of(_as_dict(conditions.get("host"))) != device:
+        if not isinstance(raw, Mapping) or device_of(_mapping(conditions.get("host"))) != device:
             continue
         point = SpeedPoint.from_dict({**raw, "run_id": run["id"]})
         if point is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..speedpoints import workload_decode_means
 from ..store import Store
 
 KINDS = ("launch", "verify", "bench", "demo")
@@ -17,9 +18,7 @@ def _brief(run: dict[str, Any]) -> dict[str, Any]:
         ran = int(summary.get("PASS") or 0) + int(summary.get("FAIL") or 0)
         out["passed"] = f"{int(summary.get('PASS') or 0)}/{ran}"
     if run["kind"] == "bench" and isinstance(summary, dict):
-        rates = [w.get("decode_tps", {}).get("mean") for w in (summary.get("workloads") or {}).values()
-                 if isinstance(w, dict)]
-        rates = [r for r in rates if isinstance(r, (int, float))]
+        rates = workload_decode_means(summary)
         if rates:
             out["decode_tps"] = round(max(rates), 1)
     return out
