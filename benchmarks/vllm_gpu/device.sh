@@ -2,7 +2,8 @@
 # On the lent GPU machine: receive the parts pack.py made, one a call, join them, check every
 # sha256, install vLLM 0.26.0 (+ engineroom) into a venv over /opt/torch/.venv's PyTorch, smoke-test.
 #   bash benchmarks/vllm_gpu/device.sh recv K     # carry [".ci-work/vllm_gpu/partK"]: store part K
-#   bash benchmarks/vllm_gpu/device.sh install    # join, check, install, smoke (after the last recv)
+#   bash benchmarks/vllm_gpu/device.sh install    # join, check, install, smoke (after the last recv;
+#                                                 # SMOKE=0: no smoke server)
 #   bash benchmarks/vllm_gpu/device.sh status     # what is stored / installed
 # State lives in $VLLM_GPU_STORE (/root/vllm_gpu): outside the repo copy, so it stays while the
 # machine is warm (a machine is given back 30 s after a call: make the calls back to back).
@@ -93,7 +94,7 @@ case "$stage" in
       "$TORCH_PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" --upgrade $fb || exit 7
       "$TORCH_PY" -c "import site, sys, torch, os; dirs = [os.path.dirname(os.path.dirname(torch.__file__))] + site.getsitepackages(); print('\n'.join(dict.fromkeys(dirs)))" > "$SITE/zz_device_torch.pth"
     fi
-    bash benchmarks/vllm_gpu/device.sh engineroom || exit 8
+    bash benchmarks/vllm_gpu/device.sh engineroom || say "engineroom did not install (engines.json says why); vLLM's checks go on"
     say "installed in $(( $(date +%s) - start )) s"
     "$VENV/bin/python" - <<'EOF' 2>&1 | tee "$OUT/import.txt"
 import torch, vllm
@@ -104,9 +105,12 @@ import vllm._custom_ops, vllm.entrypoints.openai.api_server  # noqa: E401  (the 
 print("import ok")
 EOF
     [ "${PIPESTATUS[0]}" = 0 ] || exit 9
-    # smoke: a 2-layer random-weight Llama on SmolLM2's tokenizer, one completion
-    tok=$STORE/models/smollm2-tokenizer
+    tok=$STORE/models/smollm2-tokenizer     # the random-weight folders' tokenizer (run_gpu.sh)
     [ -n "$gz" ] && { "$VENV/bin/python" benchmarks/vllm_gpu/models.py tokenizer "$gguf" "$tok" || exit 10; }
+    touch "$STORE/installed"
+    # SMOKE=0: no smoke server (the next step, run_gpu.sh, starts vLLM through engineroom anyway)
+    [ "${SMOKE:-1}" = 0 ] && { say "installed; smoke test skipped (SMOKE=0)"; exit 0; }
+    # smoke: a 2-layer random-weight Llama on SmolLM2's tokenizer, one completion
     "$VENV/bin/python" benchmarks/vllm_gpu/models.py folder tiny "$STORE/models/tiny" --tokenizer "$tok" || exit 10
     t0=$(date +%s)
     VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1 setsid "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \

@@ -50,8 +50,9 @@ case "$model" in
   qwen36-27b|qwen36-35b-a3b)
     ref=$STORE/models/$model
     "$VENV/bin/python" benchmarks/vllm_gpu/models.py folder "$model" "$ref" --tokenizer "$tok" || exit 4
-    # random weights (config.json + tokenizer only); FlashInfer's GDN prefill (vLLM's SM90 default) is not carried
-    ctx=32768; par=4; extra=(--load-format dummy --gdn-prefill-backend triton); up_need=420 ;;
+    # random weights (config.json + tokenizer only); FlashInfer's GDN prefill (vLLM's SM90 default) is not
+    # carried; text only (the folder has no image processor, and fit sizes the text model)
+    ctx=32768; par=4; extra=(--load-format dummy --gdn-prefill-backend triton --language-model-only); up_need=420 ;;
   *) echo "unknown model $model"; exit 2 ;;
 esac
 [ -n "${VLLM_EXTRA:-}" ] && read -r -a more <<< "$VLLM_EXTRA" && extra+=("${more[@]}")   # e.g. VLLM_EXTRA=--enforce-eager

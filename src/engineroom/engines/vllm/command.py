@@ -275,7 +275,10 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> S
 _VALIDATE = r"""
 import sys, io, json, contextlib
 from vllm.utils.argparse_utils import FlexibleArgumentParser
-from vllm.entrypoints.launchers.cli_args import make_arg_parser
+try:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+except ImportError:   # vLLM before 0.31 kept it beside the OpenAI server
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
 answers = []
 for args in json.loads(sys.argv[1]):
     parser = make_arg_parser(FlexibleArgumentParser(prog="vllm"))
