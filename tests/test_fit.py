@@ -136,24 +136,31 @@ def test_vllm_worked_example_tp2_fp8_262k():
     g = {c.name: c.bytes / GB for c in f.per_gpu[0].components}
     assert g["weights"] == pytest.approx(8.75, abs=0.01)
     assert g["kv_cache"] == pytest.approx(8.59, abs=0.01)
-    assert g["activations"] == pytest.approx(0.82, abs=0.01)
-    assert g["cuda_graphs"] == pytest.approx(1.72, abs=0.01)
+    assert g["activations"] == pytest.approx(0.82, abs=0.01)     # the long context's reserve beats the profile
+    # the overhead O is the recipes' floor: vLLM's own non-torch and CUDA-graph figures (H200-measured
+    # terms) plus the rest of it as runtime_reserve
+    assert g["non_torch"] + g["cuda_graphs"] + g["runtime_reserve"] == pytest.approx(1.72, abs=0.01)
     assert need_bytes(f) / GB == pytest.approx(19.9, abs=0.5)
-    # vLLM grabs its fraction: reported peak ~= 0.92 x 24 GB regardless of need
-    assert f.per_gpu[0].used_bytes / GB == pytest.approx(0.92 * 24, abs=0.01)
+    # vLLM grabs its fraction of the device's total as CUDA reports it (616 MiB under the 24 GB)
+    assert f.per_gpu[0].used_bytes / GB == pytest.approx(0.92 * (24 - 616 * 2**20 / 1e9), abs=0.01)
 
 
 def test_vllm_worked_example_tp1_fp8_32k():
     """Spec: 1x3090, TP=1, fp8, 32K, 1 seq: 17.5 + 1.07 + 0.20 + 1.42 -> PASS, ~20.2 GB.
-    Ours: 20.36 GB (+0.16 GB of GDN state the published sum leaves out)."""
+    Ours: the profiling pass vLLM runs before sizing its pool (2,048 tokens on a 24 GB card: its
+    API server's default under 70 GiB) outweighs the spec's 0.20 GB: 0.56 GB, measured per hidden
+    unit on the H200 (benchmarks/vllm_gpu), with the GDN prefill scratch; need ~20.7 GB."""
+    from engineroom.fit.pool import gdn_prefill_scratch
+
+    a = qwen36_27b()
     req = FitRequest(engine="vllm", ctx=32_768, weight_bytes=int(17.5e9), kv_dtype="fp8", mem_fraction=0.92)
-    f = fit(qwen36_27b(), req, ONE_3090)
+    f = fit(a, req, ONE_3090)
     assert f.verdict == "fits"
     g = {c.name: c.bytes / GB for c in f.per_gpu[0].components}
     assert g["kv_cache"] == pytest.approx(1.07, abs=0.01)
-    assert g["activations"] == pytest.approx(0.20, abs=0.01)
-    assert g["cuda_graphs"] == pytest.approx(1.42, abs=0.01)
-    assert need_bytes(f) / GB == pytest.approx(20.2, abs=0.5)
+    assert g["activations"] * GB == pytest.approx(2048 * 43.7 * 5120 + gdn_prefill_scratch(a, 2048), abs=1)
+    assert g["non_torch"] + g["cuda_graphs"] + g["runtime_reserve"] == pytest.approx(1.42, abs=0.01)
+    assert need_bytes(f) / GB == pytest.approx(20.2, abs=0.6)
 
 
 # ---- verdicts ----------------------------------------------------------------------------
@@ -183,8 +190,8 @@ def test_vllm_pool_verdicts():
     a = qwen36_27b()
     base = FitRequest(engine="vllm", ctx=32_768, weight_bytes=int(17.5e9), kv_dtype="fp8", mem_fraction=0.92)
     assert fit(a, base, ONE_3090).verdict == "fits"
-    # 4 x 48K does not all fit in the pool, but one sequence does: the engine caps concurrency
-    capped = fit(a, replace(base, ctx=49_152, parallel=4), ONE_3090)
+    # 4 x 40K does not all fit in the pool, but one sequence does: the engine caps concurrency
+    capped = fit(a, replace(base, ctx=40_960, parallel=4), ONE_3090)
     assert capped.verdict == "tight" and "caps" in capped.binding
     # typed: the count the binding states, and not servable (plan and max_context read these)
     assert capped.capped_parallel is not None and 1 <= capped.capped_parallel < 4
@@ -255,8 +262,10 @@ def test_max_concurrency(q27):
     assert fit(q27, replace(req, parallel=n), ONE_3090).verdict != "does_not_fit"
     assert fit(q27, replace(req, parallel=n + 1), ONE_3090).verdict == "does_not_fit"
     a = qwen36_27b()
-    v = FitRequest(engine="vllm", ctx=32_768, weight_bytes=int(17.5e9), kv_dtype="fp8", mem_fraction=0.92)
-    assert max_concurrency(a, v, ONE_3090) == 2
+    v = FitRequest(engine="vllm", ctx=16_384, weight_bytes=int(17.5e9), kv_dtype="fp8", mem_fraction=0.92)
+    n = max_concurrency(a, v, ONE_3090)
+    assert n >= 2 and fit(a, replace(v, parallel=n), ONE_3090).verdict != "does_not_fit"
+    assert fit(a, replace(v, parallel=n + 1), ONE_3090).capped_parallel == n     # one more: vLLM queues it
 
 
 # ---- dtypes ------------------------------------------------------------------------------
@@ -333,15 +342,18 @@ TOY_POOL_ENGINE = {
 
 
 def test_an_engine_defined_only_in_the_catalog_is_fittable():
+    from engineroom.catalog import read_raw
+
     cat = _catalog_with(TOY_POOL_ENGINE)
     a = qwen36_27b()
     req = FitRequest(engine="toyserve", ctx=32_768, weight_bytes=int(17.5e9), kv_dtype="int8")
     f = fit(a, req, H200, catalog=cat)
     assert f.verdict in ("fits", "tight")
     assert "toyserve sizes its KV pool from 0.8 x VRAM" in f.notes   # the catalog's default fraction
-    # same memory model and numbers as vLLM's fp8 at the same fraction: the same breakdown
+    # same memory model and numbers as vLLM's fp8 at the same fraction (its profile too): the same breakdown
+    profiled = _catalog_with({**TOY_POOL_ENGINE, "pool_profile": read_raw()["engines/vllm.yaml"]["pool_profile"]})
     v = fit(a, replace(req, engine="vllm", kv_dtype="fp8", mem_fraction=0.8), H200)
-    assert f.per_gpu == v.per_gpu
+    assert fit(a, req, H200, catalog=profiled).per_gpu == v.per_gpu
     # the alias and the context step come from the YAML dict too
     assert kv_bytes_per_elem("toyserve", "f16", catalog=cat) == 2.0
     small = Rig(gpus=(replace(R3090, vram_bytes=25_020_000_000),))

@@ -87,6 +87,11 @@ def folder(name: str, out: Path, tok: Path) -> int:
         cfg.pop("quantization_config", None)
         cfg.pop("quantization", None)
         cfg["dtype"] = cfg["torch_dtype"] = "bfloat16"
+        # the fixtures name the text model as the outer one; transformers' and vLLM's Qwen3.5 read
+        # text_config.model_type "qwen3_5_text" / "qwen3_5_moe_text" (as the published configs say)
+        text = cfg.get("text_config")
+        if isinstance(text, dict) and text.get("model_type") == cfg.get("model_type"):
+            text["model_type"] = f"{cfg['model_type']}_text"
     (out / "config.json").write_text(json.dumps(cfg, indent=1))
     text = cfg.get("text_config", cfg)
     _pad_tokenizer(tok, out, int(text["vocab_size"]))

@@ -177,6 +177,38 @@ class PoolActivation(Strict):
         return self.coef_below_half_byte if kv_bytes_per_elem < 0.5 else self.coef_default
 
 
+class PoolProfile(Strict):
+    """A kv_pool engine that sizes its pool by profiling on a GPU (vLLM's CUDA build): it asks
+    for ``mem_fraction`` x the device's total as CUDA reports it, loads the weights, runs one
+    forward pass of max_num_batched_tokens tokens, and gives the KV pool what the weights, that
+    pass's peak, the memory outside torch and its CUDA-graph estimate leave of the request.
+
+    ``fit`` models each term: the CUDA total is the device's (NVML's) total less
+    ``device_reserved_mib``; the peak is the batched tokens x ``activation_per_hidden`` x the
+    hidden size, plus the Gated-DeltaNet prefill scratch and the fused-MoE workspace of that
+    many tokens; CUDA graphs grow from ``cuda_graphs_gib`` at the smallest capture sizes to
+    ``cuda_graphs_full_gib`` at 512 (vLLM captures up to 2 x max-num-seqs, at most 512).
+    The loaded weights are the text model's: no vision tower for a text-only launch, no MTP
+    layers unless MTP drafts. The recurrent state of hybrid models is in the pool."""
+
+    batched_tokens: int = Field(gt=0)             # max_num_batched_tokens of the profiling pass (large GPUs)
+    batched_tokens_small: int = Field(gt=0)       # ... on GPUs under large_gpu_gib, and on those named below
+    large_gpu_gib: float = Field(gt=0)            # a GPU this large (and not named below) gets batched_tokens
+    small_gpu_names: tuple[str, ...] = ()         # lower-case name parts kept at the small default (a100)
+    activation_per_hidden: float = Field(gt=0)    # bytes per token per hidden unit of the peak
+    non_torch_gib: float = Field(ge=0)            # CUDA context and kernels' memory outside torch
+    cuda_graphs_gib: float = Field(ge=0)          # graph pool at the smallest capture sizes (<= 8 tokens)
+    cuda_graphs_full_gib: float = Field(ge=0)     # graph pool at captures up to 512 tokens
+    device_reserved_mib: float = Field(ge=0)      # NVML's total less what CUDA reports as total
+    source: str
+
+    def default_batched_tokens(self, vram_bytes: int, name: str) -> int:
+        """The engine's max_num_batched_tokens on a GPU of ``vram_bytes`` named ``name``."""
+        small = any(part in name.lower() for part in self.small_gpu_names)
+        return self.batched_tokens if vram_bytes >= self.large_gpu_gib * (1 << 30) and not small \
+            else self.batched_tokens_small
+
+
 class KvCacheSpace(Strict):
     """A kv_pool build whose KV cache is a fixed space the user sets (vLLM's CPU backend:
     ``VLLM_CPU_KVCACHE_SPACE`` GiB) instead of what ``mem_fraction x device memory`` leaves.
@@ -325,6 +357,7 @@ class Engine(Strict):
     max_context_step: int = Field(gt=0)
     default_mem_fraction: float | None = Field(default=None, gt=0, le=1)  # kv_pool engines only
     pool_activation: PoolActivation | None = None   # kv_pool engines only (required there)
+    pool_profile: PoolProfile | None = None         # kv_pool engines that profile on a GPU (vLLM)
     # the engine's launch defaults when no slot flag is given (llama-server: no -np = 4 slots,
     # unified KV); fit/plan/up use these for a "default launch", explicit flags otherwise
     default_parallel: int = Field(default=1, ge=1)

@@ -290,7 +290,9 @@ class Settled:
     rope_scaling: str | None = None    # the RoPE scaling the user's arguments give ("yarn:4")
     quant: str | None = None           # the weights as the engine loads them, where it says (vLLM's dtype)
     kv_space_bytes: int | None = None  # a KV space the engine is given in bytes (vLLM's CPU build)
-    mem_fraction: float | None = None  # the share of device memory a pool engine takes (SGLang)
+    mem_fraction: float | None = None  # the share of device memory a pool engine takes (SGLang, vLLM)
+    vision: bool = False               # the vision tower is loaded (vLLM: unless served text-only)
+    spec_method: str | None = None     # the drafting method (vLLM loads a checkpoint's MTP layers for "mtp")
 
 
 @runtime_checkable

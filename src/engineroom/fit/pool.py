@@ -9,8 +9,9 @@ import math
 
 from ..arch import LayerKind, ModelArch
 from ..catalog import Catalog
+from ..catalog.engine_schema import PoolProfile
 from ..errors import BadInput
-from ..hardware import Rig
+from ..hardware import GpuSpec, Rig
 from .engine import engine_spec, kv_bytes_per_elem
 from .kv import pool_kv_grow_per_card, recurrent_state_bytes
 from .request import GB, Component, FitRequest, GpuFit
@@ -74,6 +75,9 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
     if ks is not None:
         return _fit_space(arch, req, rig, eng, ks, frac, w, split.source, act + scratch, coef, kv_need, kv_note,
                           kv_fixed, draft, catalog)
+    if eng.pool_profile is not None and gpus:
+        return _fit_profiled(arch, req, eng.pool_profile, gpus, frac, split, kv_need, kv_note, kv_fixed, draft, eng.id,
+                             (act, f"{coef:g} x 48 x ctx / TP"), (overhead, f"(0.5 + {frac} + 0.3 x (TP-1)) GB"))
     out: list[GpuFit] = []
     info = {}
     for gi in range(tp):
@@ -163,4 +167,118 @@ def _fit_stages(arch: ModelArch, req: FitRequest, rig: Rig, frac: float, split: 
     notes = [f"{req.engine} sizes its KV pool from {frac} x VRAM",
              f"TP {tp} x PP {pp} = {tp * pp} GPUs on {nodes} node(s): layers split "
              f"{'/'.join(str(len(r)) for r in layers)} by stage; KV per stage in proportion to its layers"]
+    return out, [], notes, info
+
+
+def gdn_prefill_scratch(arch: ModelArch, tokens: int, tp: int = 1) -> int:
+    """Bytes the chunked Gated-DeltaNet prefill holds for ``tokens`` tokens (per card): one
+    state per 64-token chunk and the gated value projections, at 2 bytes."""
+    if not (tokens and arch.count(LayerKind.LINEAR) and arch.linear):
+        return 0
+    vh = arch.linear.n_value_heads / max(1, tp)
+    kd, vd = arch.linear.key_head_dim, arch.linear.value_head_dim
+    return int(math.ceil(tokens / 64) * vh * kd * vd * 2 + 2 * tokens * vh * vd * 2)
+
+
+def moe_workspace(arch: ModelArch, tokens: int, tp: int = 1) -> int:
+    """The fused-MoE kernel's three caches for ``tokens`` tokens (per card, 2 bytes): each
+    token's active experts' gate-up output, activation and down-projection output."""
+    if arch.moe is None or not tokens:
+        return 0
+    m = arch.moe
+    inter = m.expert_intermediate_size / max(1, tp)
+    return int(tokens * m.n_experts_active * (3 * inter + arch.hidden_size) * 2)
+
+
+def profiled_weights(arch: ModelArch, req: FitRequest, split: WeightSplit) -> tuple[int, str]:
+    """The weights a profiling engine loads: the text model, with the vision tower only when the
+    launch serves images and the MTP layers only when MTP drafts. A given checkpoint size holds
+    both; a size counted from the parameters holds neither."""
+    total, how = split.total, split.source
+    params = arch.total_param_count or 0
+    per_param = total / params if params and req.weight_bytes is not None else 0.0
+    vision = arch.vision.param_count if arch.vision and arch.vision.param_count else 0
+    mtp = arch.mtp_param_count or 0
+    mtp_loaded = req.spec_method == "mtp"
+    if req.weight_bytes is not None and per_param:
+        if vision and not req.vision:
+            total -= int(vision * per_param)
+            how += ", less the vision tower (text only)"
+        if mtp and not mtp_loaded:
+            total -= int(mtp * per_param)
+            how += ", less the MTP layers (not drafting with MTP)"
+    elif split.source != "GGUF tensor bytes":
+        per_param = total / max(arch.param_count or params or 1, 1)
+        if vision and req.vision:
+            total += int(vision * per_param)
+            how += ", with the vision tower"
+        if mtp and mtp_loaded:
+            total += int(mtp * per_param)
+            how += ", with the MTP layers"
+    return total, how
+
+
+def _fit_profiled(arch: ModelArch, req: FitRequest, prof: PoolProfile, gpus: tuple[GpuSpec, ...], frac: float,
+                  split: WeightSplit, kv_need: int, kv_note: str, state: int, draft: int, engine: str,
+                  long_ctx: tuple[int, str], reserve: tuple[int, str]
+                  ) -> tuple[list[GpuFit], list[Component], list[str], dict]:
+    """vLLM's CUDA build (catalog ``pool_profile``): it asks for ``frac`` x the device's total as
+    CUDA reports it, and its KV pool (which also holds the hybrid layers' recurrent state) is
+    what the weights, the profiling pass's peak, the memory outside torch and the CUDA graphs
+    leave of that. Sized on the device's total, not its free memory: vLLM refuses to start when
+    less than the request is free, and fit says so. The activation reserve is the larger of the
+    profiled peak and ``long_ctx`` (the catalog's ``pool_activation``: what a long context held at
+    run time in the recipes' 3090 measurements, growing with ctx; the profiling pass alone does not
+    see a long prefix). Likewise the memory outside the weights, activations and KV is at least
+    ``reserve`` (the recipes' runtime overhead on 3090s, CUDA graphs at their capture sizes
+    included): what it holds beyond vLLM's own non-torch and CUDA-graph figures is a row of its
+    own, ``runtime_reserve``, which vLLM logs nowhere (so fit's pool is the smaller by it)."""
+    tp = max(1, req.tp)
+    b = int(req.extra.get("max_num_batched_tokens", 0)) or prof.default_batched_tokens(gpus[0].vram_bytes, gpus[0].name)
+    weights, how = profiled_weights(arch, req, split)
+    peak = int(b * prof.activation_per_hidden * arch.hidden_size / tp)
+    scratch, moe = gdn_prefill_scratch(arch, b, tp), moe_workspace(arch, b, tp)
+    act_how = f"profiling pass of {b} tokens: {prof.activation_per_hidden:g} B x hidden {arch.hidden_size} / TP"
+    act_how += " + GDN prefill scratch" if scratch else ""
+    act_how += " + fused-MoE workspace" if moe else ""
+    act = peak + scratch + moe
+    if long_ctx[0] > act:
+        act, act_how = long_ctx[0], f"{long_ctx[1]} (a long context; the profiling pass: {act / GB:.2f} GB)"
+    largest = min(512, 2 * max(1, req.parallel))
+    graphs = (prof.cuda_graphs_gib + (prof.cuda_graphs_full_gib - prof.cuda_graphs_gib)
+              * max(0, largest - 8) / (512 - 8)) * (1 << 30)
+    out: list[GpuFit] = []
+    info: dict = {}
+    notes = [f"{engine} sizes its KV pool from {frac} x the GPU's total as CUDA reports it "
+             f"({prof.device_reserved_mib:g} MiB under the device's)"]
+    if req.vision and arch.vision is not None:
+        notes.append("the vision tower is part of the checkpoint's weights")
+    for gi in range(tp):
+        gpu = gpus[gi]
+        cuda_total = gpu.vram_bytes - int(prof.device_reserved_mib * (1 << 20))
+        budget = int(frac * cuda_total)
+        fixed = [Component("weights", weights // tp, how + (f" / TP {tp}" if tp > 1 else "")),
+                 Component("activations", act, act_how),
+                 Component("non_torch", int(prof.non_torch_gib * (1 << 30)), "memory outside torch (CUDA context)"),
+                 Component("cuda_graphs", int(graphs), f"graphs captured up to {largest} tokens")]
+        extra = reserve[0] - sum(c.bytes for c in fixed[2:])
+        if extra > 0:
+            fixed.append(Component("runtime_reserve", extra, f"the recipes' runtime overhead {reserve[1]} less "
+                                                             "non_torch and cuda_graphs"))
+        if draft:
+            fixed.append(Component("draft", draft, "draft model / TP"))
+        pool = budget - sum(c.bytes for c in fixed)
+        comps = list(fixed)
+        if state:
+            comps.append(Component("recurrent_state", state, f"{req.parallel} sequence(s) of linear-attention "
+                                                             "state / TP, in the KV pool"))
+        comps.append(Component("kv_cache", kv_need, kv_note))
+        if pool - state > kv_need:
+            comps.append(Component("kv_pool_spare", pool - state - kv_need, f"pool sized from {frac} x CUDA's total"))
+        out.append(GpuFit(gi, gpu.vram_bytes, tuple(comps)))
+        info[gi] = (pool - state, kv_need, budget)
+        if gpu.free_bytes is not None and gpu.free_bytes < budget:
+            info["refused"] = (f"GPU{gi}: {engine} asks for {frac} x {cuda_total / (1 << 30):.2f} GiB = "
+                               f"{budget / (1 << 30):.2f} GiB but {gpu.free_bytes / (1 << 30):.2f} GiB is free; "
+                               "it refuses to start (free memory first, or lower its memory fraction)")
     return out, [], notes, info

@@ -127,6 +127,9 @@ def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None =
     if "space" in info:                       # a fixed KV space (catalog kv_cache_space)
         verdict, binding = _space_verdict(info, req)
         return Fit(req, rig.label, tuple(gpus), tuple(host), verdict, binding, notes=tuple(notes))
+    if "refused" in info:                     # the engine would not start on this machine's free memory
+        return Fit(req, rig.label, tuple(gpus), tuple(host), Verdict.DOES_NOT_FIT, info.pop("refused"),
+                   notes=tuple(notes))
     verdict, binding, capped = Verdict.FITS, "", None
     for gi, (pool, need, budget) in info.items():
         per_seq = need // req.parallel

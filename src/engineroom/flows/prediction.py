@@ -61,13 +61,17 @@ def predict_memory(engine: str, arch: ModelArch | None, settled: Settled, probe:
             req = FitRequest(engine=engine, ctx=s.ctx, quant=s.quant or arch.file_type or None,
                              kv_dtype=s.kv_dtype or "f16", parallel=s.parallel, kv_unified=s.kv_unified,
                              repack=s.repack, cpu_features=features, rope_scaling=s.rope_scaling, tp=s.tp,
-                             kv_space_bytes=s.kv_space_bytes, mem_fraction=s.mem_fraction)
+                             kv_space_bytes=s.kv_space_bytes, mem_fraction=s.mem_fraction, vision=s.vision,
+                             spec_method=s.spec_method)
             f, basis = fit(arch, req, rig, catalog=cat), "the model file's header"
     except (EngineroomError, KeyError, TypeError, ValueError) as exc:
         return Prediction({}, {}, "", f"fit cannot size this launch ({str(exc).rstrip('.')})")
     comps = f.bytes_by_component(per_gpu=bool(rig.gpus))
     if "kv_pool_spare" in comps:   # a paged pool: the whole of it, as a pool engine reports it (beside its parts)
         comps["kv_pool"] = comps.get("kv_cache", 0) + comps["kv_pool_spare"]
+        spec = cat.engine(engine)
+        if rig.gpus and spec is not None and spec.pool_profile is not None:   # a profiled pool holds the state
+            comps["kv_pool"] += comps.get("recurrent_state", 0)
     comps["total"] = f.total_bytes
     request = {k: (sorted(v) if isinstance(v, frozenset) else v) for k, v in asdict(req).items()}
     request.pop("cpu_features", None)

@@ -276,12 +276,17 @@ def launch_prepared(prepared: Prepared, *, before: Callable[[], object] | None =
 
 
 def _read_arch(path: Path) -> ModelArch | None:
-    """The architecture from the model file's header, or None when engineroom cannot describe it
-    (the engine has the last word on such a file). A GGUF whose header does not parse in full, or
-    that is shorter than its tensors, is refused here (``models.check_gguf``'s sentence): nothing
-    is stopped or started for a damaged file."""
-    from ..arch import arch_from_gguf
+    """The architecture from the model file's header (a folder: its config.json), or None when
+    engineroom cannot describe it (the engine has the last word on such a file). A GGUF whose
+    header does not parse in full, or that is shorter than its tensors, is refused here
+    (``models.check_gguf``'s sentence): nothing is stopped or started for a damaged file."""
+    from ..arch import arch_from_config, arch_from_gguf
 
+    if path.is_dir():      # a Hugging Face folder (vLLM, SGLang): its config.json, weights there or not
+        try:
+            return arch_from_config(path / "config.json", name=path.name) if (path / "config.json").is_file() else None
+        except (EngineroomError, OSError, ValueError):
+            return None
     if not path.is_file():
         return None
     try:

@@ -65,6 +65,7 @@ SPEC_METHODS = ("ngram", "mtp", "dflash", "draft_model", "eagle", "eagle3", "med
 SPEC_FLAG = "--speculative-config"
 MODEL_FLAG = "--model"
 LOAD_FORMAT_FLAG = "--load-format"
+UTILIZATION_FLAG = "--gpu-memory-utilization"
 FLAGS = ("--model", "--served-model-name", "--host", "--port", "--max-model-len", "--max-num-seqs",
          "--tensor-parallel-size", "--kv-cache-dtype", "--chat-template", "--api-key", SPEC_FLAG,
          "--enable-auto-tool-choice", "--tool-call-parser", "--reasoning-parser", "--default-chat-template-kwargs",
@@ -267,8 +268,15 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> S
     ctx = options.ctx if options.ctx is not None else trained_ctx
     kv = kv_name(options.kv_dtype or "auto")
     quant = fit_quant(launched_dtype(options))
+    util = _flag_value(options.extra_args, UTILIZATION_FLAG)
+    try:
+        mem_fraction = float(util) if util is not None else None
+    except ValueError:
+        raise BadInput(f"{UTILIZATION_FLAG} must be a number between 0 and 1; got {util!r}.") from None
+    text_only = options.vision is False or _has_flag(options.extra_args, "--language-model-only")
     return Settled(ctx=ctx, parallel=options.parallel or 1, kv_unified=True, kv_dtype=fit_kv(kv, quant),
-                   tp=options.tp, kv_space_bytes=kvcache_space_gib() * (1 << 30), quant=quant)
+                   tp=options.tp, kv_space_bytes=kvcache_space_gib() * (1 << 30), quant=quant,
+                   mem_fraction=mem_fraction, vision=not text_only, spec_method=options.spec_method)
 
 
 # --------------------------------------------------------------------------- vLLM's own parser

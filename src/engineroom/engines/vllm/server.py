@@ -67,20 +67,34 @@ def wait_hint(log_text: str) -> str | None:
 # --------------------------------------------------------------------------- memory it reports
 # cpu_worker.determine_available_memory: "Explicitly set (2.00/23.43) GiB for KV cache on node 0."
 _KV_SET = re.compile(r"(?:Explicitly|Auto) set \(([\d.]+)/([\d.]+)\) GiB for KV cache")
-# kv_cache_utils.update_kv_cache_capacity: "CPU KV cache size: 43,648 tokens, Maximum concurrency for
-# 2,048 tokens per request: 21.31x"
-_KV_TOKENS = re.compile(r"(\w+(?: \+ host)?) KV cache size: ([\d,]+) tokens, Maximum concurrency for ([\d,]+) "
-                        r"tokens per request: ([\d.]+)x")
+# kv_cache_utils: "CPU KV cache size: 43,648 tokens, Maximum concurrency for 2,048 tokens per request:
+# 21.31x" (0.32, one line) or "GPU KV cache size: 1,149,792 tokens" then, on the next line,
+# "Maximum concurrency for 32,768 tokens per request: 35.09x" (0.26)
+_KV_SIZE = re.compile(r"(\w+(?: \+ host)?) KV cache size: ([\d,]+) tokens")
+_KV_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _NUM_BLOCKS = re.compile(r"# (?:CPU|GPU) blocks: ([\d,]+)|num_gpu_blocks(?:_override)?[=:] ?(\d+)")
+
+
+def _kv_tokens(log_text: str) -> tuple[str, int, int, float] | None:
+    """(device label, tokens the pool holds, max_model_len, concurrency) from the last start's
+    "KV cache size" line and the "Maximum concurrency" line that follows it."""
+    found = list(_KV_SIZE.finditer(log_text))      # a relaunch logs again: the last start wins
+    if not found:
+        return None
+    size = found[-1]
+    conc = _KV_CONCURRENCY.search(log_text, size.end())
+    if conc is None:
+        return None
+    return (size.group(1), int(size.group(2).replace(",", "")), int(conc.group(1).replace(",", "")),
+            float(conc.group(2)))
 
 
 def kv_capacity(log_text: str) -> dict[str, float] | None:
     """vLLM's own KV pool figures from its log: pool GiB, tokens it holds, max_model_len, concurrency."""
-    m = _KV_TOKENS.search(log_text)
-    if not m:
+    got = _kv_tokens(log_text)
+    if got is None:
         return None
-    out: dict[str, float] = {"tokens": int(m.group(2).replace(",", "")),
-                             "max_model_len": int(m.group(3).replace(",", "")), "max_concurrency": float(m.group(4))}
+    out: dict[str, float] = {"tokens": got[1], "max_model_len": got[2], "max_concurrency": got[3]}
     s = _KV_SET.search(log_text)
     if s:
         out["pool_gib"] = float(s.group(1))
@@ -95,14 +109,19 @@ def kv_capacity(log_text: str) -> dict[str, float] | None:
 #   "non-torch forward increase memory: 0.51GiB"                                -> non_torch (NCCL, kernels' scratch)
 #   "Available KV cache memory: 8.60 GiB" / "Explicitly set (2.0/23.54) GiB"   -> kv_pool
 #   "Graph capturing finished in 8 secs, took 0.31 GiB"                        -> cuda_graphs
-_REPORTED: tuple[tuple[str, re.Pattern[str], str], ...] = (
-    ("weights", re.compile(r"Model loading took ([\d.]+) ?GiB"), "'Model loading took X GiB' (per worker)"),
-    ("activations", re.compile(r"torch peak memory increase: ([\d.]+) ?GiB"),
-     "'torch peak memory increase' of the profiling run (per worker)"),
-    ("non_torch", re.compile(r"non-torch forward increase memory: ([\d.]+) ?GiB"),
-     "'non-torch forward increase memory' of the profiling run (per worker)"),
-    ("kv_pool", re.compile(r"Available KV cache memory: ([\d.]+) ?GiB"), "'Available KV cache memory' (per worker)"),
-    ("cuda_graphs", re.compile(r"Graph capturing finished in [\d.]+ secs?, took ([\d.]+) ?GiB"),
+# 0.26 sums the profile up in one line (gpu_worker): "Actual usage is 50.13 GiB for weight, 2.58 GiB
+# for peak activation, 0.25 GiB for non-torch memory, and 0.07 GiB for CUDAGraph memory."; the
+# first pattern of a component that matches is read
+_REPORTED: tuple[tuple[str, tuple[re.Pattern[str], ...], str], ...] = (
+    ("weights", (re.compile(r"Model loading took ([\d.]+) ?GiB"),), "'Model loading took X GiB' (per worker)"),
+    ("activations", (re.compile(r"torch peak memory increase: ([\d.]+) ?GiB"),
+                     re.compile(r"([\d.]+) GiB for peak activation")),
+     "the profiling run's peak activation (per worker)"),
+    ("non_torch", (re.compile(r"non-torch forward increase memory: ([\d.]+) ?GiB"),
+                   re.compile(r"([\d.]+) GiB for non-torch memory")),
+     "the profiling run's non-torch memory (per worker)"),
+    ("kv_pool", (re.compile(r"Available KV cache memory: ([\d.]+) ?GiB"),), "'Available KV cache memory' (per worker)"),
+    ("cuda_graphs", (re.compile(r"Graph capturing finished in [\d.]+ secs?, took ([\d.]+) ?GiB"),),
      "'Graph capturing finished ..., took X GiB' (per worker)"),
 )
 _CHECKPOINT = re.compile(r"Checkpoint size: ([\d.]+) ?GiB")
@@ -146,13 +165,11 @@ def placement_report(log_text: str) -> Placement | None:
     """vLLM's KV pool as a placement: the tokens its profiling left room for (``ctx_total``) and
     max_model_len per sequence (``ctx_per_slot``), from its own "KV cache size" line. A pool under
     ctx x slots serves fewer sequences at full length than planned (vLLM queues the rest)."""
-    found = list(_KV_TOKENS.finditer(log_text))      # a relaunch logs again: the last start wins
-    if not found:
+    got = _kv_tokens(log_text)
+    if got is None:
         return None
-    m = found[-1]
-    return Placement(device="cpu" if m.group(1).startswith("CPU") else "gpu",
-                     ctx_total=int(m.group(2).replace(",", "")), ctx_per_slot=int(m.group(3).replace(",", "")),
-                     source="vLLM log: 'KV cache size: N tokens, Maximum concurrency for C tokens per request'")
+    return Placement(device="cpu" if got[0].startswith("CPU") else "gpu", ctx_total=got[1], ctx_per_slot=got[2],
+                     source="vLLM log: 'KV cache size: N tokens', 'Maximum concurrency for C tokens per request'")
 
 
 def memory_report(log_text: str) -> MemoryReport | None:
@@ -170,8 +187,8 @@ def memory_report(log_text: str) -> MemoryReport | None:
     """
     text = _last_start(log_text)
     comps: list[MeasuredComponent] = []
-    for name, pattern, what in _REPORTED:
-        got = _gib_sum(pattern, text)
+    for name, patterns, what in _REPORTED:
+        got = next((g for g in (_gib_sum(p, text) for p in patterns) if g is not None), None)
         if got is not None:
             comps.append(MeasuredComponent(name, got[0], f"log: {what}, {got[1]} line(s), GiB to 0.01"))
     names = {c.name for c in comps}
@@ -191,8 +208,8 @@ def memory_report(log_text: str) -> MemoryReport | None:
         comps.append(MeasuredComponent("kv_pool", got[0], "log: 'set (X/Y) GiB for KV cache' (GiB, rounded)"))
     if not comps:
         return None
-    tokens = _KV_TOKENS.search(text)
-    device = "cpu" if (tokens is None and _KV_SET.search(text)) or (tokens and tokens.group(1).startswith("CPU")) \
+    tokens = _kv_tokens(text)
+    device = "cpu" if (tokens is None and _KV_SET.search(text)) or (tokens and tokens[0].startswith("CPU")) \
         else "cuda"
     return MemoryReport(components=tuple(comps), device=device,
                         source="vLLM's log: weights, profiled peak, KV space, CUDA graphs as it sized them")
