@@ -32,7 +32,7 @@ RUNS = {
     "Qwen3.6-35B-A3B layout (dummy weights, bf16)": ("vllm_gpu_qwen36-35b-a3b.tgz",
                                                      "tests/fixtures/configs/qwen3.5-35b-a3b.json", "bf16", 32768, 4),
 }
-ROWS = ("weights", "activations", "non_torch", "cuda_graphs", "kv_pool")
+ROWS = ("weights", "activations", "non_torch", "cuda_graphs", "runtime_reserve", "kv_pool")
 
 
 def _server_log(tgz: Path) -> str:

@@ -4,8 +4,8 @@
 #   bash benchmarks/vllm_gpu/run_gpu.sh smollm2 [SECONDS]          # SmolLM2-135M, real weights (GGUF -> f16 folder)
 #   bash benchmarks/vllm_gpu/run_gpu.sh qwen36-27b [SECONDS]       # Qwen3.6-27B layout, random weights (dummy)
 #   bash benchmarks/vllm_gpu/run_gpu.sh qwen36-35b-a3b [SECONDS]   # Qwen3.6-35B-A3B MoE layout, random weights
-# Steps: `engineroom up` (vLLM's own memory lines read from its log), `verify --suite full`,
-# `bench --suite depth` and `--suite concurrency` (short), `engineroom fit` for the same launch,
+# Steps: `engineroom fit` for the launch (on the free GPU), `engineroom up` (vLLM's own memory lines
+# read from its log), `verify --suite full`, `bench --suite depth` and `--suite concurrency` (short),
 # `down`. A step that would not end before SECONDS (default 540) is skipped and says so.
 # Everything lands in $OUT/vllm_gpu_<model>.tgz (JSON of each command, the server log, figures).
 set -uo pipefail
@@ -46,16 +46,19 @@ bash benchmarks/vllm_gpu/device.sh engineroom > /dev/null || exit 3     # this c
 tok=$STORE/models/smollm2-tokenizer
 case "$model" in
   smollm2)
-    ref=$STORE/models/SmolLM2-135M-Instruct.Q4_1.gguf; ctx=4096; par=4; extra=(); up_need=300 ;;
+    ref=$STORE/models/SmolLM2-135M-Instruct.Q4_1.gguf; quant=f16; ctx=4096; par=4; extra=(); up_need=300 ;;
   qwen36-27b|qwen36-35b-a3b)
     ref=$STORE/models/$model
     "$VENV/bin/python" benchmarks/vllm_gpu/models.py folder "$model" "$ref" --tokenizer "$tok" || exit 4
     # random weights (config.json + tokenizer only); FlashInfer's GDN prefill (vLLM's SM90 default) is not
     # carried; text only (the folder has no image processor, and fit sizes the text model)
-    ctx=32768; par=4; extra=(--load-format dummy --gdn-prefill-backend triton --language-model-only); up_need=420 ;;
+    quant=bf16; ctx=32768; par=4; extra=(--load-format dummy --gdn-prefill-backend triton --language-model-only); up_need=420 ;;
   *) echo "unknown model $model"; exit 2 ;;
 esac
 [ -n "${VLLM_EXTRA:-}" ] && read -r -a more <<< "$VLLM_EXTRA" && extra+=("${more[@]}")   # e.g. VLLM_EXTRA=--enforce-eager
+# fit first, while the GPU is free (vLLM sizes from the device's total but refuses to start on less
+# free memory than it asks for, and fit says so): SmolLM2 from its GGUF (vLLM serves a float16 copy)
+step fit 30 "$ER" fit "$ref" --engine vllm --quant "$quant" --kv auto --ctx "$ctx" --parallel "$par" --rig auto --json
 echo "== $model: up (ctx $ctx, parallel $par, extra ${extra[*]:-none})"
 # --accept-placement: a placement other than planned is recorded in up.json (the verdict this
 # visit is for) instead of stopping the server, so verify and bench still run on this call
@@ -65,8 +68,4 @@ step verify 120 "$ER" verify --suite full --json
 step bench_depth 90 "$ER" bench --suite depth --depths 1024,8192 --max-tokens 64 --warmup 1 --runs 2 --json
 step bench_concurrency 90 "$ER" bench --suite concurrency --streams 4 --prompt-tokens 1024 --max-tokens 128 \
      --warmup 1 --runs 2 --json
-# fit for the launch that ran: the folder vLLM served (SmolLM2: engineroom's converted float16 copy)
-served=$ref
-[ "$model" = smollm2 ] && served=$(dirname "$(ls -d "$ENGINEROOM_HOME"/cache/vllm-models/*/config.json 2>/dev/null | head -1)")
-step fit 30 "$ER" fit "$served" --engine vllm --quant bf16 --kv auto --ctx "$ctx" --parallel "$par" --rig auto --json
 echo "== $model done in $(( $(date +%s) - start )) s"
