@@ -184,7 +184,7 @@ class PoolProfile(Strict):
     pass's peak, the memory outside torch and its CUDA-graph estimate leave of the request.
 
     ``fit`` models each term: the CUDA total is the device's (NVML's) total less
-    ``device_reserved_mib``; the peak is the batched tokens x ``activation_per_hidden`` x the
+    ``device_reserved`` of it; the peak is the batched tokens x ``activation_per_hidden`` x the
     hidden size, plus the Gated-DeltaNet prefill scratch and the fused-MoE workspace of that
     many tokens; CUDA graphs grow from ``cuda_graphs_gib`` at the smallest capture sizes to
     ``cuda_graphs_full_gib`` at 512 (vLLM captures up to 2 x max-num-seqs, at most 512).
@@ -199,7 +199,7 @@ class PoolProfile(Strict):
     non_torch_gib: float = Field(ge=0)            # CUDA context and kernels' memory outside torch
     cuda_graphs_gib: float = Field(ge=0)          # graph pool at the smallest capture sizes (<= 8 tokens)
     cuda_graphs_full_gib: float = Field(ge=0)     # graph pool at captures up to 512 tokens
-    device_reserved_mib: float = Field(ge=0)      # NVML's total less what CUDA reports as total
+    device_reserved: float = Field(ge=0, lt=1)    # the share of NVML's total CUDA does not report as its total
     source: str
 
     def default_batched_tokens(self, vram_bytes: int, name: str) -> int:

@@ -250,12 +250,12 @@ def _fit_profiled(arch: ModelArch, req: FitRequest, prof: PoolProfile, gpus: tup
     out: list[GpuFit] = []
     info: dict = {}
     notes = [f"{engine} sizes its KV pool from {frac} x the GPU's total as CUDA reports it "
-             f"({prof.device_reserved_mib:g} MiB under the device's)"]
+             f"({100 * prof.device_reserved:.2f}% under the device's)"]
     if req.vision and arch.vision is not None:
         notes.append("the vision tower is part of the checkpoint's weights")
     for gi in range(tp):
         gpu = gpus[gi]
-        cuda_total = gpu.vram_bytes - int(prof.device_reserved_mib * (1 << 20))
+        cuda_total = gpu.vram_bytes - int(prof.device_reserved * gpu.vram_bytes)
         budget = int(frac * cuda_total)
         fixed = [Component("weights", weights // tp, how + (f" / TP {tp}" if tp > 1 else "")),
                  Component("activations", act, act_how),
@@ -276,7 +276,7 @@ def _fit_profiled(arch: ModelArch, req: FitRequest, prof: PoolProfile, gpus: tup
         if pool - state > kv_need:
             comps.append(Component("kv_pool_spare", pool - state - kv_need, f"pool sized from {frac} x CUDA's total"))
         out.append(GpuFit(gi, gpu.vram_bytes, tuple(comps)))
-        info[gi] = (pool - state, kv_need, budget)
+        info[gi] = (pool, kv_need + state, budget)    # each sequence takes its KV and its state from the pool
         if gpu.free_bytes is not None and gpu.free_bytes < budget:
             info["refused"] = (f"GPU{gi}: {engine} asks for {frac} x {cuda_total / (1 << 30):.2f} GiB = "
                                f"{budget / (1 << 30):.2f} GiB but {gpu.free_bytes / (1 << 30):.2f} GiB is free; "
