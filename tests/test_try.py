@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from engineroom.errors import BadInput
+from engineroom.errors import BadInput, NotFound
 
 from conftest import MACHINE_CHECKS, run_cli
 
@@ -75,5 +75,14 @@ def test_try_checks_the_disk_before_writing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(shutil, "disk_usage", lambda _p: shutil._ntuple_diskusage(10 << 30, 10 << 30, 1 << 20))
     with pytest.raises(BadInput, match=r"takes 0\.\d+ GiB and .* has 0\.0 GiB free; give --folder"):
+        try_model(None, "smollm2-135m", engine="llama.cpp", ctx=1024, folder=tmp_path)  # type: ignore[arg-type]
+    assert not list(tmp_path.iterdir())
+
+
+def test_try_says_a_missing_engine_before_writing_anything(tmp_path, monkeypatch):
+    from engineroom.flows.trying import try_model
+
+    monkeypatch.setenv("ENGINEROOM_LLAMA_SERVER", str(tmp_path / "no-llama-server"))
+    with pytest.raises(NotFound, match=r"is not an executable file; try writes its random-weight file only once"):
         try_model(None, "smollm2-135m", engine="llama.cpp", ctx=1024, folder=tmp_path)  # type: ignore[arg-type]
     assert not list(tmp_path.iterdir())

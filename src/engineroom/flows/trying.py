@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadInput
+from .. import engines
+from ..errors import BadInput, NotFound
 from ..launchargs import LaunchArgs
 from ..speedpoints import POINT_KEY, decode_mean
 from ..store import Store
@@ -114,6 +115,12 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
     if size * DISK_MARGIN > free:
         raise BadInput(f"the random-weight file of {model} {quant} takes {gib(size)} and {where} has "
                        f"{gib(free)} free; give --folder on a disk with room.")
+    # the engine before the file: a missing one is said before minutes of writing a file nothing would serve
+    try:
+        engines.adapter(pick.engine).find_binary(None)
+    except NotFound as exc:
+        raise NotFound(f"{str(exc).rstrip('.')}; try writes its random-weight file only once the engine is here.",
+                       detail=exc.detail) from None
     path = Path(tempfile.mkdtemp(prefix="engineroom-try-", dir=where)) / f"{subject.model.id}-{quant}-random.gguf"
     try:
         with log.stage("write", f"write {path.name}: random weights, {gib(size, 2)}"):
