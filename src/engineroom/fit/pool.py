@@ -57,12 +57,7 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
     coef = eng.pool_activation.coef(bpe)
     act = int(coef * 48 * req.ctx / tp)
     b = int(req.extra.get("max_num_batched_tokens", 0))
-    n_lin = arch.count(LayerKind.LINEAR)
-    scratch = 0
-    if b and n_lin and arch.linear:
-        vh = arch.linear.n_value_heads / tp
-        kd, vd = arch.linear.key_head_dim, arch.linear.value_head_dim
-        scratch = int(math.ceil(b / 64) * vh * kd * vd * 2 + 2 * b * vh * vd * 2)
+    scratch = gdn_prefill_scratch(arch, b, tp)
     overhead = int((0.5 + frac + 0.3 * (tp - 1)) * GB)
     draft = req.draft_bytes // tp
     gpus = rig.gpus[:tp] if rig.gpus else ()
@@ -253,15 +248,16 @@ def _fit_profiled(arch: ModelArch, req: FitRequest, prof: PoolProfile, gpus: tup
              f"({100 * prof.device_reserved:.2f}% under the device's)"]
     if req.vision and arch.vision is not None:
         notes.append("the vision tower is part of the checkpoint's weights")
+    non_torch = int(prof.non_torch_gib * (1 << 30))
+    extra = reserve[0] - non_torch - int(graphs)      # the recipes' overhead beyond vLLM's own two figures
     for gi in range(tp):
         gpu = gpus[gi]
         cuda_total = gpu.vram_bytes - int(prof.device_reserved * gpu.vram_bytes)
         budget = int(frac * cuda_total)
         fixed = [Component("weights", weights // tp, how + (f" / TP {tp}" if tp > 1 else "")),
                  Component("activations", act, act_how),
-                 Component("non_torch", int(prof.non_torch_gib * (1 << 30)), "memory outside torch (CUDA context)"),
+                 Component("non_torch", non_torch, "memory outside torch (CUDA context)"),
                  Component("cuda_graphs", int(graphs), f"graphs captured up to {largest} tokens")]
-        extra = reserve[0] - sum(c.bytes for c in fixed[2:])
         if extra > 0:
             fixed.append(Component("runtime_reserve", extra, f"the recipes' runtime overhead {reserve[1]} less "
                                                              "non_torch and cuda_graphs"))
