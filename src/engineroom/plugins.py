@@ -62,6 +62,7 @@ def adapters() -> tuple[tuple[Found, ...], tuple[Problem, ...]]:
     return tuple(found.values()), tuple(problems)
 
 
+@lru_cache(maxsize=1)
 def catalog_dirs() -> tuple[Path, ...]:
     """Catalog folders the adapters ship (``catalog_dir()``), engineroom's own excluded: its
     built-in adapters keep their entries in the packaged catalog, so only other packages'
@@ -83,3 +84,4 @@ def catalog_dirs() -> tuple[Path, ...]:
 
 def reload() -> None:
     adapters.cache_clear()
+    catalog_dirs.cache_clear()

@@ -22,19 +22,20 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..errors import BadInput
 from .schema import Catalog, Drafter, Engine, HardwareClass, Model, Priority, Tables
 
 CATALOG_DIR = Path(__file__).resolve().parent
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml's safe loader where PyYAML has it
 
 
 def _read_yaml(path: Path) -> Any:
+    import yaml  # here: a catalog read back from its cache (every run but the first) reads no YAML
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml's safe loader where PyYAML has it
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

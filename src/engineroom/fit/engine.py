@@ -10,6 +10,8 @@ from ..errors import BadInput
 # (id(catalog), engine name) -> (the catalog, its entry): fit looks an engine up for every
 # request it sizes; the catalog is kept beside its id so the id cannot be reused while cached
 _SPECS: dict[tuple[int, str], tuple[Catalog, Engine]] = {}
+# (id(engine entry), KV name as asked) -> (the entry, its KV type), kept the same way
+_KVS: dict[tuple[int, str], tuple[Engine, KvDtype]] = {}
 
 
 def engine_spec(engine: str, catalog: Catalog | None = None) -> Engine:
@@ -30,9 +32,15 @@ def engine_spec(engine: str, catalog: Catalog | None = None) -> Engine:
 def kv_dtype_spec(engine: str, kv_dtype: str, catalog: Catalog | None = None) -> KvDtype:
     """The catalog KV type ``kv_dtype`` (id or alias) of ``engine``; BadInput names the valid ones."""
     e = engine_spec(engine, catalog)
+    hit = _KVS.get((id(e), kv_dtype))
+    if hit is not None and hit[0] is e:
+        return hit[1]
     k = e.kv(kv_dtype)
     if k is None:
         raise BadInput(f"KV type {kv_dtype!r} is not valid for {e.id}; valid: {e.kv_names()}.")
+    if len(_KVS) > 2048:
+        _KVS.clear()
+    _KVS[(id(e), kv_dtype)] = (e, k)
     return k
 
 

@@ -49,7 +49,8 @@ def kv_layer_bytes(arch: ModelArch, bytes_per_elem: float, cells: int | Callable
         counts = arch.kind_counts
     else:
         kinds = arch.layer_kinds
-        counts = Counter(kinds[i] for i in layers)
+        counts = Counter(kinds[layers.start:layers.stop] if isinstance(layers, range) and layers.step == 1
+                         else [kinds[i] for i in layers])
     for k in arch.kind_counts:          # the model's own order of first appearance
         n_layers = counts.get(k, 0)
         if k not in KV_KINDS or not n_layers:

@@ -8,6 +8,7 @@ a CPU-only rig the device is the RAM, with the CPU backend's repack / AMX buffer
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import replace
 
 from ..arch import LayerKind, ModelArch
@@ -52,7 +53,9 @@ def _llama_layer_split(split: WeightSplit, caps: list[int]) -> list[range]:
 def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
                catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str]]:
     notes: list[str] = []
-    req = replace(req, graph_outputs=engine_spec(req.engine, catalog).graph_outputs)
+    outputs = engine_spec(req.engine, catalog).graph_outputs
+    if req.graph_outputs != outputs:
+        req = replace(req, graph_outputs=outputs)
     split = weight_split(arch, req, catalog)
     kv_total, kv_note = llama_kv_bytes(arch, req, catalog=catalog)
     r, s = recurrent_state_bytes(arch, req.parallel)
@@ -137,9 +140,11 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
     # the GPU; the input copy stays on the host (measured on an H200: benchmarks/gpu_launch_memory.md)
     tied_head = ("output.weight" not in arch.tensor_bytes) if arch.tensor_bytes else arch.tie_embeddings
     gpu_head = split.head + (split.embedding if tied_head else 0)
+    recurrent = [i for i, k in enumerate(arch.layer_kinds) if k in (LayerKind.LINEAR, LayerKind.MAMBA)] \
+        if r + s else []
     for gi, rg in enumerate(ranges):   # one range per GPU in use
         comps = []
-        w = sum(split.per_layer[i] for i in rg) + (gpu_head if gi == n_use - 1 else 0)
+        w = sum(split.per_layer[rg.start:rg.stop]) + (gpu_head if gi == n_use - 1 else 0)
         head = (" + output head" + (" (token_embd again: tied)" if tied_head else "")) if gi == n_use - 1 else ""
         comps.append(Component("weights", w, f"layers {rg.start}-{rg.stop - 1}" + head))
         kv, _ = llama_kv_bytes(arch, req, range(rg.start, min(rg.stop, n_trunk)), catalog=catalog)
@@ -147,11 +152,10 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
             kv += kv_total - llama_kv_bytes(arch, req, range(n_trunk), catalog=catalog)[0]
         comps.append(Component("kv_cache", kv, kv_note if n_use == 1 else f"share of: {kv_note}"))
         if r + s:
-            lin = [i for i in range(rg.start, min(rg.stop, n_trunk))
-                   if arch.layer_kinds[i] in (LayerKind.LINEAR, LayerKind.MAMBA)]
-            n_rec = sum(1 for k in arch.layer_kinds if k in (LayerKind.LINEAR, LayerKind.MAMBA))
-            share = (r + s) * len(lin) // max(n_rec, 1)
-            comps.append(Component("recurrent_state", share, f"{len(lin)} of {n_rec} recurrent layers' share of: "
+            here = bisect_left(recurrent, min(rg.stop, n_trunk)) - bisect_left(recurrent, rg.start)
+            n_rec = len(recurrent)
+            share = (r + s) * here // max(n_rec, 1)
+            comps.append(Component("recurrent_state", share, f"{here} of {n_rec} recurrent layers' share of: "
                                                              + _rs_note(arch, req, r, s)))
         cells = _masks(arch, req, _ubatch(req)) // (2 * _ubatch(req))
         comps.append(Component("compute", gpu_c, f"CUDA compute buffer, ub {_ubatch(req)}, masks over "

@@ -12,9 +12,13 @@ from ..hardware import Rig
 from .request import Fit, FitRequest
 from .verdict import fit
 
+_EXTRA = list(FitRequest.__dataclass_fields__).index("extra")   # the one dict field
+
 
 def _req_key(req: FitRequest) -> tuple:
-    return tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v for v in req.__dict__.values())
+    """The request's field values in order, ``extra`` (a dict) as its sorted pairs."""
+    vals = tuple(req.__dict__.values())
+    return (*vals[:_EXTRA], tuple(sorted(req.extra.items())), *vals[_EXTRA + 1:])
 
 
 class FitMemo:
