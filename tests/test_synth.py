@@ -149,6 +149,60 @@ def test_roundtrip_through_arch_from_gguf(tmp_path: Path):
                [(c.name, c.bytes) for c in f2.per_gpu[0].components]
 
 
+def _hybrid_moe(vocab: int = 1024):
+    """A small qwen35moe (the Qwen3.6-35B-A3B layout's kind): hybrid-s with routed experts and a shared one."""
+    from engineroom.arch import MoESpec
+
+    return replace(SHAPES["hybrid-s"], name="hybrid-moe-s", architecture="qwen3_5_moe_text", vocab_size=vocab,
+                   intermediate_size=None, moe=MoESpec(n_experts=16, n_experts_active=4, expert_intermediate_size=256,
+                                                       n_shared_experts=1, shared_intermediate_size=256))
+
+
+def test_qwen35moe_layout_is_llama_cpps(tmp_path: Path):
+    """The Qwen3.6-35B-A3B layout (qwen35moe): qwen35's attention blocks, routed experts, and the shared
+    expert with its per-channel gate (llama.cpp src/models/qwen35moe.cpp creates ffn_gate_inp_shexp {n_embd})."""
+    from engineroom.catalog import arch_from_catalog
+    from engineroom.plan import resolve_model
+
+    real = resolve_model("qwen3.6-35b-a3b")
+    a = real.arch or arch_from_catalog(real.model)
+    assert gguf_arch_name(a) == "qwen35moe"
+    lay = {t.name: t for t in tensor_layout(a, "Q4_K_M")}
+    assert lay["blk.0.attn_qkv.weight"].shape == (2048, 2 * 16 * 128 + 32 * 128)
+    assert lay["blk.3.attn_q.weight"].shape == (2048, 2 * 16 * 256)
+    assert lay["blk.0.ffn_gate_exps.weight"].shape == (2048, 512, 256)
+    assert lay["blk.0.ffn_down_exps.weight"].shape == (512, 2048, 256)
+    assert lay["blk.0.ffn_gate_inp_shexp.weight"].shape == (2048,)
+    assert lay["blk.0.ffn_up_shexp.weight"].shape == (2048, 512)
+    assert "blk.0.ffn_norm.weight" not in lay and "blk.0.post_attention_norm.weight" in lay
+    assert "output.weight" in lay                 # not tied
+    p = write_synthetic_gguf(_hybrid_moe(), "Q4_K_M", tmp_path / "hm.gguf")
+    r = gguf.GGUFReader(str(p))
+    assert _field(r, "general.architecture") == "qwen35moe"
+    assert _field(r, "qwen35moe.expert_shared_feed_forward_length") == 256
+    assert _field(r, "qwen35moe.expert_feed_forward_length") == 256
+    assert _field(r, "qwen35moe.full_attention_interval") == 4
+    import engineroom.arch as arch_mod
+
+    back = arch_mod.arch_from_gguf(p)
+    assert back.moe is not None and back.moe.shared_width == 256 and back.linear is not None
+    assert list(back.tensor_bytes.items()) == list(arch_with_tensors(_hybrid_moe(), "Q4_K_M").tensor_bytes.items())
+
+
+def test_a_qwen35moe_file_loads_and_answers_in_the_real_llama_server(tmp_path: Path, llama_server_binary, smollm2):
+    import httpx
+
+    from conftest import real_llama_server
+
+    path = write_synthetic_gguf(_hybrid_moe(vocab=49_152), "Q4_K_M", tmp_path / "hm.gguf", tokenizer_gguf=smollm2)
+    with real_llama_server(llama_server_binary, path, "-nr", log_path=tmp_path / "server.log", ctx=1024) as url:
+        reply = httpx.post(f"{url}/v1/chat/completions", timeout=60,
+                           json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
+                                 "ignore_eos": True}).json()
+        assert reply["usage"]["completion_tokens"] == 8
+        assert reply["choices"][0]["message"]["content"]
+
+
 # ---- issue 6: DeepSeek-V2 shared experts, with and without q_lora_rank ---------------------
 
 DSV2_CONFIG = {

@@ -52,7 +52,8 @@ _F16_FIELDS = {
 GGUF_ARCH = {
     "llama": "llama", "qwen3": "qwen3", "qwen3moe": "qwen3moe", "qwen3_moe": "qwen3moe",
     "gemma3": "gemma3", "gemma3_text": "gemma3", "qwen35": "qwen35", "qwen3_5": "qwen35",
-    "qwen3_5_text": "qwen35", "deepseek2": "deepseek2", "deepseek_v2": "deepseek2", "deepseek_v3": "deepseek2",
+    "qwen3_5_text": "qwen35", "qwen35moe": "qwen35moe", "qwen3_5_moe": "qwen35moe", "qwen3_5_moe_text": "qwen35moe",
+    "deepseek2": "deepseek2", "deepseek_v2": "deepseek2", "deepseek_v3": "deepseek2",
 }
 
 
@@ -91,6 +92,11 @@ def _matrix_type(qt: str, ne0: int) -> str:
     return "Q8_0" if ne0 % 32 == 0 and qt not in ("F32", "F16", "BF16") else "F16"
 
 
+# the Gated DeltaNet hybrids (Qwen3.5 / 3.6): 3 linear-attention layers to 1 full, post-attention norm, no ffn_norm;
+# qwen35moe is qwen35 with routed experts and a gated shared expert (llama.cpp src/models/qwen35moe.cpp)
+_HYBRID = ("qwen35", "qwen35moe")
+
+
 def gguf_arch_name(arch: ModelArch) -> str:
     a = GGUF_ARCH.get(arch.architecture.lower())
     if a is None:
@@ -117,7 +123,7 @@ def tensor_layout(arch: ModelArch, quant: str) -> list[TensorSpec]:
     for i, kind in enumerate(arch.layer_kinds):
         p = f"blk.{i}."
         vec(p + "attn_norm.weight", E)
-        if a == "qwen35":
+        if a in _HYBRID:
             vec(p + "post_attention_norm.weight", E)
             if kind == LayerKind.LINEAR:
                 la = arch.linear
@@ -167,7 +173,7 @@ def tensor_layout(arch: ModelArch, quant: str) -> list[TensorSpec]:
                 vec(p + "attn_k_norm.weight", hd)
             if a == "gemma3":
                 vec(p + "post_attention_norm.weight", E)
-        if a != "qwen35":
+        if a not in _HYBRID:
             vec(p + "ffn_norm.weight", E)
         moe = arch.moe
         if moe and i >= moe.first_dense_layers:
@@ -176,6 +182,9 @@ def tensor_layout(arch: ModelArch, quant: str) -> list[TensorSpec]:
             mat(p + "ffn_gate_exps.weight", E, ff, moe.n_experts)
             mat(p + "ffn_down_exps.weight", ff, E, moe.n_experts)
             mat(p + "ffn_up_exps.weight", E, ff, moe.n_experts)
+            if moe.shared_width and a == "qwen35moe":
+                # llama.cpp qwen35moe: a sigmoid gate of the shared expert, one weight per embedding channel
+                vec(p + "ffn_gate_inp_shexp.weight", E)
             if moe.shared_width:
                 # llama.cpp deepseek2: {n_embd, n_ff_exp * n_expert_shared}; shared_width is
                 # already that fused width (never multiply it by n_shared_experts again)
@@ -310,7 +319,9 @@ def write_synthetic_gguf(arch: ModelArch, quant: str, path: str | os.PathLike, *
         w.add_sliding_window(arch.sliding_window or 512)
         pattern = [k == LayerKind.SLIDING for k in arch.layer_kinds]
         w.add_array(f"{a}.attention.sliding_window_pattern", pattern)
-    if a == "qwen35":
+    if a == "qwen35moe" and arch.moe is not None and arch.moe.shared_width:
+        w.add_expert_shared_feed_forward_length(arch.moe.shared_width)
+    if a in _HYBRID:
         la = arch.linear
         assert la is not None
         w.add_ssm_conv_kernel(la.conv_kernel)
