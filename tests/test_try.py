@@ -86,3 +86,60 @@ def test_try_says_a_missing_engine_before_writing_anything(tmp_path, monkeypatch
     with pytest.raises(NotFound, match=r"is not an executable file; try writes its random-weight file only once"):
         try_model(None, "smollm2-135m", engine="llama.cpp", ctx=1024, folder=tmp_path)  # type: ignore[arg-type]
     assert not list(tmp_path.iterdir())
+
+
+TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+              "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 64, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "vocab_size": 1024,
+              "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
+
+
+def test_a_model_given_by_its_absolute_path_keeps_its_folder(tmp_path, monkeypatch):
+    """try of a config.json (or .gguf) by absolute path: the random file goes into try's own scratch folder
+    and only that folder is removed. Found on the H200 visit of 2026-12-04 (a CPU dry run first): the
+    file's name was the model's id, an absolute path, so the file landed beside the model and the
+    clean-up deleted the model's folder with everything in it."""
+    from engineroom import synth
+    from engineroom.flows import trying
+
+    model_dir = tmp_path / "my-model"
+    model_dir.mkdir()
+    config = model_dir / "config.json"
+    config.write_text(json.dumps(TINY_LLAMA))
+    (model_dir / "weights.safetensors").write_bytes(b"the user's weights")
+    files = tmp_path / "files"
+    written = []
+
+    def write(_arch, _quant, path, **_kw):
+        written.append(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"random")
+        return path
+
+    class Found:
+        def find_binary(self, _explicit):
+            return "llama-server"
+
+    def no_launch(*_a, **_kw):
+        raise RuntimeError("the launch failed")
+
+    monkeypatch.setattr(synth, "write_synthetic_gguf", write)
+    monkeypatch.setattr(trying.engines, "adapter", lambda _name: Found())
+    monkeypatch.setattr(trying, "served", no_launch)
+    with pytest.raises(RuntimeError, match="the launch failed"):
+        trying.try_model(None, str(config), engine="llama.cpp", ctx=1024, folder=files)  # type: ignore[arg-type]
+    assert sorted(p.name for p in model_dir.iterdir()) == ["config.json", "weights.safetensors"]
+    assert len(written) == 1 and written[0].parent.parent == files, written
+    assert written[0].name == "config.json-Q4_K_M-random.gguf" or written[0].name.startswith("config.json-")
+    assert not list(files.iterdir())                                          # the scratch folder is gone
+
+
+def test_the_random_files_name_is_the_models_last_path_part():
+    from engineroom.flows.trying import random_file_name
+
+    assert random_file_name("qwen3.6-27b", "Q4_K_M") == "qwen3.6-27b-Q4_K_M-random.gguf"
+    assert random_file_name("/models/qwen/config.json", "Q4_K_M") == "config.json-Q4_K_M-random.gguf"
+    assert random_file_name("tests/fixtures/configs/qwen3.5-35b-a3b.json", "Q8_0") == \
+        "qwen3.5-35b-a3b.json-Q8_0-random.gguf"
+    assert random_file_name("hf:org/repo/Model Q4.gguf", "Q4_0") == "Model-Q4.gguf-Q4_0-random.gguf"
+    assert random_file_name("C:\\models\\m.gguf", "Q4_0") == "m.gguf-Q4_0-random.gguf"

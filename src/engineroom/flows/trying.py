@@ -16,11 +16,12 @@ vLLM and SGLang would need their dummy-weight loading (not done yet).
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from .. import engines
@@ -33,7 +34,7 @@ from .picks import Pick, pick_from_plan
 from .runs import HostGuard, bench
 from .stages import STAGES_KEY, StageLog, open_run, served
 
-__all__ = ["NOT_MEANINGFUL", "TryOutcome", "try_model"]
+__all__ = ["NOT_MEANINGFUL", "TryOutcome", "random_file_name", "try_model"]
 
 GGUF_FORMAT = "gguf"
 NOT_MEANINGFUL = (
@@ -62,6 +63,14 @@ class TryOutcome:
     calibrated_by: dict[str, Any] | None = None           # the speed point this run adds (a valid bench only)
     stages: list[dict[str, Any]] = field(default_factory=list)   # what ran: stage, seconds, outcome
     not_meaningful: tuple[str, ...] = NOT_MEANINGFUL
+
+
+def random_file_name(model_id: str, quant: str) -> str:
+    """The random-weight file's name: the model's last path part, in safe characters. A model given by
+    path has that path as its id; joined as it was, an absolute one put the file beside the model and the
+    clean-up deleted the model's own folder (a relative one left empty folders in the scratch folder)."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", PurePath(model_id.replace("\\", "/")).name).strip("-.") or "model"
+    return f"{stem}-{quant}-random.gguf"
 
 
 def _tried_pick(pick: Pick) -> tuple[Pick, list[str]]:
@@ -121,7 +130,8 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
     except NotFound as exc:
         raise NotFound(f"{str(exc).rstrip('.')}; try writes its random-weight file only once the engine is here.",
                        detail=exc.detail) from None
-    path = Path(tempfile.mkdtemp(prefix="engineroom-try-", dir=where)) / f"{subject.model.id}-{quant}-random.gguf"
+    scratch = Path(tempfile.mkdtemp(prefix="engineroom-try-", dir=where))
+    path = scratch / random_file_name(subject.model.id, quant)
     try:
         with log.stage("write", f"write {path.name}: random weights, {gib(size, 2)}"):
             write_synthetic_gguf(arch, quant, path)
@@ -141,7 +151,7 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
                              {**outcome.summary, STAGES_KEY: log.so_far()})
     finally:
         if not keep:
-            shutil.rmtree(path.parent, ignore_errors=True)
+            shutil.rmtree(scratch, ignore_errors=True)
     state = s.state
     memory = state.memory or {}
     decode = pick.plan.get("decode_tps") or []
