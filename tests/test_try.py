@@ -55,6 +55,7 @@ def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary
         assert point is None and row["speed_basis"].startswith("uncalibrated"), (point, row["speed_basis"])
         return
     assert point["engine"] == "llama.cpp" and point["shape"] == "dense" and point["measured_tps"] > 0
+    assert point["run_id"] == out["run_id"]         # this run's id (it said 0 on the H200 visit of 2026-12-04)
     assert row["speed_basis"].startswith("calibrated") and f"#{out['run_id']}" in row["speed_basis"], row["speed_basis"]
     middle = sum(row["decode_tps"]) / 2             # the same launch: its band now centres on what was measured
     assert abs(middle - out["decode_tps"]) / out["decode_tps"] < 0.02, (row["decode_tps"], out["decode_tps"])
@@ -143,3 +144,11 @@ def test_the_random_files_name_is_the_models_last_path_part():
         "qwen3.5-35b-a3b.json-Q8_0-random.gguf"
     assert random_file_name("hf:org/repo/Model Q4.gguf", "Q4_0") == "Model-Q4.gguf-Q4_0-random.gguf"
     assert random_file_name("C:\\models\\m.gguf", "Q4_0") == "m.gguf-Q4_0-random.gguf"
+
+
+def test_the_speed_point_try_reports_carries_its_runs_id():
+    from engineroom.flows.trying import _point_of
+
+    stored = {"run_id": 0, "engine": "llama.cpp", "shape": "moe", "measured_tps": 230.56, "planned_mid_tps": 235.15}
+    assert _point_of(21, stored) == {**stored, "run_id": 21}
+    assert _point_of(21, None) is None

@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import Any
@@ -34,7 +35,7 @@ from .picks import Pick, pick_from_plan
 from .runs import HostGuard, bench
 from .stages import STAGES_KEY, StageLog, open_run, served
 
-__all__ = ["NOT_MEANINGFUL", "TryOutcome", "random_file_name", "try_model"]
+__all__ = ["NOT_MEANINGFUL", "TryOutcome", "random_file_name", "random_weights", "try_model"]
 
 GGUF_FORMAT = "gguf"
 NOT_MEANINGFUL = (
@@ -73,6 +74,12 @@ def random_file_name(model_id: str, quant: str) -> str:
     return f"{stem}-{quant}-random.gguf"
 
 
+def _point_of(run_id: int, point: Any) -> dict[str, Any] | None:
+    """The speed point this run stored, with this run's id (the bench summary holds it before the run has
+    one, as run 0; the plan reads it back from the store with the id, so try --json said run 0)."""
+    return {**point, "run_id": run_id} if isinstance(point, dict) else None
+
+
 def _tried_pick(pick: Pick) -> tuple[Pick, list[str]]:
     """The pick as a random-weight file can serve it: no drafter, no projector (each said)."""
     r, left = pick.request, []
@@ -88,6 +95,43 @@ def _tried_pick(pick: Pick) -> tuple[Pick, list[str]]:
     return replace(pick, request=request, plan=plan), left
 
 
+@contextmanager
+def random_weights(model: str, pick: Pick, log: StageLog, *, folder: Path | None = None, keep: bool = False,
+                   command: str = "try") -> Iterator[tuple[Path, int]]:
+    """The random-weight GGUF of ``pick``'s quant of ``model`` for the block: (its path, its bytes), in a
+    scratch folder of its own that is removed after the block unless ``keep``. Before writing: the disk's
+    free space (the file + 10%), and the pick's engine (a missing one is said before minutes of writing
+    a file nothing would serve)."""
+    from ..catalog import arch_from_catalog
+    from ..plan import resolve_model
+    from ..synth import arch_with_tensors, write_synthetic_gguf
+
+    quant = str(pick.plan["quant"])
+    subject = resolve_model(model)
+    arch = subject.arch or arch_from_catalog(subject.model)
+    size = sum((arch_with_tensors(arch, quant).tensor_bytes or {}).values())
+    where = Path(folder) if folder is not None else Path(tempfile.gettempdir())
+    where.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(where).free
+    if size * DISK_MARGIN > free:
+        raise BadInput(f"the random-weight file of {model} {quant} takes {gib(size)} and {where} has "
+                       f"{gib(free)} free; give --folder on a disk with room.")
+    try:
+        engines.adapter(pick.engine).find_binary(None)
+    except NotFound as exc:
+        raise NotFound(f"{str(exc).rstrip('.')}; {command} writes its random-weight file only once the engine "
+                       "is here.", detail=exc.detail) from None
+    scratch = Path(tempfile.mkdtemp(prefix=f"engineroom-{command}-", dir=where))
+    path = scratch / random_file_name(subject.model.id, quant)
+    try:
+        with log.stage("write", f"write {path.name}: random weights, {gib(size, 2)}"):
+            write_synthetic_gguf(arch, quant, path)
+        yield path, size
+    finally:
+        if not keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
 def try_model(store: Store, model: str, *, priority: str | None = None, engine: str | None = None,
               ctx: int | None = None, parallel: int | None = None, threads: int | None = None,
               keep: bool = False, folder: Path | None = None, max_tokens: int = 128, warmup: int = 1,
@@ -97,9 +141,6 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
     """Plan ``model`` here, write its random-weight file, launch the pick on it, bench, compare, clean up."""
     from ..bench import BenchPlan, default_workloads
     from ..bench.guards import failed_checks
-    from ..catalog import arch_from_catalog
-    from ..plan import resolve_model
-    from ..synth import arch_with_tensors, write_synthetic_gguf
 
     say = say or (lambda _m: None)
     for flag, value, least in (("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", measured, 1)):
@@ -115,26 +156,7 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
                        "llama.cpp (vLLM's and SGLang's dummy-weight loading is not done yet).")
     pick, left_out = _tried_pick(pick)
     quant = str(pick.plan["quant"])
-    subject = resolve_model(model)
-    arch = subject.arch or arch_from_catalog(subject.model)
-    size = sum((arch_with_tensors(arch, quant).tensor_bytes or {}).values())
-    where = Path(folder) if folder is not None else Path(tempfile.gettempdir())
-    where.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(where).free
-    if size * DISK_MARGIN > free:
-        raise BadInput(f"the random-weight file of {model} {quant} takes {gib(size)} and {where} has "
-                       f"{gib(free)} free; give --folder on a disk with room.")
-    # the engine before the file: a missing one is said before minutes of writing a file nothing would serve
-    try:
-        engines.adapter(pick.engine).find_binary(None)
-    except NotFound as exc:
-        raise NotFound(f"{str(exc).rstrip('.')}; try writes its random-weight file only once the engine is here.",
-                       detail=exc.detail) from None
-    scratch = Path(tempfile.mkdtemp(prefix="engineroom-try-", dir=where))
-    path = scratch / random_file_name(subject.model.id, quant)
-    try:
-        with log.stage("write", f"write {path.name}: random weights, {gib(size, 2)}"):
-            write_synthetic_gguf(arch, quant, path)
+    with random_weights(model, pick, log, folder=folder, keep=keep, command="try") as (path, size):
         r = pick.request
         plan = BenchPlan(workloads=default_workloads(max_tokens)[:1], warmup=warmup, measured=measured,
                          full_length=True)
@@ -149,9 +171,6 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
                                 host=HostGuard(wait_s=quiet_wait, busy_ok=busy_ok, say=say))
             store.finish_run(run_id, outcome.summary.get("status", "OK"),
                              {**outcome.summary, STAGES_KEY: log.so_far()})
-    finally:
-        if not keep:
-            shutil.rmtree(scratch, ignore_errors=True)
     state = s.state
     memory = state.memory or {}
     decode = pick.plan.get("decode_tps") or []
@@ -164,7 +183,7 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
         file_bytes=size, kept=str(path) if keep else None, memory_rows=list(memory.get("rows") or []),
         placement=dict(memory.get("placement") or {}), decode_band=band,
         decode_tps=measured_tps, speed_basis=str(pick.plan.get("speed_basis") or ""),
-        calibrated_by=outcome.summary.get(POINT_KEY),
+        calibrated_by=_point_of(run_id, outcome.summary.get(POINT_KEY)),
         bench_status=str(outcome.summary.get("status", "?")),
         bench_failed=failed_checks(outcome.summary) if outcome.summary.get("status") == "INVALID" else [],
         left_out=left_out, stages=log.so_far())
