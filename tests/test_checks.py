@@ -141,6 +141,20 @@ def test_json_that_breaks_the_schema_fails():
     assert result.reason == "200 answer is JSON but breaks the requested schema: 'country' is a required property"
 
 
+def test_json_cut_by_max_tokens_fails_without_saying_response_format_was_ignored():
+    """An answer the grammar held to JSON but max_tokens cut (random weights fill the string with noise:
+    the H200 visit of 2026-12-04) fails, and says why; "ignored" is kept for prose."""
+    cut = '{"city":"]),Citation repetitive critics calorie'
+    reply = Reply(body={"choices": [{"index": 0, "finish_reason": "length",
+                                     "message": {"role": "assistant", "content": cut}}]})
+    with StandInServer({"/v1/chat/completions": lambda b: reply}) as srv:
+        from engineroom.checks.smoke import check_json_schema
+
+        result = check_json_schema(OpenAIClient(srv.url), ServerInfo(url=srv.url, engine="unknown"), 5)
+    assert result.status == "FAIL"
+    assert result.reason.startswith("200 answer stopped at max_tokens before its JSON closed (finish_reason=length)")
+
+
 def test_declared_absent_json_schema_skips_with_its_source():
     info = ServerInfo(url="http://127.0.0.1:1", engine="x",
                       capabilities=Capabilities(json_schema=False, reasons={"json_schema": "engine catalog"}))

@@ -208,9 +208,13 @@ def check_json_schema(client: OpenAIClient, info: ServerInfo, timeout: float) ->
     try:
         value = json.loads(r.content)
     except ValueError:
-        return CheckResult("json_schema", "FAIL",
-                           f"200 answer is not JSON, so response_format was ignored "
-                           f"(finish_reason={r.finish_reason}): {_snippet(r.content)}", details=details)
+        # a JSON object cut by max_tokens was constrained, not ignored (random weights on the H200 filled the
+        # string value with noise until the limit); prose, or JSON that never began, means it was ignored
+        if r.finish_reason == "length" and r.content.lstrip().startswith("{"):
+            why = "200 answer stopped at max_tokens before its JSON closed (finish_reason=length)"
+        else:
+            why = f"200 answer is not JSON, so response_format was ignored (finish_reason={r.finish_reason})"
+        return CheckResult("json_schema", "FAIL", f"{why}: {_snippet(r.content)}", details=details)
     try:
         jsonschema.validate(value, CAPITAL_SCHEMA)
     except jsonschema.ValidationError as exc:
