@@ -5,6 +5,7 @@
     python models.py tokenizer GGUF OUT            # SmolLM2's tokenizer, read from the GGUF by transformers
     python models.py folder NAME OUT --tokenizer DIR   # config.json + tokenizer for --load-format dummy
     python models.py figures LOG                   # vLLM's own memory lines from a server log, as JSON
+    python models.py gguf NAME OUT [QUANT]         # the same layout as a random-weight GGUF (llama.cpp's visit)
 
 Folders (NAME): ``tiny`` (a 2-layer Llama on SmolLM2's tokenizer: the install smoke test),
 ``qwen36-27b`` (tests/fixtures/configs/qwen3.6-27b.json: the Qwen3.6-27B layout, 48 Gated-DeltaNet
@@ -130,6 +131,29 @@ def figures(log: Path) -> int:
     return 0
 
 
+# the catalog ids of the two layouts (the fixtures above describe the same tensors: tests/test_synth.py)
+CATALOG = {"qwen36-27b": "qwen3.6-27b", "qwen36-35b-a3b": "qwen3.6-35b-a3b"}
+
+
+def gguf(name: str, out: Path, quant: str = "Q4_K_M") -> int:
+    """The layout ``name`` as a random-weight GGUF, written as ``engineroom try`` writes it (the catalog's
+    architecture through engineroom.synth; SmolLM2's tokenizer from $ENGINEROOM_TOKENIZER_GGUF)."""
+    import time
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from engineroom.catalog import arch_from_catalog
+    from engineroom.plan import resolve_model
+    from engineroom.synth import write_synthetic_gguf
+
+    subject = resolve_model(CATALOG[name])
+    arch = subject.arch or arch_from_catalog(subject.model)
+    t = time.time()
+    write_synthetic_gguf(arch, quant, out)
+    print(json.dumps({"model": name, "catalog_id": CATALOG[name], "architecture": arch.architecture, "quant": quant,
+                      "path": str(out), "bytes": out.stat().st_size, "write_s": round(time.time() - t, 1)}))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
@@ -143,6 +167,8 @@ def main(argv: list[str]) -> int:
         return folder(args[0], Path(args[1]), Path(args[args.index("--tokenizer") + 1]))
     if cmd == "figures":
         return figures(Path(args[0]))
+    if cmd == "gguf":
+        return gguf(args[0], Path(args[1]), *args[2:3])
     print(f"unknown command {cmd!r}", file=sys.stderr)
     return 2
 
