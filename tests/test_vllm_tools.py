@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from test_vllm import NO_PARSER, TOOL_CHECKS, VLLM_CTX
+from test_vllm import EAGER, NO_PARSER, TOOL_CHECKS, VLLM_CTX
 
 from conftest import run_cli
 
@@ -27,7 +27,7 @@ def test_the_tools_template_launches_vllm_with_its_parser_and_tools_are_served(v
            "ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
     port = free_port()
     up = run_cli("up", "smollm2-135m", "--engine", "vllm", "--ctx", str(VLLM_CTX), "--parallel", "1",
-                 "--tools-template", "--port", str(port), "--json", timeout=1200, env=env)
+                 "--tools-template", "--port", str(port), "--json", "--", *EAGER, timeout=1200, env=env)
     try:
         assert up.returncode == 0, up.stderr[-3000:]
         argv = json.loads(up.stdout)["argv"]

@@ -43,6 +43,7 @@ def plan(
                                     help="Server slots (concurrent sequences) every config must serve, each at the "
                                          "full context (default: the priority's), as `up --parallel` launches."),
     engine: str | None = typer.Option(None, "--engine", "-e", help="Only this engine."),
+    quant: str | None = typer.Option(None, "--quant", help="Only this quant of the model (with --priority)."),
     top: int = typer.Option(5, "--top", "-n", help="How many ranked configs to show."),
     rope_scaling: str | None = typer.Option(None, "--rope-scaling",
                                             help="RoPE scaling and its factor (yarn:4, linear:2): allows --ctx up "
@@ -62,11 +63,15 @@ def plan(
     subject = resolve_model(model)
     calibration = calibration_here(rig=the_rig) if rig is None else None   # this machine's measured speeds
     if priority is None:
+        if quant is not None:
+            from ..errors import BadInput
+
+            raise BadInput("--quant goes with --priority (a how-to-choose table compares every quant).")
         rows = how_to_choose(subject, the_rig, ctx=ctx, engine=engine, parallel=parallel, calibration=calibration)
         _print_how_to_choose(model, subject, the_rig, rows, json_out)
         return
     plans = make_plan(subject, the_rig, priority, ctx=ctx, engine=engine, limit=max(1, top), detail=3,
-                      parallel=parallel, rope_scaling=rope_scaling, calibration=calibration)
+                      parallel=parallel, rope_scaling=rope_scaling, calibration=calibration, quant=quant)
     if json_out:
         print_json({"model": model, **_model_facts(subject), "rig": the_rig.label, "rig_notes": list(the_rig.notes),
                     "priority": plans[0].priority, "plans": plans_as_rows(plans)})

@@ -175,6 +175,16 @@ class Engine:
         impl = self.impl
         return impl.placement_report(log_text) if isinstance(impl, base.ReportsPlacement) else None
 
+    def tune_knobs(self, objective: str, *, kv_dtype: str | None, parallel: int, cpu_cores: int | None,
+                   kv_dtypes: Sequence[str]) -> tuple[base.Knob, ...]:
+        """The settings ``engineroom tune`` tries for ``objective`` (``decode_tps`` or ``aggregate_tps``),
+        beside the pick's ``kv_dtype`` and ``parallel``; ``cpu_cores`` on a CPU launch, else None."""
+        impl = self.impl
+        if not isinstance(impl, base.TunesKnobs):
+            return ()
+        return tuple(impl.tune_knobs(objective, kv_dtype=kv_dtype, parallel=parallel, cpu_cores=cpu_cores,
+                                     kv_dtypes=kv_dtypes))
+
     def launch_settings(self, options: LaunchOptions, trained_ctx: int | None = None) -> base.Settled:
         """The settings the engine will run with for ``options`` (its defaults filled in, e.g. the
         context it picks from the model's ``trained_ctx`` when none is given), in fit's words:

@@ -293,6 +293,9 @@ class Settled:
     mem_fraction: float | None = None  # the share of device memory a pool engine takes (SGLang, vLLM)
     vision: bool = False               # the vision tower is loaded (vLLM: unless served text-only)
     spec_method: str | None = None     # the drafting method (vLLM loads a checkpoint's MTP layers for "mtp")
+    ubatch: int = 512                  # llama.cpp family: -ub (the compute graph is reserved for it)
+    batch: int = 2048                  # llama.cpp family: -b (caps -ub)
+    flash_attn: bool = True            # llama.cpp family: -fa (auto resolves to on for CPU and CUDA)
 
 
 @runtime_checkable
@@ -303,6 +306,25 @@ class SettlesLaunch(Protocol):           # default: the options' ctx / parallel 
 @runtime_checkable
 class NormalisesMetrics(Protocol):       # default: no /metrics (Engine.metrics returns None)
     def normalise_metrics(self, text: str) -> Mapping[str, float]: ...
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A launch setting ``engineroom tune`` may change, and the values it tries beside the pick's.
+
+    ``field``: a launch argument engineroom itself names (``kv_dtype``, ``parallel``, ``threads``), each
+    value that field's; or ``engine_args``: each value the engine's own arguments (``("-ub", "1024")``)."""
+
+    name: str                           # what the user reads: "KV type", "micro-batch (-ub)"
+    field: str                          # kv_dtype | parallel | threads | engine_args
+    values: tuple[Any, ...]
+    why: str                            # what it changes, one phrase
+
+
+@runtime_checkable
+class TunesKnobs(Protocol):               # default: () (tune has nothing to search for this engine)
+    def tune_knobs(self, objective: str, *, kv_dtype: str | None, parallel: int, cpu_cores: int | None,
+                   kv_dtypes: Sequence[str]) -> tuple[Knob, ...]: ...
 
 
 @runtime_checkable

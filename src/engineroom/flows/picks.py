@@ -120,7 +120,7 @@ def pick_from_row(row: dict, model_id: str, source: str, priority: str | None = 
 
 def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None = None,
                    pick: int = 1, engine: str | None = None, ctx: int | None = None,
-                   parallel: int | None = None) -> Pick:
+                   parallel: int | None = None, quant: str | None = None) -> Pick:
     """Plan ``model`` for ``rig`` (default: this machine) under ``priority`` and take plan ``pick``
     (``ctx`` / ``parallel``: the plan's --ctx / --parallel). For this machine, the speeds are
     calibrated by the runs measured here (``calibration_here``)."""
@@ -133,7 +133,7 @@ def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None =
     from ..speedpoints import calibration_here
 
     the_rig = resolve_rig(rig)
-    plans = make_plan(model, the_rig, priority, limit=pick, engine=engine, ctx=ctx, parallel=parallel,
+    plans = make_plan(model, the_rig, priority, limit=pick, engine=engine, ctx=ctx, parallel=parallel, quant=quant,
                       calibration=calibration_here(rig=the_rig) if rig is None else None)
     if len(plans) < pick:
         raise NotFound(f"the plan has {len(plans)} configuration(s) for {model}; --pick {pick} is beyond them.")
@@ -180,7 +180,7 @@ def pick_from_file(path: Path, pick: int = 1) -> Pick:
 
 # --------------------------------------------------------------------------- request -> adapter
 # the launch arguments that are also fields of the request, by the one name both use
-REQUEST_FIELDS = ("ctx", "parallel", "kv_unified", "kv_dtype", "tp", "engine", "chat_template")
+REQUEST_FIELDS = ("ctx", "parallel", "kv_unified", "kv_dtype", "tp", "engine", "chat_template", "threads")
 
 
 def typed_request(model_ref: str, pick: Pick | None, args: LaunchArgs, default_engine: str) -> LaunchRequest:
@@ -196,8 +196,8 @@ def typed_request(model_ref: str, pick: Pick | None, args: LaunchArgs, default_e
                              weights=Weights(ref=model_ref))
         return replace(base, **given, given=tuple(given)) if given else base
     request = pick.request
-    if given.get("engine") not in (None, request.engine):
-        request = replace(request, engine_options=(), tool_parser=None, reasoning_parser=None)
+    if given.get("engine") not in (None, request.engine):     # the old engine's own words stay behind
+        request = replace(request, engine_options=(), engine_args=(), tool_parser=None, reasoning_parser=None)
     return request.with_user(given)
 
 
@@ -205,7 +205,7 @@ def launch_options(request: LaunchRequest, *, model_path: Path, projector: Path 
                    **process: Any) -> LaunchOptions:
     """The adapter's LaunchOptions for ``request``: ``model_path`` / ``projector`` where the weights and
     projector are (or will be) on this machine; ``process``: how this launch runs here (port, host,
-    threads, model_name, extra_args, changes, log_path, api_key_file)."""
+    model_name, extra_args: after the request's own ``engine_args``, changes, log_path, api_key_file)."""
     r = request
     return LaunchOptions(
         model_path=model_path, ctx=r.ctx, parallel=r.parallel, kv_unified=r.kv_unified, kv_dtype=r.kv_dtype,
@@ -213,4 +213,5 @@ def launch_options(request: LaunchRequest, *, model_path: Path, projector: Path 
         spec_method=r.spec_method, spec_tokens=r.spec_tokens, draft_model=r.draft_model,
         tool_parser=r.tool_parser, reasoning_parser=r.reasoning_parser, quant_format=r.weights.format or None,
         vision=True if r.vision else (False if r.text_only else None), projector=projector,
-        engine_options=r.engine_options, **process)
+        engine_options=r.engine_options, threads=r.threads,
+        **{**process, "extra_args": (*r.engine_args, *process.get("extra_args", ()))})

@@ -55,14 +55,14 @@ def predict_memory(engine: str, arch: ModelArch | None, settled: Settled, probe:
 
             _, f = fit_one(model_id, rig, engine, quant, s.kv_dtype or "f16", s.ctx, parallel=s.parallel, tp=s.tp,
                            kv_unified=s.kv_unified, rope_scaling=s.rope_scaling, cpu_features=features,
-                           repack=s.repack, mem_fraction=s.mem_fraction)
+                           repack=s.repack, mem_fraction=s.mem_fraction, ubatch=s.ubatch)
             req, basis = f.request, f"the catalog's {model_id} {quant} (the file is not downloaded)"
         else:
             req = FitRequest(engine=engine, ctx=s.ctx, quant=s.quant or arch.file_type or None,
                              kv_dtype=s.kv_dtype or "f16", parallel=s.parallel, kv_unified=s.kv_unified,
                              repack=s.repack, cpu_features=features, rope_scaling=s.rope_scaling, tp=s.tp,
                              kv_space_bytes=s.kv_space_bytes, mem_fraction=s.mem_fraction, vision=s.vision,
-                             spec_method=s.spec_method)
+                             spec_method=s.spec_method, ubatch=s.ubatch, batch=s.batch, flash_attn=s.flash_attn)
             f, basis = fit(arch, req, rig, catalog=cat), "the model file's header"
     except (EngineroomError, KeyError, TypeError, ValueError) as exc:
         return Prediction({}, {}, "", f"fit cannot size this launch ({str(exc).rstrip('.')})")

@@ -112,7 +112,7 @@ def prepare(
     engine = request.engine
     if pick is not None:       # the plan's settings, as launched (switch keeps them)
         args = replace(args, ctx=request.ctx, parallel=request.parallel, kv_unified=request.kv_unified,
-                       kv_dtype=request.kv_dtype, tp=request.tp)
+                       kv_dtype=request.kv_dtype, tp=request.tp, threads=request.threads)
     args = replace(args, engine=engine)
     ctx, port, host, threads, parallel, tp = args.ctx, args.port, args.host, args.threads, args.parallel, args.tp
     engine_bin, tools_template, extra_args = args.engine_bin, args.tools_template, list(args.extra_args)
@@ -191,7 +191,7 @@ def prepare(
         projector = _projector(request, download, say)
         lopts = launch_options(
             request, model_path=serve_path, projector=projector, model_name=mref.name,
-            port=port, host=host, threads=threads, extra_args=tuple(extra_args), changes=tuple(changes),
+            port=port, host=host, extra_args=tuple(extra_args), changes=tuple(changes),
             api_key_file=key.file,
         )
         settled = adapter.launch_settings(lopts, trained_ctx=arch.max_position if arch is not None else None)

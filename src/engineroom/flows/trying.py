@@ -35,7 +35,7 @@ from .picks import Pick, pick_from_plan
 from .runs import HostGuard, bench
 from .stages import STAGES_KEY, StageLog, open_run, served
 
-__all__ = ["NOT_MEANINGFUL", "TryOutcome", "random_file_name", "random_weights", "try_model"]
+__all__ = ["NOT_MEANINGFUL", "TryOutcome", "random_file_name", "random_weights", "random_weights_pick", "try_model"]
 
 GGUF_FORMAT = "gguf"
 NOT_MEANINGFUL = (
@@ -80,7 +80,7 @@ def _point_of(run_id: int, point: Any) -> dict[str, Any] | None:
     return {**point, "run_id": run_id} if isinstance(point, dict) else None
 
 
-def _tried_pick(pick: Pick) -> tuple[Pick, list[str]]:
+def random_weights_pick(pick: Pick) -> tuple[Pick, list[str]]:
     """The pick as a random-weight file can serve it: no drafter, no projector (each said)."""
     r, left = pick.request, []
     if r.spec_method:
@@ -133,7 +133,7 @@ def random_weights(model: str, pick: Pick, log: StageLog, *, folder: Path | None
 
 
 def try_model(store: Store, model: str, *, priority: str | None = None, engine: str | None = None,
-              ctx: int | None = None, parallel: int | None = None, threads: int | None = None,
+              quant: str | None = None, ctx: int | None = None, parallel: int | None = None, threads: int | None = None,
               keep: bool = False, folder: Path | None = None, max_tokens: int = 128, warmup: int = 1,
               measured: int = 3, quiet_wait: float = 60.0, busy_ok: bool = False,
               say: Callable[[str], None] | None = None, on_wait: Callable[[str, float], None] | None = None,
@@ -148,13 +148,13 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
             raise BadInput(f"{flag} must be at least {least}, not {value}.")
     log = StageLog(say)
     with log.stage("plan", f"plan {model} for this machine"):
-        pick = pick_from_plan(model, priority=priority, engine=engine, ctx=ctx, parallel=parallel)
+        pick = pick_from_plan(model, priority=priority, engine=engine, ctx=ctx, parallel=parallel, quant=quant)
     fmt = str(pick.plan.get("quant_format") or "")
     if fmt != GGUF_FORMAT:
         raise BadInput(f"the plan's pick is {pick.engine} {pick.plan.get('quant')} ({fmt} weights); try writes "
                        "random-weight GGUF files, so it runs llama.cpp and ik_llama.cpp picks: give --engine "
                        "llama.cpp (vLLM's and SGLang's dummy-weight loading is not done yet).")
-    pick, left_out = _tried_pick(pick)
+    pick, left_out = random_weights_pick(pick)
     quant = str(pick.plan["quant"])
     with random_weights(model, pick, log, folder=folder, keep=keep, command="try") as (path, size):
         r = pick.request

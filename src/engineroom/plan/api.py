@@ -80,7 +80,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
          engine: str | None = None, *, catalog: Catalog | None = None, limit: int | None = None,
          arch: ModelArch | None = None, detail: int = 1, parallel: int | None = None,
          rope_scaling: str | None = None, memo: FitMemo | None = None, launchable: bool = True,
-         calibration: Calibration | None = None) -> list[Plan]:
+         calibration: Calibration | None = None, quant: str | None = None) -> list[Plan]:
     """Ranked configs for serving ``model_ref`` on ``rig`` under ``priority`` (default: the
     catalog's default priority). Raises NothingFits (a NotFound) with the closest miss when nothing fits.
     ``model_ref``: anything ``resolve_model`` accepts (a catalog model, or a file or repo).
@@ -93,7 +93,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
     ``launchable`` False: the sizing and ranking model alone, configurations whose weights or
     drafter the catalog cannot name included (never a pick: ``flows`` launches launchable plans only).
     ``calibration``: speed points measured on the machine ``rig`` is (calibration.py); give it only
-    when planning for that machine."""
+    when planning for that machine. ``quant``: only this quant of the model (id or alias)."""
     if parallel is not None and parallel < 1:
         raise BadInput(f"--parallel must be at least 1, not {parallel}.")
     cat = catalog or load_catalog()
@@ -103,7 +103,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
     prio = find_priority(cat, priority) if priority else cat.default_priority()
     p = _Planner(cat, model, arch, rig, prio, ctx, engine, source=subject.source, parallel=parallel,
                  rope_scaling=rope_scaling, memo=memo,   # ctx beyond the model's maximum only with rope_scaling
-                 launchable=launchable, calibration=calibration)
+                 launchable=launchable, calibration=calibration, quant=quant)
     pool = p.pool = p.candidates()
     # a leading ctx key is bounded by the target context: configs serving all of it come first
     bounded = bool(prio.rank) and prio.rank[0].metric == "ctx"

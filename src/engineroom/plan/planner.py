@@ -11,6 +11,7 @@ from .. import units
 from ..arch import ModelArch
 from ..catalog import Catalog, Drafter, Engine, Model, Priority, Quant, find_engine
 from ..catalog.schema import GB, RankKey
+from ..errors import BadInput
 from ..fit import Fit, FitMemo, FitRequest, check_ctx, kv_refusal, max_context
 from ..hardware import Rig
 from .calibration import NO_POINT_HERE, UNCALIBRATED, Calibration, SpeedFactor, shape_class
@@ -44,7 +45,7 @@ class _Planner:
     def __init__(self, cat: Catalog, model: Model, arch: ModelArch, rig: Rig, prio: Priority,
                  ctx: int | None, engine: str | None, source: str = "catalog", parallel: int | None = None,
                  rope_scaling: str | None = None, memo: FitMemo | None = None, launchable: bool = True,
-                 calibration: Calibration | None = None):
+                 calibration: Calibration | None = None, quant: str | None = None):
         cat = cat.for_vendor(rig.vendor)   # each engine as its build for this rig runs it (catalog backends)
         self.cat, self.model, self.arch, self.rig, self.prio = cat, model, arch, rig, prio
         # every fit of this model goes through one memo (how_to_choose shares it over the priorities)
@@ -54,6 +55,12 @@ class _Planner:
         self.user_parallel = parallel         # --parallel: every candidate serves exactly this many sequences
         self.parallel_rule = prio.parallel if parallel is None else None   # the priority's rule, unless --parallel
         self.engines = [find_engine(cat, engine)] if engine else list(cat.engines)
+        self.quants = list(model.quants)
+        if quant is not None:             # --quant: only this one of the model's quants
+            only = model.quant(quant)
+            if only is None:
+                raise BadInput(f"{model.name} has no quant {quant!r}; known: {', '.join(q.id for q in model.quants)}.")
+            self.quants = [only]
         self.explicit_engine = engine is not None   # a named engine is planned whatever its status
         self.launchable = launchable  # False: the sizing model alone (configurations engineroom cannot launch too)
         self.calibration = calibration   # this machine's measured speed points (None: a rig by spec, or none)
@@ -145,7 +152,7 @@ class _Planner:
                 self.rejected.append(why)
                 continue
             layouts = _rig_groups(self.rig, e, self.arch)
-            for q in self.model.quants:
+            for q in self.quants:
                 why = self._quant_ok(q, e)
                 if why:
                     self.rejected.append(why)

@@ -32,6 +32,7 @@ class Weights:
 
 # a field's name in a request stored by an earlier engineroom (a saved plan, a server's state) -> its name now
 OLD_NAMES = {"n_seqs": "parallel"}
+TUPLE_FIELDS = ("engine_options", "engine_args", "given")     # lists in JSON
 
 
 @dataclass(frozen=True)
@@ -59,11 +60,14 @@ class LaunchRequest:
     text_only: str = ""               # why a model with vision is served without it ("" when not traded)
     chat_template: str | None = None  # a chat template file
     engine_options: tuple[str, ...] = ()   # ids of options the adapter defines (engine YAML plan_options)
+    threads: int | None = None        # CPU threads (None: the engine's default); `engineroom tune` may set it
+    engine_args: tuple[str, ...] = ()  # the engine's own arguments `engineroom tune` found better ("-ub", "1024")
     given: tuple[str, ...] = ()       # the fields the user typed (they won over the plan's)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["engine_options"], out["given"] = list(self.engine_options), list(self.given)
+        for key in TUPLE_FIELDS:
+            out[key] = list(getattr(self, key))
         return out
 
     @classmethod
@@ -79,7 +83,7 @@ class LaunchRequest:
         try:
             weights = Weights(**data["weights"])
             values = {k: v for k, v in data.items() if k != "weights"}
-            for key in ("engine_options", "given"):
+            for key in TUPLE_FIELDS:
                 values[key] = tuple(values.get(key) or ())
             return cls(weights=weights, **values)
         except TypeError as exc:

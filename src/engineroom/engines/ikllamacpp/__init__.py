@@ -38,6 +38,7 @@ from .command import (
     render,
     repack_disabled,
     spec_type_args,
+    tune_knobs,
 )
 from .discovery import (
     BINARY,
@@ -93,7 +94,7 @@ __all__ = ["BINARY", "BUILD_TARGETS", "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", 
            "launch_settings", "loads_refusal", "memory_report", "normalise_metrics", "normalise_timings",
            "placement_report",
            "parse_help", "placeholder_binary", "probe", "render", "repack_disabled", "rope_scaling_arg",
-           "rope_scaling_example", "spec_type_args", "split_api_key", "validate_argv", "write_build_info"]
+           "rope_scaling_example", "spec_type_args", "split_api_key", "tune_knobs", "validate_argv", "write_build_info"]
 
 
 if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and every optional hook it implements

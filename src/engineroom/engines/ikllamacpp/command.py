@@ -16,16 +16,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import BadInput, NotFound
-from ..base import LaunchOptions, LaunchSpec, Settled
+from ..base import Knob, LaunchOptions, LaunchSpec, Settled
 from ..llamacpp.command import (
     _build_cpu,
     _flag_value,
     _has_flag,
     api_key_file_args,
+    batch_sizes,
     feature_args,
+    flash_attn_on,
     rope_scaling_arg,
 )
 from ..llamacpp.discovery import Binary
+from ..llamacpp.knobs import BACKEND_SAMPLING
+from ..llamacpp.knobs import tune_knobs as _mainline_knobs
 from .discovery import ENGINE, SOURCE_VERSION, binary_version
 from .flags import validate_argv
 
@@ -196,8 +200,10 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> S
     args = [a for c in options.changes for a in c.args] + list(options.extra_args)
     ctk = _flag_value(options.extra_args, "-ctk", "--cache-type-k")
     ctx = options.ctx if options.ctx is not None else (max(1, trained_ctx // slots) if trained_ctx else None)
+    ubatch, batch = batch_sizes(options.extra_args)     # the fork's -ub / -b, the same flags and defaults
     return Settled(ctx=ctx, parallel=slots, kv_unified=True, kv_dtype=ctk or options.kv_dtype or "f16",
-                   repack=not repack_disabled(args), rope_scaling=rope_scaling_arg(options.extra_args))
+                   repack=not repack_disabled(args), rope_scaling=rope_scaling_arg(options.extra_args),
+                   ubatch=ubatch, batch=batch, flash_attn=flash_attn_on(options.extra_args))
 
 
 def loads_refusal(path: Path) -> str | None:
@@ -234,3 +240,11 @@ def check_binary_cpu(binary: Binary, probe: CpuProbe) -> dict[str, object]:
                        "not run (a build copied from another machine?); rebuild it here with "
                        "`engineroom engines install ik_llama.cpp`.")
     return {"compiled_features": sorted(isa), "how": "the install manifest's build CPU (-march=native)"}
+
+
+def tune_knobs(objective: str, *, kv_dtype: str | None, parallel: int, cpu_cores: int | None,
+               kv_dtypes: Sequence[str]) -> tuple[Knob, ...]:
+    """llama-server's knobs (the fork takes the same -t, -np, -ub, -ctk and -fa) but GPU sampling: the
+    fork has no ``-bs`` (tests/fixtures/ik_llamacpp/help.txt)."""
+    knobs = _mainline_knobs(objective, kv_dtype=kv_dtype, parallel=parallel, cpu_cores=cpu_cores, kv_dtypes=kv_dtypes)
+    return tuple(k for k in knobs if k.values != ((BACKEND_SAMPLING,),))

@@ -27,6 +27,7 @@ from .command import (
     SPEC_TYPE_FLAG,
     api_key_file_args,
     api_key_file_in,
+    batch_sizes,
     check_binary_cpu,
     compiled_cpu_features,
     container_command,
@@ -65,6 +66,7 @@ from .discovery import (
     soname_env,
 )
 from .flags import check_flags, known_flags, parse_help, validate_argv
+from .knobs import tune_knobs
 from .server import (
     FAILURE_PATTERNS,
     FULL_LENGTH_BODY,
@@ -104,13 +106,14 @@ __all__ = ["RELEASE", "check_flags", "known_flags", "parse_help", "validate_argv
            "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS", "FIT_FLAGS", "FULL_LENGTH_BODY",
            "KV_CACHE_TYPES",
            "MANIFEST", "METRIC_NAMES", "NO_REPACK", "OWN_NAMES", "ROPE_SCALING_FLAGS", "SLOTS_PATH", "SOURCE_PACKAGE",
-           "SOURCE_VERSION", "TIMINGS_FIELD", "Binary", "MiB", "api_key_file_args", "api_key_file_in", "binary_version",
+           "SOURCE_VERSION", "TIMINGS_FIELD", "Binary", "MiB", "api_key_file_args", "api_key_file_in",
+           "batch_sizes", "binary_version",
            "busy_slots", "check_binary_cpu", "classify_failure", "cmake_options", "count_tokens",
            "compiled_cpu_features", "container_command",
            "cpu_adjustments",
            "crash_fallback", "host_cache_change", "find_binary", "health_state", "install", "install_root", "installed",
            "launch_settings", "loads_refusal", "memory_report", "normalise_metrics", "normalise_timings",
-           "placement_report",
+           "placement_report", "tune_knobs",
            "placeholder_binary", "probe", "relaunch_spec", "render", "repack_disabled", "rope_scaling_arg",
            "launch_defaults", "rope_scaling_example", "slots_and_unified", "soname_env", "split_api_key"]
 

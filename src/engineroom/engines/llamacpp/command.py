@@ -370,8 +370,41 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> S
     args = [a for c in options.changes for a in c.args] + list(options.extra_args)
     ctk = _flag_value(options.extra_args, "-ctk", "--cache-type-k")
     ctx = options.ctx if options.ctx is not None else (max(1, trained_ctx // slots) if trained_ctx else None)
+    ubatch, batch = batch_sizes(options.extra_args)
     return Settled(ctx=ctx, parallel=slots, kv_unified=unified, kv_dtype=ctk or options.kv_dtype or "f16",
-                   repack=not repack_disabled(args), rope_scaling=rope_scaling_arg(options.extra_args))
+                   repack=not repack_disabled(args), rope_scaling=rope_scaling_arg(options.extra_args),
+                   ubatch=ubatch, batch=batch, flash_attn=flash_attn_on(options.extra_args))
+
+
+FLASH_ATTN_FLAGS = ("-fa", "--flash-attn")
+
+
+def flash_attn_on(args: Sequence[str]) -> bool:
+    """Whether flash attention runs: llama-server's `-fa` is on, off or auto (its default, which resolves
+    to on for the CPU and CUDA backends engineroom launches)."""
+    value = _flag_value(args, *FLASH_ATTN_FLAGS)
+    return (value or "auto").lower() not in ("off", "0", "false", "disabled")
+
+
+UBATCH_FLAGS = ("-ub", "--ubatch-size")
+BATCH_FLAGS = ("-b", "--batch-size")
+DEFAULT_UBATCH, DEFAULT_BATCH = 512, 2048      # llama-server's (common/common.h: n_ubatch, n_batch)
+
+
+def batch_sizes(args: Sequence[str]) -> tuple[int, int]:
+    """(-ub, -b) the arguments give, else llama-server's defaults; BadInput for a value that is not
+    a positive number (llama-server would refuse it at start)."""
+    out = []
+    for flags, default in ((UBATCH_FLAGS, DEFAULT_UBATCH), (BATCH_FLAGS, DEFAULT_BATCH)):
+        text = _flag_value(args, *flags)
+        try:
+            value = int(text) if text is not None else default
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise BadInput(f"{flags[0]} {text} is not a positive number of tokens.")
+        out.append(value)
+    return out[0], out[1]
 
 
 def _flag_value(args: Sequence[str], *names: str) -> str | None:
