@@ -327,8 +327,10 @@ def bench():
 # the checks a short run fails on the machine's doing, not the engine's or engineroom's: its spread (a
 # few requests of a few dozen tokens on a 2-core VM: decode CV 2-12% seen over 2 runs) and other
 # processes on the cores (the harness's CI host: vLLM's storage test was INVALID on host_contention
-# once, where 6 runs on a quiet machine read 0.4-1.3% over the run, 2-6% at worst in 2 s)
-MACHINE_CHECKS = frozenset({"cv", "inter_token_outliers", "host_contention"})
+# once, where 6 runs on a quiet machine read 0.4-1.3% over the run, 2-6% at worst in 2 s), and the
+# client's own scheduling on those cores (client_not_bottleneck: vLLM's storage test failed on a wake-up
+# lag p99 of 24.5 ms, limit 20, while another test ran beside it; alone it passed)
+MACHINE_CHECKS = frozenset({"cv", "inter_token_outliers", "host_contention", "client_not_bottleneck"})
 
 
 def assert_ok_or_invalid_on_the_machine_alone(proc, out: dict) -> None:

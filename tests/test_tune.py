@@ -170,6 +170,8 @@ def test_tune_on_the_real_llama_server(llama_server_binary, smollm2, tmp_path, m
         assert run["kind"] == "tune" and run["status"] == "OK"
         boots = [store.get_run(i) for i in trial["runs_a"] + trial["runs_b"]]
     assert all(b["kind"] == "bench" and "concurrency" in b["label"] for b in boots)
+    card = run_cli("report", str(out["run_id"]), env=env).stdout     # the stored run's card: the same table
+    assert "## Tune" in card and "| 1 | slots (-np) = 2 |" in card and f"{trial['outcome']}:" in card
     if trial["outcome"] == "kept":
         assert out["changes"] == {"parallel": 2} and out["gain"]["gain_pct"] > 0
         assert picks.pick_from_file(Path(out["plan_file"])).request.parallel == 2
@@ -210,3 +212,31 @@ def test_quant_narrows_the_plan_to_one_of_the_models_quants():
     assert code == 2 and said.startswith("Qwen3.6-27B has no quant 'Q9'; known: ")
     code, said = _cli("plan", "qwen3.6-27b", "--quant", "Q4_K_M")
     assert code == 2 and said == "--quant goes with --priority (a how-to-choose table compares every quant)."
+
+
+def test_the_engines_own_arguments_add_up_over_the_knobs_kept():
+    """A kept `-bs` stays when the next knob tries `-fa off` (the H200 visit's second trial ran `-fa off`
+    alone against `-bs`: the arguments replaced each other)."""
+    from engineroom.flows.tuning import _with
+
+    kept = _with({}, {"engine_args": ("-bs",)})
+    assert _with(kept, {"engine_args": ("-fa", "off")}) == {"engine_args": ("-bs", "-fa", "off")}
+    assert _with({"threads": 1, "engine_args": ("-bs",)}, {"threads": 2}) == {"threads": 2, "engine_args": ("-bs",)}
+
+
+def test_flash_attention_off_is_sized_as_the_h200_measured_it():
+    """`-fa off` (tune's GPU knob) on the H200: llama-server's CUDA compute buffer was 1,680 MiB and its
+    host buffer 108 MiB for the Qwen3.6-27B layout at 32K x 1 (benchmarks/data/tune_gpu/2026-12-04/balanced,
+    launch run 12), where fit still predicted the flash-attention buffers (174 / 72 MiB)."""
+    from engineroom.catalog import arch_from_catalog
+    from engineroom.fit.llama_compute import llama_cuda_compute
+    from engineroom.fit.request import FitRequest
+    from engineroom.plan import resolve_model
+
+    arch = arch_from_catalog(resolve_model("qwen3.6-27b").model)
+    req = FitRequest(engine="llama.cpp", ctx=32768, quant="Q4_K_M", parallel=1)
+    on = llama_cuda_compute(arch, req)
+    off = llama_cuda_compute(arch, FitRequest(engine="llama.cpp", ctx=32768, quant="Q4_K_M", parallel=1,
+                                              flash_attn=False))
+    assert [round(x / 2**20) for x in on] == [174, 72]                 # as measured with flash attention
+    assert abs(off[0] / (1680 * 2**20) - 1) < 0.05 and abs(off[1] / (108 * 2**20) - 1) < 0.05

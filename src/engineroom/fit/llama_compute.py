@@ -58,8 +58,12 @@ def llama_cuda_compute(arch: ModelArch, req: FitRequest) -> tuple[int, int]:
     e = arch.hidden_size
     n_kv, n_stream = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.parallel, ub, req.kv_unified)
     ff = _ffn_width(arch)
-    if arch.mla is not None:
-        # no flash attention: f32 KQ (n_head) + f32 mask + f16 mask copy per cell and token
+    if arch.mla is not None or not req.flash_attn:
+        # no flash attention (MLA always runs without it on CUDA in this build; others with `-fa off`):
+        # f32 KQ (n_head) + f32 mask + f16 mask copy per cell and token. Measured with `-fa off` on the
+        # H200 (the Qwen3.6-27B layout Q4_K_M, 32K x 1, b11434; benchmarks/tune_gpu.md): 1,680 MiB CUDA /
+        # 108 MiB host, this 1,758 / 104 (+4.6% / -3.7%), where the flash-attention buffer (174 / 72) was
+        # predicted before: one shape measured, so the term's split is not traced
         gpu = n_kv * ub * (4 * arch.n_heads + 4 + 1) + ub * 4 * (_CUDA_FFN[0] * ff + _CUDA_FFN[1] * e)
         host: float = 4 * n_kv * ub + int(ub * 4 * _CUDA_HOST_EMBD * e)
         return int(gpu), int(host)

@@ -104,6 +104,7 @@ class Trial:
     why: str
     runs_a: list[int] = field(default_factory=list)    # the incumbent's boots
     runs_b: list[int] = field(default_factory=list)    # this value's boots
+    invalid_runs: list[int] = field(default_factory=list)   # boots whose bench said INVALID (kept, not compared)
     a_mean: float | None = None
     b_mean: float | None = None
     gain_pct: float | None = None           # (b - a) / a
@@ -152,6 +153,15 @@ def _request_with(pick: Pick, setting: Mapping[str, Any]) -> Pick:
     if "engine_args" in values:
         values["engine_args"] = (*r.engine_args, *values["engine_args"])
     return replace(pick, request=replace(r, **values))
+
+
+def _with(incumbent: Mapping[str, Any], setting: Mapping[str, Any]) -> dict[str, Any]:
+    """The incumbent's settings with ``setting`` laid over them; the engine's own arguments add up (a
+    kept ``-bs`` stays when ``-fa off`` is tried next)."""
+    out = {**incumbent, **setting}
+    if "engine_args" in incumbent and "engine_args" in setting:
+        out["engine_args"] = (*incumbent["engine_args"], *setting["engine_args"])
+    return out
 
 
 def _setting(knob: Knob, value: Any) -> dict[str, Any]:
@@ -235,12 +245,12 @@ def tune(store: Store, model: str, *, priority: str, engine: str | None = None, 
                         untried.append(label)
                         continue
                     say(f"trial {len(trials) + 1}: {label} against {_describe(incumbent)}")
-                    trial = ab.run(pick, incumbent, {**incumbent, **setting}, knob.name, value)
+                    trial = ab.run(pick, incumbent, _with(incumbent, setting), knob.name, value)
                     trials.append(trial)
                     per_trial = max(per_trial or 0.0, trial.seconds)
                     say(f"  {trial.outcome}: {trial.why}")
                     if trial.outcome == "kept":
-                        incumbent = {**incumbent, **setting}
+                        incumbent = _with(incumbent, setting)
                         break                 # the next knob starts from the kept value
             kept = [t for t in trials if t.outcome == "kept"]
             gain: dict[str, Any] | None = None
@@ -267,7 +277,8 @@ def tune(store: Store, model: str, *, priority: str, engine: str | None = None, 
                               trials=trials, gain=gain, plan_file=plan_file, untried=untried, budget_s=budget_s,
                               seconds=round(time.monotonic() - t0, 1), random_weights=random, held=held,
                               left_out=left_out)
-        status, result = "OK", {"best": outcome.best, "changes": outcome.changes, "gain": gain, "plan_file": plan_file}
+        status, result = "OK", {"best": outcome.best, "changes": outcome.changes, "gain": gain, "plan_file": plan_file,
+                                "seconds": outcome.seconds}
         return outcome
     except KeyboardInterrupt:
         status = "INTERRUPTED"       # the boots so far stay stored; the server was stopped on the way out
@@ -310,9 +321,10 @@ class _Trials:
                     trial.why = f"{_describe(setting)} did not launch: {str(exc).rstrip('.')}"
                     trial.seconds = round(time.monotonic() - t0, 1)
                     return trial
-                (trial.runs_a if arm == "A" else trial.runs_b).append(run_id)
                 if samples is not None:
+                    (trial.runs_a if arm == "A" else trial.runs_b).append(run_id)
                     break
+                trial.invalid_runs.append(run_id)
                 self.say(f"  boot {n}: run {run_id} is INVALID ({why})" + ("; again" if attempt < self.retries else ""))
             if samples is None:
                 trial.why = f"boot {n} (arm {arm}) stayed INVALID: {why}; not compared"
@@ -340,8 +352,11 @@ class _Trials:
     def _boot(self, pick: Pick, label: str) -> tuple[int, dict[str, Any] | None, str]:
         """Launch ``pick``, measure it, stop it: (run id, its samples for the comparison or None, why not)."""
         from ..bench import BenchPlan, default_workloads
+        from ..bench import statistics as st
         from ..bench.compare import samples
         from ..bench.guards import failed_checks
+        from ..bench.suitestats import kept
+        from ..bench.suitesummary import round_figures
 
         log = StageLog()
         shown = [time.monotonic()]
@@ -366,10 +381,21 @@ class _Trials:
                 run_id = outcome.run_id
         if outcome.summary.get("status") == "INVALID":
             return run_id, None, "; ".join(failed_checks(outcome.summary)) or "the bench said INVALID"
-        found = samples(self.store.get_run(run_id), self.store.records(run_id))
-        if self.objective == "aggregate_tps":        # the arms may differ in slots: one group, every round
-            found = {"every slot": {"aggregate_tps": [x for g in found.values() for x in g.get("aggregate_tps", [])]}}
-        return run_id, found, ""
+        if self.objective == "decode_tps":
+            return run_id, samples(self.store.get_run(run_id), self.store.records(run_id)), ""
+        # every slot decoding at once: each round's rate over the window where every stream decoded (a round's
+        # tokens over its wall time would count the prompts' prefill too); the arms may differ in slots, so
+        # the rounds of both are one group
+        recs = kept(st.payloads(self.store.records(run_id)))
+        rounds = round_figures(recs)
+        rates = [r["all_decoding_tps"] for r in rounds if r.get("all_decoding_tps")]
+        if not rates and all(r["streams"] == 1 for r in rounds):      # one slot: its stream's own decode rate
+            rates = [x for x in (st.decode_tps(r) for r in recs if st.is_usable(r)) if x]
+        if not rates:
+            why = "; ".join(sorted({str(r.get("all_decoding_why") or "no window") for r in rounds})) or "no rounds"
+            return run_id, None, (f"no round had a window where every stream decoded ({why}); a longer --max-tokens "
+                                  "gives one")
+        return run_id, {"every slot": {"aggregate_tps": rates}}, ""
 
 
 def _write_plan(best: Pick, pick: Pick, out: Path | None, model: str, priority: str, objective: str, run_id: int,

@@ -432,9 +432,14 @@ def render_card(run: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) ->
             said = (f"Not run: the run ended ({status}" + (f", {run['end_reason']}" if run.get("end_reason") else "")
                     + ") before any bench request finished.")
         lines += ["## Bench", "", said, ""]
+    tune = cond.get("tune")
+    if isinstance(tune, Mapping):               # `engineroom tune`: its trials (each boot is a bench run of its own)
+        from engineroom.report.tuning import tune_section
+
+        lines += tune_section(tune, run.get("summary"), run.get("id"))
     lines += _memory_section(cond.get("memory"))
     lines += _resources_section(records)
-    if not checks and not bench_payloads:
+    if not checks and not bench_payloads and not isinstance(tune, Mapping):
         lines += ["No checks or bench requests were recorded for this run.", ""]
     sources = [s["engine_source"] for s in summary["workloads"].values() if s["engine_source"]]
     lines.append(_provenance(len(bench_payloads), len(checks), run.get("id", "?"), sources))

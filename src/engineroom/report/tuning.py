@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["tune_text"]
+__all__ = ["tune_section", "tune_text"]
 
 _OBJECTIVE = {"decode_tps": "single-stream decode", "aggregate_tps": "aggregate decode over every slot"}
 
@@ -59,3 +59,16 @@ def tune_text(result: Mapping[str, Any]) -> str:
     if result.get("random_weights"):
         lines.append("random weights: speed and memory are the architecture's; answers are noise (not measured)")
     return "\n".join(lines) + "\n"
+
+
+def tune_section(conditions: Mapping[str, Any], summary: Mapping[str, Any] | None, run_id: Any) -> list[str]:
+    """The card's section for a stored ``tune`` run (``engineroom report RUN``): the same table as the
+    command printed, from what the run stored (its conditions' ``tune`` and its summary)."""
+    s = summary if isinstance(summary, Mapping) else {}
+    result = {**conditions, **s, "run_id": run_id, "left_out": conditions.get("left_out") or [],
+              "held": conditions.get("held") or [], "budget_s": conditions.get("budget_s", 0),
+              "random_weights": conditions.get("random_weights", False)}
+    body = tune_text(result).splitlines()[1:]          # the card has its own title
+    if not s.get("trials") and not s:
+        body.append("(the run stored no trials: it ended before its first)")
+    return ["## Tune", *body, ""]
