@@ -152,3 +152,44 @@ def test_the_speed_point_try_reports_carries_its_runs_id():
     stored = {"run_id": 0, "engine": "llama.cpp", "shape": "moe", "measured_tps": 230.56, "planned_mid_tps": 235.15}
     assert _point_of(21, stored) == {**stored, "run_id": 21}
     assert _point_of(21, None) is None
+
+
+# a small Qwen3-MoE (16 experts, 4 active) with SmolLM2's vocabulary, so the random file takes its tokenizer whole
+TINY_MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 512,
+            "intermediate_size": 1024, "moe_intermediate_size": 256, "num_experts": 16, "num_experts_per_tok": 4,
+            "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
+            "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "vocab_size": 49152,
+            "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+def test_try_and_tune_a_moe_shape_on_the_real_llama_server(llama_server_binary, smollm2, tmp_path, monkeypatch):
+    """Issue 19's CI shapes, the MoE one: `try` of a small Qwen3-MoE config.json (its random Q4_K_M file
+    written here) placed as planned with fit's weights and KV exact, then `tune --random` of the same
+    config for one stream's decode over the threads knob (4 boots of the real llama-server)."""
+    env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state"), "ENGINEROOM_DATA_DIR": str(tmp_path / "data")}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    config = tmp_path / "tiny-moe" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps(TINY_MOE))
+    files = tmp_path / "files"
+    proc = run_cli("try", str(config), "--engine", "llama.cpp", "--ctx", "1024", "--folder", str(files), "--json",
+                   env=env, timeout=600)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert {f.split(":")[0] for f in out["bench_failed"]} <= MACHINE_CHECKS, out["bench_failed"]
+    assert out["pick"]["engine"] == "llama.cpp" and out["placement"]["status"] == "as_planned", out["placement"]
+    rows = {r["component"]: r for r in out["memory_rows"]}
+    for component in ("weights", "kv_cache"):
+        assert abs(rows[component]["error_pct"]) < 1.0, rows[component]
+    assert out["decode_tps"] > 0 and out["kept"] is None and not list(files.rglob("*.gguf"))
+    tuned = run_cli("tune", str(config), "--random", "--engine", "llama.cpp", "--ctx", "1024", "--knob", "threads",
+                    "--max-tokens", "128", "--folder", str(files), "--json", env=env, timeout=600)
+    assert tuned.returncode == 0, tuned.stderr[-2000:]
+    result = json.loads(tuned.stdout)
+    [trial] = result["trials"]
+    assert trial["knob"] == "threads (-t)" and trial["outcome"] in ("kept", "not kept", "not measured"), trial
+    assert result["random_weights"] and result["pick"]["weights"]["quant"] == out["pick"]["quant"]
+    if trial["outcome"] != "not measured":
+        assert len(trial["runs_a"]) == len(trial["runs_b"]) == 2 and trial["a_mean"] > 0 and trial["b_mean"] > 0
+    assert not list(files.rglob("*.gguf"))

@@ -240,3 +240,19 @@ def test_flash_attention_off_is_sized_as_the_h200_measured_it():
                                               flash_attn=False))
     assert [round(x / 2**20) for x in on] == [174, 72]                 # as measured with flash attention
     assert abs(off[0] / (1680 * 2**20) - 1) < 0.05 and abs(off[1] / (108 * 2**20) - 1) < 0.05
+
+
+def test_up_dry_run_prints_what_recipe_prints_and_starts_nothing(tmp_path, monkeypatch):
+    """`up --dry-run` (issue 18 item 3): the same record as `recipe`, for a plan's pick and for a tuned plan
+    file, with nothing started or downloaded; with --docker, the compose file `recipe --compose` writes."""
+    from engineroom import launch
+
+    monkeypatch.setenv("ENGINEROOM_STATE_DIR", str(tmp_path / "state"))
+    args = ("smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--ctx", "1024", "--json")
+    code, dry = _cli("up", *args, "--dry-run")
+    assert code == 0, dry
+    code, recipe = _cli("recipe", *args)
+    assert code == 0 and json.loads(dry) == json.loads(recipe)
+    assert launch.read_state() is None                                  # nothing was started
+    code, compose = _cli("up", "smollm2-135m", "--dry-run", "--docker", "--json")
+    assert code == 0 and "services" in json.loads(compose)["compose"], compose

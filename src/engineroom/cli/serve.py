@@ -74,11 +74,14 @@ def up(
         help="Keep the server running when the engine places it otherwise than planned (layers or buffers on the "
              "host, a smaller context, fewer slots); without it such a launch is stopped. The acceptance is "
              "recorded with the launch."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run (command line, environment, fit's "
+                                                          "prediction; with --docker the compose file) and start "
+                                                          "nothing: the same as `engineroom recipe`."),
     json_out: bool = JsonOpt,
 ) -> None:
     """Start a managed server for MODEL and wait until it is healthy and placed as planned. With --priority
     (or --from-plan) it launches the plan's pick; flags given as well override the plan. Extra engine args go
-    after `--`."""
+    after `--`. --dry-run prints what would run instead."""
     from .. import flows
 
     args = _launch_args(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template, tools_template,
@@ -87,6 +90,13 @@ def up(
     model, chosen = _planned(ctx_, model, args, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
                              missing="name a model to launch, e.g. `engineroom up smollm2-135m` "
                                      "(or give --from-plan FILE).")
+    if dry_run:                  # what would run, as `recipe` prints it: nothing started, downloaded or needed
+        if docker or host is not None:
+            _compose_recipe(model, args, chosen, compose_file=True, out=None, host=host, json_out=json_out,
+                            api_key=api_key)
+        else:
+            _print_recipe(model, args, chosen, head_addr=None, api_key=api_key, json_out=json_out)
+        return
     if docker or host is not None:
         _docker_up(model, args, chosen, docker=docker, host=host, json_out=json_out, api_key=api_key)
         return
@@ -133,11 +143,7 @@ def recipe(
     json_out: bool = JsonOpt,
 ) -> None:
     """Print the command line and environment `up` would run (the plan's pick with --priority), without
-    running it, downloading anything or needing the engine installed."""
-    from .. import flows
-    from ..flows import validation
-    from ..redaction import redact_argv
-
+    running it, downloading anything or needing the engine installed (the same as `up --dry-run`)."""
     args = _launch_args(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template, tools_template,
                         300.0, ctx_.args, engine=engine, kv_dtype=kv_dtype, tp=tp, api_key_env=api_key_env,
                         api_key_file=api_key_file)
@@ -147,6 +153,17 @@ def recipe(
         _compose_recipe(model, args, chosen, compose_file=compose_file, out=out_file, host=host, json_out=json_out,
                         api_key=api_key)
         return
+    _print_recipe(model, args, chosen, head_addr=head_addr, api_key=api_key, json_out=json_out)
+
+
+def _print_recipe(model: str, args: LaunchArgs, chosen: Pick | None, *, head_addr: str | None, api_key: str | None,
+                  json_out: bool) -> None:
+    """What `up` would run for these arguments (recipe, and up --dry-run): the command line, the environment,
+    fit's prediction and the engine's own parser's verdict; exit 1 when that parser refuses it."""
+    from .. import flows
+    from ..flows import validation
+    from ..redaction import redact_argv
+
     prepared = flows.prepare(model, args, download=False, require_binary=False, pick=chosen, head_addr=head_addr,
                              api_key=api_key)
     checked = validation.check(prepared)        # the installed engine's own parser, when there is one
