@@ -21,7 +21,7 @@ from ..store import Store
 from .runs import HostGuard, bench
 from .stages import STAGES_KEY, StageLog, open_run, served
 
-__all__ = ["ARM_KEYS", "ABOutcome", "ab", "boot_order", "parse_arm"]
+__all__ = ["ARM_KEYS", "ABOutcome", "ab", "boot_order", "describe_settings", "jsonable_settings", "parse_arm"]
 
 # what an arm may set: the LaunchArgs field, and how its text becomes a value
 ARM_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
@@ -115,13 +115,14 @@ def ab(store: Store, model: str, *, arm_a: Mapping[str, Any], arm_b: Mapping[str
         for attempt in range(retries + 1):
             again = f", again ({attempt} INVALID before)" if attempt else ""
             if say:
-                say(f"boot {n}/{len(order)}: arm {arm} ({_describe(settings)}){again}")
+                say(f"boot {n}/{len(order)}: arm {arm} ({describe_settings(settings)}){again}")
             log = StageLog()          # each boot's own stages (its progress is the boot line above)
             with served(model, args, log) as s:
                 nth = len(runs[arm]) + 1
                 run_id = open_run(store, "bench", s, plan, f"ab arm {arm} boot {nth}: {model}", {
                     "ab": {"arm": arm, "boot": nth, "order": order, "position": n, "attempt": attempt + 1,
-                           "arm_a": _jsonable(arm_a), "arm_b": _jsonable(arm_b), "args": s.state.args.to_dict()}})
+                           "arm_a": jsonable_settings(arm_a), "arm_b": jsonable_settings(arm_b),
+                           "args": s.state.args.to_dict()}})
                 with log.stage("bench"):
                     outcome = bench(s.info, store, plan, run_id=run_id, progress=progress, api_key=s.key,
                                     host=HostGuard(say=say))
@@ -150,13 +151,16 @@ def ab(store: Store, model: str, *, arm_a: Mapping[str, Any], arm_b: Mapping[str
         for i, arm in enumerate(pair, len(order) - 1):
             boot(i, arm)
         comparison = compare()
-    comparison.update(arm_a=_jsonable(arm_a), arm_b=_jsonable(arm_b), order=order, model=model, invalid_boots=invalid)
+    comparison.update(arm_a=jsonable_settings(arm_a), arm_b=jsonable_settings(arm_b), order=order, model=model,
+                      invalid_boots=invalid)
     return ABOutcome(runs["A"], runs["B"], order, comparison, invalid)
 
 
-def _jsonable(arm: Mapping[str, Any]) -> dict[str, Any]:
+def jsonable_settings(arm: Mapping[str, Any]) -> dict[str, Any]:
+    """Launch settings (field -> value) for JSON: tuples (engine arguments) as lists."""
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in arm.items()}
 
 
-def _describe(arm: Mapping[str, Any]) -> str:
+def describe_settings(arm: Mapping[str, Any]) -> str:
+    """Launch settings in one line: ``threads=1, engine_args=-ub 256``."""
     return ", ".join(f"{k}={' '.join(v) if isinstance(v, tuple) else v}" for k, v in arm.items())

@@ -207,11 +207,11 @@ def launch_options(request: LaunchRequest, *, model_path: Path, projector: Path 
     projector are (or will be) on this machine; ``process``: how this launch runs here (port, host,
     model_name, extra_args: after the request's own ``engine_args``, changes, log_path, api_key_file)."""
     r = request
+    extra = (*r.engine_args, *process.pop("extra_args", ()))     # the request's own arguments first
     return LaunchOptions(
         model_path=model_path, ctx=r.ctx, parallel=r.parallel, kv_unified=r.kv_unified, kv_dtype=r.kv_dtype,
         tp=r.tp or 1, chat_template=Path(r.chat_template) if r.chat_template else None,
         spec_method=r.spec_method, spec_tokens=r.spec_tokens, draft_model=r.draft_model,
         tool_parser=r.tool_parser, reasoning_parser=r.reasoning_parser, quant_format=r.weights.format or None,
         vision=True if r.vision else (False if r.text_only else None), projector=projector,
-        engine_options=r.engine_options, threads=r.threads,
-        **{**process, "extra_args": (*r.engine_args, *process.get("extra_args", ()))})
+        engine_options=r.engine_options, threads=r.threads, extra_args=extra, **process)

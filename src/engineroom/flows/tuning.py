@@ -34,7 +34,7 @@ from ..engines.base import Knob
 from ..errors import BadInput, EngineroomError, NotFound
 from ..launchargs import LaunchArgs
 from ..store import Store
-from .ab import boot_order
+from .ab import boot_order, describe_settings, jsonable_settings
 from .picks import Pick, pick_from_plan
 from .runs import HostGuard, bench, bench_suite
 from .stages import StageLog, open_run, served
@@ -169,7 +169,7 @@ def _setting(knob: Knob, value: Any) -> dict[str, Any]:
 
 
 def _describe(setting: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={' '.join(v) if isinstance(v, tuple) else v}" for k, v in setting.items()) or "the pick"
+    return describe_settings(setting) or "the pick"
 
 
 def tune(store: Store, model: str, *, priority: str, engine: str | None = None, quant: str | None = None,
@@ -273,7 +273,7 @@ def tune(store: Store, model: str, *, priority: str, engine: str | None = None, 
         plan_file = _write_plan(best, pick, out, model, priority, objective, run_id, gain) if incumbent else None
         outcome = TuneOutcome(run_id=run_id, model=model, priority=priority, objective=objective,
                               pick=pick.request.to_dict(), best=best.request.to_dict(),
-                              changes={k: list(v) if isinstance(v, tuple) else v for k, v in incumbent.items()},
+                              changes=jsonable_settings(incumbent),
                               trials=trials, gain=gain, plan_file=plan_file, untried=untried, budget_s=budget_s,
                               seconds=round(time.monotonic() - t0, 1), random_weights=random, held=held,
                               left_out=left_out)
@@ -302,7 +302,7 @@ class _Trials:
 
         t0 = time.monotonic()
         trial = Trial(knob=knob, value=list(value) if isinstance(value, tuple) else value,
-                      setting={k: list(v) if isinstance(v, tuple) else v for k, v in b.items()},
+                      setting=jsonable_settings(b),
                       outcome="not measured", why="")
         per: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
         order = boot_order(self.boots)
