@@ -1,17 +1,12 @@
 """The results store: one SQLite file holding every run and every raw measurement.
 
-Why SQLite and why a record per measurement: every figure engineroom prints is
-recomputed from raw records, so the store keeps the records, not the summaries (a
-summary is kept too, but only as a cache for listings). Each ``add_record`` commits on
-its own, so a run that is interrupted (Ctrl-C, engine crash, power cut) still holds
-everything it measured up to that point; such a run simply has no ``finished`` time.
-
-A power cut too: the WAL journal runs with ``synchronous=FULL``, so a commit returns only
-after the WAL is synced to disk (under ``NORMAL`` the last commits before a power cut may
-be lost, though the file stays consistent). The cost, measured by
-``benchmarks/store_durability.py`` (``benchmarks/store_durability.md``): one fsync per
-record, +0.2 ms a record on the 2-core CI VM (0.32 ms median against 0.11 ms), against a
-bench request that takes a tenth of a second to minutes.
+Why SQLite and why a record per measurement: every figure engineroom prints is recomputed from
+raw records, so the store keeps the records, not the summaries (a summary is kept too, but only as
+a cache for listings). Each ``add_record`` commits on its own, so a run that is interrupted (Ctrl-C,
+engine crash, power cut) still holds everything it measured up to that point; such a run simply has
+no ``finished`` time. A power cut too: the WAL journal runs with ``synchronous=FULL``, so a commit
+returns only after the WAL is synced to disk. The cost (``benchmarks/store_durability.md``): one
+fsync per record, +0.2 ms a record on the 2-core CI VM, against a request of 0.1 s to minutes.
 
 A run killed outright (SIGKILL, a crash, a power cut) cannot close itself. Every run
 records the process that opened it, so a reader that finds a ``running`` run whose owner
@@ -22,22 +17,18 @@ cannot be checked from here.
 
 Two tables:
 
-- ``runs``: id, kind (``verify`` | ``bench`` | ``demo`` ...), created, finished, status,
-  label, conditions (JSON), fingerprint (sha256 of the canonical JSON of the conditions
-  minus volatile fields, so two runs under the same conditions share a fingerprint),
-  summary (JSON, optional); owner_pid / owner_started / owner_host (the process that
-  opened the run: its pid, its psutil ``create_time`` so a reused pid is not mistaken for
-  it, and the host name); end_reason (why a run ended other than by ``finish_run``).
-- ``records``: run_id, seq (1, 2, ... within the run), kind (``check`` |
-  ``bench_request`` ...), created, payload (JSON).
+- ``runs``: id, kind (``verify`` | ``bench`` | ``demo`` ...), created, finished, status, label,
+  conditions (JSON), fingerprint (sha256 of the canonical conditions minus volatile fields: two runs
+  under the same conditions share it), summary (JSON); owner_pid / owner_started / owner_host (the
+  opening process: its pid, its psutil ``create_time`` so a reused pid is not mistaken for it, its
+  host); end_reason (why a run ended other than by ``finish_run``).
+- ``records``: run_id, seq (1, 2, ... within the run), kind (``check`` | ``bench_request`` ...),
+  created, payload (JSON).
 
-The schema is versioned with ``PRAGMA user_version``; ``_MIGRATIONS[i]`` takes a
-database from version ``i`` to ``i + 1``: a list of SQL statements, or a function of the
-connection for a step that rewrites data. Each step runs in one explicit transaction with
-the version bump inside it, so a step that fails leaves the database at its old version,
-unchanged (SQLite's DDL is transactional; ``executescript`` is not used because it commits
-first). Version 3 rewrote bench request records into the raw shape of ``bench.records``
-(``bench.legacy`` says how).
+The schema is versioned with ``PRAGMA user_version``; ``_MIGRATIONS[i]`` takes a database from
+version ``i`` to ``i + 1`` (SQL statements, or a function of the connection for a step that rewrites
+data), each step in one explicit transaction with the version bump inside it, so a step that fails
+leaves the database unchanged. Version 3 rewrote bench request records into ``bench.records``' shape.
 
 Damage, backups and a full disk are ``storecare``'s: every open runs SQLite's quick check and
 refuses a damaged file with the recovery command (``engineroom runs --recover``); a backup is
@@ -381,6 +372,15 @@ class Store:
                 )
             except sqlite3.OperationalError as exc:
                 raise self._full(exc) from None
+
+    def reopen_run(self, run_id: int) -> None:
+        """A run that ended short of its work (a bakeoff stopped part way) open again, owned by this process."""
+        pid, started, host = _this_process()
+        with self._lock:
+            run_id = self._require_run(run_id)["id"]
+            self._db.execute("UPDATE runs SET status = ?, finished = NULL, end_reason = NULL, owner_pid = ?, "
+                             "owner_started = ?, owner_host = ? WHERE id = ?", (STATUS_RUNNING, pid, started, host,
+                                                                                 run_id))
 
     def runs(self, limit: int = 50, *, kind: str | None = None) -> list[dict[str, Any]]:
         """The newest runs first."""

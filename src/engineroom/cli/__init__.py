@@ -23,10 +23,11 @@ from .base import app
 
 # The order the command modules register in is the order --help lists them:
 # isort: off
-from . import serve, results, trying, ab, planning, machines
+from . import serve, results, trying, bakeoff, ab, planning, machines
 # isort: on
 
-COMMAND_MODULES = (serve, results, trying, ab, planning, machines)   # imported for their @app.command side effect
+# imported for their @app.command side effect
+COMMAND_MODULES = (serve, results, trying, bakeoff, ab, planning, machines)
 
 
 def _terminate(_signum: int, _frame: FrameType | None) -> None:

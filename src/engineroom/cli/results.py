@@ -354,6 +354,8 @@ def _compare(pair: tuple[int, int], json_out: bool) -> None:
 
 @app.command("runs")
 def runs_cmd(limit: int = typer.Option(20, "--limit", "-n"),
+             kind: str | None = typer.Option(None, "--kind", help="Only runs of this kind (bench, verify, launch, "
+                                                                  "bakeoff, ...)."),
              recover: bool = typer.Option(False, "--recover",
                                           help="The results database is damaged: keep it aside and copy every "
                                                "readable run (and the newest backup's) into a new one."),
@@ -368,7 +370,7 @@ def runs_cmd(limit: int = typer.Option(20, "--limit", "-n"),
         _recover(json_out)
         return
     with Store() as store:
-        rows = store.runs(limit)
+        rows = store.runs(limit, kind=kind)
     if json_out:
         print_json(redact_data(to_jsonable(rows)))
     else:
@@ -396,14 +398,35 @@ def _recover(json_out: bool) -> None:
 _CARD_FILE = typer.Option(None, "--output", "-o", help="Write the card to this file.")
 
 
+_HTML = typer.Option(None, "--html", help="With --bakeoff / --runs: also write the page as one self-contained "
+                                         "HTML file.")
+
+
 @app.command()
-def report(run: int = typer.Argument(..., help="Run id (see `engineroom runs`)."),
+def report(run: int | None = typer.Argument(None, help="Run id (see `engineroom runs`)."),
            output: Path | None = _CARD_FILE,
+           bakeoff: int | None = typer.Option(None, "--bakeoff", help="The comparison page of bakeoff ID."),
+           runs: str | None = typer.Option(None, "--runs", help="The comparison page of these stored runs "
+                                                                "(comma-separated ids), one column per engine."),
+           compare: int | None = typer.Option(None, "--compare", help="With --bakeoff: what changed since bakeoff "
+                                                                      "ID2, with the noise band of each figure."),
+           html: Path | None = _HTML,
            json_out: bool = JsonOpt) -> None:
-    """A markdown card for RUN, recomputed from its raw records (redacted for sharing)."""
+    """A markdown card for RUN, recomputed from its raw records (redacted for sharing); or the engine comparison
+    page of a bakeoff (--bakeoff) or of stored runs (--runs)."""
+    from ..errors import BadInput
     from ..report import render_card
     from ..store import Store
 
+    if sum(x is not None for x in (run, bakeoff, runs)) != 1:
+        raise BadInput("give one of RUN, --bakeoff ID or --runs IDS.")
+    if run is None:
+        from .bakeoff import report_page
+
+        report_page(bakeoff, runs, compare, html, output, json_out)
+        return
+    if compare is not None or html is not None:
+        raise BadInput("--compare and --html go with --bakeoff or --runs, not a single run's card.")
     with Store() as store:
         run_row = store.get_run(run)
         records = store.records(run)
@@ -412,8 +435,6 @@ def report(run: int = typer.Argument(..., help="Run id (see `engineroom runs`)."
         try:
             output.write_text(card)
         except OSError as exc:
-            from ..errors import BadInput
-
             raise BadInput(f"cannot write the card to {output} ({exc.strerror}).") from None
     if json_out:
         print_json({"run": run_row["id"], "card": card})

@@ -1,0 +1,265 @@
+"""``engineroom bakeoff MODEL``: every engine here, one model, the same suites, one stored comparison.
+
+A bakeoff is a grid of cells, one per engine x priority: each cell is the plan's pick for that
+engine and priority, run through launch -> the suites (verify and bench, each a stored run of its
+own) -> down, one engine at a time, all in one stored run of kind ``bakeoff``. Each cell that ends
+is a ``bakeoff_cell`` record of that run, written the moment it ends, so a bakeoff stopped by
+Ctrl-C, ``kill -9`` or a power cut keeps every cell that finished: ``--resume ID`` runs the rest
+(the cell that was under way is run again from its launch; its engine, left running by a
+``kill -9``, is stopped first). A cell that cannot run here (engine not installed, no build for
+this machine, no plan for it) is a result too: one sentence why, and the command that would make
+it run. An engine that crashes is that cell's result; the next engine still runs.
+
+``report --bakeoff ID`` (``report.bakeoff``) turns the stored cells into the comparison page.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from .. import engines, launch, models
+from ..errors import BadInput, EngineroomError, NotFound
+from ..launchargs import LaunchArgs
+from ..report.bakeoff import BAKEOFF_KIND, CELL_KIND
+from ..store import Store
+from .picks import Pick, pick_from_plan
+from .runs import HostGuard, bench, bench_suite, verify
+from .stages import StageLog, served
+
+__all__ = ["BAKEOFF_KIND", "CELL_KIND", "DEFAULT_SUITES", "SERVER_KIND", "SUITES", "BakeoffOutcome", "bakeoff",
+           "cell_key"]
+
+SERVER_KIND = "bakeoff_server"      # the engine's pid as a cell's launch spawns it (a resume stops a leftover)
+
+# suite name -> (verify | bench, the suite's own name there)
+SUITES: dict[str, tuple[str, str]] = {
+    "verify-smoke": ("verify", "smoke"), "verify-full": ("verify", "full"), "stress": ("verify", "stress"),
+    "soak": ("verify", "soak"), "bench-quick": ("bench", "quick"), "bench-standard": ("bench", "standard"),
+    "depth": ("bench", "depth"), "concurrency": ("bench", "concurrency"), "sweep": ("bench", "sweep"),
+    "spec": ("bench", "spec"),
+}
+DEFAULT_SUITES = ("verify-full", "bench-standard", "depth", "concurrency", "stress")
+
+# --short: each bench suite at its smallest sizes that still measure (a look, not a verdict to publish)
+_SHORT_BENCH: dict[str, dict[str, Any]] = {
+    "standard": {"warmup": 1, "measured": 2, "max_tokens": 64},
+    "depth": {"warmup": 1, "measured": 2, "depths": (256, 1024)},
+    "concurrency": {"warmup": 1, "measured": 2, "prompt_tokens": 256, "max_tokens": 32},
+    "sweep": {"warmup": 1, "measured": 1, "depths": (256,), "max_tokens": 32, "budget_s": 60.0},
+    "spec": {"warmup": 1, "measured": 2},
+}
+
+DONE, FAILED, NOT_RUN = "done", "failed", "not run here"
+
+
+def cell_key(engine: str, priority: str) -> str:
+    return f"{engine} / {priority}"
+
+
+@dataclass
+class BakeoffOutcome:
+    run_id: int
+    model: str
+    cells: list[dict[str, Any]]                   # every cell that ended, in grid order
+    left: list[str] = field(default_factory=list)  # cells not started (the budget), by key
+    status: str = "OK"
+
+
+def check_suites(names: Sequence[str]) -> tuple[str, ...]:
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        raise BadInput(f"no bakeoff suite named {', '.join(unknown)} (the suites: {', '.join(SUITES)}).")
+    if not names:
+        raise BadInput("--suites names no suite.")
+    return tuple(dict.fromkeys(names))
+
+
+def _engine_args(given: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
+    out = {}
+    for name, words in given.items():
+        try:
+            out[engines.resolve(name)] = tuple(words)
+        except EngineroomError:
+            raise BadInput(f"--engine-args names {name!r}, which is not an engine (the engines: "
+                           f"{', '.join(engines.names())}).") from None
+    return out
+
+
+def _runnable(engine: str) -> tuple[str, str] | None:
+    """(why, the command that would make it run) when ``engine`` cannot run here, else None."""
+    from .installs import serve_refusal
+
+    refused = serve_refusal(engine)
+    if refused:
+        return refused, f"engineroom bakeoff MODEL --engines {engine}, on a machine with the GPU it names"
+    try:
+        engines.adapter(engine).find_binary(None)
+    except NotFound:
+        return f"{engine} is not installed here.", f"engineroom engines install {engine}"
+    return None
+
+
+class _Grid:
+    """The bakeoff's stored run and its cells: what is done (read back on resume) and what is written."""
+
+    def __init__(self, store: Store, run_id: int) -> None:
+        self.store, self.run_id = store, run_id
+        self.done: dict[str, dict[str, Any]] = {}
+        for rec in store.records(run_id, CELL_KIND):
+            self.done[cell_key(rec["payload"]["engine"], rec["payload"]["priority"])] = rec["payload"]
+        self.pids = {int(r["payload"]["pid"]) for r in store.records(run_id, SERVER_KIND)}
+
+    def ended(self, cell: dict[str, Any]) -> None:
+        self.store.add_record(self.run_id, CELL_KIND, cell)
+        self.done[cell_key(cell["engine"], cell["priority"])] = cell
+
+
+def _stop_leftover(grid: _Grid, say: Callable[[str], None]) -> None:
+    """A resumed bakeoff's engine left running by a ``kill -9``: stopped, said."""
+    state = launch.read_state()
+    if state is not None and state.pid in grid.pids:
+        say(f"stopping the {state.engine} server (pid {state.pid}) the interrupted bakeoff left running")
+        from .serving import stop
+
+        stop()
+
+
+def _start_or_resume(store: Store, resume: int | None, conditions: dict[str, Any],
+                     label: str) -> tuple[int, dict[str, Any]]:
+    if resume is None:
+        return store.start_run(BAKEOFF_KIND, conditions, label=label), conditions
+    run = store.get_run(resume)
+    if run["kind"] != BAKEOFF_KIND:
+        raise BadInput(f"run {resume} is a {run['kind']} run, not a bakeoff.")
+    if run["status"] == "running":
+        raise BadInput(f"bakeoff {resume} is still running (pid {run['owner_pid']}); stop it first.")
+    store.reopen_run(resume)
+    return resume, run["conditions"]
+
+
+def bakeoff(store: Store, model: str, *, engine_names: Sequence[str] = (), priorities: Sequence[str] = (),
+            suites: Sequence[str] = DEFAULT_SUITES, short: bool = False, ctx: int | None = None,
+            budget_s: float | None = None, resume: int | None = None,
+            engine_args: Mapping[str, Sequence[str]] | None = None, quiet_wait: float = 60.0, busy_ok: bool = False,
+            say: Callable[[str], None] | None = None) -> BakeoffOutcome:
+    """Run (or ``resume``) the bakeoff of ``model``: every engine (default: every adapter) x priority (default:
+    balanced), each through ``suites``. ``budget_s``: no cell is started past it (the rest: ``left``)."""
+    say = say or (lambda _m: None)
+    if budget_s is not None and budget_s <= 0:
+        raise BadInput(f"--budget-min must be above 0, not {budget_s / 60:g}.")
+    wanted = [engines.resolve(e) for e in engine_names] or list(engines.names())
+    conditions: dict[str, Any] = {"model": model, "engines": wanted, "priorities": list(priorities) or ["balanced"],
+                                  "suites": list(check_suites(suites)), "short": short, "ctx": ctx,
+                                  "engine_args": {k: list(v) for k, v in _engine_args(engine_args or {}).items()}}
+    run_id, conditions = _start_or_resume(store, resume, conditions, f"bakeoff {model}")
+    grid = _Grid(store, run_id)
+    if resume is not None:
+        say(f"resuming bakeoff {run_id}: {len(grid.done)} cell(s) done are kept")
+        _stop_leftover(grid, say)
+    todo = [(str(e), str(p)) for e in conditions["engines"] for p in conditions["priorities"]]
+    t0, spent, left = time.monotonic(), list[float](), list[str]()
+    try:
+        for i, (engine, priority) in enumerate(todo, 1):
+            key = cell_key(engine, priority)
+            if key in grid.done:
+                continue
+            elapsed = time.monotonic() - t0
+            if budget_s is not None and elapsed >= budget_s:
+                left.append(key)
+                continue
+            eta = (f", about {sum(spent) / len(spent) * (len(todo) - i + 1) / 60:.0f} min left" if spent else "")
+            say(f"cell {i}/{len(todo)}: {key}{eta}")
+            started = time.monotonic()
+            grid.ended(_cell(store, grid, model, engine, priority, conditions, quiet_wait, busy_ok, say))
+            spent.append(time.monotonic() - started)
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "INTERRUPTED", {"cells": len(grid.done), "left": len(todo) - len(grid.done)})
+        say(f"bakeoff {run_id} interrupted; the cells done are kept: `engineroom bakeoff --resume {run_id}`")
+        raise
+    cells = [grid.done[cell_key(e, p)] for e, p in todo if cell_key(e, p) in grid.done]
+    status = "PARTIAL" if left else "OK"
+    store.finish_run(run_id, status, {"cells": len(cells), "done": sum(c["status"] == DONE for c in cells),
+                                      "left": left})
+    return BakeoffOutcome(run_id, model, cells, left, status)
+
+
+def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, conditions: Mapping[str, Any],
+          quiet_wait: float, busy_ok: bool, say: Callable[[str], None]) -> dict[str, Any]:
+    """One cell, run to its end: its record (done, failed at a stage, or not run here and why)."""
+    cell: dict[str, Any] = {"engine": engine, "priority": priority, "runs": {}, "suites": {}}
+    refused = _runnable(engine)
+    if refused is not None:
+        return {**cell, "status": NOT_RUN, "why": refused[0], "fix": refused[1]}
+    try:
+        pick = pick_from_plan(model, priority=priority, engine=engine, ctx=conditions.get("ctx"))
+    except EngineroomError as exc:
+        return {**cell, "status": NOT_RUN, "why": str(exc),
+                "fix": f"engineroom plan {model} --engine {engine} --priority {priority} (the plan's closest miss)"}
+    cell["pick"] = _pick_summary(pick)
+    log = StageLog(lambda line: say(f"{engine}: {line}"))
+    try:                  # engineroom's tool-capable template where it has one (as demo does)
+        tools = models.resolve(model).tool_template is not None
+    except EngineroomError:
+        tools = False
+    args = LaunchArgs(port=0, tools_template=tools,
+                      extra_args=tuple(conditions.get("engine_args", {}).get(engine, ())))
+    host = HostGuard(wait_s=quiet_wait, busy_ok=busy_ok, say=say)
+
+    def spawned(pid: int) -> None:
+        store.add_record(grid.run_id, SERVER_KIND, {"engine": engine, "priority": priority, "pid": pid})
+
+    try:
+        with served(model, args, log, pick=pick, what=f"launch ({priority} pick)", on_spawn=spawned) as s:
+            cell["launch_run"] = s.state.launch_run_id
+            cell["argv"] = list(s.state.argv)
+            if pick.model_ref != model:
+                cell["pick"]["notes"].append(f"served {model} (the same file for every engine that loads it), not "
+                                             f"the pick's own weights {pick.model_ref}")
+            for name in conditions["suites"]:
+                with log.stage(name):
+                    try:
+                        cell["runs"][name], cell["suites"][name] = _suite(
+                            store, s, name, bool(conditions.get("short")), host, pick.request.parallel)
+                    except EngineroomError as exc:          # this suite's refusal: the others still run
+                        cell["suites"][name] = f"ERROR: {exc}"
+                if not psutil.pid_exists(s.state.pid):
+                    raise EngineroomError(f"the engine exited during the {name} suite (log: {s.state.log_path})")
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an engine that dies mid-suite surfaces as the client's error
+        why = str(exc) if isinstance(exc, EngineroomError) else f"{type(exc).__name__}: {str(exc)[:300]}"
+        cell.update(status=FAILED, why=why, stages=log.so_far())
+        return cell
+    return {**cell, "status": DONE, "stages": log.so_far()}
+
+
+def _pick_summary(pick: Pick) -> dict[str, Any]:
+    r = pick.request
+    return {"quant": pick.plan.get("quant"), "quant_format": pick.plan.get("quant_format"), "kv": r.kv_dtype,
+            "ctx": r.ctx, "parallel": r.parallel, "weights": r.weights.ref, "source": pick.source,
+            "decode_tps": pick.plan.get("decode_tps"), "notes": list(pick.notes)}
+
+
+def _suite(store: Store, s: Any, name: str, short: bool, host: HostGuard, slots: int | None) -> tuple[int, str]:
+    """Run one suite on the served engine: (its stored run, its status)."""
+    what, suite = SUITES[name]
+    if what == "verify":
+        minutes = 1.0 if suite == "soak" and short else None
+        v = verify(s.info, store, suite=suite, api_key=s.key, fast=short, minutes=minutes)
+        return v.run_id, "OK" if v.failed == 0 else "FAILED"
+    if suite == "quick":
+        from ..bench import BenchPlan, default_workloads
+
+        plan = BenchPlan(workloads=default_workloads(64 if short else 256), warmup=1 if short else 3,
+                         measured=2 if short else 5, full_length=True)
+        b = bench(s.info, store, plan, api_key=s.key, host=host)
+    else:
+        sizes = _SHORT_BENCH.get(suite, {}) if short else {}
+        streams = slots if suite in ("concurrency", "sweep") and not s.info.total_slots else None   # the pick's
+        b = bench_suite(s.info, store, suite, host=host, api_key=s.key, streams=streams, **sizes)
+    return b.run_id, str(b.summary.get("status", "?"))

@@ -1,0 +1,210 @@
+"""`engineroom bakeoff` (issue 20): every engine here on one model through the same suites, one stored
+comparison; `report --bakeoff ID` (markdown, JSON, one HTML file checked in a real headless Chromium);
+resumed after a kill -9; `--compare` of two bakeoffs with the noise band."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from typer.testing import CliRunner
+
+from engineroom.cli import app
+from engineroom.errors import BadInput, EngineroomError
+from engineroom.flows.bakeoff import DEFAULT_SUITES, SUITES, check_suites
+
+from conftest import console_command, run_cli
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / ".ci-work" / "artifacts"
+SHORT = ("--suites", "verify-smoke,bench-quick,concurrency", "--short", "--ctx", "2048", "--busy-ok")
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    if isinstance(result.exception, EngineroomError):
+        return result.exception.exit_code, str(result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result.exit_code, result.output
+
+
+def test_suites_and_settings_are_refused_in_one_sentence_before_anything_runs():
+    assert set(DEFAULT_SUITES) <= set(SUITES)
+    with pytest.raises(BadInput, match="no bakeoff suite named warp"):
+        check_suites(["verify-full", "warp"])
+    assert check_suites(["depth", "depth", "stress"]) == ("depth", "stress")
+    code, said = _cli("bakeoff")
+    assert code == 2 and "give MODEL for a new bakeoff, or --resume ID" in said
+    code, said = _cli("bakeoff", "--resume", "3", "--short")
+    assert code == 2 and "give no other settings with it" in said
+    code, said = _cli("bakeoff", "smollm2-135m", "--engine-args", "-O0")
+    assert code == 2 and "ENGINE=ARGS" in said
+    code, said = _cli("report")
+    assert code == 2 and "give one of RUN, --bakeoff ID or --runs IDS" in said
+    code, said = _cli("report", "--runs", "a,b")
+    assert code == 2 and "--runs takes run ids" in said
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    """A store and a server state of the bakeoff's own: the session's managed server may be running."""
+    return {"ENGINEROOM_STATE_DIR": str(tmp / "state"), "ENGINEROOM_DATA_DIR": str(tmp / "data")}
+
+
+@pytest.fixture(scope="module")
+def four_engines(llama_server_binary, smollm2, vllm_python, tmp_path_factory):
+    """One real bakeoff of SmolLM2-135M over the four engines, short suites: llama.cpp and vLLM run (vLLM at
+    -O0, as every vLLM test boot here); ik_llama.cpp (not installed in this store's data folder) and SGLang
+    (no accelerator) get a row that says why."""
+    env = _env(tmp_path_factory.mktemp("bakeoff"))
+    t0 = time.monotonic()
+    proc = run_cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,vllm,ik_llama.cpp,sglang", *SHORT,
+                   "--engine-args", "vllm=-O0", "--json", env=env, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    page = json.loads(proc.stdout)
+    page["_env"], page["_stderr"], page["_seconds"] = env, proc.stderr, time.monotonic() - t0
+    return page
+
+
+def test_a_real_bakeoff_compares_the_engines_that_run_and_says_why_the_others_do_not(four_engines):
+    page = four_engines
+    cells = {c["engine"]: c for c in page["cells"]}
+    assert list(cells) == ["llama.cpp", "vllm", "ik_llama.cpp", "sglang"]        # grid order, one engine at a time
+    for engine in ("llama.cpp", "vllm"):
+        c = cells[engine]
+        assert c["status"] == "done", c
+        assert set(c["runs"]) == {"verify-smoke", "bench-quick", "concurrency"}, c
+        assert [s["stage"] for s in c["stages"]] == ["launch", "verify-smoke", "bench-quick", "concurrency", "down"]
+        f = c["figures"]
+        assert f["single_stream"]["mean"] > 0 and f["single_stream"]["run"] == c["runs"]["bench-quick"]
+        assert f["aggregate"]["aggregate"] > 0 and f["aggregate"]["streams"] == c["pick"]["parallel"]
+        assert f["memory"]["measured"] > 0 and f["memory"]["run"] == c["launch_run"]
+        assert f["features"]["tools"]["status"] in ("PASS", "FAIL") and f["features"]["tools"]["check"] == "tool_call"
+        assert f["api"]["of"] >= 4 and f["cold_start_s"] > 0
+        assert "--host 127.0.0.1" in c["command"] or "127.0.0.1" in c["command"]
+        assert c["pick"]["ctx"] == 2048
+    assert "-O0" in cells["vllm"]["command"]                    # --engine-args reached vLLM's argv alone
+    assert "-O0" not in cells["llama.cpp"]["command"]
+    assert cells["llama.cpp"]["model_file"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert cells["vllm"]["model_file"].startswith("SmolLM2-135M-Instruct.Q4_1")   # the same file, converted
+    ik, sg = cells["ik_llama.cpp"], cells["sglang"]
+    assert ik["status"] == "not run here" and ik["fix"] == "engineroom engines install ik_llama.cpp", ik
+    assert sg["status"] == "not run here" and "cannot serve on this machine" in sg["why"], sg
+    uses = {r["use"]: r for r in page["choose"]}
+    fastest = uses["one user, fastest replies"]
+    assert fastest["pick"] in ("llama.cpp (balanced)", "vllm (balanced)") and fastest["runner_up"]
+    assert fastest["verdict"] in ("real difference", "within noise"), fastest
+    md = page["markdown"]
+    assert "| engine | priority | status |" in md and "## How to choose" in md and "## Not measured" in md
+    assert "To run it: `engineroom engines install ik_llama.cpp`" in md
+    assert "(short sizes: a first look, not figures to publish)" in md
+    for line in ("cell 1/4: llama.cpp / balanced", "llama.cpp: verify-smoke", "cell 2/4: vllm / balanced"):
+        assert line in page["_stderr"], page["_stderr"][-2000:]
+    print(f"bakeoff of four engines took {page['_seconds']:.0f} s")
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def test_the_html_page_renders_its_matrix_and_every_plot_in_a_real_browser(four_engines, tmp_path):
+    html = tmp_path / "bakeoff.html"
+    proc = run_cli("report", "--bakeoff", str(four_engines["bakeoff"]), "--html", str(html), "--json",
+                   env=four_engines["_env"])
+    assert proc.returncode == 0, proc.stderr
+    text = html.read_text()
+    assert not re.search(r"""(src|href)=["']https?:""", text)                   # nothing fetched at view time
+    plots = re.findall(r'<div class="plot" id="plot-(\w+)">', text)
+    assert {"throughput", "memory"} <= set(plots), plots
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium here (Debian: apt-get install chromium): the page's rendering was not checked")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "bakeoff.png"
+    base = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--enable-logging=stderr",
+            "--v=0", f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
+    dom = subprocess.run([*base, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert f'data-plots-drawn="{len(plots)}"' in dom.stdout, re.findall(r"data-plots-drawn=\"\d+\"", dom.stdout)
+    matrix = dom.stdout[dom.stdout.index('<table id="matrix"'):]
+    matrix = matrix[:matrix.index("</table>")]
+    for engine in ("llama.cpp", "vllm", "ik_llama.cpp", "sglang"):
+        assert f">\n{engine}</td>" in matrix or f">{engine}</td>" in matrix, engine
+    errors = [line for line in dom.stderr.splitlines() if "CONSOLE" in line and ("Error" in line or "Uncaught" in line)]
+    assert not errors, errors
+    snap = subprocess.run([*base, f"--screenshot={shot}", "--window-size=1400,2400", html.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert snap.returncode == 0 and shot.stat().st_size > 10_000, snap.stderr[-2000:]
+
+
+def _store_counts(db: Path, run_id: int | None, after: int) -> tuple[int | None, int, list[int]]:
+    """The newest bakeoff after run ``after``: its id, its cells ended, its engines' pids."""
+    with sqlite3.connect(db) as con:
+        if run_id is None:
+            row = con.execute("select id from runs where kind = 'bakeoff' and id > ? order by id desc limit 1",
+                              (after,)).fetchone()
+            if row is None:
+                return None, 0, []
+            run_id = row[0]
+        cells = con.execute("select count(*) from records where run_id = ? and kind = 'bakeoff_cell'",
+                            (run_id,)).fetchone()[0]
+        pids = [json.loads(p)["pid"] for (p,) in con.execute(
+            "select payload from records where run_id = ? and kind = 'bakeoff_server' order by seq", (run_id,))]
+    return run_id, cells, pids
+
+
+def test_a_bakeoff_killed_outright_resumes_with_its_done_cells_kept_and_its_engine_stopped(
+        llama_server_binary, smollm2, four_engines, tmp_path):
+    # the four engines' store (its bakeoff is compared with this one below), a server state of its own
+    env = {**four_engines["_env"], "ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
+    db = Path(env["ENGINEROOM_DATA_DIR"]) / "results.sqlite"
+    proc = subprocess.Popen([*console_command(), "bakeoff", "smollm2-135m", "--engines", "llama.cpp",
+                             "--priority", "balanced", "--priority", "concurrent-throughput",
+                             "--suites", "verify-smoke,bench-quick", "--short", "--ctx", "2048", "--busy-ok", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **env})
+    run_id, deadline = None, time.monotonic() + 600
+    while time.monotonic() < deadline:          # the first cell ended and the second one's engine is up
+        run_id, cells, pids = _store_counts(db, run_id, four_engines["bakeoff"])
+        if cells == 1 and len(pids) == 2:
+            break
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the bakeoff never reached its second cell")
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    left_running = pids[1]
+    assert psutil.pid_exists(left_running)       # kill -9 left the second cell's engine behind
+    with sqlite3.connect(db) as con:
+        first = con.execute("select payload from records where run_id = ? and kind = 'bakeoff_cell'",
+                            (run_id,)).fetchone()[0]
+    resumed = run_cli("bakeoff", "--resume", str(run_id), "--json", env=env, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming bakeoff {run_id}: 1 cell(s) done are kept" in resumed.stderr
+    assert f"stopping the llama.cpp server (pid {left_running})" in resumed.stderr
+    assert not psutil.pid_exists(left_running) or psutil.Process(left_running).status() == psutil.STATUS_ZOMBIE
+    page = json.loads(resumed.stdout)
+    assert page["bakeoff"] == run_id and page["status"] == "OK"
+    assert [(c["engine"], c["priority"], c["status"]) for c in page["cells"]] == [
+        ("llama.cpp", "balanced", "done"), ("llama.cpp", "concurrent-throughput", "done")]
+    kept = json.loads(first)
+    assert page["cells"][0]["runs"] == kept["runs"]            # the done cell is the one measured before the kill
+    # what changed between two bakeoffs: the llama.cpp balanced cell of both, each figure with its noise band
+    diff = run_cli("report", "--bakeoff", str(run_id), "--compare", str(four_engines["bakeoff"]), "--json", env=env)
+    assert diff.returncode == 0, diff.stderr
+    out = json.loads(diff.stdout)
+    assert {r["cell"] for r in out["compared"]} == {"llama.cpp (balanced)"}, out["compared"]
+    decode = next(r for r in out["compared"] if r["metric"].startswith("decode_tps"))
+    assert decode["runs"] == [four_engines["cells"][0]["figures"]["single_stream"]["run"],
+                              page["cells"][0]["figures"]["single_stream"]["run"]]
+    assert decode["verdict"] in ("real difference", "within noise") and decode["band_pct"] > 0, decode
+    assert "## What changed" in out["markdown"]
