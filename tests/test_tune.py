@@ -66,9 +66,25 @@ def test_llama_cpp_names_threads_kv_slots_and_ubatch_for_the_objective_it_is_ask
         ("engine_args", (("-fa", "off"),)), ("kv_dtype", ("f16",))]
     many = llamacpp.tune_knobs("aggregate_tps", kv_dtype="q4_0", parallel=4, cpu_cores=None, kv_dtypes=kinds)
     assert [(k.field, k.values) for k in many] == [
-        ("parallel", (8, 2)), ("engine_args", (("-ub", "1024"), ("-ub", "256"))), ("kv_dtype", ("f16", "q8_0"))]
+        ("parallel", (8, 2)), ("kv_dtype", ("f16", "q8_0"))]
     one = llamacpp.tune_knobs("aggregate_tps", kv_dtype="f16", parallel=1, cpu_cores=2, kv_dtypes=("f16",))
     assert [(k.field, k.values) for k in one][:2] == [("threads", (1,)), ("parallel", (2,))]   # no 0 slots, no q8_0
+
+
+def test_throughput_tunes_no_micro_batch_which_cannot_move_the_rate_while_every_slot_decodes():
+    """The H200 visit of 2026-12-04 (benchmarks/tune_gpu.md): a throughput trial is 4 boots of 32-64 busy
+    slots, 5-8 minutes there. Its objective is the rate while every slot decodes: a step of one token a
+    slot, at most 256 slots, which no -ub of 256 or more splits, so a -ub trial could only measure noise."""
+    from engineroom.engines.llamacpp.command import MAX_SEQS
+
+    kinds = ("f16", "q8_0", "q4_0")
+    for engine in (llamacpp, ikllamacpp):
+        for parallel, cores in ((MAX_SEQS, None), (32, None), (4, 8)):
+            knobs = engine.tune_knobs("aggregate_tps", kv_dtype="q4_0", parallel=parallel, cpu_cores=cores,
+                                      kv_dtypes=kinds)
+            args = [a for k in knobs if k.field == "engine_args" for v in k.values for a in v]
+            assert "-ub" not in args and "--ubatch-size" not in args
+            assert max(v for k in knobs if k.field == "parallel" for v in k.values) <= MAX_SEQS
 
 
 def test_the_launchs_micro_batch_reaches_fit_through_the_adapters_settled_launch(tmp_path):
@@ -103,6 +119,27 @@ def test_a_request_carries_threads_and_engine_args_to_the_argv_and_back():
     assert options.threads == 1 and options.extra_args == ("-ub", "256", "--mlock")
     other = picks.typed_request("m", picks.Pick(request=r, plan={}, source="s"), _args(engine="vllm"), "llama.cpp")
     assert other.engine == "vllm" and other.engine_args == ()       # llama.cpp's own words stay behind
+
+
+def test_a_boot_of_settings_other_than_the_picks_makes_no_speed_point(tmp_path, monkeypatch):
+    """The H200 visit of 2026-12-04: a balanced tune's 8 boots (4 of them `-bs` or `-fa off`, 15% slower)
+    each stored a speed point against the pick's band, and the next plan of another model said "calibrated
+    x1.31 from 8 runs". A boot of the pick as planned still makes one; a changed pick, and the plan file
+    tune writes from it, carry no uncalibrated band to set a measurement against."""
+    from engineroom.speedpoints import point_from
+
+    monkeypatch.setenv("ENGINEROOM_DATA_DIR", str(tmp_path / "data"))
+    pick = picks.pick_from_plan("smollm2-135m", priority="balanced", engine="llama.cpp", ctx=1024)
+    summary = {"status": "OK", "workloads": {"narrative": {"decode_tps": {"mean": 50.0}}}}
+    assert pick.plan.get("decode_tps_uncalibrated") and point_from(pick.plan, summary) is not None
+    assert _request_with(pick, {}) is pick
+    for setting in ({"engine_args": ("-fa", "off")}, {"parallel": 2}, {"kv_dtype": "q8_0"}, {"threads": 1}):
+        changed = _request_with(pick, setting)
+        assert point_from(changed.plan, summary) is None and changed.plan.get("decode_tps") == pick.plan["decode_tps"]
+    best = _request_with(pick, {"threads": 1})
+    path = Path(_write_plan(best, pick, None, "smollm2-135m", "balanced", "decode_tps", 7, None))
+    row = json.loads(path.read_text())["plans"][0]
+    assert "decode_tps_uncalibrated" not in row and point_from(row, summary) is None
 
 
 def _args(**given):

@@ -89,9 +89,9 @@ def tune_cmd(
     busy_ok: bool = BusyOkOpt,
     json_out: bool = JsonOpt,
 ) -> None:
-    """Search the launch settings that matter for a priority (threads, KV type, slots, -ub) from the plan's
-    pick: each value an A/B over interleaved boots, kept only when its gain is real. Writes the best as a
-    plan `engineroom up --from-plan` launches."""
+    """Search the launch settings that matter for a priority (threads, KV type, slots, GPU sampling, flash
+    attention) from the plan's pick: each value an A/B over interleaved boots, kept only when its gain is
+    real. Writes the best as a plan `engineroom up --from-plan` launches."""
     from dataclasses import asdict
 
     from ..flows.tuning import tune

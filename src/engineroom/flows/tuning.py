@@ -4,8 +4,8 @@ The plan's pick is where the search starts (the incumbent). The priority names w
 measures the two speeds a priority can rank by: one stream's decode (``decode_tps``: balanced,
 full-features, ...) or every slot decoding at once (``aggregate_tps``: concurrent-throughput,
 multi-tenant). The engine's adapter names the settings worth trying for that objective and the values
-to try (``Engine.tune_knobs``: llama.cpp's threads, KV type, slots, ``-ub``). One knob at a time, each
-value is an A/B against the incumbent over interleaved boots (A B B A, ``flows.ab.boot_order``),
+to try (``Engine.tune_knobs``: llama.cpp's threads, GPU sampling, flash attention, KV type, slots). One
+knob at a time, each value is an A/B against the incumbent over interleaved boots (A B B A, ``flows.ab.boot_order``),
 compared by ``bench.compare.compare_boot_samples``: a value is kept only when its gain is real (beyond
 the noise band, the same way in every pairing, beyond the boot-to-boot variation); anything else leaves
 the incumbent as it was. The search ends when every knob is tried or the time budget cannot pay for
@@ -147,12 +147,18 @@ def _knobs(pick: Pick, objective: str, guarded: tuple[str, ...], rig: Any) -> tu
 
 
 def _request_with(pick: Pick, setting: Mapping[str, Any]) -> Pick:
-    """The pick with ``setting`` (request fields; ``engine_args`` added to the request's own)."""
+    """The pick with ``setting`` (request fields; ``engine_args`` added to the request's own). A pick so
+    changed keeps no uncalibrated band: that band is the pick's, not this launch's, so a bench of it makes
+    no speed point for the next plan (on the H200 visit of 2026-12-04 a balanced tune's 8 boots, 4 of them
+    with ``-bs`` or ``-fa off``, each stored a point "of the pick", and calibrated the next plan from them)."""
+    if not setting:
+        return pick
     r = pick.request
     values = dict(setting)
     if "engine_args" in values:
         values["engine_args"] = (*r.engine_args, *values["engine_args"])
-    return replace(pick, request=replace(r, **values))
+    plan = {k: v for k, v in pick.plan.items() if k != "decode_tps_uncalibrated"}
+    return replace(pick, request=replace(r, **values), plan=plan)
 
 
 def _with(incumbent: Mapping[str, Any], setting: Mapping[str, Any]) -> dict[str, Any]:
@@ -404,7 +410,7 @@ def _write_plan(best: Pick, pick: Pick, out: Path | None, model: str, priority: 
     from .. import paths
 
     r = best.request
-    row = {**pick.plan, "kv": r.kv_dtype, "parallel": r.parallel, "request": r.to_dict(),
+    row = {**best.plan, "kv": r.kv_dtype, "parallel": r.parallel, "request": r.to_dict(),
            "tuned": {"run": run_id, "objective": objective, "gain": dict(gain) if gain else None,
                      "from": pick.request.to_dict()}}
     row.pop("model", None)

@@ -1,8 +1,8 @@
 """What ``engineroom tune`` may change on llama-server, by objective (``Engine.tune_knobs``).
 
 Each knob is a launch setting engineroom names (threads, slots, KV type) or llama-server's own
-arguments (``-ub``, ``-fa off``, ``-bs``), with the values to try beside the pick's; ``command.py``
-reads the micro-batch and flash attention back into the settled launch, so fit sizes what runs.
+arguments (``-fa off``, ``-bs``), with the values to try beside the pick's; ``command.py`` reads
+flash attention (and a micro-batch given by hand) back into the settled launch, so fit sizes what runs.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..base import Knob
-from .command import DEFAULT_UBATCH, FLASH_ATTN_FLAGS, MAX_SEQS, UBATCH_FLAGS
+from .command import FLASH_ATTN_FLAGS, MAX_SEQS
 
 BACKEND_SAMPLING = "-bs"          # --backend-sampling: sampling on the GPU (experimental in b11434)
 
@@ -25,8 +25,11 @@ def tune_knobs(objective: str, *, kv_dtype: str | None, parallel: int, cpu_cores
     for its fixed costs to show: flash attention off (its kernels against the plain ones) and sampling
     on the GPU (``-bs``, no logits copied back each token). KV type: a smaller cache is less to read
     per token, a quantized one costs dequantizing. For throughput: the slots (twice and half the
-    pick's, each sized by fit at launch) and the micro-batch ``-ub`` (prompt batches and the graph
-    reserved for them; ``-b`` stays at its default 2,048, which caps it)."""
+    pick's, each sized by fit at launch). Not the micro-batch ``-ub``: the throughput objective is the
+    rate while every slot decodes, whose steps carry one token a slot, at most 256 (``MAX_SEQS``), which
+    no ``-ub`` of 256 or more splits; ``-ub`` moves prompt processing and the compute buffer, not that
+    rate, and a trial of it costs 4 boots of 32-64 busy slots (5-8 minutes on the H200 visit of
+    2026-12-04, ``benchmarks/tune_gpu.md``)."""
     knobs: list[Knob] = []
     if cpu_cores:
         counts = tuple(sorted({n for n in (cpu_cores - 1, cpu_cores // 2) if n >= 1}, reverse=True))
@@ -42,8 +45,6 @@ def tune_knobs(objective: str, *, kv_dtype: str | None, parallel: int, cpu_cores
         slots = tuple(n for n in (parallel * 2, parallel // 2) if 1 <= n <= MAX_SEQS and n != parallel)
         if slots:
             knobs.append(Knob("slots (-np)", "parallel", slots, f"concurrent sequences beside the pick's {parallel}"))
-        knobs.append(Knob("micro-batch (-ub)", "engine_args", ((UBATCH_FLAGS[0], "1024"), (UBATCH_FLAGS[0], "256")),
-                          f"tokens per compute step (default {DEFAULT_UBATCH})"))
     current = (kv_dtype or "f16").lower()
     others = tuple(k for k in ("f16", "q8_0") if k != current and k in kv_dtypes)
     if others:
