@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_vllm import NO_PARSER, TOOL_CHECKS
 from typer.testing import CliRunner
 
 from engineroom.cli import app
@@ -25,7 +26,7 @@ from engineroom.flows.bakeoff import DEFAULT_SUITES, SUITES, check_suites
 from conftest import console_command, run_cli
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / ".ci-work" / "artifacts"
-SHORT = ("--suites", "verify-smoke,bench-quick,concurrency", "--short", "--ctx", "2048", "--busy-ok")
+SHORT = ("--suites", "verify-full,bench-quick,concurrency", "--short", "--ctx", "2048", "--busy-ok")
 
 
 def _cli(*args: str) -> tuple[int, str]:
@@ -60,9 +61,9 @@ def _env(tmp: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def four_engines(llama_server_binary, smollm2, vllm_python, tmp_path_factory):
-    """One real bakeoff of SmolLM2-135M over the four engines, short suites: llama.cpp and vLLM run (vLLM at
-    -O0, as every vLLM test boot here); ik_llama.cpp (not installed in this store's data folder) and SGLang
-    (no accelerator) get a row that says why."""
+    """One real bakeoff of SmolLM2-135M over the four engines, short suites (the full verify suite at --fast):
+    llama.cpp and vLLM run (vLLM at -O0, as every vLLM test boot here); ik_llama.cpp (not installed in this
+    store's data folder) and SGLang (no accelerator) get a row that says why."""
     env = _env(tmp_path_factory.mktemp("bakeoff"))
     t0 = time.monotonic()
     proc = run_cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,vllm,ik_llama.cpp,sglang", *SHORT,
@@ -80,16 +81,31 @@ def test_a_real_bakeoff_compares_the_engines_that_run_and_says_why_the_others_do
     for engine in ("llama.cpp", "vllm"):
         c = cells[engine]
         assert c["status"] == "done", c
-        assert set(c["runs"]) == {"verify-smoke", "bench-quick", "concurrency"}, c
-        assert [s["stage"] for s in c["stages"]] == ["launch", "verify-smoke", "bench-quick", "concurrency", "down"]
+        assert set(c["runs"]) == {"verify-full", "bench-quick", "concurrency"}, c
+        assert [s["stage"] for s in c["stages"]] == ["launch", "verify-full", "bench-quick", "concurrency", "down"]
         f = c["figures"]
         assert f["single_stream"]["mean"] > 0 and f["single_stream"]["run"] == c["runs"]["bench-quick"]
         assert f["aggregate"]["aggregate"] > 0 and f["aggregate"]["streams"] == c["pick"]["parallel"]
         assert f["memory"]["measured"] > 0 and f["memory"]["run"] == c["launch_run"]
-        assert f["features"]["tools"]["status"] in ("PASS", "FAIL") and f["features"]["tools"]["check"] == "tool_call"
-        assert f["api"]["of"] >= 4 and f["cold_start_s"] > 0
+        tools = f["features"]["tools"]
+        assert tools["status"] in ("PASS", "FAIL") and tools["check"] == "tool_call_auto", tools
+        assert f["features"]["reasoning"]["check"] == "reasoning_split" and f["api"]["of"] >= 10
+        assert f["cold_start_s"] > 0
         assert "--host 127.0.0.1" in c["command"] or "127.0.0.1" in c["command"]
         assert c["pick"]["ctx"] == 2048
+    # vLLM behind engineroom's tool template launches with its parser (the template's call format, from the
+    # catalog), so requests with tools are served and verify's tool checks judge the calls that come back
+    # (without the parser vLLM answers 400 and they SKIP: NO_PARSER); tool_choice required (the parallel
+    # check) goes through vLLM's structured outputs
+    argv = cells["vllm"]["argv"]
+    assert argv[argv.index("--tool-call-parser") + 1] == "hermes" and "--enable-auto-tool-choice" in argv
+    assert argv[argv.index("--chat-template") + 1].endswith("smollm2-tools.jinja")
+    db = Path(page["_env"]["ENGINEROOM_DATA_DIR"]) / "results.sqlite"
+    with sqlite3.connect(db) as con:
+        checks = {json.loads(p)["name"]: json.loads(p) for (p,) in con.execute(
+            "select payload from records where run_id = ? and kind = 'check'", (cells["vllm"]["runs"]["verify-full"],))}
+    assert set(TOOL_CHECKS) <= set(checks), sorted(checks)
+    assert not [n for n in checks if checks[n]["reason"].startswith(NO_PARSER)], checks
     assert "-O0" in cells["vllm"]["command"]                    # --engine-args reached vLLM's argv alone
     assert "-O0" not in cells["llama.cpp"]["command"]
     assert cells["llama.cpp"]["model_file"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -105,7 +121,7 @@ def test_a_real_bakeoff_compares_the_engines_that_run_and_says_why_the_others_do
     assert "| engine | priority | status |" in md and "## How to choose" in md and "## Not measured" in md
     assert "To run it: `engineroom engines install ik_llama.cpp`" in md
     assert "(short sizes: a first look, not figures to publish)" in md
-    for line in ("cell 1/4: llama.cpp / balanced", "llama.cpp: verify-smoke", "cell 2/4: vllm / balanced"):
+    for line in ("cell 1/4: llama.cpp / balanced", "llama.cpp: verify-full", "cell 2/4: vllm / balanced"):
         assert line in page["_stderr"], page["_stderr"][-2000:]
     print(f"bakeoff of four engines took {page['_seconds']:.0f} s")
 
@@ -160,46 +176,61 @@ def _store_counts(db: Path, run_id: int | None, after: int) -> tuple[int | None,
     return run_id, cells, pids
 
 
-def test_a_bakeoff_killed_outright_resumes_with_its_done_cells_kept_and_its_engine_stopped(
-        llama_server_binary, smollm2, four_engines, tmp_path):
-    # the four engines' store (its bakeoff is compared with this one below), a server state of its own
-    env = {**four_engines["_env"], "ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
-    db = Path(env["ENGINEROOM_DATA_DIR"]) / "results.sqlite"
-    proc = subprocess.Popen([*console_command(), "bakeoff", "smollm2-135m", "--engines", "llama.cpp",
-                             "--priority", "balanced", "--priority", "concurrent-throughput",
-                             "--suites", "verify-smoke,bench-quick", "--short", "--ctx", "2048", "--busy-ok", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **env})
-    run_id, deadline = None, time.monotonic() + 600
-    while time.monotonic() < deadline:          # the first cell ended and the second one's engine is up
-        run_id, cells, pids = _store_counts(db, run_id, four_engines["bakeoff"])
-        if cells == 1 and len(pids) == 2:
-            break
+def _wait_for(proc: subprocess.Popen, db: Path, after: int, cells: int, servers: int,
+              run_id: int | None = None) -> tuple[int, list[int]]:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        run_id, done, pids = _store_counts(db, run_id, after)
+        if run_id is not None and done == cells and len(pids) == servers:
+            return run_id, pids
         assert proc.poll() is None, proc.communicate()[1][-2000:]
         time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("the bakeoff never reached its second cell")
+    proc.kill()
+    pytest.fail(f"the bakeoff never reached {cells} cell(s) ended and {servers} engine(s) started")
+
+
+def test_a_crash_is_its_cells_result_and_a_bakeoff_killed_outright_resumes_where_it_stopped(
+        llama_server_binary, smollm2, four_engines, tmp_path):
+    """Three llama.cpp cells. The second cell's engine is killed during its full verify suite: that cell ends
+    failed, saying the engine exited, and the next cell runs. The bakeoff itself is killed (-9) in the third
+    cell: `--resume` keeps the two cells that ended, stops the engine the kill left running, runs the third.
+    Then `report --compare` sets the resumed bakeoff beside the four engines' one."""
+    # the four engines' store (their bakeoff is compared with this one below), a server state of its own
+    env = {**four_engines["_env"], "ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
+    db = Path(env["ENGINEROOM_DATA_DIR"]) / "results.sqlite"
+    after = four_engines["bakeoff"]
+    proc = subprocess.Popen([*console_command(), "bakeoff", "smollm2-135m", "--engines", "llama.cpp",
+                             "--priority", "balanced", "--priority", "leanest-vram", "--priority",
+                             "concurrent-throughput", "--suites", "verify-full,bench-quick", "--short", "--ctx", "2048",
+                             "--busy-ok", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **env})
+    run_id, pids = _wait_for(proc, db, after, cells=1, servers=2)
+    time.sleep(2.0)                                  # into the second cell's full verify suite
+    os.kill(pids[1], signal.SIGKILL)
+    run_id, pids = _wait_for(proc, db, after, cells=2, servers=3, run_id=run_id)
     time.sleep(1.0)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
-    left_running = pids[1]
-    assert psutil.pid_exists(left_running)       # kill -9 left the second cell's engine behind
+    left_running = pids[2]
+    assert psutil.pid_exists(left_running)       # kill -9 left the third cell's engine behind
     with sqlite3.connect(db) as con:
-        first = con.execute("select payload from records where run_id = ? and kind = 'bakeoff_cell'",
-                            (run_id,)).fetchone()[0]
+        before = [json.loads(p) for (p,) in con.execute(
+            "select payload from records where run_id = ? and kind = 'bakeoff_cell' order by seq", (run_id,))]
     resumed = run_cli("bakeoff", "--resume", str(run_id), "--json", env=env, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming bakeoff {run_id}: 1 cell(s) done are kept" in resumed.stderr
+    assert f"resuming bakeoff {run_id}: 2 cell(s) done are kept" in resumed.stderr
     assert f"stopping the llama.cpp server (pid {left_running})" in resumed.stderr
     assert not psutil.pid_exists(left_running) or psutil.Process(left_running).status() == psutil.STATUS_ZOMBIE
     page = json.loads(resumed.stdout)
     assert page["bakeoff"] == run_id and page["status"] == "OK"
-    assert [(c["engine"], c["priority"], c["status"]) for c in page["cells"]] == [
-        ("llama.cpp", "balanced", "done"), ("llama.cpp", "concurrent-throughput", "done")]
-    kept = json.loads(first)
-    assert page["cells"][0]["runs"] == kept["runs"]            # the done cell is the one measured before the kill
-    # what changed between two bakeoffs: the llama.cpp balanced cell of both, each figure with its noise band
-    diff = run_cli("report", "--bakeoff", str(run_id), "--compare", str(four_engines["bakeoff"]), "--json", env=env)
+    assert [(c["priority"], c["status"]) for c in page["cells"]] == [
+        ("balanced", "done"), ("leanest-vram", "failed"), ("concurrent-throughput", "done")], page["cells"]
+    crashed = page["cells"][1]
+    assert crashed["why"].startswith("the engine exited during the verify-full suite"), crashed["why"]
+    assert [c["runs"] for c in page["cells"][:2]] == [c["runs"] for c in before]    # the cells kept as measured
+    assert "| llama.cpp | leanest-vram | failed (below) |" in page["markdown"]
+    # what changed between two bakeoffs: the one cell both ran to its end, each figure with its noise band
+    diff = run_cli("report", "--bakeoff", str(run_id), "--compare", str(after), "--json", env=env)
     assert diff.returncode == 0, diff.stderr
     out = json.loads(diff.stdout)
     assert {r["cell"] for r in out["compared"]} == {"llama.cpp (balanced)"}, out["compared"]

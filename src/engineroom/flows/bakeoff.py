@@ -227,7 +227,7 @@ def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, con
                             store, s, name, bool(conditions.get("short")), host, pick.request.parallel)
                     except EngineroomError as exc:          # this suite's refusal: the others still run
                         cell["suites"][name] = f"ERROR: {exc}"
-                if not psutil.pid_exists(s.state.pid):
+                if not _alive(s.state.pid):
                     raise EngineroomError(f"the engine exited during the {name} suite (log: {s.state.log_path})")
     except KeyboardInterrupt:
         raise
@@ -236,6 +236,14 @@ def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, con
         cell.update(status=FAILED, why=why, stages=log.so_far())
         return cell
     return {**cell, "status": DONE, "stages": log.so_far()}
+
+
+def _alive(pid: int) -> bool:
+    """The engine still runs (a killed one stays a zombie until its parent reaps it: not running)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _pick_summary(pick: Pick) -> dict[str, Any]:
