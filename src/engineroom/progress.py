@@ -11,11 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 class BuildProgress:
@@ -31,6 +33,9 @@ class BuildProgress:
     def __init__(self, name: str, expected: str, console: Console, clock: Callable[[], float] | None = None) -> None:
         self.name, self.expected, self.console = name, expected, console
         self.clock = clock or time.monotonic
+        # imported here: a bar is drawn by an install only, and every command imports this module
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
                             console=console, transient=not console.is_terminal)
         self.task: TaskID | None = None

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import EngineroomError
 from .hardware import Rig, host_summary
 from .plan import Calibration, SpeedPoint
-from .store import Store
+
+if TYPE_CHECKING:
+    from .store import Store
 
 __all__ = ["POINT_KEY", "RUNS_READ", "calibration_here", "decode_mean", "device_of", "point_from",
            "workload_decode_means"]
@@ -76,6 +78,9 @@ def calibration_here(store: Store | None = None, rig: Rig | None = None) -> Cali
         if not paths.db_path().is_file():        # nothing measured here yet (and planning creates no store)
             return Calibration.of(device, ())
         try:
+            # imported here: `plan --rig` (a rig by spec, no calibration) never opens the store
+            from .store import Store
+
             with Store() as own:
                 return calibration_here(own, rig)
         except (sqlite3.Error, OSError, EngineroomError):

@@ -19,13 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, RenderableType
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 from rich.text import Text
 
@@ -33,6 +26,8 @@ from .redaction import redact_argv
 from .units import capacity, gib, mem, mib
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
+
     from .checks.smoke import CheckResult
     from .cpuprobe import CpuProbe
     from .engines.base import LaunchSpec, ServerInfo
@@ -101,6 +96,9 @@ def built_line(name: str, manifest: Mapping[str, Any]) -> Text:
 
 def request_progress(console: Console) -> Progress:
     """The bar of bench and demo: requests done of planned, gone when the card prints."""
+    # imported here: only bench and demo draw it, and every command imports this module
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=console, transient=True)
 

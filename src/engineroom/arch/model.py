@@ -156,7 +156,33 @@ class ModelArch:
         """Layers of each kind (computed once: fit reads them for every request it sizes)."""
         return Counter(self.layer_kinds)
 
-    @property
+    def kind_counts_in(self, start: int, stop: int) -> dict[LayerKind, int]:
+        """Layers of each kind among ``layer_kinds[start:stop]`` (one GPU's share of a layer split),
+        from running counts kept per kind: fit asks for every device of every request it sizes."""
+        n = len(self.layer_kinds)
+        start, stop = min(max(start, 0), n), min(max(stop, 0), n)
+        if stop <= start:
+            return {}
+        return {k: run[stop] - run[start] for k, run in self.kind_running_counts.items()}
+
+    @cached_property
+    def kind_running_counts(self) -> dict[LayerKind, tuple[int, ...]]:
+        """Per kind, how many of the first i layers are of it, for i = 0 .. n_layers."""
+        out: dict[LayerKind, tuple[int, ...]] = {}
+        for kind in self.kind_counts:
+            run, n = [0], 0
+            for k in self.layer_kinds:
+                n += k == kind
+                run.append(n)
+            out[kind] = tuple(run)
+        return out
+
+    @cached_property
+    def recurrent_layers(self) -> tuple[int, ...]:
+        """Positions of the layers that hold a fixed recurrent state (LINEAR and MAMBA), in order."""
+        return tuple(i for i, k in enumerate(self.layer_kinds) if k in (LayerKind.LINEAR, LayerKind.MAMBA))
+
+    @cached_property
     def n_kv_layers(self) -> int:
         """Layers whose KV cache grows with context (full + sliding + MLA)."""
         return sum(self.kind_counts.get(k, 0) for k in (LayerKind.FULL, LayerKind.SLIDING, LayerKind.MLA))

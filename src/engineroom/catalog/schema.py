@@ -303,7 +303,7 @@ class Priority(Strict):
     ctx: int | Literal["max"] = 32768        # context each config is sized for
     parallel: int | Literal["max"] = 1
     spec: Literal["none", "any"] = "any"          # consider speculative decoding or not
-    constraints: Constraints = Constraints()
+    constraints: Constraints = Constraints.model_construct()   # the defaults, built without a validator
     rank: tuple[RankKey, ...]
     source: str = ""
 

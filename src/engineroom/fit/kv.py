@@ -10,7 +10,7 @@ and the engine's refusal of a KV type whose block does not divide the head size.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 
 from ..arch import LayerKind, ModelArch
@@ -45,12 +45,14 @@ def kv_layer_bytes(arch: ModelArch, bytes_per_elem: float, cells: int | Callable
     else:
         window = arch.sliding_window
         cells_of = lambda k: min(cells, window) if k == LayerKind.SLIDING and window else cells  # noqa: E731
+    counts: Mapping[LayerKind, int]
     if layers is None:
         counts = arch.kind_counts
+    elif isinstance(layers, range) and layers.step == 1:
+        counts = arch.kind_counts_in(layers.start, layers.stop)
     else:
         kinds = arch.layer_kinds
-        counts = Counter(kinds[layers.start:layers.stop] if isinstance(layers, range) and layers.step == 1
-                         else [kinds[i] for i in layers])
+        counts = Counter(kinds[i] for i in layers)
     for k in arch.kind_counts:          # the model's own order of first appearance
         n_layers = counts.get(k, 0)
         if k not in KV_KINDS or not n_layers:

@@ -9,7 +9,6 @@ a CPU-only rig the device is the RAM, with the CPU backend's repack / AMX buffer
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import replace
 
 from ..arch import LayerKind, ModelArch
 from ..catalog import Catalog
@@ -26,7 +25,7 @@ from .cpu_buffers import (
 )
 from .engine import engine_spec
 from .kv import recurrent_state_bytes
-from .llama_cache import _masks, _pad, _slots_text, _ubatch, llama_kv_bytes
+from .llama_cache import _masks, _pad, _slots_text, _ubatch, llama_kv_bytes, llama_kv_shares
 from .llama_compute import (
     _CUDA_RUNTIME,
     _cpu_compute_note,
@@ -55,7 +54,7 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
     notes: list[str] = []
     outputs = engine_spec(req.engine, catalog).graph_outputs
     if req.graph_outputs != outputs:
-        req = replace(req, graph_outputs=outputs)
+        req = req.evolve(graph_outputs=outputs)
     split = weight_split(arch, req, catalog)
     kv_total, kv_note = llama_kv_bytes(arch, req, catalog=catalog)
     r, s = recurrent_state_bytes(arch, req.parallel)
@@ -140,26 +139,30 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
     # the GPU; the input copy stays on the host (measured on an H200: benchmarks/gpu_launch_memory.md)
     tied_head = ("output.weight" not in arch.tensor_bytes) if arch.tensor_bytes else arch.tie_embeddings
     gpu_head = split.head + (split.embedding if tied_head else 0)
-    recurrent = [i for i, k in enumerate(arch.layer_kinds) if k in (LayerKind.LINEAR, LayerKind.MAMBA)] \
-        if r + s else []
+    recurrent = arch.recurrent_layers if r + s else ()
+    rs_note = _rs_note(arch, req, r, s) if r + s else ""
+    ub = _ubatch(req)
+    compute_note = (f"CUDA compute buffer, ub {ub}, masks over {_masks(arch, req, ub) // (2 * ub)} cells "
+                    f"({_slots_text(req)})")
+    # each GPU's layers' KV (the last range: the whole trunk, to tell MTP layers' KV from it)
+    kv_shares = llama_kv_shares(arch, req, [range(rg.start, min(rg.stop, n_trunk)) for rg in ranges]
+                                + [range(n_trunk)], catalog=catalog)
     for gi, rg in enumerate(ranges):   # one range per GPU in use
         comps = []
         w = sum(split.per_layer[rg.start:rg.stop]) + (gpu_head if gi == n_use - 1 else 0)
         head = (" + output head" + (" (token_embd again: tied)" if tied_head else "")) if gi == n_use - 1 else ""
         comps.append(Component("weights", w, f"layers {rg.start}-{rg.stop - 1}" + head))
-        kv, _ = llama_kv_bytes(arch, req, range(rg.start, min(rg.stop, n_trunk)), catalog=catalog)
+        kv = kv_shares[gi]
         if gi == n_use - 1 and req.spec_method == "mtp" and arch.mtp_layers:
-            kv += kv_total - llama_kv_bytes(arch, req, range(n_trunk), catalog=catalog)[0]
+            kv += kv_total - kv_shares[-1]
         comps.append(Component("kv_cache", kv, kv_note if n_use == 1 else f"share of: {kv_note}"))
         if r + s:
             here = bisect_left(recurrent, min(rg.stop, n_trunk)) - bisect_left(recurrent, rg.start)
             n_rec = len(recurrent)
             share = (r + s) * here // max(n_rec, 1)
             comps.append(Component("recurrent_state", share, f"{here} of {n_rec} recurrent layers' share of: "
-                                                             + _rs_note(arch, req, r, s)))
-        cells = _masks(arch, req, _ubatch(req)) // (2 * _ubatch(req))
-        comps.append(Component("compute", gpu_c, f"CUDA compute buffer, ub {_ubatch(req)}, masks over "
-                                                 f"{cells} cells ({_slots_text(req)})"))
+                                                             + rs_note))
+        comps.append(Component("compute", gpu_c, compute_note))
         comps.append(Component("cuda_runtime", _CUDA_RUNTIME,
                                "CUDA context + cuBLAS workspace (measured on an H200: ~600 MiB beyond the buffers)"))
         if gi == 0 and req.draft_bytes:

@@ -4,6 +4,8 @@ unified), sliding layers capped at their window plus a ubatch; and the KV buffer
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from ..arch import LayerKind, ModelArch
 from ..catalog import Catalog
 from .engine import kv_bytes_per_elem
@@ -52,10 +54,9 @@ def _slots_text(req: FitRequest) -> str:
     return f"{req.parallel} slot(s), {'unified KV (1 stream)' if req.kv_unified else f'{req.parallel} KV stream(s)'}"
 
 
-def llama_kv_bytes(arch: ModelArch, req: FitRequest, layers: range | None = None, *,
-                   catalog: Catalog | None = None) -> tuple[int, str]:
-    """KV buffer bytes of ``layers`` (default: every layer, plus MTP layers when MTP drafts):
-    THE KV formula (``kv.kv_layer_bytes``) over the cells llama.cpp allocates per layer."""
+def _kv_cells(arch: ModelArch, req: FitRequest, catalog: Catalog | None
+              ) -> tuple[float, int, int, int, Callable[[LayerKind], int]]:
+    """(bytes per element, ubatch, cells per stream, streams, cells of a layer of a kind over every stream)."""
     bk = kv_bytes_per_elem(req.engine, req.kv_dtype, catalog)
     ub = _ubatch(req)
     _, base, streams = llama_n_ctx(req.ctx, req.parallel, req.kv_unified)
@@ -63,6 +64,14 @@ def llama_kv_bytes(arch: ModelArch, req: FitRequest, layers: range | None = None
     def cells_of(kind: LayerKind) -> int:   # over every stream; streams are the same for all kinds
         return llama_kv_stream_cells(arch, kind, req.ctx, req.parallel, ub, req.kv_unified, req.swa_full)[0] * streams
 
+    return bk, ub, base, streams, cells_of
+
+
+def llama_kv_bytes(arch: ModelArch, req: FitRequest, layers: range | None = None, *,
+                   catalog: Catalog | None = None) -> tuple[int, str]:
+    """KV buffer bytes of ``layers`` (default: every layer, plus MTP layers when MTP drafts):
+    THE KV formula (``kv.kv_layer_bytes``) over the cells llama.cpp allocates per layer."""
+    bk, ub, base, streams, cells_of = _kv_cells(arch, req, catalog)
     total = 0.0
     groups: dict[tuple[str, int, int], int] = {}   # (kind, cells/stream, elems) -> layers
     for k, elems, cells, b, n in kv_layer_bytes(arch, bk, cells_of, layers=layers):
@@ -84,6 +93,25 @@ def llama_kv_bytes(arch: ModelArch, req: FitRequest, layers: range | None = None
     return int(total), note + ")"
 
 
+def llama_kv_shares(arch: ModelArch, req: FitRequest, shares: Sequence[range], *,
+                    catalog: Catalog | None = None) -> list[int]:
+    """The KV buffer bytes of each range of trunk layers (a GPU's share of a layer split): what
+    ``llama_kv_bytes(arch, req, layers)[0]`` gives for each, with the bytes of one layer of each
+    kind (``kv.kv_layer_bytes``) computed once for all of them."""
+    bk, _, _, _, cells_of = _kv_cells(arch, req, catalog)
+    per_layer = [(k, b) for k, _, _, b, _ in kv_layer_bytes(arch, bk, cells_of)]
+    out = []
+    for layers in shares:
+        counts = arch.kind_counts_in(layers.start, layers.stop)
+        total = 0.0
+        for k, b in per_layer:           # the model's order of kinds, as kv_layer_bytes sums them
+            n = counts.get(k, 0)
+            if n:
+                total += b * n
+        out.append(int(total))
+    return out
+
+
 def _ubatch(req: FitRequest) -> int:
     """Effective -ub: llama.cpp caps n_batch at n_ctx (total) and n_ubatch at n_batch."""
     return max(1, min(req.ubatch, req.batch, llama_n_ctx(req.ctx, req.parallel, req.kv_unified)[0]))
@@ -93,7 +121,7 @@ def _masks(arch: ModelArch, req: FitRequest, ub: int, bytes_per: int = 2) -> int
     """KQ masks: [n_kv, n_tokens / n_stream, 1, n_stream] (llama-graph.cpp build_attn_inp_kv),
     i.e. one stream's cells x ubatch tokens; unified KV: the one stream spans every slot's cells."""
     n_kv, _ = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.parallel, ub, req.kv_unified)
-    m = bytes_per * n_kv * ub if any(k in (LayerKind.FULL, LayerKind.MLA) for k in arch.layer_kinds) else 0
+    m = bytes_per * n_kv * ub if arch.count(LayerKind.FULL) or arch.count(LayerKind.MLA) else 0
     if arch.count(LayerKind.SLIDING):
         swa, _ = llama_kv_stream_cells(arch, LayerKind.SLIDING, req.ctx, req.parallel, ub, req.kv_unified, req.swa_full)
         m += bytes_per * swa * ub

@@ -23,17 +23,23 @@ def valid_tp(arch: ModelArch, max_tp: int = 8) -> list[int]:
     """TP sizes that divide the attention heads (and the linear-attention key/value heads,
     which vLLM shards the same way: 24 q heads but 16 GDN key heads make TP 3 and 6 fail
     for Qwen3.6-27B). KV heads may be fewer than TP: they replicate."""
-    heads = [arch.n_heads]
+    return [t for t in range(1, max_tp + 1) if _tp_divides(arch, t)]
+
+
+def _tp_divides(arch: ModelArch, tp: int) -> bool:
+    """``tp`` is one of ``valid_tp``'s sizes (asked of every fit: one size checked, not all)."""
+    if arch.n_heads % tp:
+        return False
     if arch.linear is not None and arch.count(LayerKind.LINEAR):
-        heads += [arch.linear.n_key_heads, arch.linear.n_value_heads]
-    return [t for t in range(1, max_tp + 1) if all(h % t == 0 for h in heads)]
+        return not (arch.linear.n_key_heads % tp or arch.linear.n_value_heads % tp)
+    return True
 
 
 def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
               catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str], dict]:
     eng = engine_spec(req.engine, catalog)
     tp = max(1, req.tp)
-    if tp not in valid_tp(arch, max(8, tp)):
+    if not _tp_divides(arch, tp):
         raise BadInput(f"TP={tp} does not divide the {arch.n_heads} attention heads of {arch.name}; "
                        f"valid TP: {', '.join(map(str, valid_tp(arch)))}.")
     pp = max(1, req.pp)

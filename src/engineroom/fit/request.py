@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from ..units import GB, MiB, gib  # noqa: F401  (re-exported: fit.GB, fit.MiB)
 
@@ -90,6 +91,19 @@ class FitRequest:
     # logits rows of the reserved graph (catalog graph_outputs; fit fills it from the engine)
     graph_outputs: str = "slots"
 
+    def evolve(self, **changes: Any) -> FitRequest:
+        """``dataclasses.replace(self, **changes)`` without running ``__init__`` again: the searches
+        and the planner make thousands of these, and the frozen ``__init__`` sets every field."""
+        unknown = changes.keys() - _REQUEST_FIELDS
+        if unknown:
+            raise TypeError(f"FitRequest has no field {', '.join(sorted(unknown))}")
+        new = object.__new__(FitRequest)
+        new.__dict__.update(self.__dict__, **changes)
+        return new
+
+
+_REQUEST_FIELDS = frozenset(FitRequest.__dataclass_fields__)
+
 
 @dataclass(frozen=True)
 class Component:
@@ -104,8 +118,9 @@ class GpuFit:
     capacity_bytes: int
     components: tuple[Component, ...]
 
-    @property
+    @cached_property
     def used_bytes(self) -> int:
+        """The components' sum (computed once: the verdict, the searches and the ranking read it)."""
         return sum(c.bytes for c in self.components)
 
     @property

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from ..arch import ModelArch
 from ..catalog import Catalog
 from ..hardware import Rig
 from .engine import engine_spec
+from .llama_compute import CUDA_LAUNCH_RESERVE
 from .request import Fit, FitRequest
 from .verdict import fit
 
@@ -29,59 +29,70 @@ def max_context(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog 
     model's max positions (``_largest``)."""
     step = engine_spec(req.engine, catalog).max_context_step
     hi = (arch.max_position or (1 << 21)) // step
-    size = lambda n: (fitter or fit)(arch, replace(req, ctx=n * step), rig, catalog=catalog)  # noqa: E731
+    size = lambda n: (fitter or fit)(arch, req.evolve(ctx=n * step), rig, catalog=catalog)  # noqa: E731
     first = size(1)
     if not first.servable:
         return 0
     last = size(hi) if hi > 1 else first
     if last.servable:
         return max(hi, 1) * step
-    return _largest(size, 1, hi, first, last) * step
+    return _largest(size, 1, hi, first, last, _floor(req, rig, catalog)) * step
 
 
 def max_concurrency(arch: ModelArch, req: FitRequest, rig: Rig, limit: int = 4096, *,
                     catalog: Catalog | None = None, fitter: Fitter | None = None) -> int:
     """Most sequences that fit at req.ctx each, at most ``limit`` (0 when one does not)."""
-    size = lambda n: (fitter or fit)(arch, replace(req, parallel=n), rig, catalog=catalog)  # noqa: E731
+    size = lambda n: (fitter or fit)(arch, req.evolve(parallel=n), rig, catalog=catalog)  # noqa: E731
     first = size(1)
     if not first.servable:
         return 0
     last = size(limit) if limit > 1 else first
     if last.servable:
         return max(limit, 1)
-    return _largest(size, 1, limit, first, last)
+    return _largest(size, 1, limit, first, last, _floor(req, rig, catalog))
+
+
+def _floor(req: FitRequest, rig: Rig, catalog: Catalog | None) -> int:
+    """The headroom a device keeps in every servable fit: llama.cpp's buffers on a CUDA rig leave
+    ``CUDA_LAUNCH_RESERVE`` free (``verdict.fit``), other fits nothing. Only the searches' first
+    guess reads it (it aims at this headroom, not at a full device)."""
+    if rig.gpus and rig.vendor == "nvidia" and engine_spec(req.engine, catalog).memory_model == "llama_buffers":
+        return CUDA_LAUNCH_RESERVE
+    return 0
 
 
 def _pooled(f: Fit) -> bool:
     return any(c.name == "kv_pool_spare" for g in f.per_gpu for c in g.components)
 
 
-def _margin(f: Fit) -> int:
+def _margin(f: Fit, floor: int = 0) -> int:
     """Bytes to spare on the tightest device: a paged pool's unused KV (kv_pool_spare), else
-    what the device has left (negative: over). Only the searches' first guess reads it."""
+    what the device has left beyond ``floor`` (negative: over). Only the searches' first guess
+    reads it."""
     if _pooled(f):
         return min(sum(c.bytes for c in g.components if c.name == "kv_pool_spare") for g in f.per_gpu)
-    return min(g.headroom_bytes for g in f.per_gpu)
+    return min(g.headroom_bytes for g in f.per_gpu) - floor
 
 
-def _largest(size: Callable[[int], Fit], lo: int, hi: int, at_lo: Fit, at_hi: Fit) -> int:
+def _largest(size: Callable[[int], Fit], lo: int, hi: int, at_lo: Fit, at_hi: Fit, floor: int = 0) -> int:
     """Largest n in [lo, hi) whose fit is servable, given that lo's is (``at_lo``) and hi's is
     not (``at_hi``); memory grows with n. Memory is close to linear in context and in
     sequences, so the margins extrapolate to a first guess (between lo and hi where both
-    margins are a device's headroom; from lo and lo + 1 for a paged pool, whose margin past
-    the pool is not in the fit); the search then gallops from the guess to a bracket and
-    bisects it, so a wrong guess costs evaluations, never the answer."""
+    margins are a device's headroom beyond the ``floor`` a servable fit keeps; from lo and
+    lo + 1 for a paged pool, whose margin past the pool is not in the fit); the search then
+    gallops from the guess to a bracket and bisects it, so a wrong guess costs evaluations,
+    never the answer."""
     if hi - lo <= 1:
         return lo
     good, bad = lo, hi
-    m0 = _margin(at_lo)
-    if not _pooled(at_lo) and not _pooled(at_hi) and m0 > _margin(at_hi):
-        guess = lo + int((hi - lo) * m0 / (m0 - _margin(at_hi)))
+    m0 = _margin(at_lo, floor)
+    if not _pooled(at_lo) and not _pooled(at_hi) and m0 > _margin(at_hi, floor):
+        guess = lo + int((hi - lo) * m0 / (m0 - _margin(at_hi, floor)))
     else:
         nxt = size(lo + 1)
         if not nxt.servable:
             return lo
-        good, m1 = lo + 1, _margin(nxt)
+        good, m1 = lo + 1, _margin(nxt, floor)
         guess = good + m1 // (m0 - m1) if m0 > m1 else (good + bad) // 2
     guess = min(max(guess, good + 1), bad - 1)
     step = 1

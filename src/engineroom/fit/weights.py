@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..arch import ModelArch
 from ..arch import count_params as estimate_param_count  # the one parameter counter (arch.params)
@@ -30,7 +31,7 @@ class WeightSplit:
     head: int                      # output + output_norm
     source: str
 
-    @property
+    @cached_property
     def total(self) -> int:
         return self.embedding + sum(self.per_layer) + self.head
 

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from ..arch import ModelArch, load_arch
+from ..arch import ModelArch
 from ..arch import count_active_params as _active_param_count  # arch.params: the one counter
 from ..catalog import Catalog, Model, Quant, block_from_arch, find_model, load_catalog
 from ..catalog.load import closest_model
 from ..catalog.schema import GB, ArchBlock, Quality, QuantFormat
 from ..errors import BadInput, EngineroomError, NotFound
-from ..refs import ModelRef, RefKind, parse
+
+if TYPE_CHECKING:
+    from ..refs import ModelRef
 
 
 def _engines_loading(cat: Catalog, fmt: str) -> tuple[str, ...]:
@@ -62,14 +65,20 @@ def resolve_model(ref: str | ModelRef | ResolvedModel, catalog: Catalog | None =
     if isinstance(ref, ResolvedModel):
         return ref
     cat = catalog or load_catalog()
-    if isinstance(ref, ModelRef):
+    if isinstance(ref, str):
+        if cat.model(ref) is not None or not _names_file_or_repo(ref):
+            return ResolvedModel(find_model(cat, ref))
+        text, mref = ref.strip(), None
+    else:
+        from ..refs import RefKind
+
         if ref.kind in (RefKind.CATALOG, RefKind.PACKAGED):
             return ResolvedModel(find_model(cat, ref.catalog_id or ref.name))
         text, mref = ref.raw, ref
-    elif cat.model(ref) is not None or not _names_file_or_repo(ref):
-        return ResolvedModel(find_model(cat, ref))
-    else:
-        text, mref = ref.strip(), None
+    # a file or repo: its readers are imported here (planning a catalog model needs none of them)
+    from ..arch import load_arch
+    from ..refs import parse
+
     try:
         arch = load_arch(mref or parse(text))
     except (EngineroomError, OSError) as err:

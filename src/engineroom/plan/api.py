@@ -18,6 +18,7 @@ from ..hardware import Rig
 from .adhoc import ResolvedModel, resolve_model
 from .calibration import Calibration
 from .candidates import _Cand, _quant_runs_on, held_on_cpu, rule_cpu_flags
+from .memo import PlanMemo
 from .planner import _Planner
 from .ranking import STATIC_METRICS, _groups
 from .reasons import _reasons
@@ -187,7 +188,7 @@ def how_to_choose(model_ref: str | ResolvedModel, rig: Rig, ctx: int | None = No
     cat = catalog or load_catalog()
     subject = resolve_model(model_ref, cat)     # once: a remote GGUF header is read once
     arch = subject.arch or arch_from_catalog(subject.model)
-    memo = FitMemo(arch, cat.for_vendor(rig.vendor))   # one fit per distinct request over every priority
+    memo = PlanMemo(arch, cat.for_vendor(rig.vendor))   # each distinct fit, search and speed once over the priorities
     rows: list[Choice] = []
     for prio in cat.priorities:
         try:

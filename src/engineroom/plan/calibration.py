@@ -16,7 +16,6 @@ estimate (no concurrent point calibrates the batch model yet).
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -104,5 +103,8 @@ class Calibration:
         use = same or mine
         if not use:
             return None
+        # imported here: most plans have no speed point to correct, and `plan` pays for each import
+        import statistics
+
         return SpeedFactor(statistics.median(p.ratio for p in use), tuple(sorted(p.run_id for p in use)),
                            same_shape=bool(same))

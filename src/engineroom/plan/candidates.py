@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from ..arch import ModelArch
-from ..catalog import Catalog, Drafter, Engine, Quant
+from ..catalog import Drafter, Engine, Quant
 from ..catalog.schema import GB, KvDtype
-from ..fit import Fit, FitRequest, Fitter, max_concurrency, usable_ram
+from ..fit import Fit, FitRequest, usable_ram
 from ..hardware import Rig
 from .speed import SpeedBand
 
@@ -53,6 +53,8 @@ class _Cand:
     metrics: dict[str, float] = field(default_factory=dict)
     pp: int = 1                      # pipeline stages (one per node on a cluster rig)
     held: HeldAs | None = None       # how the launch holds it on this CPU, where not as the catalog says
+    # the candidate's first request, by vision: later ones differ from it in ctx and parallel only
+    base_requests: dict[bool, FitRequest] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def held_kv(self) -> KvDtype:
@@ -60,15 +62,18 @@ class _Cand:
         return self.held.kv if self.held else self.kv
 
     def request(self, arch: ModelArch, ctx: int, parallel: int, vision: bool) -> FitRequest:
-        d, held = self.drafter, self.held
-        return FitRequest(
-            engine=self.engine.id, ctx=ctx, quant=held.quant if held else self.quant.id,
-            weight_bytes=held.weight_bytes if held else self.quant.weight_bytes,
-            kv_dtype=self.held_kv.id, parallel=parallel, tp=self.tp, pp=self.pp,
-            spec_method=d.method if d else None, spec_tokens=d.spec_tokens if d else 0,
-            draft_bytes=int(d.size_gb * GB) if d else 0, vision=vision,
-            mem_fraction=self.engine.default_mem_fraction, rope_scaling=self.rope_scaling,
-        )
+        base = self.base_requests.get(vision)
+        if base is None:
+            d, held = self.drafter, self.held
+            base = self.base_requests[vision] = FitRequest(
+                engine=self.engine.id, ctx=ctx, quant=held.quant if held else self.quant.id,
+                weight_bytes=held.weight_bytes if held else self.quant.weight_bytes,
+                kv_dtype=self.held_kv.id, parallel=parallel, tp=self.tp, pp=self.pp,
+                spec_method=d.method if d else None, spec_tokens=d.spec_tokens if d else 0,
+                draft_bytes=int(d.size_gb * GB) if d else 0, vision=vision,
+                mem_fraction=self.engine.default_mem_fraction, rope_scaling=self.rope_scaling,
+            )
+        return base if (base.ctx, base.parallel) == (ctx, parallel) else base.evolve(ctx=ctx, parallel=parallel)
 
 
 @dataclass(frozen=True)
@@ -126,10 +131,7 @@ def held_on_cpu(engine: Engine, quant: Quant, kv: KvDtype, rig: Rig, bits: Mappi
     return HeldAs(cd.value, held_quant, weight_bytes, held_kv, why)
 
 
-def _max_parallel(arch: ModelArch, req: FitRequest, rig: Rig, cat: Catalog, cap: int = 256,
-              fitter: Fitter | None = None) -> int:
-    """fit.max_concurrency, capped (a plan never proposes more than ``cap`` sequences)."""
-    return max_concurrency(arch, req, rig, limit=cap, catalog=cat, fitter=fitter)
+MAX_PARALLEL = 256       # a plan never proposes more sequences than this (fit.max_concurrency's limit)
 
 
 def _rig_groups(rig: Rig, engine: Engine, arch: ModelArch) -> list[tuple[int, int, int, tuple[Rig, ...]]]:

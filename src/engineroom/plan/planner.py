@@ -12,15 +12,15 @@ from ..arch import ModelArch
 from ..catalog import Catalog, Drafter, Engine, Model, Priority, Quant, find_engine
 from ..catalog.schema import GB, RankKey
 from ..errors import BadInput
-from ..fit import Fit, FitMemo, FitRequest, check_ctx, kv_refusal, max_context
+from ..fit import Fit, FitMemo, FitRequest, check_ctx, kv_refusal
 from ..hardware import Rig
 from .calibration import NO_POINT_HERE, UNCALIBRATED, Calibration, SpeedFactor, shape_class
 from .candidates import (
+    MAX_PARALLEL,
     _bandwidth,
     _Cand,
     _capacity,
     _engine_runs_on,
-    _max_parallel,
     _quant_runs_on,
     _rig_groups,
     held_on_cpu,
@@ -28,6 +28,7 @@ from .candidates import (
     quality_value,
     rule_cpu_flags,
 )
+from .memo import PlanMemo, Speed
 from .ranking import STATIC_METRICS, _rank
 from .request import drafter_miss, launch_miss
 from .speed import (
@@ -40,6 +41,11 @@ from .speed import (
     weights_read_per_token,
 )
 
+# engine maturity, then less memory: the keys that break exact ties. Built without validation
+# (constants): validating would build RankKey's pydantic validator at the first ranking
+_TIE_BREAKERS = (RankKey.model_construct(metric="engine_status", goal="max"),
+                 RankKey.model_construct(metric="gpu_bytes", goal="min"))
+
 
 class _Planner:
     def __init__(self, cat: Catalog, model: Model, arch: ModelArch, rig: Rig, prio: Priority,
@@ -49,7 +55,11 @@ class _Planner:
         cat = cat.for_vendor(rig.vendor)   # each engine as its build for this rig runs it (catalog backends)
         self.cat, self.model, self.arch, self.rig, self.prio = cat, model, arch, rig, prio
         # every fit of this model goes through one memo (how_to_choose shares it over the priorities)
-        self.memo = memo if memo is not None and memo.arch is arch and memo.catalog is cat else FitMemo(arch, cat)
+        self.memo = memo if memo is not None and memo.arch is arch and memo.catalog is cat else PlanMemo(arch, cat)
+        # each candidate's speed, shared with the other priorities of a how-to-choose table (PlanMemo)
+        self.speeds: dict[tuple, Speed] = (self.memo.speeds(calibration, model.id) if isinstance(self.memo, PlanMemo)
+                                           else {})
+        self.layouts = self.memo.layouts if isinstance(self.memo, PlanMemo) else {}
         self.source = source          # "catalog", or where a model outside it was read from
         self.user_ctx = ctx
         self.user_parallel = parallel         # --parallel: every candidate serves exactly this many sequences
@@ -151,7 +161,12 @@ class _Planner:
             if why:
                 self.rejected.append(why)
                 continue
-            layouts = _rig_groups(self.rig, e, self.arch)
+            layouts = self.layouts.get((self.memo.rig_key(self.rig), e.id))
+            if layouts is None:
+                layouts = self.layouts[(self.memo.rig_key(self.rig), e.id)] = _rig_groups(self.rig, e, self.arch)
+            # the engine refuses a KV type for this model or it does not (no quant or layout changes that)
+            refusals = [(kv, kv_refusal(self.arch, FitRequest(engine=e.id, ctx=1, kv_dtype=kv.id), self.cat))
+                        for kv in e.plan_kv_dtypes]
             for q in self.quants:
                 why = self._quant_ok(q, e)
                 if why:
@@ -170,8 +185,7 @@ class _Planner:
                         self.rejected.append(f"{e.id} + {q.id}: {q.size_gb:g} GB of weights exceed "
                                              f"{units.capacity(min(_capacity(g) for g in groups))} per instance")
                         continue
-                    for kv in e.plan_kv_dtypes:
-                        refused = kv_refusal(self.arch, FitRequest(engine=e.id, ctx=1, kv_dtype=kv.id), self.cat)
+                    for kv, refused in refusals:
                         if refused:   # the engine would not start: never a candidate
                             self.rejected.append(f"{e.id} + KV {kv.id}: {e.id} refuses it ({refused})")
                             continue
@@ -186,7 +200,7 @@ class _Planner:
         req = c.request(self.arch, ctx, parallel, self.vision)
         first = self.memo.fit(req, c.groups[0])
         if all(g.gpus == c.groups[0].gpus for g in c.groups[1:]):
-            return (first,) + tuple(replace(first, rig_label=g.label) for g in c.groups[1:])
+            return (first,) + tuple(self.memo.relabeled(first, g.label) for g in c.groups[1:])
         return (first,) + tuple(self.memo.fit(req, g) for g in c.groups[1:])
 
     def _groups(self, c: _Cand) -> tuple[Rig, ...]:
@@ -206,8 +220,7 @@ class _Planner:
                 c.max_ctx = max_pos        # already served at the model's full context
             else:
                 req = c.request(self.arch, self.min_ctx, parallel, self.vision)
-                c.max_ctx = min(max_context(self.arch, req, g, catalog=self.cat, fitter=self.memo)
-                                for g in self._groups(c))
+                c.max_ctx = min(self.memo.max_context(req, g) for g in self._groups(c))
         return c.max_ctx
 
     def size(self, c: _Cand) -> bool:
@@ -245,8 +258,7 @@ class _Planner:
         parallel = base
         if self.parallel_rule == "max":
             req = c.request(self.arch, ctx, 1, self.vision)
-            parallel = max(1, min(_max_parallel(self.arch, req, g, self.cat, fitter=self.memo)
-                                  for g in self._groups(c)))
+            parallel = max(1, min(self.memo.max_concurrency(req, g, limit=MAX_PARALLEL) for g in self._groups(c)))
             if parallel > 1:
                 fits = self._fit_all(c, ctx, parallel)
         elif isinstance(self.parallel_rule, int) and self.parallel_rule > 1:
@@ -264,6 +276,17 @@ class _Planner:
 
     # -- speed ---------------------------------------------------------------------------
     def speed(self, c: _Cand) -> None:
+        """``c.decode`` and ``c.aggregate`` at ``c.ctx`` x ``c.parallel`` (computed once per distinct candidate)."""
+        key = (c.engine.id, c.quant.id, c.kv.id, c.drafter.id if c.drafter else None, c.held, c.tp, c.instances,
+               c.pp, self.memo.rig_key(c.groups[0]), min(SPEED_DEPTH, c.ctx), c.parallel)
+        known = self.speeds.get(key)
+        if known is None:
+            self._speed(c)
+            self.speeds[key] = (c.decode, c.aggregate)
+        else:
+            c.decode, c.aggregate = known
+
+    def _speed(self, c: _Cand) -> None:
         bw = _bandwidth(c.groups[0])
         if not bw:
             c.decode = None
@@ -370,8 +393,7 @@ class _Planner:
         # the catalog's rank keys decide; engine maturity, then less memory, break exact ties
         keys = list(self.prio.rank)
         used = {k.metric for k in keys}
-        keys += [k for k in (RankKey(metric="engine_status", goal="max"), RankKey(metric="gpu_bytes", goal="min"))
-                 if k.metric not in used]
+        keys += [k for k in _TIE_BREAKERS if k.metric not in used]
         if not all(k.metric in (c.metrics or {}) for c in cands for k in keys):
             keys = [k for k in keys if k.metric in STATIC_METRICS]
         return _rank(cands, keys)

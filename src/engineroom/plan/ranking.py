@@ -28,11 +28,15 @@ def _groups(cands: list[_Cand], keys: list) -> list[list[_Cand]]:
     sign = -1.0 if key.goal == "max" else 1.0
     ordered = sorted(cands, key=lambda c: sign * c.metrics[key.metric])
     out: list[list[_Cand]] = []
-    while ordered:
-        best = ordered[0].metrics[key.metric]
-        group = [c for c in ordered if _close(c.metrics[key.metric], best, key.tolerance)]
-        ordered = [c for c in ordered if not _close(c.metrics[key.metric], best, key.tolerance)]
-        out.extend(_groups(group, rest))
+    start, n = 0, len(ordered)
+    while start < n:
+        # sorted from the best, so the values close to the best one are a prefix of the rest
+        best = ordered[start].metrics[key.metric]
+        end = start + 1
+        while end < n and _close(ordered[end].metrics[key.metric], best, key.tolerance):
+            end += 1
+        out.extend(_groups(ordered[start:end], rest))
+        start = end
     return out
 
 
