@@ -27,6 +27,8 @@ MAX_GPUS_PER_CLASS = 16
 
 @dataclass(frozen=True)
 class GpuSpec:
+    """One GPU: memory, bandwidth, compute capability (from a rig spec, the catalog or NVML)."""
+
     name: str                         # "RTX 3090", "H200"
     vram_bytes: int                   # total memory of the device
     bandwidth_gbs: float | None       # datasheet memory bandwidth, GB/s
@@ -40,6 +42,8 @@ class GpuSpec:
 
 @dataclass(frozen=True)
 class Rig:
+    """The machine a plan is for: its GPUs (one node's), CPU, RAM and nodes."""
+
     gpus: tuple[GpuSpec, ...]         # empty = CPU only
     cpu_ram_bytes: int | None = None
     cpu_cores: int | None = None

@@ -20,12 +20,16 @@ REQUIRED = ("ENGINE", "find_binary", "render", "health_state", "classify_failure
 
 @dataclass(frozen=True)
 class Found:
+    """An engine adapter found through an entry point, and where it came from."""
+
     impl: Any
     origin: str          # "entry point llama.cpp = engineroom.engines.llamacpp (engineroom 0.1.0)"
 
 
 @dataclass(frozen=True)
 class Problem:
+    """An entry point that is not a usable engine adapter, and why."""
+
     entry_point: str
     why: str
 

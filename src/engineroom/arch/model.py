@@ -74,6 +74,8 @@ class MLASpec:
 
 @dataclass(frozen=True)
 class MoESpec:
+    """Mixture-of-experts MLP: experts per layer, how many one token uses, their widths."""
+
     n_experts: int
     n_experts_active: int
     expert_intermediate_size: int
@@ -98,6 +100,8 @@ class MoESpec:
 
 @dataclass(frozen=True)
 class VisionSpec:
+    """The vision tower (ViT) a multimodal checkpoint ships beside the text model."""
+
     depth: int
     hidden_size: int
     n_heads: int
@@ -107,6 +111,9 @@ class VisionSpec:
 
 @dataclass(frozen=True)
 class ModelArch:
+    """What a model is made of (the module's CONTRACT): layers by kind, attention shape, the
+    blocks beside attention, sizes, and what was estimated rather than read."""
+
     name: str                       # human label (repo id, file name)
     source: str                     # "config.json" | "gguf" | "catalog"
     architecture: str               # HF model_type (text) or GGUF general.architecture

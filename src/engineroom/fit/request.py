@@ -52,6 +52,8 @@ _SEVERITY = {Verdict.FITS: 0, Verdict.TIGHT: 1, Verdict.DOES_NOT_FIT: 2}
 
 @dataclass(frozen=True)
 class FitRequest:
+    """What fit is asked to size: an engine's launch of one quant at ctx x parallel, and its knobs."""
+
     engine: str                        # catalog engine id or alias: llama.cpp | ik_llama.cpp | vllm | sglang
     ctx: int
     quant: str | None = None           # catalog quant id ("Q4_K_M", "autoround-int4", "bf16")
@@ -107,6 +109,8 @@ _REQUEST_FIELDS = frozenset(FitRequest.__dataclass_fields__)
 
 @dataclass(frozen=True)
 class Component:
+    """One buffer of a device's memory: its bytes and how they were computed."""
+
     name: str          # "weights", "kv_cache", "recurrent_state", "compute", "cuda_graphs", ...
     bytes: int
     note: str = ""     # how it was computed, e.g. "16 layers x 4 heads x 256 x 2 x 0.5625 B x 262144"
@@ -114,6 +118,8 @@ class Component:
 
 @dataclass(frozen=True)
 class GpuFit:
+    """One device's memory: its capacity and the components on it."""
+
     index: int
     capacity_bytes: int
     components: tuple[Component, ...]
@@ -130,6 +136,8 @@ class GpuFit:
 
 @dataclass(frozen=True)
 class Fit:
+    """fit's answer: every device's components, the host's, a verdict and the constraint deciding it."""
+
     request: FitRequest
     rig_label: str
     per_gpu: tuple[GpuFit, ...]        # one entry per GPU used (CPU-only rigs: one "device" = RAM)

@@ -33,6 +33,8 @@ class NothingFits(NotFound):
 
 @dataclass(frozen=True)
 class Plan:
+    """One ranked config: engine, quant, KV type, context x sequences, layout, its fit, speed and reasons."""
+
     rank: int
     priority: str
     model: str

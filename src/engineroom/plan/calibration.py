@@ -73,6 +73,8 @@ class SpeedPoint:
 
 @dataclass(frozen=True)
 class SpeedFactor:
+    """This machine's correction of an engine's decode speed, and the runs it rests on."""
+
     factor: float
     runs: tuple[int, ...]
     same_shape: bool

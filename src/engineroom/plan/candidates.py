@@ -35,6 +35,8 @@ def quality_value(q: Quant) -> float:
 
 @dataclass
 class _Cand:
+    """A candidate config while the planner sizes it: what it runs, then its ctx, fits, speed, metrics."""
+
     engine: Engine
     quant: Quant
     kv: KvDtype
