@@ -239,3 +239,21 @@ def test_a_crash_is_its_cells_result_and_a_bakeoff_killed_outright_resumes_where
                               page["cells"][0]["figures"]["single_stream"]["run"]]
     assert decode["verdict"] in ("real difference", "within noise") and decode["band_pct"] > 0, decode
     assert "## What changed" in out["markdown"]
+
+
+def test_the_fork_and_mainline_in_one_bakeoff(llama_server_binary, ik_binary, smollm2, tmp_path):
+    """The fork tier (`pytest -m fork`: ik_llama.cpp's build keeps it out of CI): ik_llama.cpp runs its own pick
+    beside llama.cpp's on the same file, with the fork's flags in its command, and the page compares the two."""
+    from engineroom.engines import ikllamacpp as ik
+
+    env = {**_env(tmp_path), ik.ENV_BINARY: str(ik_binary.path)}
+    proc = run_cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,ik_llama.cpp", "--suites",
+                   "verify-smoke,bench-quick", "--short", "--ctx", "2048", "--busy-ok", "--json", env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    page = json.loads(proc.stdout)
+    cells = {c["engine"]: c for c in page["cells"]}
+    assert [c["status"] for c in cells.values()] == ["done", "done"], page["cells"]
+    assert cells["ik_llama.cpp"]["model_file"] == cells["llama.cpp"]["model_file"]       # the same file
+    assert cells["ik_llama.cpp"]["figures"]["single_stream"]["mean"] > 0
+    fastest = next(r for r in page["choose"] if r["use"] == "one user, fastest replies")
+    assert fastest["verdict"] in ("real difference", "within noise"), fastest

@@ -380,3 +380,7 @@ def test_a_pick_says_why_its_context_and_sequences_are_what_they_are():
     assert "context 32,768 tokens per sequence: priority concurrent-throughput's workload context of " in many
     assert "sequences: as many as fit in memory at that context" in many, many
     assert "262,144 tokens per sequence: the model's trained context" in notes("1x3090", "llama.cpp", "max-context")
+    # a context given with --ctx is said as asked, not as a size the priority chose (a bakeoff's --ctx said
+    # "the most that fits in memory" on a 24 GiB VM)
+    asked = flows.pick_from_plan("qwen3.6-27b", priority="balanced", rig="1x3090", engine="llama.cpp", ctx=16384)
+    assert "context 16,384 tokens per sequence: as --ctx asked" in asked.notes, asked.notes

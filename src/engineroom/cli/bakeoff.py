@@ -99,10 +99,12 @@ def _show_page(store: Any, bakeoff: int | None, runs: list[int] | None, compare:
     text = page_markdown(page, compared)
     if output is not None:
         _write(output, text)
-    if json_out:
-        from ..redaction import redact_data
+    if json_out:               # redacted as the page is: secrets, home paths, host and user names
+        import json
 
-        print_json(redact_data({**page, "compared": compared, "markdown": text}))
+        from ..redaction import redact, redact_data
+
+        print_json(json.loads(redact(json.dumps(redact_data({**page, "compared": compared, "markdown": text})))))
     elif output is None:
         print_text(text)
 

@@ -141,6 +141,9 @@ def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None =
     row = plans_as_rows([chosen])[0]      # the same row `plan --json` writes, so --from-plan gets it too
     source = f"plan {model} --priority {chosen.priority} on {the_rig.label or 'this machine'}, pick {pick}"
     picked = pick_from_row(row, chosen.model, source, chosen.priority)
+    if ctx is not None and chosen.ctx == ctx:      # the context asked for, not one the priority sized
+        picked = replace(picked, notes=tuple(f"context {ctx:,} tokens per sequence: as --ctx asked"
+                                             if n.startswith("context ") else n for n in picked.notes))
     if the_rig.source != "spec":
         return picked
     return replace(picked, other_rig=the_rig.label, other_vendor=the_rig.vendor)

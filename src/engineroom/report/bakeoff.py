@@ -181,7 +181,9 @@ def bakeoff_page(store: Store, bakeoff_id: int) -> dict[str, Any]:
         cells.append(cell)
     return _page(store, {"title": f"bakeoff {bakeoff_id}: {cond.get('model')}", "bakeoff": bakeoff_id,
                   "model": cond.get("model"), "status": run["status"], "created": run["created"],
-                  "suites": cond.get("suites"), "short": cond.get("short")}, cells)
+                  "suites": cond.get("suites"), "short": cond.get("short"),
+                  "left": [f"{e} / {p}" for e in cond.get("engines") or () for p in cond.get("priorities") or ()
+                           if not any((c["engine"], c["priority"]) == (e, p) for c in cells)]}, cells)
 
 
 def runs_page(store: Store, run_ids: Sequence[int]) -> dict[str, Any]:
@@ -369,6 +371,8 @@ def page_markdown(page: Mapping[str, Any], compared: Sequence[Mapping[str, Any]]
     lines = [f"# Engine comparison: {page.get('model')} ({page['title']})", "",
              f"Machine: {machine_line(page)}. Suites: {', '.join(page.get('suites') or [])}"
              + (" (short sizes: a first look, not figures to publish)." if page.get("short") else "."), "",
+             *([f"Status {page.get('status')}: not run yet: {', '.join(page['left'])} "
+                f"(`engineroom bakeoff --resume {page.get('bakeoff')}`).", ""] if page.get("left") else []),
              "## Engines", "", "| " + " | ".join(MATRIX_HEAD) + " |", "|" + "---|" * len(MATRIX_HEAD)]
     lines += ["| " + " | ".join(_md_cell(x) for x in row) + " |" for row in matrix_rows(page)]
     lines += ["", "Each figure is recomputed from the stored runs listed in its row (`engineroom report RUN`).", ""]

@@ -127,6 +127,8 @@ td.SKIP { background: #f6f1dc; } .plots { display: flex; flex-wrap: wrap; gap: 1
 <h1>Engine comparison: {{ page.model }}</h1>
 <p class="note">{{ page.title }} · {{ machine }} · suites: {{ (page.suites or [])|join(", ") }}
 {% if page.short %}(short sizes: a first look, not figures to publish){% endif %}</p>
+{% if page.left %}<p id="left">Status {{ page.status }}: not run yet: {{ page.left|join(", ") }}
+(<code>engineroom bakeoff --resume {{ page.bakeoff }}</code>).</p>{% endif %}
 <h2>Engines</h2>
 <table id="matrix"><thead><tr>{% for h in head %}<th>{{ h }}</th>{% endfor %}</tr></thead><tbody>
 {% for row in rows %}<tr>{% for x in row %}<td class="{{ x if x in ('PASS', 'FAIL', 'SKIP') else '' }}"
