@@ -139,6 +139,15 @@ def test_the_html_page_renders_its_matrix_and_every_plot_in_a_real_browser(four_
     assert not re.search(r"""(src|href)=["']https?:""", text)                   # nothing fetched at view time
     plots = re.findall(r'<div class="plot" id="plot-(\w+)">', text)
     assert {"throughput", "memory"} <= set(plots), plots
+    # the same page of stored runs given by id: one cell per engine and model, the figures of the same runs
+    llama = next(c for c in four_engines["cells"] if c["engine"] == "llama.cpp")
+    ids = ",".join(str(i) for i in llama["runs"].values())
+    by_ids = run_cli("report", "--runs", ids, "--json", env=four_engines["_env"])
+    assert by_ids.returncode == 0, by_ids.stderr
+    cells = json.loads(by_ids.stdout)["cells"]
+    assert [(c["engine"], c["priority"]) for c in cells] == [("llama.cpp", "smollm2-135m")], cells
+    assert cells[0]["figures"]["single_stream"] == llama["figures"]["single_stream"]
+    assert cells[0]["figures"]["memory"]["measured"] == llama["figures"]["memory"]["measured"]
     browser = _chromium()
     if browser is None:
         pytest.skip("no Chromium here (Debian: apt-get install chromium): the page's rendering was not checked")

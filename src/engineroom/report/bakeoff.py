@@ -108,6 +108,17 @@ def _memory(store: Store, launch_run: int | None) -> dict[str, Any] | None:
             "error_pct": total.get("error_pct") if total else None}
 
 
+def _memory_in(runs: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The launch's memory rows as a run's conditions keep them (a run given by id has no cell's launch run)."""
+    for run in runs:
+        rows = ((run.get("conditions") or {}).get("memory") or {}).get("rows") or []
+        total = next((r for r in rows if r.get("component") == "total"), None)
+        if total:
+            return {"rows": rows, "run": run["id"], "predicted": total.get("predicted_bytes"),
+                    "measured": total.get("measured_bytes"), "error_pct": total.get("error_pct")}
+    return None
+
+
 def _cell_figures(store: Store, cell: dict[str, Any], runs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The cell's measured figures from its runs."""
     by_suite: dict[str, Mapping[str, Any]] = {}
@@ -141,7 +152,7 @@ def _cell_figures(store: Store, cell: dict[str, Any], runs: Iterable[Mapping[str
     if "verify:soak" in by_suite:
         soak = by_suite["verify:soak"]
         fig["soak"] = {"status": soak.get("status"), "run": soak["id"]}
-    fig["memory"] = _memory(store, cell.get("launch_run"))
+    fig["memory"] = _memory(store, cell.get("launch_run")) or _memory_in(runs)
     launch = next((s for s in cell.get("stages") or () if s.get("stage") == "launch"), None)
     fig["cold_start_s"] = launch.get("seconds") if launch else None
     return fig
@@ -200,8 +211,9 @@ def runs_page(store: Store, run_ids: Sequence[int]) -> dict[str, Any]:
         cell.update(_described(cell, runs), figures=_cell_figures(store, cell, runs))
         cells.append(cell)
     models = sorted({m for _e, m in groups})
+    suites = list(dict.fromkeys(s for c in cells for s in c["runs"]))
     return _page(store, {"title": f"runs {', '.join(map(str, run_ids))}", "runs": list(run_ids),
-                  "model": ", ".join(models), "status": "OK"}, cells)
+                         "model": ", ".join(models), "status": "OK", "suites": suites}, cells)
 
 
 # --------------------------------------------------------------------------- how to choose
