@@ -266,3 +266,27 @@ def test_the_fork_and_mainline_in_one_bakeoff(llama_server_binary, ik_binary, sm
     assert cells["ik_llama.cpp"]["figures"]["single_stream"]["mean"] > 0
     fastest = next(r for r in page["choose"] if r["use"] == "one user, fastest replies")
     assert fastest["verdict"] in ("real difference", "within noise"), fastest
+
+
+def test_a_random_weight_bakeoff_serves_one_file_and_says_what_random_weights_make_meaningless(
+        llama_server_binary, smollm2, vllm_python, tmp_path):
+    """`--random`: one random-weight GGUF of the model's exact shape, written once and deleted at the end, served
+    by every engine that loads GGUF; vLLM's pick (safetensors) says why it does not run on it; the page marks the
+    answer-quality cells n/a and keeps memory and speed."""
+    files = tmp_path / "files"
+    proc = run_cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,vllm", "--random", "--folder", str(files),
+                   "--suites", "verify-smoke,bench-quick", "--short", "--ctx", "1024", "--busy-ok", "--json",
+                   env=_env(tmp_path), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    page = json.loads(proc.stdout)
+    llama, vllm = page["cells"]
+    assert llama["status"] == "done" and llama["model_file"] == "smollm2-135m-Q4_1-random.gguf", llama
+    assert any(n.startswith("random weights: smollm2-135m-Q4_1-random.gguf") for n in llama["pick"]["notes"])
+    assert llama["figures"]["single_stream"]["mean"] > 0 and llama["figures"]["memory"]["measured"] > 0
+    assert vllm["status"] == "not run here" and "random weights are a GGUF file" in vllm["why"], vllm
+    assert page["random"] and "Random weights (`--random`)" in page["markdown"]
+    row = next(line for line in page["markdown"].splitlines() if line.startswith("| llama.cpp |"))
+    assert row.count("| n/a |") >= 1 and "smoke" not in row.split("|")[3], row
+    assert "agents and tools" not in {r["use"] for r in page["choose"]}
+    assert "write smollm2-135m-Q4_1-random.gguf" in proc.stderr
+    assert not list(files.rglob("*.gguf"))                                   # deleted at the end

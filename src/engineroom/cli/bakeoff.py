@@ -16,6 +16,7 @@ _SUITES_HELP = ("Comma-separated suites, run on each cell in this order: verify-
                 "bench-quick, bench-standard, depth, concurrency, sweep, spec (default: verify-full, "
                 "bench-standard, depth, concurrency, stress).")
 
+_FOLDER = typer.Option(None, "--folder", help="With --random: where to write the file (default: the temp folder).")
 _PRIORITIES = typer.Option(None, "--priority", help="The plan's priority whose pick each engine runs (repeatable; "
                                                     "default: balanced).")
 _ENGINE_ARGS = typer.Option(None, "--engine-args", help="ENGINE=ARGS: that engine's own arguments on every launch "
@@ -55,6 +56,10 @@ def bakeoff_cmd(
     engine_args: list[str] | None = _ENGINE_ARGS,
     budget_min: float | None = typer.Option(None, "--budget-min", help="Start no cell past this many minutes (the "
                                                                       "rest: --resume later)."),
+    random_weights: bool = typer.Option(False, "--random", help="Every engine serves one random-weight GGUF of "
+                                                                "MODEL's exact shape (as `try` writes it), deleted "
+                                                                "at the end: speed and memory before any download."),
+    folder: Path | None = _FOLDER,
     resume: int | None = typer.Option(None, "--resume", help="Run the cells a stopped bakeoff ID has not done."),
     quiet_wait: float = QuietWaitOpt,
     busy_ok: bool = BusyOkOpt,
@@ -67,7 +72,7 @@ def bakeoff_cmd(
 
     if (model is None) == (resume is None):
         raise BadInput("give MODEL for a new bakeoff, or --resume ID for a stopped one (not both).")
-    if resume is not None and (engines_ or priority or suites or short or ctx or engine_args):
+    if resume is not None and (engines_ or priority or suites or short or ctx or engine_args or random_weights):
         raise BadInput("--resume runs the stopped bakeoff as it was asked; give no other settings with it.")
     with Store() as store:
         if resume is not None:
@@ -76,7 +81,8 @@ def bakeoff_cmd(
         outcome = bakeoff(store, model, engine_names=_split(engines_), priorities=priority or (),
                           suites=_split(suites) or DEFAULT_SUITES, short=short, ctx=ctx,
                           budget_s=None if budget_min is None else budget_min * 60.0, resume=resume,
-                          engine_args=_engine_args(engine_args), quiet_wait=quiet_wait, busy_ok=busy_ok,
+                          engine_args=_engine_args(engine_args), random=random_weights, folder=folder,
+                          quiet_wait=quiet_wait, busy_ok=busy_ok,
                           say=err_console.print)
         _show_page(store, outcome.run_id, None, None, json_out, None)
     if outcome.left:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -30,6 +32,7 @@ from ..store import Store
 from .picks import Pick, pick_from_plan
 from .runs import HostGuard, bench, bench_suite, verify
 from .stages import StageLog, served
+from .trying import GGUF_FORMAT, random_weights, random_weights_pick
 
 __all__ = ["BAKEOFF_KIND", "CELL_KIND", "DEFAULT_SUITES", "SERVER_KIND", "SUITES", "BakeoffOutcome", "bakeoff",
            "cell_key"]
@@ -119,6 +122,23 @@ class _Grid:
         self.done[cell_key(cell["engine"], cell["priority"])] = cell
 
 
+class _RandomFile:
+    """``--random``: one random-weight GGUF of the model for every engine of the bakeoff, written when the first
+    cell needs it (at that pick's quant) and deleted when the bakeoff ends, however it ends."""
+
+    def __init__(self, stack: ExitStack, folder: Path | None) -> None:
+        self.stack, self.folder = stack, folder
+        self.path: Path | None = None
+
+    def get(self, model: str, pick: Pick, log: StageLog) -> Path:
+        path = self.path
+        if path is None:
+            path, _size = self.stack.enter_context(random_weights(model, pick, log, folder=self.folder,
+                                                                  command="bakeoff"))
+            self.path = path
+        return path
+
+
 def _stop_leftover(grid: _Grid, say: Callable[[str], None]) -> None:
     """A resumed bakeoff's engine left running by a ``kill -9``: stopped, said."""
     state = launch.read_state()
@@ -145,16 +165,18 @@ def _start_or_resume(store: Store, resume: int | None, conditions: dict[str, Any
 def bakeoff(store: Store, model: str, *, engine_names: Sequence[str] = (), priorities: Sequence[str] = (),
             suites: Sequence[str] = DEFAULT_SUITES, short: bool = False, ctx: int | None = None,
             budget_s: float | None = None, resume: int | None = None,
-            engine_args: Mapping[str, Sequence[str]] | None = None, quiet_wait: float = 60.0, busy_ok: bool = False,
+            engine_args: Mapping[str, Sequence[str]] | None = None, random: bool = False, folder: Path | None = None,
+            quiet_wait: float = 60.0, busy_ok: bool = False,
             say: Callable[[str], None] | None = None) -> BakeoffOutcome:
     """Run (or ``resume``) the bakeoff of ``model``: every engine (default: every adapter) x priority (default:
-    balanced), each through ``suites``. ``budget_s``: no cell is started past it (the rest: ``left``)."""
+    balanced), each through ``suites``. ``budget_s``: no cell is started past it (the rest: ``left``). ``random``:
+    every engine serves one random-weight file of the model's exact shape (``try``'s), written in ``folder``."""
     say = say or (lambda _m: None)
     if budget_s is not None and budget_s <= 0:
         raise BadInput(f"--budget-min must be above 0, not {budget_s / 60:g}.")
     wanted = [engines.resolve(e) for e in engine_names] or list(engines.names())
     conditions: dict[str, Any] = {"model": model, "engines": wanted, "priorities": list(priorities) or ["balanced"],
-                                  "suites": list(check_suites(suites)), "short": short, "ctx": ctx,
+                                  "suites": list(check_suites(suites)), "short": short, "ctx": ctx, "random": random,
                                   "engine_args": {k: list(v) for k, v in _engine_args(engine_args or {}).items()}}
     run_id, conditions = _start_or_resume(store, resume, conditions, f"bakeoff {model}")
     grid = _Grid(store, run_id)
@@ -163,6 +185,8 @@ def bakeoff(store: Store, model: str, *, engine_names: Sequence[str] = (), prior
         _stop_leftover(grid, say)
     todo = [(str(e), str(p)) for e in conditions["engines"] for p in conditions["priorities"]]
     t0, spent, left = time.monotonic(), list[float](), list[str]()
+    stack = ExitStack()
+    files = _RandomFile(stack, folder) if conditions.get("random") else None
     try:
         for i, (engine, priority) in enumerate(todo, 1):
             key = cell_key(engine, priority)
@@ -175,12 +199,14 @@ def bakeoff(store: Store, model: str, *, engine_names: Sequence[str] = (), prior
             eta = (f", about {sum(spent) / len(spent) * (len(todo) - i + 1) / 60:.0f} min left" if spent else "")
             say(f"cell {i}/{len(todo)}: {key}{eta}")
             started = time.monotonic()
-            grid.ended(_cell(store, grid, model, engine, priority, conditions, quiet_wait, busy_ok, say))
+            grid.ended(_cell(store, grid, model, engine, priority, conditions, files, quiet_wait, busy_ok, say))
             spent.append(time.monotonic() - started)
     except KeyboardInterrupt:
         store.finish_run(run_id, "INTERRUPTED", {"cells": len(grid.done), "left": len(todo) - len(grid.done)})
         say(f"bakeoff {run_id} interrupted; the cells done are kept: `engineroom bakeoff --resume {run_id}`")
         raise
+    finally:
+        stack.close()                   # the random-weight file, if one was written
     cells = [grid.done[cell_key(e, p)] for e, p in todo if cell_key(e, p) in grid.done]
     status = "PARTIAL" if left else "OK"
     store.finish_run(run_id, status, {"cells": len(cells), "done": sum(c["status"] == DONE for c in cells),
@@ -189,7 +215,7 @@ def bakeoff(store: Store, model: str, *, engine_names: Sequence[str] = (), prior
 
 
 def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, conditions: Mapping[str, Any],
-          quiet_wait: float, busy_ok: bool, say: Callable[[str], None]) -> dict[str, Any]:
+          files: _RandomFile | None, quiet_wait: float, busy_ok: bool, say: Callable[[str], None]) -> dict[str, Any]:
     """One cell, run to its end: its record (done, failed at a stage, or not run here and why)."""
     cell: dict[str, Any] = {"engine": engine, "priority": priority, "runs": {}, "suites": {}}
     refused = _runnable(engine)
@@ -200,10 +226,23 @@ def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, con
     except EngineroomError as exc:
         return {**cell, "status": NOT_RUN, "why": str(exc),
                 "fix": f"engineroom plan {model} --engine {engine} --priority {priority} (the plan's closest miss)"}
-    cell["pick"] = _pick_summary(pick)
     log = StageLog(lambda line: say(f"{engine}: {line}"))
+    served_model, notes = model, list[str]()
+    if files is not None:
+        if str(pick.plan.get("quant_format") or "") != GGUF_FORMAT:
+            return {**cell, "status": NOT_RUN,
+                    "why": f"random weights are a GGUF file and {engine}'s pick is {pick.plan.get('quant')} "
+                           f"({pick.plan.get('quant_format')} weights); its dummy-weight loading is not done yet.",
+                    "fix": f"engineroom bakeoff {model} --engines {engine} (with the real weights)"}
+        pick, notes = random_weights_pick(pick)
+        served_model = str(files.get(model, pick, log))
+        notes.append(f"random weights: {Path(served_model).name}, the same file for every engine")
+    elif pick.model_ref != model:
+        notes.append(f"served {model} (the same file for every engine that loads it), not the pick's own "
+                     f"weights {pick.model_ref}")
+    cell["pick"] = {**_pick_summary(pick), "notes": [*pick.notes, *notes]}
     try:                  # engineroom's tool-capable template where it has one (as demo does)
-        tools = models.resolve(model).tool_template is not None
+        tools = files is None and models.resolve(model).tool_template is not None
     except EngineroomError:
         tools = False
     args = LaunchArgs(port=0, tools_template=tools,
@@ -214,12 +253,9 @@ def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, con
         store.add_record(grid.run_id, SERVER_KIND, {"engine": engine, "priority": priority, "pid": pid})
 
     try:
-        with served(model, args, log, pick=pick, what=f"launch ({priority} pick)", on_spawn=spawned) as s:
+        with served(served_model, args, log, pick=pick, what=f"launch ({priority} pick)", on_spawn=spawned) as s:
             cell["launch_run"] = s.state.launch_run_id
             cell["argv"] = list(s.state.argv)
-            if pick.model_ref != model:
-                cell["pick"]["notes"].append(f"served {model} (the same file for every engine that loads it), not "
-                                             f"the pick's own weights {pick.model_ref}")
             for name in conditions["suites"]:
                 with log.stage(name):
                     try:

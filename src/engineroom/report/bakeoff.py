@@ -192,7 +192,7 @@ def bakeoff_page(store: Store, bakeoff_id: int) -> dict[str, Any]:
         cells.append(cell)
     return _page(store, {"title": f"bakeoff {bakeoff_id}: {cond.get('model')}", "bakeoff": bakeoff_id,
                   "model": cond.get("model"), "status": run["status"], "created": run["created"],
-                  "suites": cond.get("suites"), "short": cond.get("short"),
+                  "suites": cond.get("suites"), "short": cond.get("short"), "random": bool(cond.get("random")),
                   "left": [f"{e} / {p}" for e in cond.get("engines") or () for p in cond.get("priorities") or ()
                            if not any((c["engine"], c["priority"]) == (e, p) for c in cells)]}, cells)
 
@@ -282,7 +282,8 @@ def _use_case(use: str, metric: str, ranked: Sequence[tuple[float, dict[str, Any
 
 def _page(store: Store, head: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any]:
     host = next((c.get("host") for c in cells if c.get("host")), None)
-    return {**head, "machine": host, "cells": cells, "choose": _choose(store, cells)}
+    choose = [r for r in _choose(store, cells) if not (head.get("random") and r["use"] == "agents and tools")]
+    return {**head, "machine": host, "cells": cells, "choose": choose}
 
 
 # --------------------------------------------------------------------------- compare two pages
@@ -322,16 +323,22 @@ def compare_pages(store: Store, old: Mapping[str, Any], new: Mapping[str, Any]) 
 
 
 # --------------------------------------------------------------------------- markdown
-def _status_cell(c: Mapping[str, Any]) -> str:
-    if c.get("status") == "done":
+def _status_cell(c: Mapping[str, Any], random: bool = False) -> str:
+    if c.get("status") == "done":         # on random weights a verify verdict means nothing (RANDOM_NOTE)
         bad = [f"{k.split(':')[1]} {v}" for k, v in (c["figures"].get("suite_status") or {}).items()
-               if v not in ("OK", None)]
+               if v not in ("OK", None) and not (random and k.startswith("verify:"))]
         errors = [k for k, v in (c.get("suites") or {}).items() if str(v).startswith("ERROR")]
         return "ran" + (f" ({', '.join(bad + [f'{k} refused' for k in errors])})" if bad or errors else "")
     return f"{c.get('status')} (below)"
 
 
-def _features_cells(f: Mapping[str, Any]) -> list[str]:
+RANDOM_NOTE = ("Random weights (`--random`): the answers are noise, so tools, reasoning, JSON schema, the API checks "
+               "and spec-decode acceptance mean nothing and are not shown (n/a); memory, placement and speed are real.")
+
+
+def _features_cells(f: Mapping[str, Any], random: bool = False) -> list[str]:
+    if random:
+        return ["n/a"] * len(FEATURES)
     feats = f.get("features") or {}
     return [str((feats.get(name) or {}).get("status") or "—") for name in FEATURES]
 
@@ -346,15 +353,15 @@ def matrix_rows(page: Mapping[str, Any]) -> list[list[str]]:
                           f.get("memory") or {})
         api = f.get("api")
         rows.append([
-            c["engine"], str(c.get("priority")), _status_cell(c),
+            c["engine"], str(c.get("priority")), _status_cell(c, bool(page.get("random"))),
             f"{pick.get('quant', '?')} · KV {pick.get('kv', '?')} · {pick.get('ctx') or 0:,} × {pick.get('parallel')}"
             if pick else "—",
             f"{_fmt(s.get('mean'))} ± {_fmt(s.get('std'))}" if s else "—",
             f"{_fmt(s.get('ttft_s'), 3)}" if s else "—",
             f"{_fmt(a.get('aggregate'))} @ {a.get('streams')}" if a else "—",
             f"{ctx['tokens']:,}" if ctx.get("tokens") else ("—" if not ctx else str(ctx.get("status"))),
-            *_features_cells(f),
-            f"{api['pass']}/{api['of']}" if api else "—",
+            *_features_cells(f, bool(page.get("random"))),
+            "n/a" if page.get("random") else (f"{api['pass']}/{api['of']}" if api else "—"),
             (f"{_fmt((mem.get('predicted') or 0) / 2**30, 2)} / {_fmt((mem.get('measured') or 0) / 2**30, 2)} GiB"
              if mem.get("measured") else "—"),
             f"{_fmt(f.get('cold_start_s'))} s" if f.get("cold_start_s") is not None else "—",
@@ -383,6 +390,7 @@ def page_markdown(page: Mapping[str, Any], compared: Sequence[Mapping[str, Any]]
     lines = [f"# Engine comparison: {page.get('model')} ({page['title']})", "",
              f"Machine: {machine_line(page)}. Suites: {', '.join(page.get('suites') or [])}"
              + (" (short sizes: a first look, not figures to publish)." if page.get("short") else "."), "",
+             *([RANDOM_NOTE, ""] if page.get("random") else []),
              *([f"Status {page.get('status')}: not run yet: {', '.join(page['left'])} "
                 f"(`engineroom bakeoff --resume {page.get('bakeoff')}`).", ""] if page.get("left") else []),
              "## Engines", "", "| " + " | ".join(MATRIX_HEAD) + " |", "|" + "---|" * len(MATRIX_HEAD)]

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engineroom.redaction import redact
-from engineroom.report.bakeoff import FEATURES, MATRIX_HEAD, machine_line, matrix_rows
+from engineroom.report.bakeoff import FEATURES, MATRIX_HEAD, RANDOM_NOTE, machine_line, matrix_rows
 
 __all__ = ["page_html", "plots"]
 
@@ -127,6 +127,7 @@ td.SKIP { background: #f6f1dc; } .plots { display: flex; flex-wrap: wrap; gap: 1
 <h1>Engine comparison: {{ page.model }}</h1>
 <p class="note">{{ page.title }} · {{ machine }} · suites: {{ (page.suites or [])|join(", ") }}
 {% if page.short %}(short sizes: a first look, not figures to publish){% endif %}</p>
+{% if page.random %}<p id="random">{{ random_note }}</p>{% endif %}
 {% if page.left %}<p id="left">Status {{ page.status }}: not run yet: {{ page.left|join(", ") }}
 (<code>engineroom bakeoff --resume {{ page.bakeoff }}</code>).</p>{% endif %}
 <h2>Engines</h2>
@@ -187,5 +188,5 @@ def page_html(page: Mapping[str, Any], compared: Sequence[Mapping[str, Any]] | N
     env = jinja2.Environment(autoescape=True)
     html = env.from_string(_TEMPLATE).render(page=page, machine=machine, head=MATRIX_HEAD, rows=rows,
                                              features=features, reasons=reasons, plots=plots(page),
-                                             compared=compared or [])
+                                             compared=compared or [], random_note=RANDOM_NOTE)
     return redact(html)
