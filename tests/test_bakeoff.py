@@ -48,6 +48,10 @@ def test_suites_and_settings_are_refused_in_one_sentence_before_anything_runs():
     assert code == 2 and "give no other settings with it" in said
     code, said = _cli("bakeoff", "smollm2-135m", "--engine-args", "-O0")
     assert code == 2 and "ENGINE=ARGS" in said
+    code, said = _cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,foo")      # not a cell "not installed"
+    assert code == 2 and "no engine named 'foo'" in said, said
+    code, said = _cli("bakeoff", "smollm2-135m", "--engine-args", "vlm=-O0")
+    assert code == 2 and "no engine named 'vlm'" in said, said
     code, said = _cli("report")
     assert code == 2 and "give one of RUN, --bakeoff ID or --runs IDS" in said
     code, said = _cli("report", "--runs", "a,b")

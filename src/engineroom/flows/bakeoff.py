@@ -82,15 +82,16 @@ def check_suites(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def _engine(name: str) -> str:
+    """The engine id for ``name`` (an id or alias); BadInput in one sentence for a name no adapter serves."""
+    engine = engines.resolve(name)
+    if engine not in engines.names():
+        raise BadInput(f"no engine named {name!r} (the engines: {', '.join(engines.names())}).")
+    return engine
+
+
 def _engine_args(given: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
-    out = {}
-    for name, words in given.items():
-        try:
-            out[engines.resolve(name)] = tuple(words)
-        except EngineroomError:
-            raise BadInput(f"--engine-args names {name!r}, which is not an engine (the engines: "
-                           f"{', '.join(engines.names())}).") from None
-    return out
+    return {_engine(name): tuple(words) for name, words in given.items()}
 
 
 def _runnable(engine: str) -> tuple[str, str] | None:
@@ -174,7 +175,7 @@ def bakeoff(store: Store, model: str, *, engine_names: Sequence[str] = (), prior
     say = say or (lambda _m: None)
     if budget_s is not None and budget_s <= 0:
         raise BadInput(f"--budget-min must be above 0, not {budget_s / 60:g}.")
-    wanted = [engines.resolve(e) for e in engine_names] or list(engines.names())
+    wanted = [_engine(e) for e in engine_names] or list(engines.names())
     conditions: dict[str, Any] = {"model": model, "engines": wanted, "priorities": list(priorities) or ["balanced"],
                                   "suites": list(check_suites(suites)), "short": short, "ctx": ctx, "random": random,
                                   "engine_args": {k: list(v) for k, v in _engine_args(engine_args or {}).items()}}
