@@ -17,24 +17,15 @@ from pathlib import Path
 import psutil
 import pytest
 from test_vllm import NO_PARSER, TOOL_CHECKS
-from typer.testing import CliRunner
 
-from engineroom.cli import app
-from engineroom.errors import BadInput, EngineroomError
+from engineroom.errors import BadInput
 from engineroom.flows.bakeoff import DEFAULT_SUITES, SUITES, check_suites
 
-from conftest import console_command, run_cli
+from conftest import console_command, invoke_cli, run_cli
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / ".ci-work" / "artifacts"
 SHORT = ("--suites", "verify-full,bench-quick,concurrency", "--short", "--ctx", "2048", "--busy-ok")
 
-
-def _cli(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args))
-    if isinstance(result.exception, EngineroomError):
-        return result.exception.exit_code, str(result.exception)
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    return result.exit_code, result.output
 
 
 def test_suites_and_settings_are_refused_in_one_sentence_before_anything_runs():
@@ -42,19 +33,19 @@ def test_suites_and_settings_are_refused_in_one_sentence_before_anything_runs():
     with pytest.raises(BadInput, match="no bakeoff suite named warp"):
         check_suites(["verify-full", "warp"])
     assert check_suites(["depth", "depth", "stress"]) == ("depth", "stress")
-    code, said = _cli("bakeoff")
+    code, said = invoke_cli("bakeoff")
     assert code == 2 and "give MODEL for a new bakeoff, or --resume ID" in said
-    code, said = _cli("bakeoff", "--resume", "3", "--short")
+    code, said = invoke_cli("bakeoff", "--resume", "3", "--short")
     assert code == 2 and "give no other settings with it" in said
-    code, said = _cli("bakeoff", "smollm2-135m", "--engine-args", "-O0")
+    code, said = invoke_cli("bakeoff", "smollm2-135m", "--engine-args", "-O0")
     assert code == 2 and "ENGINE=ARGS" in said
-    code, said = _cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,foo")      # not a cell "not installed"
+    code, said = invoke_cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,foo")      # not a cell "not installed"
     assert code == 2 and "no engine named 'foo'" in said, said
-    code, said = _cli("bakeoff", "smollm2-135m", "--engine-args", "vlm=-O0")
+    code, said = invoke_cli("bakeoff", "smollm2-135m", "--engine-args", "vlm=-O0")
     assert code == 2 and "no engine named 'vlm'" in said, said
-    code, said = _cli("report")
+    code, said = invoke_cli("report")
     assert code == 2 and "give one of RUN, --bakeoff ID or --runs IDS" in said
-    code, said = _cli("report", "--runs", "a,b")
+    code, said = invoke_cli("report", "--runs", "a,b")
     assert code == 2 and "--runs takes run ids" in said
 
 

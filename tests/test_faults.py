@@ -16,25 +16,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from typer.testing import CliRunner
 
 from engineroom import apikey, engines, launch, models
-from engineroom.cli import app
 from engineroom.engines.base import LaunchOptions
-from engineroom.errors import BadInput, EngineroomError
+from engineroom.errors import BadInput
 from engineroom.flows import serving, switching
 from engineroom.launchargs import LaunchArgs
 
-from conftest import run_cli
-
-
-def _cli(*args: str, env: dict | None = None) -> tuple[int, str]:
-    """The command in-process: a user error's exit code and sentence as `engineroom` prints them."""
-    result = CliRunner().invoke(app, list(args), env=env)
-    if isinstance(result.exception, EngineroomError):
-        return result.exception.exit_code, str(result.exception)
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    return result.exit_code, result.output
+from conftest import invoke_cli, run_cli
 
 
 @pytest.fixture()
@@ -48,20 +37,20 @@ def own_state(tmp_path, monkeypatch) -> Path:
 # --------------------------------------------------------------------------- numbers at the CLI
 @pytest.mark.parametrize("value", ["-1", "0", "nan", "inf"])
 def test_up_timeout_must_be_a_positive_finite_number(value, own_state):
-    code, text = _cli("up", "smollm2-135m", "--timeout", value)
+    code, text = invoke_cli("up", "smollm2-135m", "--timeout", value)
     assert code == 2 and text.startswith("--timeout must be a positive number of seconds"), text
     assert launch.read_state() is None           # nothing started
 
 
 def test_logs_lines_cannot_be_negative(own_state):
-    code, text = _cli("logs", "-n", "-5")
+    code, text = invoke_cli("logs", "-n", "-5")
     assert code == 2 and text == "--lines must be 0 or more, not -5.", text
 
 
 @pytest.mark.parametrize("value", ["0", "-1"])
 def test_runs_limit_must_be_at_least_one(value, tmp_path, monkeypatch):
     monkeypatch.setenv("ENGINEROOM_DATA_DIR", str(tmp_path / "data"))
-    code, text = _cli("runs", "-n", value)
+    code, text = invoke_cli("runs", "-n", value)
     assert code == 2 and text == f"--limit must be at least 1, not {value}.", text
 
 
@@ -76,7 +65,7 @@ def test_demo_refuses_bad_bench_settings_before_pulling_or_starting_anything(arg
     """Checked before the model is pulled or an engine started: no state file, no model file, no run."""
     for var in ("ENGINEROOM_DATA_DIR", "ENGINEROOM_STATE_DIR", "ENGINEROOM_CACHE_DIR"):
         monkeypatch.setenv(var, str(tmp_path / var))
-    code, text = _cli("demo", *args)
+    code, text = invoke_cli("demo", *args)
     assert code == 2 and sentence in text, text
     assert not list((tmp_path / "ENGINEROOM_CACHE_DIR").rglob("*.gguf"))       # nothing pulled
     assert not (tmp_path / "ENGINEROOM_STATE_DIR" / "server.json").exists()   # nothing started
@@ -90,7 +79,7 @@ def test_an_unknown_bench_suite_lists_every_suite():
     from engineroom.bench.suites import SUITE_SPECS
     from engineroom.bench.workloads import SUITES
 
-    code, text = _cli("bench", "--suite", "nosuch")
+    code, text = invoke_cli("bench", "--suite", "nosuch")
     assert code == 2 and "there is no bench suite 'nosuch'" in text
     for name in (*SUITES, *SUITE_SPECS):
         assert name in text, name
@@ -99,7 +88,7 @@ def test_an_unknown_bench_suite_lists_every_suite():
 def test_parallel_beyond_the_engines_limit_is_refused_before_launch(own_state):
     limit = engines.adapter("llama.cpp").max_parallel
     assert limit == 256                              # LLAMA_MAX_SEQ of llama.cpp
-    code, text = _cli("up", "smollm2-135m", "--parallel", "3000")
+    code, text = invoke_cli("up", "smollm2-135m", "--parallel", "3000")
     assert code == 2 and text == "--parallel 3000 is more sequences than llama.cpp serves at once; give at most 256."
     assert launch.read_state() is None
 

@@ -14,23 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from engineroom import storecare
-from engineroom.cli import app
-from engineroom.errors import BadInput, EngineroomError
+from engineroom.errors import BadInput
 from engineroom.store import SCHEMA_VERSION, Store
 
-from conftest import run_cli
-
-
-def _cli(*args: str) -> tuple[int, str]:
-    """The command in-process; a user error's exit code and sentence as `engineroom` prints them."""
-    result = CliRunner().invoke(app, list(args))
-    if isinstance(result.exception, EngineroomError):
-        return result.exception.exit_code, str(result.exception)
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return result.exit_code, result.output
+from conftest import invoke_cli, run_cli
 
 
 def _filled(path: Path, runs: int = 6, records: int = 100) -> None:
@@ -95,10 +84,10 @@ def test_a_zero_byte_database_is_refused_then_recovered_from_the_backup(db):
     for suffix in ("-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     db.write_bytes(b"")                          # truncated to 0 bytes
-    code, text = _cli("runs")
+    code, text = invoke_cli("runs")
     assert code == 2 and "is damaged (it is empty: 0 bytes)" in text and "engineroom runs --recover" in text
     assert db.stat().st_size == 0               # nothing was written into it
-    code, text = _cli("runs", "--recover")
+    code, text = invoke_cli("runs", "--recover")
     assert code == 0, text
     assert "600 records only the backup" in text
     aside = list(db.parent.glob(f"{db.name}{storecare.DAMAGED}*"))
@@ -126,10 +115,10 @@ def test_corrupt_pages_are_refused_and_the_readable_runs_salvaged(db):
     with pytest.raises(BadInput, match=r"is damaged \(.*\); nothing was written to it"):
         Store(db)
     before = db.read_bytes()
-    code, text = _cli("runs", "-n", "5")
+    code, text = invoke_cli("runs", "-n", "5")
     assert code == 2 and "runs --recover" in text
     assert db.read_bytes() == before             # refused: no write into the malformed file
-    code, text = _cli("runs", "--recover", "--json")
+    code, text = invoke_cli("runs", "--recover", "--json")
     assert code == 0, text
     import json
 

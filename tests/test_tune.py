@@ -8,25 +8,15 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from engineroom.cli import app
 from engineroom.engines import ikllamacpp, llamacpp
 from engineroom.engines.base import LaunchOptions, Settled
-from engineroom.errors import BadInput, EngineroomError
+from engineroom.errors import BadInput
 from engineroom.flows import picks
 from engineroom.flows.tuning import _request_with, _write_plan, guarded_knobs, objective_of
 from engineroom.plan.request import LaunchRequest, Weights
 
-from conftest import MACHINE_CHECKS, run_cli
-
-
-def _cli(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args))
-    if isinstance(result.exception, EngineroomError):
-        return result.exception.exit_code, str(result.exception)
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    return result.exit_code, result.output
+from conftest import MACHINE_CHECKS, invoke_cli, run_cli
 
 
 def test_each_priority_names_what_tune_measures_and_what_it_must_not_trade_for_it():
@@ -37,7 +27,7 @@ def test_each_priority_names_what_tune_measures_and_what_it_must_not_trade_for_i
     assert objective_of("leanest-vram") == ("decode_tps", ("gpu_bytes",))
     with pytest.raises(BadInput, match="ranks by max_ctx, .* which `engineroom plan` sizes from memory"):
         objective_of("max-context")
-    code, said = _cli("tune", "smollm2-135m", "--priority", "max-context")
+    code, said = invoke_cli("tune", "smollm2-135m", "--priority", "max-context")
     assert code == 2 and "max-context ranks by max_ctx" in said and "\n" not in said.strip()
 
 
@@ -161,7 +151,7 @@ def test_the_tuned_plan_file_renders_exactly_the_settings_tune_measured(tmp_path
     assert again.request == best.request and again.request.threads == 1
     doc = json.loads(path.read_text())
     assert doc["plans"][0]["tuned"]["gain"]["gain_pct"] == 10.0 and doc["plans"][0]["tuned"]["run"] == 7
-    code, out = _cli("recipe", "--from-plan", str(path), "--json")
+    code, out = invoke_cli("recipe", "--from-plan", str(path), "--json")
     assert code == 0, out
     argv = json.loads(out)["argv"]
     assert argv[argv.index("-t") + 1] == "1" and argv[argv.index("-ub") + 1] == "256"
@@ -169,11 +159,11 @@ def test_the_tuned_plan_file_renders_exactly_the_settings_tune_measured(tmp_path
 
 
 def test_bad_tune_input_is_one_sentence_before_anything_runs():
-    code, said = _cli("tune", "smollm2-135m", "--boots", "1")
+    code, said = invoke_cli("tune", "smollm2-135m", "--boots", "1")
     assert code == 2 and said == "--boots must be at least 2 for tune, not 1."
-    code, said = _cli("tune", "smollm2-135m", "--engine", "llama.cpp", "--knob", "flash", "--ctx", "1024")
+    code, said = invoke_cli("tune", "smollm2-135m", "--engine", "llama.cpp", "--knob", "flash", "--ctx", "1024")
     assert code == 2 and said.startswith("llama.cpp has no knob flash to tune for decode_tps here; it has ")
-    code, said = _cli("tune", "smollm2-135m", "--budget-min", "0")
+    code, said = invoke_cli("tune", "smollm2-135m", "--budget-min", "0")
     assert code == 2 and "--budget-min must be positive" in said
 
 
@@ -245,9 +235,9 @@ def test_quant_narrows_the_plan_to_one_of_the_models_quants():
     pick = picks.pick_from_plan("qwen3.6-27b", rig="1xH200", priority="concurrent-throughput", engine="llama.cpp",
                                 parallel=32, quant="q4_k_m")
     assert pick.request.weights.quant == "Q4_K_M" and pick.request.parallel == 32
-    code, said = _cli("plan", "qwen3.6-27b", "--priority", "balanced", "--quant", "Q9")
+    code, said = invoke_cli("plan", "qwen3.6-27b", "--priority", "balanced", "--quant", "Q9")
     assert code == 2 and said.startswith("Qwen3.6-27B has no quant 'Q9'; known: ")
-    code, said = _cli("plan", "qwen3.6-27b", "--quant", "Q4_K_M")
+    code, said = invoke_cli("plan", "qwen3.6-27b", "--quant", "Q4_K_M")
     assert code == 2 and said == "--quant goes with --priority (a how-to-choose table compares every quant)."
 
 
@@ -286,10 +276,10 @@ def test_up_dry_run_prints_what_recipe_prints_and_starts_nothing(tmp_path, monke
 
     monkeypatch.setenv("ENGINEROOM_STATE_DIR", str(tmp_path / "state"))
     args = ("smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--ctx", "1024", "--json")
-    code, dry = _cli("up", *args, "--dry-run")
+    code, dry = invoke_cli("up", *args, "--dry-run")
     assert code == 0, dry
-    code, recipe = _cli("recipe", *args)
+    code, recipe = invoke_cli("recipe", *args)
     assert code == 0 and json.loads(dry) == json.loads(recipe)
     assert launch.read_state() is None                                  # nothing was started
-    code, compose = _cli("up", "smollm2-135m", "--dry-run", "--docker", "--json")
+    code, compose = invoke_cli("up", "smollm2-135m", "--dry-run", "--docker", "--json")
     assert code == 0 and "services" in json.loads(compose)["compose"], compose
