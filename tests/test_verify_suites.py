@@ -410,3 +410,17 @@ def test_stress_budgets_scale_with_the_slowest_prefill_the_ladder_measured():
     assert s.prefill_tps == 86.9
     assert s.budget(240, 26_214) == pytest.approx(60 + 2 * 26_214 / 86.9)
     assert s.budget(240, 1_000) == 240                   # never below the base
+
+
+def test_stress_long_decode_asks_no_more_than_the_context_holds():
+    """The full suite's 8,192-token decode on a 4,096-token context: vLLM answered HTTP 400 (the
+    recorded CPU bakeoff); the request now asks the context less the prompt's room."""
+    from engineroom.checks.stress import LONG_DECODE_PROMPT_ROOM
+
+    with StandInServer(None) as srv:
+        info = ServerInfo(url=srv.url, engine="standin", model_id=MODEL, n_ctx=4096, chat_template="{{ messages }}",
+                          capabilities=Capabilities(tools=True))
+        results = {r.name: r for r in run_suite("stress", RecordingClient(srv.url), info, fast=False,
+                                                 only=["long_decode"])}
+    details = results["long_decode"].details
+    assert details["max_tokens"] == 4096 - LONG_DECODE_PROMPT_ROOM and details["http"] == 200, details

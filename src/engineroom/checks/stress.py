@@ -41,6 +41,7 @@ BIG_TOOL_CHARS = 100_000
 OUTCOMES = ("pass", "quality ceiling", "memory wall", "crash", "harness error")
 MIN_CTX = {"needle_ladder": 1024, "context_ceiling": 1024, "big_tool_return": 2048, "ide_system_prompt": 4096,
            "long_decode": 1024}
+LONG_DECODE_PROMPT_ROOM = 256    # the question and the chat template around it, with room to spare
 
 
 def _salt() -> str:
@@ -350,10 +351,13 @@ def probe_ide_system_prompt(s: _Stress, cal: Calibration) -> CheckResult:
 
 
 def probe_long_decode(s: _Stress, cal: Calibration) -> CheckResult:
-    """A long derivation (max 8192; fast 600) at full length where the engine allows: >= 500 tokens, no crash."""
+    """A long derivation (max 8192; fast 600; never past the context, less a prompt's room) at full
+    length where the engine allows: >= 500 tokens, no crash."""
     if skip := _skip_small("long_decode", s.n_ctx):
         return skip
-    budget = 600 if s.ctx.fast else 8192
+    assert s.n_ctx is not None
+    # prompt + max_tokens must fit the context: vLLM answers HTTP 400 to more, llama.cpp stops there
+    budget = min(600 if s.ctx.fast else 8192, s.n_ctx - LONG_DECODE_PROMPT_ROOM)
     full = dict(s.ctx.info.capabilities.full_length_body)
     body = {**s.ctx.model, "messages": [{"role": "user", "content":
             "Prove by induction the formula for the sum of k^3, then derive the sum of k^4 step by step."}],
@@ -361,8 +365,8 @@ def probe_long_decode(s: _Stress, cal: Calibration) -> CheckResult:
     r = s.ctx.client.stream_chat(body, timeout=s.ctx.timeout(600))
     outcome = classify(r)
     tokens = (r.usage or {}).get("completion_tokens")
-    details = {"outcome": outcome, "http": r.status, "completion_tokens": tokens, "full_length_body": bool(full),
-               "error": r.error}
+    details = {"outcome": outcome, "http": r.status, "max_tokens": budget, "completion_tokens": tokens,
+               "full_length_body": bool(full), "error": r.error}
     if outcome == "crash":
         s.died("long_decode")
     if outcome != "pass":
