@@ -33,10 +33,11 @@ from pathlib import Path
 
 from engineroom import flows, launch
 from engineroom.bench import BenchPlan, Workload, run_bench
-from engineroom.bench import statistics as st
-from engineroom.bench.statistics import AGREEMENT_MIN_WINDOW_S, inter_token_tps
 from engineroom.bench.workloads import NARRATIVE_PROMPT
 from engineroom.client import OpenAIClient
+from engineroom.records import encoding
+from engineroom.records import statistics as st
+from engineroom.records.statistics import AGREEMENT_MIN_WINDOW_S, inter_token_tps
 
 
 def measure(budgets: list[int], runs: int) -> list[dict]:
@@ -52,7 +53,7 @@ def measure(budgets: list[int], runs: int) -> list[dict]:
                     if r["warmup"] or r["error"]:
                         continue
                     t = st.engine_timings(r)
-                    window = st.last_token_s(r) - st.ttft_s(r)
+                    window = encoding.last_token_s(r) - encoding.ttft_s(r)
                     rows.append({
                         "budget": n, "tokens": r["completion_tokens"], "client_window_s": window,
                         "engine_window_s": (t.decode_ms or 0) / 1000 if t else 0, "decode_tps": st.decode_tps(r),

@@ -9,7 +9,7 @@ side by side in one run so both modes see the same disk and the same load.
 It opens two stores in a temporary folder on the filesystem of the results database
 (``paths.data_dir()``, or ``--dir``: fsync on a tmpfs costs nothing and would prove nothing),
 switches one connection back to ``NORMAL``, and appends ``--records`` bench records of a
-1,000-token reply (the shape ``bench.records`` stores, arrival list included) to each, in
+1,000-token reply (the shape ``records.request`` stores, arrival list included) to each, in
 alternating blocks of ``--block`` so drift in the machine's load hits both modes alike.
 Prints a markdown table (per-record latency median / p95 / max and records per second);
 ``--out-json`` keeps the raw per-record times. Run:
@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 
 from engineroom import paths
-from engineroom.bench.records import BenchRequest, encode_arrivals
+from engineroom.records.encoding import encode_arrivals
+from engineroom.records.request import BenchRequest
 from engineroom.store import Store
 
 MODES = ("NORMAL", "FULL")

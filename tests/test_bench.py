@@ -20,16 +20,11 @@ from engineroom.bench import (
     Sampler,
     Workload,
     bench_conditions,
-    decode_arrivals,
-    decode_rate,
     default_workloads,
-    encode_arrivals,
     measure_request,
     run_bench,
     suite,
-    summarize,
 )
-from engineroom.bench import statistics as st
 from engineroom.bench.workloads import NARRATIVE_PROMPT
 from engineroom.client import OpenAIClient, StreamResult
 from engineroom.engines import llamacpp
@@ -40,6 +35,10 @@ from engineroom.engines.base import (
     ServerInfo,
 )
 from engineroom.errors import BadInput
+from engineroom.records import encoding
+from engineroom.records import statistics as st
+from engineroom.records.encoding import decode_arrivals, encode_arrivals
+from engineroom.records.statistics import decode_rate, summarize
 from engineroom.store import Store
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "engineroom"
@@ -143,7 +142,7 @@ def test_inter_token_percentiles_recomputed_from_stored_arrivals(tmp_path):
     assert itl["p99"] == pytest.approx(99.1, abs=1e-9)
     # every other client figure comes from the same offsets
     first, second = (r["payload"] for r in stored)
-    assert st.ttft_s(first) == 0.25 and st.last_token_s(first) == 0.5 and st.wall_s(first) == 1.0
+    assert encoding.ttft_s(first) == 0.25 and encoding.last_token_s(first) == 0.5 and encoding.wall_s(first) == 1.0
     assert st.decode_tps(first) == pytest.approx(6 / 0.75) and st.wall_tps(first) == pytest.approx(6.0)
     assert st.inter_token_tps(second) == pytest.approx(5 / 0.3)
     assert w["ttft_s"]["mean"] == pytest.approx(0.1875)
@@ -200,7 +199,7 @@ def test_agreement_measures_a_held_start_from_its_end():
     held = [0.0, 0.0, 0.0, 0.0, 1.2] + [8.0] * 122
     on_time = rec(tokens=128, max_tokens=128, gaps_ms=steady, engine_tps=125.0)
     late = rec(tokens=128, max_tokens=128, gaps_ms=held, engine_tps=125.0)
-    assert st.held_start(st.gaps_us(on_time)) == 0 and st.held_start(st.gaps_us(late)) == 5
+    assert st.held_start(encoding.gaps_us(on_time)) == 0 and st.held_start(encoding.gaps_us(late)) == 5
     assert st.inter_token_tps(late) == pytest.approx(127 / 0.9772)          # reads +4% high
     rate, trimmed = st.steady_inter_token_tps(late)
     assert trimmed == 5 and rate == pytest.approx(125.0, rel=1e-3)
@@ -209,7 +208,7 @@ def test_agreement_measures_a_held_start_from_its_end():
     assert st.agreement([on_time])["n_held_starts"] == 0
     # spec-decode-like bursts all along (three tokens per step): more than half the gaps ~0 -> no trim
     bursty = rec(tokens=129, max_tokens=129, gaps_ms=[0.0, 0.0, 24.0] * 42 + [0.0, 0.0], engine_tps=125.0)
-    assert st.held_start(st.gaps_us(bursty)) == 0
+    assert st.held_start(encoding.gaps_us(bursty)) == 0
     # an engine 10% high is still caught on a held-start request
     off = rec(tokens=128, max_tokens=128, gaps_ms=held, engine_tps=137.5)
     b = st.agreement([off])
@@ -283,7 +282,7 @@ LLAMACPP_NAMES = ("predicted_per_second", "prompt_per_second", "predicted_n", "p
                   "ignore_eos")
 # The one exception, and why: schema-2 records named their keys after llama.cpp's request field,
 # and the migration that rewrites them has to read those keys.
-READS_OLD_RECORDS = {"bench/legacy.py"}
+READS_OLD_RECORDS = {"records/schema2.py"}
 
 
 def test_llamacpp_field_names_occur_only_in_its_adapter():
@@ -296,7 +295,7 @@ def test_llamacpp_field_names_occur_only_in_its_adapter():
         words = _code_strings_and_names(path)
         offenders += [f"{rel}: {name}" for name in LLAMACPP_NAMES if any(name in w for w in words)]
     assert offenders == []
-    assert "ignore_eos" in _code_strings_and_names(SRC / "bench" / "legacy.py")   # the exception is real
+    assert "ignore_eos" in _code_strings_and_names(SRC / "records" / "schema2.py")   # the exception is real
 
 
 # -- the decode window rule -----------------------------------------------------------
@@ -336,10 +335,10 @@ def test_measure_request_keeps_raw_arrivals_and_the_adapters_timings():
     assert r["engine"] == EngineTimings(decode_tokens=40, decode_ms=1900.0, decode_window=DecodeWindow.FIRST_TOKEN_FREE,
                                         prompt_tokens=4, prompt_ms=50.0, cached_tokens=8,
                                         source=r["engine"]["source"]).as_dict()
-    assert st.ttft_s(r) == pytest.approx(0.5) and st.wall_s(r) == pytest.approx(2.5)
+    assert encoding.ttft_s(r) == pytest.approx(0.5) and encoding.wall_s(r) == pytest.approx(2.5)
     assert st.decode_tps(r) == pytest.approx(40 / 2.0)      # client clock, not the engine's 999
     assert st.wall_tps(r) == pytest.approx(40 / 2.5)
-    assert st.last_token_s(r) == pytest.approx(2.4)
+    assert encoding.last_token_s(r) == pytest.approx(2.4)
     assert st.engine_decode_tps(r) == pytest.approx(39 / 1.9)   # recomputed by the adapter's definition
     assert (r["index"], r["warmup"], r["status"], r["error"]) == (3, False, 200, None)
 
@@ -524,7 +523,7 @@ def test_runner_against_honest_stand_in_streams_records_and_agrees(tmp_path):
         assert r["status"] == 200 and r["error"] is None
         assert r["completion_tokens"] == 20 and len(r["arrivals_us"]) == 20   # one chunk per token
         assert r["sent"]["body"] == {"ignore_eos": True} and r["sent"]["max_tokens"] == 20
-        assert st.ttft_s(r) >= 0.05                   # stand-in prefill
+        assert encoding.ttft_s(r) >= 0.05                   # stand-in prefill
         gaps = sorted(r["arrivals_us"][1:])                                   # paced 30 ms apart
         assert gaps[len(gaps) // 2] >= 29_000 and sum(gaps) >= 19 * 29_000
         # 19 gaps of 30 ms after the first token: client decode about 20 / 0.57 s = 35
@@ -681,7 +680,7 @@ def test_bench_against_real_llama_server_cross_checks_the_engine(plain_server, t
         assert r["completion_tokens"] == tokens          # full length every time
         assert r["sent"]["body"] == llamacpp.FULL_LENGTH_BODY
         assert r["prompt_tokens"] > 10
-        assert 0 < st.ttft_s(r) < st.wall_s(r)
+        assert 0 < encoding.ttft_s(r) < encoding.wall_s(r)
         assert st.wall_tps(r) < st.decode_tps(r)
         assert r["engine"]["decode_tokens"] == tokens and r["engine"]["decode_ms"] > 0
         assert tokens * 0.9 <= len(r["arrivals_us"]) <= tokens

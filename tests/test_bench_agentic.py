@@ -25,13 +25,13 @@ from engineroom.bench.agentic import (
     ttft_verdict,
 )
 from engineroom.bench.clientside import encode_kinds
-from engineroom.bench.records import encode_arrivals
 from engineroom.bench.suiterun import SuiteContext, run_suite
 from engineroom.bench.suites import SUITE_SPECS
 from engineroom.bench.suitesummary import summarize_suite
 from engineroom.client import StreamResult
 from engineroom.engines.base import DecodeWindow, EngineTimings
 from engineroom.errors import BadInput
+from engineroom.records.encoding import encode_arrivals
 from engineroom.report.suites import suite_section
 from engineroom.store import Store
 

@@ -17,7 +17,6 @@ import pytest
 
 from engineroom.bench.clientside import ClientMonitor, KindClient, encode_kinds
 from engineroom.bench.compare import compare_runs, t_975
-from engineroom.bench.records import encode_arrivals
 from engineroom.bench.roofline import roofline
 from engineroom.bench.speculative import acceptance
 from engineroom.bench.suiterun import SuiteContext, run_suite
@@ -32,6 +31,7 @@ from engineroom.bench.suitestats import cache_reuse, client_load, kept, reasonin
 from engineroom.bench.suitesummary import summarize_suite
 from engineroom.engines.base import DecodeWindow, EngineTimings
 from engineroom.errors import BadInput, NotFound
+from engineroom.records.encoding import encode_arrivals
 from engineroom.store import Store
 
 from conftest import real_llama_server, run_cli

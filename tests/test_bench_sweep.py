@@ -14,13 +14,13 @@ import pytest
 
 from engineroom.bench.arrivals import goodput, poisson_schedule, request_latency
 from engineroom.bench.clientside import KindClient, encode_kinds
-from engineroom.bench.records import encode_arrivals
 from engineroom.bench.suiterun import SuiteContext, run_suite
 from engineroom.bench.suites import SUITE_SPECS
 from engineroom.bench.suitesummary import summarize_suite
 from engineroom.bench.sweep import estimate_cell_s, knee, recommend, stream_counts
 from engineroom.engines.base import DecodeWindow, EngineTimings
 from engineroom.errors import BadInput
+from engineroom.records.encoding import encode_arrivals
 from engineroom.report.suites import suite_section
 from engineroom.store import Store
 

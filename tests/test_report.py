@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from engineroom.bench import encode_arrivals
 from engineroom.engines import llamacpp
+from engineroom.records.encoding import encode_arrivals
 from engineroom.report import redact, render_card
 from engineroom.store import Store
 

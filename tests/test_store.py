@@ -227,7 +227,7 @@ def test_version_1_database_is_migrated_and_keeps_its_runs(db):
 def test_schema_2_bench_run_is_rewritten_raw_and_its_card_still_reads(db):
     """Old runs keep working: figures recomputed from the rewritten records equal the ones stored then,
     the engine's timings are read through llama.cpp's adapter, and inter-token latency says n/a."""
-    from engineroom.bench import statistics as st
+    from engineroom.records import statistics as st
     from engineroom.report import render_card
 
     old = make_schema_2_db(db)

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from fixtures.standin_server import LEAK_PER_REQUEST, MODEL, StandInServer
 
-from engineroom.bench.records import decode_arrivals, encode_arrivals
 from engineroom.checks.context import RecordingClient
 from engineroom.checks.soak import RULES, MemoryProbe, SoakOptions, judge, turn_decode_tps
 from engineroom.checks.suites import run_suite
 from engineroom.engines.base import Capabilities, ServerInfo
+from engineroom.records.encoding import decode_arrivals, encode_arrivals
 
 from conftest import run_cli
 
@@ -511,7 +511,7 @@ def raw(turn: dict[str, Any], tps: float, tokens: int = 64) -> dict[str, Any]:
 
 
 def test_a_turns_decode_rate_is_recomputed_from_its_stored_arrivals():
-    from engineroom.bench.statistics import decode_rate
+    from engineroom.records.statistics import decode_rate
 
     [turn] = turns(sessions=1, steps=1)
     stored = raw(turn, 40.0)

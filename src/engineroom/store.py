@@ -28,7 +28,7 @@ Two tables:
 The schema is versioned with ``PRAGMA user_version``; ``_MIGRATIONS[i]`` takes a database from
 version ``i`` to ``i + 1`` (SQL statements, or a function of the connection for a step that rewrites
 data), each step in one explicit transaction with the version bump inside it, so a step that fails
-leaves the database unchanged. Version 3 rewrote bench request records into ``bench.records``' shape.
+leaves the database unchanged. Version 3 rewrote bench request records into ``records.request``' shape.
 
 Damage, backups and a full disk are ``storecare``'s: every open runs SQLite's quick check and
 refuses a damaged file with the recovery command (``engineroom runs --recover``); a backup is
@@ -90,7 +90,7 @@ def _bench_records_to_v3(db: sqlite3.Connection) -> None:
     module, and their fingerprint recomputed so it still matches them.
     """
     from engineroom import engines
-    from engineroom.bench import legacy
+    from engineroom.records import schema2
 
     def loaded(text: str) -> Any:
         try:
@@ -107,10 +107,10 @@ def _bench_records_to_v3(db: sqlite3.Connection) -> None:
         for rec in db.execute("SELECT id, payload FROM records WHERE run_id = ? AND kind = 'bench_request'",
                               (run[0],)).fetchall():
             payload = loaded(rec[1])
-            if isinstance(payload, dict) and legacy.is_v2_payload(payload):
-                upgraded = legacy.upgrade_payload(payload, conditions, normalise)
+            if isinstance(payload, dict) and schema2.is_v2_payload(payload):
+                upgraded = schema2.upgrade_payload(payload, conditions, normalise)
                 db.execute("UPDATE records SET payload = ? WHERE id = ?", (_dumps(upgraded), rec[0]))
-        upgraded_conditions = legacy.upgrade_conditions(conditions)
+        upgraded_conditions = schema2.upgrade_conditions(conditions)
         if upgraded_conditions != conditions:
             db.execute("UPDATE runs SET conditions = ?, fingerprint = ? WHERE id = ?",
                        (_dumps(upgraded_conditions), fingerprint(upgraded_conditions), run[0]))

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engineroom.bench.clientside import KindClient
-from engineroom.bench.records import arrivals_us
 from engineroom.client import StreamResult
+from engineroom.records.encoding import arrivals_us
 
 __all__ = ["CONTEXT_FILL", "MIN_OUTPUT_TOKENS", "SCRIPT", "STOP_KIND", "TOOLS", "Exchange", "PlannedTurn",
            "SessionBuilder", "ToolKindClient", "call_tokens", "content_only", "plan_turns", "size_text", "sized_by",

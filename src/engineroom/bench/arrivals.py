@@ -27,9 +27,9 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engineroom.bench import statistics as st
-from engineroom.bench.records import arrivals_us, gaps_us
 from engineroom.bench.suitestats import is_silent, latency_from_schedule_s
+from engineroom.records import statistics as st
+from engineroom.records.encoding import arrivals_us, gaps_us, wall_s
 
 __all__ = ["DEFAULT_SLO_ITL_MS", "DEFAULT_SLO_TTFT_MS", "goodput", "poisson_schedule", "request_latency"]
 
@@ -78,7 +78,7 @@ def request_latency(rec: Mapping[str, Any]) -> dict[str, float | None]:
     if tokens and tokens >= 2 and len(offsets) >= 2 and offsets[-1] > offsets[0]:
         tpot = (offsets[-1] - offsets[0]) / 1e6 / (tokens - 1)
     gaps = sorted(g / 1e6 for g in (gaps_us(rec) or []))
-    end = st.wall_s(rec)
+    end = wall_s(rec)
     return {"ttft_s": latency_from_schedule_s(rec), "tpot_s": tpot, "itl_p95_s": st.percentile(gaps, 95),
             "e2e_s": (end + lag_s) if end is not None else None, "lag_s": lag_s}
 

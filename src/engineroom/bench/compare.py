@@ -22,9 +22,10 @@ import statistics as _st
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engineroom.bench import statistics as st
 from engineroom.bench.suitestats import group_label, kept
 from engineroom.bench.suitesummary import is_suite_run, round_figures
+from engineroom.records import statistics as st
+from engineroom.records.encoding import ttft_s
 
 __all__ = ["Arm", "compare_arms", "compare_boot_samples", "compare_runs", "samples", "t_975", "welch"]
 
@@ -89,7 +90,7 @@ def samples(run: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dic
             usable = [r for r in keep if st.is_usable(r)]
             m: dict[str, list[float]] = {
                 "decode_tps": [x for x in (st.decode_tps(r) for r in usable) if x is not None],
-                "ttft_s": [x for x in (st.ttft_s(r) for r in keep if st.is_ok(r)) if x is not None],
+                "ttft_s": [x for x in (ttft_s(r) for r in keep if st.is_ok(r)) if x is not None],
             }
             if any(isinstance(r.get("round"), int) for r in keep):
                 m["aggregate_tps"] = [x["aggregate_tps"] for x in round_figures(keep) if x["aggregate_tps"] is not None]
@@ -102,7 +103,7 @@ def samples(run: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dic
     for name, rs in by.items():
         usable = [r for r in rs if st.is_usable(r)]
         out[name] = {"decode_tps": [x for x in (st.decode_tps(r) for r in usable) if x is not None],
-                     "ttft_s": [x for x in (st.ttft_s(r) for r in rs if st.is_ok(r)) if x is not None]}
+                     "ttft_s": [x for x in (ttft_s(r) for r in rs if st.is_ok(r)) if x is not None]}
     return out
 
 

@@ -27,11 +27,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engineroom.bench import statistics as st
 from engineroom.bench.integrity import check_row, checklist, is_valid
-from engineroom.bench.records import gaps_us
 from engineroom.bench.suitestats import CLIENT_LOAD_KIND, client_load, kept, records_of
 from engineroom.bench.watchdog import ABORT_KIND
+from engineroom.records import statistics as st
+from engineroom.records.encoding import gaps_us
 
 __all__ = ["CONTENTION_MEAN_PCT", "CONTENTION_PEAK_PCT", "ITL_P99_RATIO", "OTHER_CLIENT_SLACK_TOKENS",
            "PREFLIGHT_KIND", "SLOT_SAMPLES_KIND", "STATUS_INVALID", "extra_checks", "failed_requests",

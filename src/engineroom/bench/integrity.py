@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engineroom.bench import statistics as st
 from engineroom.bench.suitestats import (
     CLIENT_CPU_LIMIT,
     CLIENT_LAG_LIMIT_MS,
@@ -38,6 +37,7 @@ from engineroom.bench.suitestats import (
     reasoning,
 )
 from engineroom.placement import check_record as placement_verdict
+from engineroom.records import statistics as st
 
 __all__ = ["check_row", "checklist", "is_valid"]
 

@@ -19,7 +19,7 @@ On Ctrl-C ``run_bench`` re-raises ``KeyboardInterrupt`` after the finished reque
 gone to ``on_record``; the caller may then ``finish_run(run_id, "INTERRUPTED")`` (or leave
 the run open: its records are kept either way).
 
-Records are raw (``bench.records``): what was sent, the client-clock arrival of every
+Records are raw (``records.request``): what was sent, the client-clock arrival of every
 token chunk, usage counts, and the engine's timings as its adapter normalised them
 (``ServerInfo.normalise_timings``). Every rate is recomputed by ``statistics``; nothing
 here divides anything.
@@ -39,13 +39,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from engineroom.bench import statistics
-from engineroom.bench.records import BenchRequest, encode_arrivals
-from engineroom.bench.statistics import (
-    MIN_DECODE_TOKENS,
-    MIN_DECODE_WINDOW_FRACTION,
-    decode_rate,
-)
 from engineroom.bench.watchdog import STALL_FLOOR_S, BenchAborted, Watchdog, stream
 from engineroom.bench.workloads import (
     DEFAULT_SUITE,
@@ -55,10 +48,13 @@ from engineroom.bench.workloads import (
 )
 from engineroom.engines.base import ServerInfo
 from engineroom.errors import BadInput
+from engineroom.records import statistics
+from engineroom.records.encoding import encode_arrivals
+from engineroom.records.request import BenchRequest
+from engineroom.records.statistics import MIN_DECODE_WINDOW_FRACTION
 from engineroom.values import int_or_none as _int
 
-__all__ = ["BenchPlan", "BenchRequest", "BenchResult", "MIN_DECODE_TOKENS", "MIN_DECODE_WINDOW_FRACTION",
-           "Sampler", "bench_conditions", "build_payload", "decode_rate", "full_length_decision",
+__all__ = ["BenchPlan", "BenchResult", "Sampler", "bench_conditions", "build_payload", "full_length_decision",
            "measure_request", "run_bench"]
 
 RecordCallback = Callable[[dict[str, Any]], Any]

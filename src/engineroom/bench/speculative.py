@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from engineroom.bench.statistics import engine_counters, engine_timings, payloads
 from engineroom.measures import Acceptance
+from engineroom.records.statistics import engine_counters, engine_timings, payloads
 
 __all__ = ["FIRE_RATE_WARN", "acceptance"]
 

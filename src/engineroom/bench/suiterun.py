@@ -44,9 +44,7 @@ from typing import Any
 
 from engineroom.bench import agentic
 from engineroom.bench.clientside import ClientMonitor, encode_kinds
-from engineroom.bench.records import BenchRequest
 from engineroom.bench.runner import StreamingClient, measure_request
-from engineroom.bench.statistics import METRICS_RECORD_KIND
 from engineroom.bench.suiteplan import (  # the context, the result and the sizes; re-exported
     SuiteContext,
     SuiteResult,
@@ -63,6 +61,8 @@ from engineroom.bench.suitesummary import summarize_suite
 from engineroom.bench.watchdog import ABORT_KIND, BenchAborted, Watchdog, stream
 from engineroom.bench.workloads import Workload
 from engineroom.errors import BadInput
+from engineroom.records.request import BenchRequest
+from engineroom.records.statistics import METRICS_RECORD_KIND
 
 __all__ = ["AGENTIC_STOP_KIND", "MAX_CACHE_RETRIES", "SUITE_KINDS", "SuiteContext", "SuiteResult", "request_record",
            "run_suite", "suite_conditions"]

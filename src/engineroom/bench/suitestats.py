@@ -22,10 +22,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from engineroom.bench.clientside import decode_kinds
-from engineroom.bench.records import arrivals_us, max_tokens, ttft_s
-from engineroom.bench.statistics import engine_timings, is_ok, percentile
 from engineroom.measures import CACHE_ALLOWANCE_FRACTION, CACHE_ALLOWANCE_TOKENS, CacheReuse
 from engineroom.measures import cache_reuse as measured_reuse
+from engineroom.records.encoding import arrivals_us, ttft_s
+from engineroom.records.request import max_tokens
+from engineroom.records.statistics import engine_timings, is_ok, percentile
 
 __all__ = ["CACHE_ALLOWANCE_FRACTION", "CACHE_ALLOWANCE_TOKENS", "CLIENT_LAG_LIMIT_MS", "CLIENT_CPU_LIMIT",
            "CLIENT_LOOP_LAG_LIMIT_MS", "CLIENT_RUNQ_LIMIT_MS", "CLIENT_LOAD_KIND", "CacheReuse", "cache_reuse",

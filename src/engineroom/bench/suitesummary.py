@@ -42,13 +42,11 @@ import statistics as _st
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from engineroom.bench import statistics as st
 from engineroom.bench.agentic import STOP_KIND as AGENTIC_STOP_KIND
 from engineroom.bench.agentic import content_only, ttft_verdict
 from engineroom.bench.arrivals import goodput, request_latency
 from engineroom.bench.guards import STATUS_INVALID, extra_checks, failed_requests
 from engineroom.bench.integrity import check_row, checklist, is_valid
-from engineroom.bench.records import arrivals_us, gaps_us
 from engineroom.bench.roofline import roofline
 from engineroom.bench.speculative import acceptance
 from engineroom.bench.suitestats import (
@@ -63,6 +61,8 @@ from engineroom.bench.suitestats import (
     records_of,
 )
 from engineroom.bench.sweep import SWEEP_CELL_KIND, knee, recommend
+from engineroom.records import statistics as st
+from engineroom.records.encoding import arrivals_us, gaps_us, ttft_s, wall_s
 
 __all__ = ["STATUS_INVALID", "agentic_figures", "all_decoding", "is_suite_run", "round_figures", "summarize_suite",
            "sweep_figures"]
@@ -82,7 +82,7 @@ def _pcts(values: Iterable[float | None], scale: float = 1.0) -> dict[str, float
 
 
 def _prefill(rec: Mapping[str, Any]) -> float | None:
-    t, n = st.ttft_s(rec), rec.get("prompt_tokens")
+    t, n = ttft_s(rec), rec.get("prompt_tokens")
     return n / t if (isinstance(n, int) and n > 0 and t and t > 0) else None
 
 
@@ -326,7 +326,7 @@ def agentic_figures(figures: Mapping[str, Mapping[str, Any]], reqs: Sequence[Map
     for turn, rs in sorted(by.items()):
         cached = [cache_reuse(r).cached for r in rs]
         new = [(r.get("prompt_tokens") or 0) - (c or 0) for r, c in zip(rs, cached, strict=True)]
-        ttft = [st.ttft_s(r) for r in rs]
+        ttft = [ttft_s(r) for r in rs]
         prev = [int(r["previous_prompt_tokens"]) for r in rs if isinstance(r.get("previous_prompt_tokens"), int)]
         # the previous prompt's share served from the cache (a few more cached tokens can come from its reply)
         reused = [min(c or 0, int(r["previous_prompt_tokens"])) for r, c in zip(rs, cached, strict=True)
@@ -357,8 +357,8 @@ def agentic_figures(figures: Mapping[str, Mapping[str, Any]], reqs: Sequence[Map
             "totals": {"sessions": len(sessions), "turns": max(by, default=0), "requests": len(measured),
                        "prompt_tokens": prompt, "cached_tokens": cached_all, "computed_tokens": prompt - cached_all,
                        "completion_tokens": sum(int(r.get("completion_tokens") or 0) for r in measured),
-                       "ttft_s": sum(st.ttft_s(r) or 0.0 for r in measured),
-                       "wall_s": sum(st.wall_s(r) or 0.0 for r in measured),
+                       "ttft_s": sum(ttft_s(r) or 0.0 for r in measured),
+                       "wall_s": sum(wall_s(r) or 0.0 for r in measured),
                        "tool_calls": sum(1 for r in measured if r.get("tool_calls")),
                        "max_context_tokens": max((int(r.get("prompt_tokens") or 0) for r in measured), default=0)}}
 

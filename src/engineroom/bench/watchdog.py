@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engineroom.bench.records import gaps_us, ttft_s
+from engineroom.records.encoding import gaps_us, ttft_s
 
 __all__ = ["ABORT_KIND", "MAX_FAILURES_IN_A_ROW", "SLOWEST_PREFILL_TPS", "STALL_FACTOR", "STALL_FLOOR_S",
            "STALL_MARK", "BenchAborted", "Watchdog", "stream"]

@@ -18,7 +18,7 @@ small token budgets and a quarter of the attachments (CPU models). The run is bo
 
 Each turn is a record: status, wall, TTFT, prompt / completion tokens, the arrival of every text
 chunk (``arrivals_us``, delta-encoded microseconds after the send, and ``end_us``: bench's raw
-encoding, ``bench.records``), the answer's check (``ok``, ``error``,
+encoding, ``records.encoding``), the answer's check (``ok``, ``error``,
 ``silent_empty``, ``empty``, ``markup``, ``degenerate``, plus whether it holds what the turn asked
 for), and memory from the ``MemoryProbe`` the caller hands in: VRAM through NVML on a GPU, else
 the engine's process-tree USS (the managed engine's, or for a ``--url`` server on this machine the
@@ -40,7 +40,7 @@ The verdict (``judge``), after the spec (validation.md section 3), thresholds in
   session after it.
 
 Decode tokens/s is never stored: the verdict recomputes it from the arrivals (``turn_decode_tps``:
-tokens / (wall - TTFT) by ``bench.statistics.decode_rate``, only when that window is >= 100 ms);
+tokens / (wall - TTFT) by ``records.statistics.decode_rate``, only when that window is >= 100 ms);
 a record stored before arrivals were kept is read by the ``decode_tps`` it holds.
 
 Where it lives: ``soakrules`` (bounds, ``RULES``, ``SoakOptions``, ``MemoryProbe``), ``soakprompts``

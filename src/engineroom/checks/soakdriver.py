@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engineroom.bench.records import encode_arrivals
 from engineroom.checks.context import Ctx
 from engineroom.checks.fullbase import TOOL_MARKUP, _repeated_run
 from engineroom.checks.soakprompts import (
@@ -44,6 +43,7 @@ from engineroom.checks.soakrules import (
     SoakOptions,
 )
 from engineroom.client import StreamResult
+from engineroom.records.encoding import encode_arrivals
 
 # -- sizes -------------------------------------------------------------------------------
 
@@ -249,7 +249,7 @@ class _Soak:
             "wall_s": round(r.seconds, 4), "ttft_s": None if ttft is None else round(ttft, 4),
             "prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": tokens,
             "cached_tokens": details.get("cached_tokens") if isinstance(details, dict) else None,
-            # raw, as bench requests keep them (bench.records): every text chunk's arrival, delta-encoded
+            # raw, as bench requests keep them (records.encoding): every text chunk's arrival, delta-encoded
             # microseconds after the send, and the end of the stream; the verdict recomputes decode from them
             "arrivals_us": encode_arrivals(r.t_request, r.token_times),
             "end_us": round((r.t_end - r.t_request) * 1_000_000), "finish_reason": r.finish_reason,

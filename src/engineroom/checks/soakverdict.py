@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engineroom import units
-from engineroom.bench import records as raw
-from engineroom.bench.statistics import decode_rate
 from engineroom.checks.soakrules import RULES, STEPS
+from engineroom.records.encoding import ttft_s, wall_s
+from engineroom.records.statistics import decode_rate
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -44,8 +44,8 @@ def _memory_bytes(turn: dict[str, Any]) -> int | None:
 def turn_decode_tps(turn: Mapping[str, Any]) -> float | None:
     """A turn's decode rate: completion tokens / (wall - TTFT), recomputed from its raw arrivals.
 
-    The rate is bench's (``bench.statistics.decode_rate``: n/a under 2 tokens or a window under 5% of
-    the wall) over the turn's ``arrivals_us`` / ``end_us`` (``bench.records``' encoding and readers),
+    The rate is bench's (``records.statistics.decode_rate``: n/a under 2 tokens or a window under 5% of
+    the wall) over the turn's ``arrivals_us`` / ``end_us`` (``records.encoding``' encoding and readers),
     n/a too when the window is under ``RULES["decode_drift"]["min_window_s"]``. A turn that streamed
     only tool-call deltas has no text arrival: its window starts at its recorded ``ttft_s`` (the first
     delta). Records stored before arrivals were kept hold only the rate they computed: read as is."""
@@ -53,11 +53,11 @@ def turn_decode_tps(turn: Mapping[str, Any]) -> float | None:
         old = turn.get("decode_tps")
         return float(old) if isinstance(old, (int, float)) and not isinstance(old, bool) else None
     tokens = turn.get("completion_tokens")
-    first = raw.ttft_s(turn)
+    first = ttft_s(turn)
     if first is None and isinstance(turn.get("ttft_s"), (int, float)):
         first = float(turn["ttft_s"])
     rate, window, _ = decode_rate(tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
-                                  raw.wall_s(turn), first)
+                                  wall_s(turn), first)
     if rate is None or window is None or window < RULES["decode_drift"]["min_window_s"]:
         return None
     return rate

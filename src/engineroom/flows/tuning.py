@@ -358,11 +358,11 @@ class _Trials:
     def _boot(self, pick: Pick, label: str) -> tuple[int, dict[str, Any] | None, str]:
         """Launch ``pick``, measure it, stop it: (run id, its samples for the comparison or None, why not)."""
         from ..bench import BenchPlan, default_workloads
-        from ..bench import statistics as st
         from ..bench.compare import samples
         from ..bench.guards import failed_checks
         from ..bench.suitestats import kept
         from ..bench.suitesummary import round_figures
+        from ..records import statistics as st
 
         log = StageLog()
         shown = [time.monotonic()]

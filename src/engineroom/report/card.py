@@ -1,7 +1,7 @@
 """The run card: one markdown page per run, recomputed from the run's raw records.
 
 The card never talks to an engine and never trusts a stored summary: bench figures are
-recomputed with ``engineroom.bench.statistics`` from the ``bench_request`` records, and
+recomputed with ``engineroom.records.statistics`` from the ``bench_request`` records, and
 verify counts from the ``check`` records. The whole text goes through ``redact`` last.
 
 Conditions keys it reads (all optional; missing ones are left out), exactly as
@@ -12,8 +12,8 @@ Conditions keys it reads (all optional; missing ones are left out), exactly as
 ``cpu``, ``cpu_cores``, ``ram_bytes``, ``gpus`` as ``{name, vram_bytes}``), ``bench``.
 
 Check record payload keys (``checks.CheckResult``): ``name``, ``status`` (PASS / FAIL /
-SKIP), ``reason``, ``seconds``. Bench records are read only through ``bench.statistics``,
-which reads only the engine-neutral fields of ``bench.records``.
+SKIP), ``reason``, ``seconds``. Bench records are read only through ``records.statistics``,
+which reads only the engine-neutral fields of ``records.request``.
 
 The sections on the machine (engine counters, memory predicted vs measured, resources during
 the run) are in ``report.machine``; the cell formatting in ``report.cells``.
@@ -27,10 +27,10 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from engineroom.bench import statistics
 from engineroom.bench.guards import summarize_bench
 from engineroom.bench.suitesummary import is_suite_run as _is_suite_run
 from engineroom.bench.watchdog import ABORT_KIND
+from engineroom.records import statistics
 from engineroom.redaction import redact
 from engineroom.report.cells import _bytes, _cell, _fmt, integrity_lines
 from engineroom.report.machine import _counters_section, _memory_section, _resources_section

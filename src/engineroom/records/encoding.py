@@ -1,29 +1,13 @@
-"""The raw bench request record: what was sent, when each token chunk arrived, what came back.
+"""When each chunk of a streamed answer arrived, as a record keeps it, and the readers of it.
 
-Why raw: every figure on a card (TTFT, decode and wall tok/s, inter-token percentiles, the
-client-vs-engine cross-check) is recomputed from these records by ``statistics``, so a
-better formula later re-reads old runs instead of inheriting stored conclusions. Nothing
-derived is stored: no rates, no windows, no "n/a" reasons.
+A bench request record (``records.request``) and a soak turn (``checks.soakdriver``) keep the
+same timing fields:
 
-A record (``BenchRequest.to_dict()``, stored as a ``bench_request`` payload) holds:
-
-- ``workload``, ``index``, ``warmup``; ``sent``: ``max_tokens``, the ``sampler`` values, the
-  ``body`` fields beyond messages and sampler (the engine's full-length fields, the plan's
-  extra body) and the prompt's hash;
-- ``sent_unix``: the client's wall clock when the request left (ordering and drift only;
-  durations come from ``time.perf_counter``);
 - ``arrivals_us``: the arrival of every chunk that carried content or reasoning text, in
   integer microseconds after the send, delta-encoded: the first entry is send -> first
   token chunk (TTFT), each later one the gap to the chunk before. ``end_us``: send -> end
   of stream. Each absolute offset is rounded before the deltas are taken, so decoding
-  (a running sum) gives the rounded offsets exactly, with no drift over a long reply;
-- ``completion_tokens`` / ``prompt_tokens`` / ``cached_prompt_tokens`` (usage, as the
-  server counted), ``finish_reason``, ``status``, ``error``, ``chunks`` (every SSE chunk),
-  ``content_chars`` / ``reasoning_chars``;
-- ``engine``: the engine's timings as its adapter normalised them
-  (``engines.base.EngineTimings.as_dict()``: tokens and milliseconds, and how its decode
-  window counts); ``engine_raw``: the engine's block exactly as sent, read by nothing but a
-  future re-normalisation.
+  (a running sum) gives the rounded offsets exactly, with no drift over a long reply.
 
 Size, measured with the real llama-server + SmolLM2 on the 2-core CI machine
 (``pytest tests/test_bench.py -k compact -s``, 2026-12-01): a 1,000-token reply at 111 tok/s
@@ -36,17 +20,14 @@ are inter-token latencies; where an engine batches tokens into a chunk, they are
 inter-chunk latencies and ``len(arrivals_us)`` is below ``completion_tokens``.
 
 Records stored before arrival times were kept (store schema 2) are rewritten by the store's
-migration (``bench.legacy``): they carry ``arrivals_us: None`` and ``first_last_us`` (TTFT and
+migration (``records.schema2``): they carry ``arrivals_us: None`` and ``first_last_us`` (TTFT and
 last token, all that was kept), so their inter-token percentiles read "n/a".
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
-
-RECORD_VERSION = 3          # the store schema that introduced this shape
 
 
 def encode_arrivals(t_send: float, times: Sequence[float]) -> list[int]:
@@ -68,34 +49,6 @@ def decode_arrivals(deltas: Sequence[int]) -> list[int]:
         total += int(d)
         out.append(total)
     return out
-
-
-@dataclass
-class BenchRequest:
-    """One request's raw outcome; the module docstring says what each field holds and why."""
-
-    workload: str
-    index: int                      # 0-based within its phase (warm-up or measured)
-    warmup: bool
-    sent: dict[str, Any]            # max_tokens, sampler, body (extra request fields), prompt_sha256
-    sent_unix: float
-    status: int | None              # HTTP status (None: no answer)
-    error: str | None
-    end_us: int
-    arrivals_us: list[int] | None   # None only for records migrated from before they were kept
-    completion_tokens: int | None
-    prompt_tokens: int | None
-    cached_prompt_tokens: int | None = None
-    finish_reason: str | None = None
-    chunks: int = 0
-    content_chars: int = 0
-    reasoning_chars: int = 0
-    engine: dict[str, Any] | None = None
-    engine_raw: dict[str, Any] | None = None
-    record_version: int = RECORD_VERSION
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 # -- readers: plain functions over stored dicts, so old and hand-built records read alike ---------
@@ -144,15 +97,3 @@ def gaps_us(rec: Mapping[str, Any]) -> list[int] | None:
     if not isinstance(deltas, list):
         return None
     return [int(d) for d in deltas[1:]]
-
-
-def max_tokens(rec: Mapping[str, Any]) -> int | None:
-    sent = rec.get("sent")
-    value = sent.get("max_tokens") if isinstance(sent, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def sent_body(rec: Mapping[str, Any]) -> dict[str, Any]:
-    sent = rec.get("sent")
-    body = sent.get("body") if isinstance(sent, Mapping) else None
-    return dict(body) if isinstance(body, Mapping) else {}

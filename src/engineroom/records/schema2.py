@@ -3,7 +3,7 @@ today's shape by the store's 2 -> 3 migration.
 
 Why a module of its own: schema 2 named two of its keys after llama.cpp's request field
 (the per-request flag and the ``bench`` conditions' flag and reason), so reading them needs
-that name; keeping every such read here leaves the rest of bench/ free of engine names
+that name; keeping every such read here leaves everything outside engines/ free of engine names
 (``tests/test_bench.py`` checks it, with this file as the one exception).
 
 What a schema-2 record kept and what it becomes:
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engineroom.bench.records import RECORD_VERSION
+from engineroom.records.request import RECORD_VERSION
 
 _FLAG = "ignore_eos"                       # schema 2's key, named after llama.cpp's request field
 LEGACY_FULL_LENGTH_BODY = {_FLAG: True}    # what the schema-2 runner sent when the flag was set

@@ -1,7 +1,7 @@
 """Bench figures, recomputed from raw request records only.
 
 Input: the record dicts the runner emits (``BenchRequest.to_dict()``, shape in
-``bench.records``), or store records (``{"kind": "bench_request", "payload": {...}}``) —
+``records.request``), or store records (``{"kind": "bench_request", "payload": {...}}``) —
 both are accepted. Nothing here reads an engine, a clock or a stored figure; the same
 records always give the same summary, and a better formula re-reads every old run.
 
@@ -30,23 +30,17 @@ import statistics as _st
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from engineroom.bench.records import (
-    first_last_us,
-    gaps_us,
-    last_token_s,
-    max_tokens,
-    ttft_s,
-    wall_s,
-)
 from engineroom.engines.base import EngineTimings
+from engineroom.records.encoding import first_last_us, gaps_us, ttft_s, wall_s
+from engineroom.records.request import max_tokens
 
 __all__ = [
     "AGREEMENT_MIN_WINDOW_S", "AGREEMENT_TOLERANCE_PCT", "BENCH_RECORD_KIND", "HELD_GAP_FRACTION", "ITL_PERCENTILES",
     "MIN_DECODE_TOKENS", "MIN_DECODE_WINDOW_FRACTION", "STATUS_NO_TOKENS", "STATUS_OK", "STATUS_REQ_ERRORS",
     "USABLE_FRACTION", "agreement", "decode_na_reason", "decode_rate", "decode_tps", "describe",
     "engine_decode_tps", "engine_prompt_tps", "engine_timings", "held_start", "inter_token_ms", "inter_token_tps",
-    "is_ok", "is_usable", "last_token_s", "payloads", "percentile", "run_status", "summarize",
-    "steady_inter_token_tps", "summarize_workload", "ttft_s", "wall_s", "wall_tps",
+    "is_ok", "is_usable", "payloads", "percentile", "run_status", "summarize",
+    "steady_inter_token_tps", "summarize_workload", "wall_tps",
 ]
 
 # Requests that stop before this fraction of max_tokens are not "usable": a few tokens
