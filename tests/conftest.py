@@ -307,10 +307,10 @@ def er_home() -> Path:
     return Path(os.environ["ENGINEROOM_HOME"])
 
 
-def benchmark_script(name: str):
-    """``benchmarks/NAME.py`` as a module (the benchmark scripts are files, not a package): the tests
-    that check a recorded benchmark's code import it this way."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+def benchmark_script(name: str, folder: str = "benchmarks"):
+    """``benchmarks/NAME.py`` (or ``FOLDER/NAME.py``) as a module (the scripts are files, not a
+    package): the tests that check a recorded benchmark's code or a generated page import it this way."""
+    spec = importlib.util.spec_from_file_location(name, REPO / folder / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -369,10 +369,10 @@ def invoke_cli(*args: str, env: dict | None = None) -> tuple[int, str]:
     prints them, else the exit code and the output."""
     from typer.testing import CliRunner
 
-    from engineroom.cli import app
+    from engineroom.cli import app_for
     from engineroom.errors import EngineroomError
 
-    result = CliRunner().invoke(app, list(args), env=env)
+    result = CliRunner().invoke(app_for(), list(args), env=env)
     if isinstance(result.exception, EngineroomError):
         return result.exception.exit_code, str(result.exception)
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
