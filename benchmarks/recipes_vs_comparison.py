@@ -177,11 +177,11 @@ def recipe(cfg: dict[str, Any], model: str, *, compose: bool) -> dict[str, Any]:
     """``engineroom recipe ... --json`` run in this process (the CLI's own code, one import for all)."""
     from typer.testing import CliRunner
 
-    from engineroom.cli import app
+    from engineroom.cli import app_for
 
     args = ["recipe", model, "--rig", cfg["rig"], "--engine", cfg["engine"], "--priority", cfg["priority"],
             "--json"] + (["--compose"] if compose else [])
-    result = CliRunner().invoke(app, args, env={"COLUMNS": "200", "NO_COLOR": "1"})
+    result = CliRunner().invoke(app_for(), args, env={"COLUMNS": "200", "NO_COLOR": "1"})
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         return {"ok": False, "error": " ".join(str(result.exception).split())}
     from engineroom import paths

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import typer
 
-from engineroom.cli import app
+from engineroom.cli import app_for
+
+app = app_for()
 
 
 def _commands(cmd, path: str = "engineroom"):
@@ -34,3 +36,45 @@ def test_each_short_flag_means_one_long_option_everywhere():
     clashes = {s: m for s, m in meaning.items() if len(m) > 1 and not (s == "-n" and set(m) <= COUNTS)}
     assert not clashes, clashes
     assert set(meaning["-p"]) == {"--port"} and set(meaning["-c"]) == {"--ctx"}
+
+
+def test_each_command_is_registered_by_the_module_main_imports_for_it():
+    """`main` imports only the module of the command it runs (cli._MODULE_OF): every command the
+    modules register is in that table, under the module that defines it, and nothing else is."""
+    import importlib
+
+    from engineroom import cli
+
+    registered = {}
+    for module in cli._MODULES:
+        importlib.import_module(f"engineroom.cli.{module}")
+    for info in app.registered_commands:
+        name = info.name or info.callback.__name__.replace("_", "-")
+        registered[name] = info.callback.__module__.rsplit(".", 1)[-1]
+    for group in app.registered_groups:
+        commands = [c.callback for c in group.typer_instance.registered_commands]
+        modules = {cb.__module__.rsplit(".", 1)[-1] for cb in commands} | (
+            {group.typer_instance.registered_callback.callback.__module__.rsplit(".", 1)[-1]}
+            if group.typer_instance.registered_callback else set())
+        assert len(modules) == 1, f"`{group.name}`'s subcommands come from {sorted(modules)}"
+        registered[group.name] = modules.pop()
+    assert registered == cli._MODULE_OF
+
+
+def test_main_runs_a_command_with_only_its_module_imported(tmp_path):
+    """`engineroom plan ...` in a fresh interpreter imports the planning commands and no other."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.argv = ['engineroom', 'plan', 'smollm2-135m', '--rig', '1x3090', '--json']\n"
+            "from engineroom.cli import main\n"
+            "try:\n    main()\nexcept SystemExit as e:\n"
+            "    loaded = sorted(m.rsplit('.', 1)[-1] for m in sys.modules if m.startswith('engineroom.cli.'))\n"
+            "    print('LOADED', ','.join(loaded), e.code, file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ENGINEROOM_CACHE_DIR": str(tmp_path)})
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("LOADED"))
+    assert line == "LOADED base,planning 0", proc.stderr
+    assert json.loads(proc.stdout)["how_to_choose"], proc.stdout[:300]

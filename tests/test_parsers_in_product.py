@@ -162,11 +162,11 @@ def test_engines_install_stops_before_downloading_without_force(monkeypatch, tmp
     from typer.testing import CliRunner
 
     from engineroom import hardware
-    from engineroom.cli import app
+    from engineroom.cli import app_for
 
     monkeypatch.setattr(hardware, "detect_rig", lambda *a, **k: _cpu_rig())
     monkeypatch.setenv("ENGINEROOM_DATA_DIR", str(tmp_path))
-    result = CliRunner().invoke(app, ["engines", "install", "sglang"])
+    result = CliRunner().invoke(app_for(), ["engines", "install", "sglang"])
     assert result.exit_code != 0 and isinstance(result.exception, BadInput)     # one sentence, exit 2 in the CLI
     assert "cannot serve on this machine" in str(result.exception) and "--force" in str(result.exception)
     assert not (tmp_path / "engines" / "sglang").exists()          # nothing was downloaded or made
