@@ -134,7 +134,7 @@ def async_prototype_client(url: str, streams: int, rounds: int, max_tokens: int,
 
     from engineroom.bench.clientside import KindClient
     from engineroom.bench.suites import fresh_salt, haystack
-    from engineroom.client import StreamResult, _sse_events, _ToolCallAssembler
+    from engineroom.client import StreamResult, ToolCallAssembler, _sse_events
 
     tap: list[tuple[str, float, list[float], int | None]] = []
     host, port = url.split("//", 1)[1].split(":")
@@ -154,7 +154,7 @@ def async_prototype_client(url: str, streams: int, rounds: int, max_tokens: int,
 
         def send(self, prompt: str) -> asyncio.Future:
             self.prompt, payload = prompt, body(prompt)
-            self.result, self.tools = StreamResult(), _ToolCallAssembler()
+            self.result, self.tools = StreamResult(), ToolCallAssembler()
             self.headers, self.sse, self.done = True, b"", asyncio.get_running_loop().create_future()
             self.result.t_request = time.perf_counter()
             self.transport.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json"
@@ -207,7 +207,7 @@ def async_prototype_client(url: str, streams: int, rounds: int, max_tokens: int,
     async def httpx_loop(http: Any) -> None:
         for _ in range(rounds + 1):
             prompt = haystack(fresh_salt(), PROMPT_TOKENS).text
-            r, tools = StreamResult(), _ToolCallAssembler()
+            r, tools = StreamResult(), ToolCallAssembler()
             r.t_request = time.perf_counter()
             async with http.stream("POST", "/v1/chat/completions", content=body(prompt),
                                    headers={"Accept": "text/event-stream", "Content-Type": "application/json"}) as resp:
@@ -228,7 +228,7 @@ def async_prototype_client(url: str, streams: int, rounds: int, max_tokens: int,
     async def aiohttp_loop(http: Any) -> None:
         for _ in range(rounds + 1):
             prompt = haystack(fresh_salt(), PROMPT_TOKENS).text
-            r, tools = StreamResult(), _ToolCallAssembler()
+            r, tools = StreamResult(), ToolCallAssembler()
             r.t_request = time.perf_counter()
             async with http.post(f"{url}/v1/chat/completions", data=body(prompt),
                                  headers={"Accept": "text/event-stream", "Content-Type": "application/json"}) as resp:

@@ -489,9 +489,9 @@ def test_kv_note_formula_adds_up_to_its_bytes_and_names_the_assumptions():
 
 
 def _masks_of(a, req):
-    from engineroom.fit import _masks
+    from engineroom.fit.llama_cache import kq_mask_bytes
 
-    return _masks(a, req, 512)
+    return kq_mask_bytes(a, req, 512)
 
 
 def test_cpu_buffers_follow_the_probed_features_and_repack():
@@ -588,13 +588,14 @@ def test_ctx_beyond_the_models_maximum_needs_rope_scaling():
 
 def test_shared_experts_are_counted_once():
     from engineroom.arch import MoESpec
-    from engineroom.fit import _ffn_width, estimate_param_count
+    from engineroom.fit import estimate_param_count
+    from engineroom.fit.llama_compute import ffn_width
 
     m = MoESpec(n_experts=16, n_experts_active=4, expert_intermediate_size=256, n_shared_experts=2)
     assert m.shared_width == 512
     assert replace(m, shared_intermediate_size=512).shared_width == 512   # the fused width, as config.json gives it
     a = replace(SHAPES["dsv2"], moe=m)
-    assert _ffn_width(a) == 4 * 256 + 512
+    assert ffn_width(a) == 4 * 256 + 512
     b = replace(a, moe=replace(m, n_shared_experts=0))
     n_moe = a.n_layers - m.first_dense_layers
     assert estimate_param_count(a) - estimate_param_count(b) == n_moe * 3 * a.hidden_size * 512
@@ -612,9 +613,9 @@ def test_cpu_compute_replays_the_graph_allocator(E, H, KV, ff, mib):
     inp_mixed_embd, its get_rows/dup, embd) leave below the layer tensors, which ggml-alloc's
     best fit cannot use for the wider Q/attention tensors; found by replaying ggml-alloc."""
     from engineroom.fit import llama_cpu_compute
-    from engineroom.synth import _dense
+    from engineroom.synthshapes import dense_arch
 
-    a = _dense("x", "llama", 2, E, H, KV, 64, ff, V=8192 if ff in (256, 2048) else 49152)
+    a = dense_arch("x", "llama", 2, E, H, KV, 64, ff, V=8192 if ff in (256, 2048) else 49152)
     got = llama_cpu_compute(a, FitRequest(engine="llama.cpp", ctx=1024))
     assert round(got / MiB, 2) == mib
 

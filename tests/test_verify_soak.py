@@ -446,7 +446,7 @@ def test_memory_source_nvml_on_this_machines_gpus_uss_for_the_managed_pid_else_t
     import os
 
     from engineroom import resources
-    from engineroom.flows import runs
+    from engineroom.flows import engineproc
 
     calls: list[int] = []
 
@@ -457,7 +457,7 @@ def test_memory_source_nvml_on_this_machines_gpus_uss_for_the_managed_pid_else_t
 
     monkeypatch.setattr(resources, "gpu_memory", fake_gpus)
     local = ServerInfo(url="http://127.0.0.1:8080", engine="llama.cpp")
-    probe, note, sampler = runs._soak_memory(local, None, None)
+    probe, note, sampler = engineproc.soak_memory(local, None, None)
     assert probe is not None and probe.source == "nvml" and note == ""
     assert probe.description.startswith("total VRAM used on this machine's 2 GPU(s) (H200), through NVML")
     assert probe.read() == {"bytes": 6 * 1024 * MiB, "gpus": [
@@ -465,24 +465,24 @@ def test_memory_source_nvml_on_this_machines_gpus_uss_for_the_managed_pid_else_t
         {"index": 1, "used_bytes": 1024 * MiB, "total_bytes": 140 * 1024 * MiB}]}
     assert sampler.gpus is True
     # the managed server on a GPU: its host memory is read beside VRAM (a prompt cache in RAM never shows in VRAM)
-    probe, _, _ = runs._soak_memory(local, os.getpid(), None)
+    probe, _, _ = engineproc.soak_memory(local, os.getpid(), None)
     assert probe is not None and probe.source == "nvml" and "host memory (USS of pid" in probe.description
     reading = probe.read()
     assert reading is not None and reading["bytes"] == 6 * 1024 * MiB and reading["host_bytes"] > 0
     # a server on another machine: this machine's GPUs say nothing of it, NVML is not even asked
     calls.clear()
-    probe, note, _ = runs._soak_memory(ServerInfo(url="http://10.1.2.3:8000", engine="vllm"), None, None)
+    probe, note, _ = engineproc.soak_memory(ServerInfo(url="http://10.1.2.3:8000", engine="vllm"), None, None)
     assert probe is None and not calls
     assert note.startswith("no memory source: the server is not on this machine (NVML would not see it), no "
                            "engine pid is known (a --url server), and vllm's /metrics reports no process memory")
     # no GPU, a known pid (the managed server): the process tree's USS
     monkeypatch.setattr(resources, "gpu_memory", lambda: None)
-    probe, _, sampler = runs._soak_memory(local, os.getpid(), None)
+    probe, _, sampler = engineproc.soak_memory(local, os.getpid(), None)
     assert probe is not None and probe.source == "uss" and sampler.pid == os.getpid()
     reading = probe.read()
     assert reading is not None and reading["bytes"] > 0 and reading["rss_bytes"] >= reading["bytes"]
     with StandInServer(report_memory=True) as srv:
-        probe, _, _ = runs._soak_memory(ServerInfo(url=srv.url, engine="unknown"), None, None)
+        probe, _, _ = engineproc.soak_memory(ServerInfo(url=srv.url, engine="unknown"), None, None)
         assert probe is not None and probe.source == "engine_report"
         assert probe.read() == {"bytes": 512 * MiB, "series": 1}
 
@@ -552,7 +552,7 @@ def test_the_listener_of_a_loopback_port_is_found_and_its_uss_read(tmp_path):
     import subprocess
     import sys
 
-    from engineroom.flows import runs
+    from engineroom.flows import engineproc
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -567,11 +567,11 @@ def test_the_listener_of_a_loopback_port_is_found_and_its_uss_read(tmp_path):
                     break
             assert child.poll() is None and time.time() < deadline, "the listener did not start"
             time.sleep(0.05)
-        found = runs.listening_engine(f"http://127.0.0.1:{port}/")
+        found = engineproc.listening_engine(f"http://127.0.0.1:{port}/")
         assert found.pid == child.pid and found.why == "", found
         assert not found.managed and f"listening on port {port}" in found.tree
-        probe_, note, _ = runs._soak_memory(ServerInfo(url=f"http://127.0.0.1:{port}", engine="unknown"),
-                                            found.pid, None, found)
+        probe_, note, _ = engineproc.soak_memory(ServerInfo(url=f"http://127.0.0.1:{port}", engine="unknown"),
+                                                 found.pid, None, found)
         if probe_ is not None and probe_.source == "nvml":      # a GPU machine: the listener's host USS beside VRAM
             assert f"the process tree listening on port {port}" in probe_.description
         else:
@@ -584,8 +584,8 @@ def test_the_listener_of_a_loopback_port_is_found_and_its_uss_read(tmp_path):
         child.kill()
         child.wait()
     # not loopback: not looked up; nothing listening: no pid, and why
-    assert runs.listening_engine("http://10.1.2.3:8000") == runs.EnginePid(None)
-    gone = runs.listening_engine(f"http://127.0.0.1:{port}")
+    assert engineproc.listening_engine("http://10.1.2.3:8000") == engineproc.EnginePid(None)
+    gone = engineproc.listening_engine(f"http://127.0.0.1:{port}")
     assert gone.pid is None and gone.why == f"no process of this machine is seen listening on port {port}"
 
 
@@ -593,16 +593,16 @@ def test_a_listener_lookup_the_os_refuses_falls_back_and_says_why(monkeypatch):
     import psutil
 
     from engineroom import resources
-    from engineroom.flows import runs
+    from engineroom.flows import engineproc
 
     def refuse(kind: str = "inet"):
         raise psutil.AccessDenied()
 
     monkeypatch.setattr(psutil, "net_connections", refuse)
     monkeypatch.setattr(resources, "gpu_memory", lambda: None)
-    found = runs.listening_engine("http://127.0.0.1:8080")
+    found = engineproc.listening_engine("http://127.0.0.1:8080")
     assert found.pid is None and "psutil: access denied" in found.why and "needs root" in found.why
-    probe, note, _ = runs._soak_memory(ServerInfo(url="http://127.0.0.1:9", engine="llama.cpp"), None, None, found)
+    probe, note, _ = engineproc.soak_memory(ServerInfo(url="http://127.0.0.1:9", engine="llama.cpp"), None, None, found)
     assert probe is None
     assert ("no engine pid is known (a --url server: the process listening on port 8080 could not be looked up "
             "(psutil: access denied") in note
@@ -610,7 +610,7 @@ def test_a_listener_lookup_the_os_refuses_falls_back_and_says_why(monkeypatch):
     with StandInServer() as srv:
         port = int(srv.url.rsplit(":", 1)[1].split("/")[0])
         monkeypatch.undo()
-        own = runs.listening_engine(srv.url)
+        own = engineproc.listening_engine(srv.url)
     assert own.pid is None and own.why.startswith(f"the process listening on port {port} is engineroom itself")
 
 

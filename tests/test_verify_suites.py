@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from engineroom.checks.context import RecordingClient, read_dialect
 from engineroom.checks.full import FULL_CHECKS
 from engineroom.checks.suites import run_suite
-from engineroom.client import OpenAIClient, StreamResult, _sse_events, _ToolCallAssembler
+from engineroom.client import OpenAIClient, StreamResult, ToolCallAssembler, _sse_events
 from engineroom.engines.base import Capabilities, EngineTimings, ServerInfo
 
 FULL_NAMES = [name for name, _ in FULL_CHECKS]
@@ -165,7 +165,7 @@ JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(all
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=400))
 def test_sse_framing_and_chunk_parsing_never_raise_on_any_bytes(data):
-    result, tools = StreamResult(), _ToolCallAssembler()
+    result, tools = StreamResult(), ToolCallAssembler()
     lines = data.decode("utf-8", "replace").splitlines()
     for event, payload in _sse_events(iter(lines)):
         OpenAIClient._absorb(result, tools, event, payload, 0.0)
@@ -177,7 +177,7 @@ def test_sse_framing_and_chunk_parsing_never_raise_on_any_bytes(data):
 @settings(max_examples=300, deadline=None)
 @given(JSONISH)
 def test_any_json_shaped_chunk_is_absorbed_or_recorded_never_raised(value):
-    result, tools = StreamResult(), _ToolCallAssembler()
+    result, tools = StreamResult(), ToolCallAssembler()
     OpenAIClient._absorb(result, tools, "message", json.dumps(value), 0.0)
     calls = tools.result()
     assert all(isinstance(c.arguments, str) for c in calls)

@@ -120,7 +120,7 @@ class StreamResult:
         return self.t_end - self.t_request
 
 
-class _ToolCallAssembler:
+class ToolCallAssembler:
     """Builds whole tool calls from streamed deltas, keyed by their ``index``."""
 
     def __init__(self) -> None:
@@ -151,7 +151,7 @@ class _ToolCallAssembler:
         return [self._calls[i] for i in sorted(self._calls)]
 
 
-def _error_message(body: bytes | str) -> str:
+def error_message(body: bytes | str) -> str:
     """The one-line message of an error body (OpenAI ``{"error": {"message"}}`` or raw text)."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     try:
@@ -237,7 +237,7 @@ class SSEFeed:
         return list(_sse_events(iter(lines)))
 
 
-Absorb = Callable[["StreamResult", "_ToolCallAssembler", str, str, float], None]
+Absorb = Callable[["StreamResult", "ToolCallAssembler", str, str, float], None]
 
 
 def stream_body(payload: dict[str, Any]) -> dict[str, Any]:
@@ -248,7 +248,7 @@ def stream_body(payload: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def take_event(result: StreamResult, tools: _ToolCallAssembler, event: str, data: str, now: float,
+def take_event(result: StreamResult, tools: ToolCallAssembler, event: str, data: str, now: float,
                absorb: Absorb) -> bool:
     """Fold one SSE event that arrived at ``now`` into ``result`` (``absorb``: ``OpenAIClient._absorb``
     or a subclass's); True at the ``[DONE]`` sentinel, where the stream is over."""
@@ -261,7 +261,7 @@ def take_event(result: StreamResult, tools: _ToolCallAssembler, event: str, data
     return False
 
 
-def finish_stream(result: StreamResult, tools: _ToolCallAssembler) -> StreamResult:
+def finish_stream(result: StreamResult, tools: ToolCallAssembler) -> StreamResult:
     """Close a stream's bookkeeping (``t_end`` set by the caller): tool calls, and the error of a
     stream that ended with neither a finish_reason nor ``[DONE]``."""
     result.tool_calls = tools.result()
@@ -316,10 +316,10 @@ class OpenAIClient:
         except httpx.HTTPError as exc:
             raise NotFound(f"No server answers at {url} ({type(exc).__name__}: {exc}).") from None
         if response.status_code == 404:
-            raise NotFound(f"The server at {url} answered 404: {_error_message(response.content)}.")
+            raise NotFound(f"The server at {url} answered 404: {error_message(response.content)}.")
         if response.status_code != 200:
             raise EngineFailed(f"The server at {url} answered HTTP {response.status_code}: "
-                               f"{_error_message(response.content)}.")
+                               f"{error_message(response.content)}.")
         try:
             return response.json()
         except ValueError:
@@ -363,7 +363,7 @@ class OpenAIClient:
         result.seconds = time.perf_counter() - t0
         result.status = response.status_code
         if response.status_code != 200:
-            result.error = f"HTTP {response.status_code}: {_error_message(response.content)}"
+            result.error = f"HTTP {response.status_code}: {error_message(response.content)}"
             return result
         try:
             data = response.json()
@@ -373,7 +373,7 @@ class OpenAIClient:
         result.raw = data
         if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
             result.error = "the 200 answer has no choices" + (
-                f" ({_error_message(json.dumps(data))})" if isinstance(data, dict) and "error" in data else "")
+                f" ({error_message(json.dumps(data))})" if isinstance(data, dict) and "error" in data else "")
             return result
         choice = data["choices"][0] if isinstance(data["choices"][0], dict) else {}
         message = choice.get("message") or {}
@@ -408,7 +408,7 @@ class OpenAIClient:
         limit = self.timeout if timeout is None else float(timeout)
         read = min(limit, float(stall_s)) if stall_s is not None and stall_s > 0 else limit
         result = StreamResult()
-        tools = _ToolCallAssembler()
+        tools = ToolCallAssembler()
         result.t_request = time.perf_counter()
         deadline = result.t_request + limit
         http_timeout = httpx.Timeout(limit, connect=min(limit, 10.0), read=read)
@@ -418,7 +418,7 @@ class OpenAIClient:
                                    headers={"Accept": "text/event-stream"}) as response:
                 result.status = response.status_code
                 if response.status_code != 200:
-                    result.error = f"HTTP {response.status_code}: {_error_message(response.read())}"
+                    result.error = f"HTTP {response.status_code}: {error_message(response.read())}"
                     return result
                 for event, data in _sse_events(response.iter_lines()):
                     now = time.perf_counter()
@@ -438,7 +438,7 @@ class OpenAIClient:
         return finish_stream(result, tools)
 
     @staticmethod
-    def _absorb(result: StreamResult, tools: _ToolCallAssembler, event: str, data: str, now: float) -> None:
+    def _absorb(result: StreamResult, tools: ToolCallAssembler, event: str, data: str, now: float) -> None:
         """Fold one SSE event into ``result``; bad chunks are recorded, never raised."""
         try:
             chunk = json.loads(data)
@@ -452,7 +452,7 @@ class OpenAIClient:
             return
         if event == "error" or "error" in chunk:
             if result.error is None:
-                result.error = f"server error in stream: {_error_message(json.dumps(chunk))}"
+                result.error = f"server error in stream: {error_message(json.dumps(chunk))}"
             return
         result.model = result.model or chunk.get("model")
         result.system_fingerprint = result.system_fingerprint or chunk.get("system_fingerprint")

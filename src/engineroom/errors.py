@@ -31,3 +31,17 @@ class EngineFailed(EngineroomError):
     """The engine process died, timed out, or answered in a way that is not OpenAI-compatible."""
 
     exit_code = 3
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its class name when it has none), without the
+    closing full stop, at most 200 characters: a cause quoted inside one of engineroom's sentences."""
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else exc.__class__.__name__
+    return line.rstrip(".")[:200]
+
+
+def first_sentence(exc: BaseException) -> str:
+    """The first sentence of ``first_line(exc)``."""
+    line = first_line(exc)
+    return line.split(". ")[0]

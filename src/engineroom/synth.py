@@ -24,7 +24,7 @@ from .arch import LayerKind, ModelArch
 from .errors import BadInput
 
 # The shapes live in engineroom.synthshapes; re-exported (tests and benchmarks import them from here)
-from .synthshapes import SHAPES, _deepseek_v2, _dense, _shapes, qwen36_27b  # noqa: F401
+from .synthshapes import SHAPES, qwen36_27b  # noqa: F401
 from .synthvocab import default_tokenizer_source, silent_tokens, vocabulary
 
 try:

@@ -14,10 +14,20 @@ from typing import Any
 from ..errors import BadInput
 from ..values import int_or_none
 from .model import LayerKind, LinearAttnSpec, MambaSpec, MLASpec, ModelArch, MoESpec, VisionSpec
-from .params import _GATED_DELTANET_TYPES, _GEMMA_TYPES, _QK_NORM_TYPES, _QKV_BIAS_TYPES, _STANDARD_BLOCK_TYPES, _Shapes
+from .params import GEMMA_TYPES, StackShapes
+
+# model types whose config.json implies what its keys do not say
+_QK_NORM_TYPES = (
+    "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
+    "qwen3_5_moe_text", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2",
+)
+_QKV_BIAS_TYPES = ("qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl")
+_GATED_DELTANET_TYPES = ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
+# families whose every block is llama.cpp's plain llama / qwen3 decoder block (ModelArch.standard_block)
+_STANDARD_BLOCK_TYPES = ("llama", "qwen3")
 
 
-def _read_config(cfg: dict[str, Any] | str | Path) -> tuple[dict[str, Any], str]:
+def read_config(cfg: dict[str, Any] | str | Path) -> tuple[dict[str, Any], str]:
     """Return the parsed config and a label; every failure is one BadInput sentence."""
     if isinstance(cfg, dict):
         return cfg, "config"
@@ -233,7 +243,7 @@ def arch_from_config(cfg: dict[str, Any] | str | Path, name: str | None = None) 
     safetensors index. Missing fields are guessed only where a family default is well known,
     and each guess is named in ``estimated``.
     """
-    data, label = _read_config(cfg)
+    data, label = read_config(cfg)
     data = {k: v for k, v in data.items() if not k.startswith("_source")}
     t = _text_part(data)
     estimated: list[str] = []
@@ -317,7 +327,7 @@ def arch_from_config(cfg: dict[str, Any] | str | Path, name: str | None = None) 
 
     tie = t.get("tie_word_embeddings")
     if not isinstance(tie, bool):
-        tie = model_type in _GEMMA_TYPES
+        tie = model_type in GEMMA_TYPES
         estimated.append(f"tie_embeddings: not stated; assumed {tie} for {model_type}")
 
     raw_rope = t.get("rope_parameters")
@@ -344,7 +354,7 @@ def arch_from_config(cfg: dict[str, Any] | str | Path, name: str | None = None) 
         estimated.append(f"torch_dtype: the weights are quantized with {qmethod}, which is not read; "
                          f"sizes from torch_dtype overstate them")
 
-    shapes = _Shapes(
+    shapes = StackShapes(
         model_type=model_type, hidden=hidden, vocab=vocab, n_heads=n_heads, n_kv=n_kv,
         head_dim=head_dim, intermediate=intermediate, tie=tie,
         attn_gate=bool(t.get("attn_output_gate")), attn_bias=bool(t.get("attention_bias"))

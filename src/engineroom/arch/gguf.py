@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx
 
-from ..errors import BadInput, EngineroomError, NotFound
+from ..errors import BadInput, EngineroomError, NotFound, first_line
 
 _MAX_TENSORS = 1 << 20
 _MAX_KV = 1 << 20
@@ -70,10 +70,10 @@ class GGUFHeader:
 
     def tensor_nbytes(self, name: str) -> int:
         dims, ggml_type = self.tensors[name]
-        return _tensor_nbytes(name, dims, ggml_type)
+        return ggml_tensor_nbytes(name, dims, ggml_type)
 
 
-def _tensor_nbytes(name: str, dims: tuple[int, ...], ggml_type: int) -> int:
+def ggml_tensor_nbytes(name: str, dims: tuple[int, ...], ggml_type: int) -> int:
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     try:
@@ -187,7 +187,7 @@ def parse_gguf_header(buf: bytes | memoryview | mmap.mmap, complete: bool = True
         cur.scalar("<Q")   # data offset: not needed, the weights are never read
         if any(d == 0 or d > 1 << 40 for d in dims):
             raise BadInput(f"tensor {name!r} with dimensions {dims}")
-        _tensor_nbytes(name, dims, ggml_type)   # validates the type now
+        ggml_tensor_nbytes(name, dims, ggml_type)   # validates the type now
         tensors[name] = (dims, ggml_type)
     return GGUFHeader(version=version, kv=kv, tensors=tensors, header_bytes=cur.pos)
 
@@ -280,7 +280,7 @@ def read_gguf_header_remote(url: str, client: httpx.Client | None = None) -> GGU
             try:
                 buf, total = _fetch_prefix(client, url, n)
             except httpx.HTTPError as exc:
-                raise EngineroomError(f"Could not read {url} ({exc.__class__.__name__}: {_first_line(exc)}).") from None
+                raise EngineroomError(f"Could not read {url} ({exc.__class__.__name__}: {first_line(exc)}).") from None
             complete = len(buf) < n or (total is not None and len(buf) >= total)
             try:
                 return parse_gguf_header(buf, complete=complete)
@@ -293,15 +293,3 @@ def read_gguf_header_remote(url: str, client: httpx.Client | None = None) -> GGU
     finally:
         if own:
             client.close()
-
-
-def _first_sentence(exc: BaseException) -> str:
-    line = _first_line(exc)
-    return line.split(". ")[0]
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else exc.__class__.__name__
-    return line.rstrip(".")[:200]
-

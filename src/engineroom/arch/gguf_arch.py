@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import BadInput
 from ..values import int_or_none
-from .gguf import GGUFArray, _tensor_nbytes, read_gguf_header_local, read_gguf_header_remote
+from .gguf import GGUFArray, ggml_tensor_nbytes, read_gguf_header_local, read_gguf_header_remote
 from .model import LayerKind, LinearAttnSpec, MambaSpec, MLASpec, ModelArch, MoESpec
 
 _int = int_or_none
@@ -256,7 +256,7 @@ def arch_from_gguf(path_or_url: str | Path) -> ModelArch:
     trunk_params = 0
     mtp_params = 0
     for tname, (dims, gtype) in tensors.items():
-        tensor_bytes[tname] = _tensor_nbytes(tname, dims, gtype)
+        tensor_bytes[tname] = ggml_tensor_nbytes(tname, dims, gtype)
         tensor_types[tname] = GGMLQuantizationType(gtype).name
         tensor_shapes[tname] = tuple(int(d) for d in dims)
         bm = _BLK_RE.match(tname)

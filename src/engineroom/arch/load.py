@@ -9,10 +9,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..errors import BadInput, EngineroomError, NotFound
+from ..errors import BadInput, EngineroomError, NotFound, first_sentence
 from ..refs import ModelRef, SourceKind, parse
-from .config import _read_config, arch_from_config
-from .gguf import _first_sentence
+from .config import arch_from_config, read_config
 from .gguf_arch import arch_from_gguf
 from .model import ModelArch
 
@@ -32,7 +31,7 @@ def _hub_unreachable(repo_id: str, revision: str | None) -> str | None:
                              timeout=constants.HF_HUB_ETAG_TIMEOUT)
     except Exception as exc:  # noqa: BLE001 - httpx or httpx2 transport errors, by name
         if any(c.__name__ in ("TransportError", "OSError") for c in type(exc).__mro__):
-            return f"cannot reach Hugging Face at {constants.ENDPOINT}: {_first_sentence(exc)}"
+            return f"cannot reach Hugging Face at {constants.ENDPOINT}: {first_sentence(exc)}"
     return None
 
 
@@ -61,9 +60,9 @@ def fetch_hf_config(repo_id: str, revision: str | None = None) -> dict[str, Any]
         elif "LocalEntryNotFound" in kind or "Offline" in kind:
             reason = "the hub is unreachable or offline mode is on, and no cached copy exists"
         else:
-            reason = f"{kind}: {_first_sentence(exc)}"
+            reason = f"{kind}: {first_sentence(exc)}"
         raise EngineroomError(f"Could not download config.json for {repo_id} from Hugging Face ({reason}).") from None
-    data, _ = _read_config(local)
+    data, _ = read_config(local)
     return data
 
 

@@ -13,19 +13,11 @@ from dataclasses import dataclass
 
 from .model import LayerKind, LinearAttnSpec, MambaSpec, MLASpec, ModelArch, MoESpec
 
-_GEMMA_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text")
-_QK_NORM_TYPES = (
-    "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
-    "qwen3_5_moe_text", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2",
-)
-_QKV_BIAS_TYPES = ("qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl")
-_GATED_DELTANET_TYPES = ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
-# families whose every block is llama.cpp's plain llama / qwen3 decoder block (ModelArch.standard_block)
-_STANDARD_BLOCK_TYPES = ("llama", "qwen3")
+GEMMA_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text")
 
 
 @dataclass(frozen=True)
-class _Shapes:
+class StackShapes:
     """Tensor shapes of one decoder stack, to count parameters per block kind."""
 
     model_type: str
@@ -49,7 +41,7 @@ class _Shapes:
     qk_norm: bool = False
 
     @classmethod
-    def from_arch(cls, arch: ModelArch) -> _Shapes:
+    def from_arch(cls, arch: ModelArch) -> StackShapes:
         """The shapes a ModelArch states (no QKV bias, gated MLPs, Mamba defaults: what a
         config would add is not in it); MoE blocks: the n_moe_layers after the dense ones."""
         moe = arch.moe
@@ -129,7 +121,7 @@ class _Shapes:
         return n
 
     def norms_per_block(self) -> int:
-        return (4 if self.model_type in _GEMMA_TYPES else 2) * self.hidden
+        return (4 if self.model_type in GEMMA_TYPES else 2) * self.hidden
 
     def trunk_params(self, kinds: list[LayerKind], n_blocks: int,
                      block_types: list[str] | None, estimated: list[str]) -> int:
@@ -170,9 +162,9 @@ class _Shapes:
 
 
 def count_params(arch: ModelArch) -> int:
-    """Trunk + embeddings + head parameters of ``arch`` from its shapes (``_Shapes.from_arch``):
+    """Trunk + embeddings + head parameters of ``arch`` from its shapes (``StackShapes.from_arch``):
     for a ModelArch that came without a ``param_count``."""
-    return _Shapes.from_arch(arch).trunk_params(list(arch.layer_kinds), arch.n_layers, None, [])
+    return StackShapes.from_arch(arch).trunk_params(list(arch.layer_kinds), arch.n_layers, None, [])
 
 
 def count_active_params(arch: ModelArch) -> int | None:

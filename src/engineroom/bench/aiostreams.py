@@ -44,16 +44,16 @@ from engineroom.bench import sweep
 from engineroom.bench.arrivals import poisson_schedule
 from engineroom.bench.clientside import ClientMonitor
 from engineroom.bench.runner import StreamingClient
-from engineroom.bench.suiteplan import SuiteContext, _concurrency_prompt, _streams, _sweep_contexts
-from engineroom.bench.suiterun import SCHEDULE_AHEAD_S, _payload, _sequential, request_record
+from engineroom.bench.suiteplan import SuiteContext, concurrency_prompt_tokens, stream_count, sweep_contexts
+from engineroom.bench.suiterun import SCHEDULE_AHEAD_S, request_record, sequential_request, suite_payload
 from engineroom.bench.suites import SuiteSpec, haystack
 from engineroom.bench.workloads import Workload
 from engineroom.client import (
     OpenAIClient,
     SSEFeed,
     StreamResult,
-    _error_message,
-    _ToolCallAssembler,
+    ToolCallAssembler,
+    error_message,
     finish_stream,
     stream_body,
     take_event,
@@ -150,7 +150,7 @@ class StreamDriver:
         """``OpenAIClient.stream_chat`` on this loop: same body, same bookkeeping, same errors."""
         assert self._http is not None
         body = json.dumps(stream_body(payload)).encode()
-        result, tools, feed = StreamResult(), _ToolCallAssembler(), SSEFeed()
+        result, tools, feed = StreamResult(), ToolCallAssembler(), SSEFeed()
         read = min(limit, stall_s) if stall_s else limit
         timeout = aiohttp.ClientTimeout(total=None, connect=min(limit, 10.0), sock_read=read)
         result.t_request = time.perf_counter()
@@ -159,7 +159,7 @@ class StreamDriver:
             async with self._http.post(self.url, data=body, headers=self._headers, timeout=timeout) as response:
                 result.status = response.status
                 if response.status != 200:
-                    result.error = f"HTTP {response.status}: {_error_message(await response.read())}"
+                    result.error = f"HTTP {response.status}: {error_message(await response.read())}"
                     return result
                 stop = False
                 while not stop:
@@ -236,7 +236,7 @@ def _submit(spec: SuiteSpec, ctx: SuiteContext, driver: StreamDriver, workload: 
             warmup: bool, extra: Mapping[str, Any],
             t_scheduled: float) -> tuple[Future[Sent], Callable[[], dict[str, Any]]]:
     """Send one request; returns its future and what waits for it and makes its record."""
-    payload, sent = _payload(spec, ctx, workload)
+    payload, sent = suite_payload(spec, ctx, workload)
     fut = driver.submit(payload, t_scheduled)
 
     def record() -> dict[str, Any]:
@@ -265,8 +265,8 @@ def _round(spec: SuiteSpec, ctx: SuiteContext, driver: StreamDriver, n: int, tok
 
 def run_concurrency(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], None],
                     monitor: ClientMonitor | None = None) -> None:
-    n = _streams(spec, ctx)
-    tokens = _concurrency_prompt(spec, ctx.server)
+    n = stream_count(spec, ctx)
+    tokens = concurrency_prompt_tokens(spec, ctx.server)
     rounds = [(True, i) for i in range(spec.warmup)] + [(False, i) for i in range(spec.rounds)]
     with StreamDriver(ctx.new_client, n, ctx.timeout_s, monitor) as driver:
         for round_no, (warmup, index) in enumerate(rounds):
@@ -279,8 +279,8 @@ def run_sweep(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], None],
               monitor: ClientMonitor | None = None) -> None:
     """Cells (prompt size x N), each ``rounds`` rounds, none started that its estimate says would
     overrun ``budget_s``; warm-ups are single requests before the first cell."""
-    max_n = _streams(spec, ctx)
-    contexts = _sweep_contexts(spec, ctx.server)
+    max_n = stream_count(spec, ctx)
+    contexts = sweep_contexts(spec, ctx.server)
     counts = sweep.stream_counts(max_n)
     start = time.perf_counter()
     done: list[dict[str, Any]] = []
@@ -319,15 +319,15 @@ def run_rate(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], None],
     """Warm-ups one at a time, then every arrival of the schedule sent at its time once one of
     ``max_inflight`` streams is free (a later send counts in its ``scheduled_lag_us``)."""
     schedule = poisson_schedule(spec.rate, spec.arrival_seed, duration_s=spec.duration_s, count=spec.requests)
-    tokens = _concurrency_prompt(spec, ctx.server)
+    tokens = concurrency_prompt_tokens(spec, ctx.server)
     group = {"rate": spec.rate}
     client = ctx.new_client()
     for i in range(spec.warmup):
         prompt = haystack(ctx.salts(), tokens, ctx.count_tokens)
-        rec = _sequential(spec, ctx, client, Workload(f"rate {spec.rate:g}/s", prompt.text, spec.max_tokens),
-                          index=i, warmup=True, extra={"group": group, "salt": prompt.salt, "target_tokens": tokens,
-                                                       "counted_tokens": prompt.counted_tokens,
-                                                       "sized_by": prompt.sized_by})
+        rec = sequential_request(spec, ctx, client, Workload(f"rate {spec.rate:g}/s", prompt.text, spec.max_tokens),
+                                 index=i, warmup=True,
+                                 extra={"group": group, "salt": prompt.salt, "target_tokens": tokens,
+                                        "counted_tokens": prompt.counted_tokens, "sized_by": prompt.sized_by})
         ctx.store("bench_request", rec)
         tick(f"warm-up {i + 1}")
     prompts = [haystack(ctx.salts(), tokens, ctx.count_tokens) for _ in schedule]     # sized before the clock

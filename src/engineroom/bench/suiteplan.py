@@ -64,7 +64,7 @@ class SuiteResult:
         return str(self.summary["status"])
 
 
-def _streams(spec: SuiteSpec, ctx: SuiteContext) -> int:
+def stream_count(spec: SuiteSpec, ctx: SuiteContext) -> int:
     if ctx.streams is not None:
         if ctx.streams < 1:
             raise BadInput(f"--streams must be at least 1, not {ctx.streams}.")
@@ -98,12 +98,12 @@ def suite_conditions(spec: SuiteSpec, ctx: SuiteContext) -> dict[str, Any]:
     if spec.kind == "depth":
         out["bench"]["depths"] = plan_depths(spec.depths, server.n_ctx, spec.max_tokens, spec.near_end)
     if spec.kind == "concurrency":
-        n = _streams(spec, ctx)
+        n = stream_count(spec, ctx)
         out["bench"].update(streams=n, streams_source="--streams" if ctx.streams is not None else
                             "the engine's reported slot count", rounds=spec.rounds,
-                            prompt_tokens=_concurrency_prompt(spec, server))
+                            prompt_tokens=concurrency_prompt_tokens(spec, server))
     if spec.kind in ("standard", "spec"):
-        out["bench"]["workloads"] = [w.describe() for w in _workloads(spec, ctx)]
+        out["bench"]["workloads"] = [w.describe() for w in suite_workloads(spec, ctx)]
     if spec.kind == "agentic":
         turns, scale = agentic.plan_turns(server.n_ctx, spec.max_tokens, spec.turns, spec.prompt_tokens)
         out["bench"].update(sessions=spec.measured, turns=len(turns), turns_asked=spec.turns, scale=scale,
@@ -113,10 +113,10 @@ def suite_conditions(spec: SuiteSpec, ctx: SuiteContext) -> dict[str, Any]:
                                    "output_tokens": t.output_tokens, "context_tokens": t.context_tokens}
                                   for t in turns])
     if spec.kind == "sweep":
-        n = _streams(spec, ctx)
+        n = stream_count(spec, ctx)
         out["bench"].update(streams_max=n, streams_source="--streams" if ctx.streams is not None else
                             "the engine's reported slot count", stream_counts=sweep.stream_counts(n),
-                            contexts=_sweep_contexts(spec, server), rounds=spec.rounds, budget_s=spec.budget_s,
+                            contexts=sweep_contexts(spec, server), rounds=spec.rounds, budget_s=spec.budget_s,
                             knee_gain_pct=spec.knee_gain_pct, slo_ttft_ms=spec.slo_ttft_ms,
                             slo_itl_ms=spec.slo_itl_ms)
     if spec.kind == "rate":
@@ -124,18 +124,18 @@ def suite_conditions(spec: SuiteSpec, ctx: SuiteContext) -> dict[str, Any]:
         out["bench"].update(rate=spec.rate, duration_s=spec.duration_s, requests=spec.requests,
                             arrival_seed=spec.arrival_seed, scheduled=len(schedule),
                             schedule_span_s=schedule[-1] if schedule else 0.0, max_inflight=spec.max_inflight,
-                            prompt_tokens=_concurrency_prompt(spec, server), slo_ttft_ms=spec.slo_ttft_ms,
+                            prompt_tokens=concurrency_prompt_tokens(spec, server), slo_ttft_ms=spec.slo_ttft_ms,
                             slo_itl_ms=spec.slo_itl_ms)
     return out
 
 
-def _sweep_contexts(spec: SuiteSpec, server: ServerInfo) -> list[int]:
-    room = _concurrency_prompt(spec.with_(prompt_tokens=10**9), server)
+def sweep_contexts(spec: SuiteSpec, server: ServerInfo) -> list[int]:
+    room = concurrency_prompt_tokens(spec.with_(prompt_tokens=10**9), server)
     asked = spec.contexts or (spec.prompt_tokens,)
     return sorted({min(int(c), room) for c in asked})
 
 
-def _concurrency_prompt(spec: SuiteSpec, server: ServerInfo) -> int:
+def concurrency_prompt_tokens(spec: SuiteSpec, server: ServerInfo) -> int:
     room = (server.n_ctx or 0) - spec.max_tokens - DEPTH_HEADROOM
     if room < 64:
         raise BadInput(f"the engine's context per slot ({server.n_ctx} tokens) leaves no room for a prompt "
@@ -143,7 +143,7 @@ def _concurrency_prompt(spec: SuiteSpec, server: ServerInfo) -> int:
     return min(spec.prompt_tokens, room)
 
 
-def _workloads(spec: SuiteSpec, ctx: SuiteContext) -> tuple[Workload, ...]:
+def suite_workloads(spec: SuiteSpec, ctx: SuiteContext) -> tuple[Workload, ...]:
     chosen = tuple(spec.workloads) + tuple(ctx.extra_workloads)
     if spec.max_tokens:
         chosen = tuple(w.with_max_tokens(spec.max_tokens) if w not in ctx.extra_workloads else w for w in chosen)

@@ -48,8 +48,8 @@ from engineroom.bench.runner import StreamingClient, measure_request
 from engineroom.bench.suiteplan import (  # the context, the result and the sizes; re-exported
     SuiteContext,
     SuiteResult,
-    _workloads,
     suite_conditions,
+    suite_workloads,
 )
 from engineroom.bench.suites import (
     DEPTH_HEADROOM,
@@ -72,8 +72,8 @@ SUITE_KINDS = ("standard", "depth", "concurrency", "spec", "agentic", "sweep", "
 AGENTIC_STOP_KIND = agentic.STOP_KIND
 SCHEDULE_AHEAD_S = 0.05      # a round's streams are scheduled this far ahead, so every stream is waiting
 
-def _payload(spec: SuiteSpec, ctx: SuiteContext, workload: Workload, messages: list[dict[str, Any]] | None = None,
-             request: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def suite_payload(spec: SuiteSpec, ctx: SuiteContext, workload: Workload, messages: list[dict[str, Any]] | None = None,
+                  request: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The body and what the record keeps of it; ``messages`` replace the workload's (agentic),
     ``request`` adds fields (its tools and tool_choice)."""
     body = dict(ctx.server.capabilities.full_length_body)
@@ -95,7 +95,7 @@ def _payload(spec: SuiteSpec, ctx: SuiteContext, workload: Workload, messages: l
 def _request(spec: SuiteSpec, ctx: SuiteContext, client: StreamingClient, workload: Workload, *, index: int,
              warmup: bool, extra: Mapping[str, Any], t_scheduled: float | None = None,
              messages: list[dict[str, Any]] | None = None, request: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    payload, sent = _payload(spec, ctx, workload, messages, request)
+    payload, sent = suite_payload(spec, ctx, workload, messages, request)
     if t_scheduled is not None:
         delay = t_scheduled - time.perf_counter()
         if delay > 0:
@@ -151,9 +151,9 @@ def _phases(spec: SuiteSpec) -> list[tuple[bool, int]]:
     return [(True, i) for i in range(spec.warmup)] + [(False, i) for i in range(spec.measured)]
 
 
-def _sequential(spec: SuiteSpec, ctx: SuiteContext, client: StreamingClient, workload: Workload, *, index: int,
-                warmup: bool, extra: Mapping[str, Any], messages: list[dict[str, Any]] | None = None,
-                request: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def sequential_request(spec: SuiteSpec, ctx: SuiteContext, client: StreamingClient, workload: Workload, *, index: int,
+                       warmup: bool, extra: Mapping[str, Any], messages: list[dict[str, Any]] | None = None,
+                       request: Mapping[str, Any] | None = None) -> dict[str, Any]:
     before = ctx.metrics() if ctx.metrics else None
     rec = _request(spec, ctx, client, workload, index=index, warmup=warmup, extra=extra, messages=messages,
                    request=request)
@@ -165,10 +165,10 @@ def _sequential(spec: SuiteSpec, ctx: SuiteContext, client: StreamingClient, wor
 
 def _run_standard(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], None]) -> None:
     client = ctx.new_client()
-    for workload in _workloads(spec, ctx):
+    for workload in suite_workloads(spec, ctx):
         for warmup, index in _phases(spec):
-            rec = _sequential(spec, ctx, client, workload, index=index, warmup=warmup,
-                              extra={"group": {"workload": workload.name}})
+            rec = sequential_request(spec, ctx, client, workload, index=index, warmup=warmup,
+                                     extra={"group": {"workload": workload.name}})
             ctx.store("bench_request", rec)
             tick(f"{workload.name} {'warm-up' if warmup else 'measured'} {index + 1}")
 
@@ -180,10 +180,10 @@ def _run_depth(spec: SuiteSpec, ctx: SuiteContext, depths: Sequence[int], tick: 
             for attempt in range(MAX_CACHE_RETRIES + 1):
                 prompt = haystack(ctx.salts(), depth, ctx.count_tokens)
                 workload = Workload(f"depth {depth}", prompt.text, spec.max_tokens)
-                rec = _sequential(spec, ctx, client, workload, index=index, warmup=warmup,
-                                  extra={"group": {"depth": depth}, "salt": prompt.salt, "attempt": attempt,
-                                         "target_tokens": prompt.target_tokens,
-                                         "counted_tokens": prompt.counted_tokens, "sized_by": prompt.sized_by})
+                rec = sequential_request(spec, ctx, client, workload, index=index, warmup=warmup,
+                                         extra={"group": {"depth": depth}, "salt": prompt.salt, "attempt": attempt,
+                                                "target_tokens": prompt.target_tokens,
+                                                "counted_tokens": prompt.counted_tokens, "sized_by": prompt.sized_by})
                 reuse = cache_reuse(rec)
                 if reuse.contaminated and attempt < MAX_CACHE_RETRIES:
                     rec["discarded"] = f"prefix cache: {reuse.describe()}; re-run with a fresh salt"
@@ -203,9 +203,10 @@ def _run_agentic(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], None]
     for i in range(spec.warmup):
         session = agentic.SessionBuilder(ctx.salts(), ctx.count_tokens)
         workload = Workload("agentic turn 1", json.dumps(session.messages), spec.max_tokens)   # hashed, not sent
-        rec = _sequential(spec, ctx, client, workload, index=i, warmup=True, messages=list(session.messages),
-                          request=request, extra={"group": {"turn": 1}, "session": -1 - i, "turn": 1,
-                                                  "salt": session.salt, "previous_prompt_tokens": None, "step": {}})
+        rec = sequential_request(spec, ctx, client, workload, index=i, warmup=True, messages=list(session.messages),
+                                 request=request, extra={"group": {"turn": 1}, "session": -1 - i, "turn": 1,
+                                                         "salt": session.salt, "previous_prompt_tokens": None,
+                                                         "step": {}})
         ctx.store("bench_request", rec)
         tick(f"warm-up {i + 1}")
     for s in range(spec.measured):
@@ -225,11 +226,12 @@ def _run_agentic(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], None]
                     tick(f"session {s + 1} turn {later.turn} not sent (context)")
                 break
             workload = Workload(f"agentic turn {turn.turn}", json.dumps(session.messages), spec.max_tokens)
-            rec = _sequential(spec, ctx, client, workload, index=s, warmup=False, messages=list(session.messages),
-                              request=request, extra={"group": {"turn": turn.turn}, "session": s,
-                                                      "turn": turn.turn, "salt": session.salt,
-                                                      "previous_prompt_tokens": previous, "step": step,
-                                                      "sized_by": agentic.sized_by(step)})
+            rec = sequential_request(spec, ctx, client, workload, index=s, warmup=False,
+                                     messages=list(session.messages), request=request,
+                                     extra={"group": {"turn": turn.turn}, "session": s,
+                                            "turn": turn.turn, "salt": session.salt,
+                                            "previous_prompt_tokens": previous, "step": step,
+                                            "sized_by": agentic.sized_by(step)})
             ctx.store("bench_request", rec)
             previous = rec.get("prompt_tokens") if isinstance(rec.get("prompt_tokens"), int) else previous
             tick(f"session {s + 1} turn {turn.turn}")
@@ -246,7 +248,7 @@ def _total(spec: SuiteSpec, ctx: SuiteContext, depths: Sequence[int], bench: Map
         return spec.warmup + len(bench.get("contexts") or []) * len(bench.get("stream_counts") or [])
     if spec.kind == "rate":
         return spec.warmup + int(bench.get("scheduled") or 0)
-    return len(_workloads(spec, ctx)) * (spec.warmup + spec.measured)
+    return len(suite_workloads(spec, ctx)) * (spec.warmup + spec.measured)
 
 
 _RUNNERS: dict[str, Callable[[SuiteSpec, SuiteContext, Callable[[str], None]], None]] = {"agentic": _run_agentic}

@@ -92,12 +92,12 @@ TIMEOUTS: dict[str, float] = {
 }
 
 
-def _r(name: str, status: smoke.Status, reason: str, details: dict[str, Any] | None = None) -> CheckResult:
+def verdict(name: str, status: smoke.Status, reason: str, details: dict[str, Any] | None = None) -> CheckResult:
     return CheckResult(name, status, reason, details=details or {})
 
 
-def _base(ctx: Ctx, prompt: str | list[dict[str, Any]], max_tokens: int, *, thinking: str = "off",
-          temperature: float = 0.0, **extra: Any) -> dict[str, Any]:
+def request_body(ctx: Ctx, prompt: str | list[dict[str, Any]], max_tokens: int, *, thinking: str = "off",
+                 temperature: float = 0.0, **extra: Any) -> dict[str, Any]:
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     body: dict[str, Any] = {**ctx.model, "messages": messages, "max_tokens": max_tokens,
                             "temperature": temperature, "top_p": 1.0, "seed": 42}
@@ -106,15 +106,15 @@ def _base(ctx: Ctx, prompt: str | list[dict[str, Any]], max_tokens: int, *, thin
     return body
 
 
-def _calls_detail(calls: list[ToolCall]) -> list[dict[str, Any]]:
+def calls_detail(calls: list[ToolCall]) -> list[dict[str, Any]]:
     return [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
 
 
-def _tool_skip(ctx: Ctx, *features: str) -> CheckResult | None:
-    return None if not (why := smoke._declared_absent(ctx.info, *features)) else _r("", "SKIP", why)
+def tool_skip(ctx: Ctx, *features: str) -> CheckResult | None:
+    return None if not (why := smoke._declared_absent(ctx.info, *features)) else verdict("", "SKIP", why)
 
 
-def _valid_call(call: ToolCall, tools: list[dict[str, Any]]) -> str | None:
+def invalid_call_reason(call: ToolCall, tools: list[dict[str, Any]]) -> str | None:
     """Why ``call`` is not a valid call of one of ``tools`` (None when it is)."""
     offered = {t["function"]["name"]: t["function"] for t in tools}
     if call.name not in offered:
@@ -131,7 +131,7 @@ def _valid_call(call: ToolCall, tools: list[dict[str, Any]]) -> str | None:
 
 
 
-def _repeated_run(lines: list[str], n: int = 5) -> str | None:
+def repeated_run(lines: list[str], n: int = 5) -> str | None:
     run, prev = 0, None
     for line in lines:
         run = run + 1 if line == prev and line else 1

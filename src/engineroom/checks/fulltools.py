@@ -16,13 +16,13 @@ from engineroom.checks.fullbase import (
     TIMEOUTS,
     TOOL_MARKUP,
     WEATHER_PROMPT,
-    _base,
-    _calls_detail,
-    _r,
-    _tool_skip,
-    _valid_call,
+    calls_detail,
+    invalid_call_reason,
+    request_body,
+    tool_skip,
+    verdict,
 )
-from engineroom.checks.smoke import WEATHER_TOOL, CheckResult, _chat_details, _stream_details
+from engineroom.checks.smoke import WEATHER_TOOL, CheckResult, chat_details, stream_details
 from engineroom.client import ToolCall
 
 # -- streaming protocol -------------------------------------------------------------------
@@ -30,22 +30,23 @@ from engineroom.client import ToolCall
 
 def check_stream_protocol(ctx: Ctx) -> CheckResult:
     """The SSE stream itself: JSON chunks, a finish_reason, a usage chunk, and [DONE] last."""
-    body = _base(ctx, "Write three short sentences about the sea.", 60)
+    body = request_body(ctx, "Write three short sentences about the sea.", 60)
     r = ctx.client.stream_chat(body, timeout=ctx.timeout(TIMEOUTS["stream_protocol"]))
-    d = _stream_details(r)
+    d = stream_details(r)
     if r.error:
-        return _r("stream_protocol", "FAIL", f"stream failed: {r.error}", d)
+        return verdict("stream_protocol", "FAIL", f"stream failed: {r.error}", d)
     if not r.done:
-        return _r("stream_protocol", "FAIL",
-                  f"the stream ended after {r.chunks} chunks without the [DONE] sentinel "
-                  f"(finish_reason={r.finish_reason})", d)
+        return verdict("stream_protocol", "FAIL",
+                       f"the stream ended after {r.chunks} chunks without the [DONE] sentinel "
+                       f"(finish_reason={r.finish_reason})", d)
     if r.finish_reason is None:
-        return _r("stream_protocol", "FAIL", f"{r.chunks} chunks and [DONE] but no chunk carried a finish_reason", d)
+        return verdict("stream_protocol", "FAIL",
+                       f"{r.chunks} chunks and [DONE] but no chunk carried a finish_reason", d)
     if not r.usage:
-        return _r("stream_protocol", "FAIL",
-                  "stream_options.include_usage was sent but no chunk carried usage", d)
-    return _r("stream_protocol", "PASS",
-              f"{r.chunks} JSON chunks, finish_reason={r.finish_reason}, usage chunk, [DONE] last", d)
+        return verdict("stream_protocol", "FAIL",
+                       "stream_options.include_usage was sent but no chunk carried usage", d)
+    return verdict("stream_protocol", "PASS",
+                   f"{r.chunks} JSON chunks, finish_reason={r.finish_reason}, usage chunk, [DONE] last", d)
 
 
 # -- tool calls ------------------------------------------------------------------------
@@ -54,124 +55,127 @@ def check_stream_protocol(ctx: Ctx) -> CheckResult:
 def _judge_calls(name: str, calls: list[ToolCall], content: str, reasoning: str, finish: str | None,
                  tools: list[dict[str, Any]], details: dict[str, Any], *, expect: str | None = None,
                  streamed: bool = False) -> CheckResult:
-    details["tool_calls"] = _calls_detail(calls)
+    details["tool_calls"] = calls_detail(calls)
     leak = TOOL_MARKUP.search(content or "")
     if leak:
-        return _r(name, "FAIL", f"tool-call markup leaked into content ({leak.group(0)!r} at char {leak.start()}): "
-                                "the server did not parse the call", details)
+        return verdict(name, "FAIL",
+                       f"tool-call markup leaked into content ({leak.group(0)!r} at char {leak.start()}): "
+                       "the server did not parse the call", details)
     if not calls:
         inside = TOOL_MARKUP.search(reasoning or "")
         if inside:
-            return _r(name, "FAIL", f"the tool call was written inside the reasoning ({inside.group(0)!r}) and "
-                                    "never parsed into tool_calls", details)
-        return _r(name, "FAIL", f"no tool call (finish_reason={finish}); content: {pretty(content)}", details)
+            return verdict(name, "FAIL", f"the tool call was written inside the reasoning ({inside.group(0)!r}) and "
+                                         "never parsed into tool_calls", details)
+        return verdict(name, "FAIL", f"no tool call (finish_reason={finish}); content: {pretty(content)}", details)
     for call in calls:
-        why = _valid_call(call, tools)
+        why = invalid_call_reason(call, tools)
         if why:
-            return _r(name, "FAIL", why, details)
+            return verdict(name, "FAIL", why, details)
     if expect and calls[0].name != expect:
-        return _r(name, "FAIL", f"called {calls[0].name!r}, not the named tool {expect!r}", details)
+        return verdict(name, "FAIL", f"called {calls[0].name!r}, not the named tool {expect!r}", details)
     if streamed and finish != "tool_calls":
-        return _r(name, "FAIL", f"the call arrived but finish_reason is {finish!r}, not 'tool_calls'", details)
+        return verdict(name, "FAIL", f"the call arrived but finish_reason is {finish!r}, not 'tool_calls'", details)
     first = calls[0]
-    return _r(name, "PASS", f"{first.name}({json.dumps(first.parsed_arguments())}) valid against its schema "
-                            f"(finish_reason={finish})", details)
+    return verdict(name, "PASS", f"{first.name}({json.dumps(first.parsed_arguments())}) valid against its schema "
+                                 f"(finish_reason={finish})", details)
 
 
 def check_tool_call_auto(ctx: Ctx) -> CheckResult:
     """tool_choice "auto" on a question the tool answers: a parsed call, no markup in content."""
-    if skip := _tool_skip(ctx, "tools"):
-        return _r("tool_call_auto", "SKIP", skip.reason)
-    body = _base(ctx, WEATHER_PROMPT, 200, temperature=0.3, tools=[WEATHER_TOOL], tool_choice="auto")
+    if skip := tool_skip(ctx, "tools"):
+        return verdict("tool_call_auto", "SKIP", skip.reason)
+    body = request_body(ctx, WEATHER_PROMPT, 200, temperature=0.3, tools=[WEATHER_TOOL], tool_choice="auto")
     r = ctx.client.chat(body, timeout=ctx.timeout(TIMEOUTS["tool_call_auto"]))
-    d = _chat_details(r)
+    d = chat_details(r)
     if not r.ok:
-        return _r("tool_call_auto", "FAIL", f"request failed: {r.error}", d)
+        return verdict("tool_call_auto", "FAIL", f"request failed: {r.error}", d)
     return _judge_calls("tool_call_auto", r.tool_calls, r.content, r.reasoning, r.finish_reason, [WEATHER_TOOL], d)
 
 
 def check_tool_call_in_reasoning(ctx: Ctx) -> CheckResult:
     """Streamed, thinking ON, tool_choice auto: the call is parsed even when the model thinks first."""
-    if skip := _tool_skip(ctx, "tools"):
-        return _r("tool_call_in_reasoning", "SKIP", skip.reason)
-    body = _base(ctx, WEATHER_PROMPT, 256, thinking="on", temperature=0.3, tools=[WEATHER_TOOL], tool_choice="auto")
+    if skip := tool_skip(ctx, "tools"):
+        return verdict("tool_call_in_reasoning", "SKIP", skip.reason)
+    body = request_body(ctx, WEATHER_PROMPT, 256, thinking="on", temperature=0.3, tools=[WEATHER_TOOL],
+                        tool_choice="auto")
     r = ctx.client.stream_chat(body, timeout=ctx.timeout(TIMEOUTS["tool_call_in_reasoning"]))
-    d = _stream_details(r)
+    d = stream_details(r)
     if not r.ok:
-        return _r("tool_call_in_reasoning", "FAIL", f"stream failed: {r.error}", d)
+        return verdict("tool_call_in_reasoning", "FAIL", f"stream failed: {r.error}", d)
     return _judge_calls("tool_call_in_reasoning", r.tool_calls, r.content, r.reasoning, r.finish_reason,
                         [WEATHER_TOOL], d, streamed=True)
 
 
 def check_parallel_tool_calls(ctx: Ctx) -> CheckResult:
     """Two cities, parallel_tool_calls true: two valid get_weather calls, one per city."""
-    if skip := _tool_skip(ctx, "tools", "parallel_tool_calls"):
-        return _r("parallel_tool_calls", "SKIP", skip.reason)
-    body = _base(ctx, PARALLEL_PROMPT, 200, tools=[WEATHER_TOOL], tool_choice="required", parallel_tool_calls=True)
+    if skip := tool_skip(ctx, "tools", "parallel_tool_calls"):
+        return verdict("parallel_tool_calls", "SKIP", skip.reason)
+    body = request_body(ctx, PARALLEL_PROMPT, 200, tools=[WEATHER_TOOL], tool_choice="required",
+                        parallel_tool_calls=True)
     r = ctx.client.chat(body, timeout=ctx.timeout(TIMEOUTS["parallel_tool_calls"]))
-    d = _chat_details(r)
-    d["tool_calls"] = _calls_detail(r.tool_calls)
+    d = chat_details(r)
+    d["tool_calls"] = calls_detail(r.tool_calls)
     if not r.ok:
-        return _r("parallel_tool_calls", "FAIL", f"request failed: {r.error}", d)
+        return verdict("parallel_tool_calls", "FAIL", f"request failed: {r.error}", d)
     leak = TOOL_MARKUP.search(r.content or "")
     if leak:
-        return _r("parallel_tool_calls", "FAIL", f"tool-call markup leaked into content ({leak.group(0)!r})", d)
+        return verdict("parallel_tool_calls", "FAIL", f"tool-call markup leaked into content ({leak.group(0)!r})", d)
     for call in r.tool_calls:
-        if why := _valid_call(call, [WEATHER_TOOL]):
-            return _r("parallel_tool_calls", "FAIL", why, d)
+        if why := invalid_call_reason(call, [WEATHER_TOOL]):
+            return verdict("parallel_tool_calls", "FAIL", why, d)
     cities = {str(c.parsed_arguments().get("city", "")).strip().lower() for c in r.tool_calls}
     if len(r.tool_calls) < 2:
-        return _r("parallel_tool_calls", "FAIL",
-                  f"{len(r.tool_calls)} tool call(s) for two cities (finish_reason={r.finish_reason})", d)
+        return verdict("parallel_tool_calls", "FAIL",
+                       f"{len(r.tool_calls)} tool call(s) for two cities (finish_reason={r.finish_reason})", d)
     if not {"paris", "tokyo"} <= cities:
-        return _r("parallel_tool_calls", "FAIL", f"{len(r.tool_calls)} calls, but for {sorted(cities)}, "
-                                                 "not Paris and Tokyo", d)
+        return verdict("parallel_tool_calls", "FAIL", f"{len(r.tool_calls)} calls, but for {sorted(cities)}, "
+                                                      "not Paris and Tokyo", d)
     ids = [c.id for c in r.tool_calls]
     if any(ids) and len(set(ids)) != len(ids):
-        return _r("parallel_tool_calls", "FAIL", f"parallel calls share an id ({ids})", d)
-    return _r("parallel_tool_calls", "PASS", f"{len(r.tool_calls)} valid calls: {sorted(cities)}", d)
+        return verdict("parallel_tool_calls", "FAIL", f"parallel calls share an id ({ids})", d)
+    return verdict("parallel_tool_calls", "PASS", f"{len(r.tool_calls)} valid calls: {sorted(cities)}", d)
 
 
 def check_tool_choice_named(ctx: Ctx) -> CheckResult:
     """tool_choice naming get_time, with get_weather also offered: get_time is what is called."""
-    if skip := _tool_skip(ctx, "tools"):
-        return _r("tool_choice_named", "SKIP", skip.reason)
-    body = _base(ctx, NAMED_PROMPT, 120, tools=[WEATHER_TOOL, TIME_TOOL],
-                 tool_choice={"type": "function", "function": {"name": "get_time"}})
+    if skip := tool_skip(ctx, "tools"):
+        return verdict("tool_choice_named", "SKIP", skip.reason)
+    body = request_body(ctx, NAMED_PROMPT, 120, tools=[WEATHER_TOOL, TIME_TOOL],
+                        tool_choice={"type": "function", "function": {"name": "get_time"}})
     r = ctx.client.chat(body, timeout=ctx.timeout(TIMEOUTS["tool_choice_named"]))
-    d = _chat_details(r)
+    d = chat_details(r)
     if not r.ok:
-        return _r("tool_choice_named", "FAIL", f"request failed: {r.error}", d)
+        return verdict("tool_choice_named", "FAIL", f"request failed: {r.error}", d)
     return _judge_calls("tool_choice_named", r.tool_calls, r.content, r.reasoning, r.finish_reason,
                         [WEATHER_TOOL, TIME_TOOL], d, expect="get_time")
 
 
 def check_tool_choice_none(ctx: Ctx) -> CheckResult:
     """tool_choice "none" with tools offered: a prose answer, no call, no call markup."""
-    if skip := _tool_skip(ctx, "tools"):
-        return _r("tool_choice_none", "SKIP", skip.reason)
-    body = _base(ctx, NONE_PROMPT, 80, tools=[WEATHER_TOOL], tool_choice="none")
+    if skip := tool_skip(ctx, "tools"):
+        return verdict("tool_choice_none", "SKIP", skip.reason)
+    body = request_body(ctx, NONE_PROMPT, 80, tools=[WEATHER_TOOL], tool_choice="none")
     r = ctx.client.chat(body, timeout=ctx.timeout(TIMEOUTS["tool_choice_none"]))
-    d = _chat_details(r)
-    d["tool_calls"] = _calls_detail(r.tool_calls)
+    d = chat_details(r)
+    d["tool_calls"] = calls_detail(r.tool_calls)
     if not r.ok:
-        return _r("tool_choice_none", "FAIL", f"request failed: {r.error}", d)
+        return verdict("tool_choice_none", "FAIL", f"request failed: {r.error}", d)
     if r.tool_calls:
-        return _r("tool_choice_none", "FAIL", f"tool_choice=none was not honoured: the answer calls "
-                                              f"{r.tool_calls[0].name!r}", d)
+        return verdict("tool_choice_none", "FAIL", f"tool_choice=none was not honoured: the answer calls "
+                                                   f"{r.tool_calls[0].name!r}", d)
     leak = TOOL_MARKUP.search(r.content)
     if leak:
-        return _r("tool_choice_none", "FAIL", f"tool_choice=none answered with tool-call markup in content "
-                                              f"({leak.group(0)!r} at char {leak.start()})", d)
+        return verdict("tool_choice_none", "FAIL", f"tool_choice=none answered with tool-call markup in content "
+                                                   f"({leak.group(0)!r} at char {leak.start()})", d)
     if not r.content.strip():
-        return _r("tool_choice_none", "FAIL", f"empty answer (finish_reason={r.finish_reason})", d)
-    return _r("tool_choice_none", "PASS", f"prose, no call: {pretty(r.content, 60)}", d)
+        return verdict("tool_choice_none", "FAIL", f"empty answer (finish_reason={r.finish_reason})", d)
+    return verdict("tool_choice_none", "PASS", f"prose, no call: {pretty(r.content, 60)}", d)
 
 
 def check_tool_round_trip(ctx: Ctx) -> CheckResult:
     """A tool result fed back (assistant tool_calls + tool message): the answer uses its figure."""
-    if skip := _tool_skip(ctx, "tools"):
-        return _r("tool_round_trip", "SKIP", skip.reason)
+    if skip := tool_skip(ctx, "tools"):
+        return verdict("tool_round_trip", "SKIP", skip.reason)
     call_id = "call_er_0001"
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": ROUND_TRIP_PROMPT},
@@ -180,22 +184,22 @@ def check_tool_round_trip(ctx: Ctx) -> CheckResult:
              "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]},
         {"role": "tool", "tool_call_id": call_id, "content": json.dumps(ROUND_TRIP_RESULT)},
     ]
-    body = _base(ctx, messages, 120, tools=[WEATHER_TOOL], tool_choice="auto")
+    body = request_body(ctx, messages, 120, tools=[WEATHER_TOOL], tool_choice="auto")
     r = ctx.client.chat(body, timeout=ctx.timeout(TIMEOUTS["tool_round_trip"]))
-    d = _chat_details(r)
-    d["tool_calls"] = _calls_detail(r.tool_calls)
+    d = chat_details(r)
+    d["tool_calls"] = calls_detail(r.tool_calls)
     if not r.ok:
-        return _r("tool_round_trip", "FAIL", f"request with the tool result failed: {r.error}", d)
+        return verdict("tool_round_trip", "FAIL", f"request with the tool result failed: {r.error}", d)
     text = r.content
     if "temperature_c" in text or "<tool_response>" in text:
-        return _r("tool_round_trip", "FAIL", f"the answer echoes the raw tool result instead of using it: "
-                                             f"{pretty(text, 60)}", d)
+        return verdict("tool_round_trip", "FAIL", f"the answer echoes the raw tool result instead of using it: "
+                                                  f"{pretty(text, 60)}", d)
     if "17" in text:
-        return _r("tool_round_trip", "PASS", f"the answer uses the tool's 17 °C: {pretty(text, 60)}", d)
+        return verdict("tool_round_trip", "PASS", f"the answer uses the tool's 17 °C: {pretty(text, 60)}", d)
     if r.tool_calls:
-        return _r("tool_round_trip", "FAIL", f"called {r.tool_calls[0].name!r} again instead of answering from the "
-                                             "tool result", d)
-    return _r("tool_round_trip", "FAIL", f"the answer does not use the tool result's 17 °C "
-                                         f"(finish_reason={r.finish_reason}): {pretty(text, 60)}", d)
+        return verdict("tool_round_trip", "FAIL",
+                       f"called {r.tool_calls[0].name!r} again instead of answering from the tool result", d)
+    return verdict("tool_round_trip", "FAIL", f"the answer does not use the tool result's 17 °C "
+                                              f"(finish_reason={r.finish_reason}): {pretty(text, 60)}", d)
 
 

@@ -129,7 +129,7 @@ def check_basic_answer(client: OpenAIClient, info: ServerInfo, timeout: float) -
         **_thinking_off(info),
     }
     r = client.chat(payload, timeout=timeout)
-    details = _chat_details(r)
+    details = chat_details(r)
     if not r.ok:
         return CheckResult("basic_answer", "FAIL", f"request failed: {r.error}", details=details)
     if "paris" in r.content.lower():
@@ -152,7 +152,7 @@ def check_streaming(client: OpenAIClient, info: ServerInfo, timeout: float,
         **_thinking_off(info),
     }
     r = client.stream_chat(payload, timeout=timeout)
-    details = _stream_details(r)
+    details = stream_details(r)
     if not r.ok:
         return CheckResult("streaming", "FAIL", f"stream failed: {r.error}", details=details)
     text_chunks = len(r.token_times)
@@ -174,7 +174,7 @@ def check_tool_call(client: OpenAIClient, info: ServerInfo, timeout: float) -> C
         return CheckResult("tool_call", "SKIP", skip)
     r = client.chat(_tool_payload(info), timeout=timeout)
     return _judge_tool_call("tool_call", r.ok, r.error, r.tool_calls, r.content, r.finish_reason,
-                            _chat_details(r))
+                            chat_details(r))
 
 
 def check_tool_call_streamed(client: OpenAIClient, info: ServerInfo, timeout: float) -> CheckResult:
@@ -184,7 +184,7 @@ def check_tool_call_streamed(client: OpenAIClient, info: ServerInfo, timeout: fl
         return CheckResult("tool_call_streamed", "SKIP", skip)
     r = client.stream_chat(_tool_payload(info), timeout=timeout)
     return _judge_tool_call("tool_call_streamed", r.ok, r.error, r.tool_calls, r.content, r.finish_reason,
-                            _stream_details(r))
+                            stream_details(r))
 
 
 def check_json_schema(client: OpenAIClient, info: ServerInfo, timeout: float) -> CheckResult:
@@ -202,7 +202,7 @@ def check_json_schema(client: OpenAIClient, info: ServerInfo, timeout: float) ->
         **_thinking_off(info),
     }
     r = client.chat(payload, timeout=timeout)
-    details = _chat_details(r)
+    details = chat_details(r)
     if not r.ok:
         return CheckResult("json_schema", "FAIL", f"request failed: {r.error}", details=details)
     try:
@@ -276,12 +276,12 @@ def _judge_tool_call(name: str, ok: bool, error: str | None, calls: list[ToolCal
                        f"valid against its schema (finish_reason={finish_reason})", details=details)
 
 
-def _chat_details(r: ChatResult) -> dict[str, Any]:
+def chat_details(r: ChatResult) -> dict[str, Any]:
     return {"status": r.status, "seconds": round(r.seconds, 4), "finish_reason": r.finish_reason,
             "usage": r.usage, "engine_timings": r.timings, "error": r.error}
 
 
-def _stream_details(r: StreamResult) -> dict[str, Any]:
+def stream_details(r: StreamResult) -> dict[str, Any]:
     spread = (r.token_times[-1] - r.token_times[0]) if len(r.token_times) > 1 else None
     return {
         "status": r.status, "seconds": round(r.seconds, 4),

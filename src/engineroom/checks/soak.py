@@ -61,7 +61,7 @@ from typing import Any
 
 from engineroom.checks.context import Ctx
 from engineroom.checks.smoke import CheckResult, Status
-from engineroom.checks.soakdriver import Plan, _Soak, judge_turn, make_plan
+from engineroom.checks.soakdriver import Plan, SoakRun, judge_turn, make_plan
 from engineroom.checks.soakprompts import EXPECT, SOAK_TOOLS, code_text, grep_text, pytest_text
 from engineroom.checks.soakrules import (
     BUDGETS,
@@ -100,7 +100,7 @@ def run_soak(ctx: Ctx, options: SoakOptions, *, memory: MemoryProbe | None = Non
     t0 = time.perf_counter()
     plan = make_plan(ctx, options)
     ctx.client.take()
-    soak = _Soak(ctx, plan, memory, on_turn)
+    soak = SoakRun(ctx, plan, memory, on_turn)
     soak.run()
     if not soak.stopped_by:
         soak.stopped_by = plan.bound

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engineroom.checks.context import Ctx
-from engineroom.checks.fullbase import TOOL_MARKUP, _repeated_run
+from engineroom.checks.fullbase import TOOL_MARKUP, repeated_run
 from engineroom.checks.soakprompts import (
     CONTINUOUS_CALLS,
     CONTINUOUS_STEPS,
@@ -22,10 +22,10 @@ from engineroom.checks.soakprompts import (
     FRESH_STEPS,
     FRESH_SYSTEM,
     SOAK_TOOLS,
-    _salt,
     code_text,
     grep_text,
     pytest_text,
+    random_salt,
 )
 from engineroom.checks.soakrules import (
     BUDGETS,
@@ -117,7 +117,7 @@ def make_plan(ctx: Ctx, options: SoakOptions) -> Plan:
 
 def _degenerate(text: str) -> str | None:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if line := _repeated_run(lines):
+    if line := repeated_run(lines):
         return f"the same line 5 times in a row: {line[:40]!r}"
     words = re.findall(r"\w+", text.lower())[:200]
     if len(words) >= 50 and len(set(words)) / len(words) < 0.30:
@@ -188,7 +188,7 @@ def _close_calls(s: _Session, answer: dict[str, Any]) -> None:
         s.messages.append({"role": "tool", "tool_call_id": call["id"], "content": "(no output)"})
 
 
-class _Soak:
+class SoakRun:
     def __init__(self, ctx: Ctx, plan: Plan, memory: MemoryProbe | None,
                  on_turn: Callable[[dict[str, Any]], None] | None):
         self.ctx, self.plan, self.memory, self.on_turn = ctx, plan, memory, on_turn
@@ -277,7 +277,7 @@ class _Soak:
 
     def session(self, index: int) -> str:
         """Run one session; '' when it ran to its end (or was cut by a bound), else why it stopped."""
-        s = _Session(index, _salt(), rng=random.Random(index))
+        s = _Session(index, random_salt(), rng=random.Random(index))
         system = FRESH_SYSTEM if self.plan.mode == "fresh" else CONTINUOUS_SYSTEM
         s.messages.append({"role": "system", "content": f"{system}\nSession {s.salt}."})
         steps = FRESH_STEPS if self.plan.mode == "fresh" else CONTINUOUS_STEPS

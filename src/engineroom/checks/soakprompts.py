@@ -46,7 +46,7 @@ FRESH_CALL = ("grep", {"pattern": "def main", "path": "."})
 ENTRY_POINT = "src/app/cli/main.py"
 
 
-def _salt() -> str:
+def random_salt() -> str:
     return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(32))
 
 

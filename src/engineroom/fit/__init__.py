@@ -47,16 +47,14 @@ from .kv import (
     pool_kv_grow_per_card,
     recurrent_state_bytes,
 )
-from .llama_cache import (  # noqa: F401 - _masks and the names outside __all__: tests import them from here
-    _masks,
+from .llama_cache import (
     kv_rotation_bytes,
     llama_kv_bytes,
     llama_kv_cells,
     llama_kv_stream_cells,
     llama_n_ctx,
 )
-from .llama_compute import (  # noqa: F401 - _ffn_width and the names outside __all__: tests import them from here
-    _ffn_width,
+from .llama_compute import (
     llama_cpu_compute,
     llama_cpu_compute_sim,
     llama_cuda_compute,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..arch import ModelArch
 from ..hardware import Rig
-from .llama_cache import _pad
+from .llama_cache import round_up
 from .request import FitRequest
 
 if TYPE_CHECKING:
@@ -154,5 +154,5 @@ def cpu_mapped_bytes(arch: ModelArch, repacked: set[str], alignment: int = 32) -
         if name not in repacked:
             first = off if first is None else first
             last = off + b
-        off = _pad(off + b, alignment)
+        off = round_up(off + b, alignment)
     return 0 if first is None else last - first

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..arch import LayerKind, ModelArch
-from .llama_cache import _pad, _ubatch, kv_rotation_bytes, llama_kv_stream_cells
+from .llama_cache import effective_ubatch, kv_rotation_bytes, llama_kv_stream_cells, round_up
 from .request import FitRequest
 
 # ---- CPU compute buffer by replaying llama.cpp's graph allocator ---------------------------
@@ -44,7 +44,7 @@ class _DynAlloc:
         self.max = 0
 
     def alloc(self, size: int) -> int:
-        size = _pad(size, _ALIGN)
+        size = round_up(size, _ALIGN)
         best, best_size = -1, None
         for i, (_, bs) in enumerate(self.blocks[:-1]):
             if bs >= size and (best_size is None or bs <= best_size):
@@ -60,7 +60,7 @@ class _DynAlloc:
         return off
 
     def free(self, off: int, size: int) -> None:
-        size = _pad(size, _ALIGN)
+        size = round_up(size, _ALIGN)
         for i, b in enumerate(self.blocks):
             if b[0] + b[1] == off:
                 b[1] += size
@@ -78,7 +78,7 @@ class _DynAlloc:
         self.blocks.sort()
 
 
-def _gallocr_peak(inputs: list[_T], nodes: list[_T]) -> int:
+def gallocr_peak(inputs: list[_T], nodes: list[_T]) -> int:
     """The compute buffer ggml_gallocr reserves for this graph (bytes)."""
     for n in nodes:
         if n.view_src is not None:
@@ -124,13 +124,13 @@ def _gallocr_peak(inputs: list[_T], nodes: list[_T]) -> int:
     return a.max
 
 
-def _dense_graph(arch: ModelArch, req: FitRequest) -> tuple[list[_T], list[_T]] | None:
+def dense_graph(arch: ModelArch, req: FitRequest) -> tuple[list[_T], list[_T]] | None:
     """The llama / qwen3 decoder graph of the worst-case ubatch as llama.cpp builds it on the CPU
     (flash attention, f16 cache; node order and sizes as ggml-alloc sees them): for a model whose
     every block is that plain block (``ModelArch.standard_block``), with Q/K norms when it has them."""
     if not arch.standard_block or arch.moe or arch.mla or any(k != LayerKind.FULL for k in arch.layer_kinds):
         return None
-    ub = _ubatch(req)
+    ub = effective_ubatch(req)
     e, q, kv = arch.hidden_size, arch.n_heads * arch.head_dim, arch.n_kv_heads * arch.head_dim
     n_out = ub if req.graph_outputs == "ubatch" else min(ub, req.parallel)
     n_kv, n_stream = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.parallel, ub, req.kv_unified)

@@ -105,7 +105,7 @@ def pool_kv_grow_per_card(arch: ModelArch, req: FitRequest, *, catalog: Catalog 
                                      f"{per_tok:.0f} B/token/card x ({req.ctx} + 32 x {n_mtp}) x {req.parallel}")
 
 
-def _pool_bytes_per_token(arch: ModelArch, req: FitRequest, catalog: Catalog | None) -> int:
+def pool_bytes_per_token(arch: ModelArch, req: FitRequest, catalog: Catalog | None) -> int:
     """KV bytes one cached token costs over every growing KV layer (per card)."""
     one, _ = pool_kv_grow_per_card(arch, replace(req, ctx=1, parallel=1, spec_method=None, spec_tokens=0),
                                    catalog=catalog)

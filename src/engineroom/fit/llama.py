@@ -25,10 +25,10 @@ from .cpu_buffers import (
 )
 from .engine import engine_spec
 from .kv import recurrent_state_bytes
-from .llama_cache import _masks, _pad, _slots_text, _ubatch, llama_kv_bytes, llama_kv_shares
+from .llama_cache import effective_ubatch, kq_mask_bytes, llama_kv_bytes, llama_kv_shares, round_up, slots_text
 from .llama_compute import (
-    _CUDA_RUNTIME,
-    _cpu_compute_note,
+    CUDA_RUNTIME,
+    cpu_compute_note,
     llama_cpu_compute,
     llama_cpu_compute_sim,
     llama_cuda_compute,
@@ -49,8 +49,8 @@ def _llama_layer_split(split: WeightSplit, caps: list[int]) -> list[range]:
     return ranges
 
 
-def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
-               catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str]]:
+def fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
+              catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str]]:
     notes: list[str] = []
     outputs = engine_spec(req.engine, catalog).graph_outputs
     if req.graph_outputs != outputs:
@@ -83,12 +83,12 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
 
             tied = " (the tied output head: token_embd again)" if TIED_OUTPUT in moved else ""
             if rep_names:
-                rep = sum(_pad(tensor_nbytes(arch, n), 32) for n in rep_names)
+                rep = sum(round_up(tensor_nbytes(arch, n), 32) for n in rep_names)
                 types = "/".join(sorted({kind(n) for n in rep_names}))
                 comps.append(Component("weights_repack", rep, f"CPU_REPACK: {len(rep_names)} {types} matrices, "
                                                               f"their bytes padded to 32 B, beside the mapping{tied}"))
             if amx_names:
-                amx = sum(_pad(amx_alloc_bytes(kind(n), arch.tensor_shapes.get(
+                amx = sum(round_up(amx_alloc_bytes(kind(n), arch.tensor_shapes.get(
                     "token_embd.weight" if n == TIED_OUTPUT else n, ()), tensor_nbytes(arch, n)), 32)
                           for n in amx_names)
                 types = "/".join(sorted({kind(n) for n in amx_names}))
@@ -115,9 +115,9 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
         if r + s:
             comps.append(Component("recurrent_state", r + s, _rs_note(arch, req, r, s)))
         sim = llama_cpu_compute_sim(arch, req)    # the allocator replay, run once for the bytes and the note
-        comps.append(Component("compute", llama_cpu_compute(arch, req, sim), _cpu_compute_note(arch, req, sim)))
+        comps.append(Component("compute", llama_cpu_compute(arch, req, sim), cpu_compute_note(arch, req, sim)))
         comps.append(Component("output", output_buf, f"logits buffer: vocab {arch.vocab_size} x 4 B x "
-                                                     f"n_seq_max {req.parallel} ({_slots_text(req)})"))
+                                                     f"n_seq_max {req.parallel} ({slots_text(req)})"))
         if req.draft_bytes:
             comps.append(Component("draft", req.draft_bytes, "draft model"))
         if req.vision:
@@ -141,9 +141,9 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
     gpu_head = split.head + (split.embedding if tied_head else 0)
     recurrent = arch.recurrent_layers if r + s else ()
     rs_note = _rs_note(arch, req, r, s) if r + s else ""
-    ub = _ubatch(req)
-    compute_note = (f"CUDA compute buffer, ub {ub}, masks over {_masks(arch, req, ub) // (2 * ub)} cells "
-                    f"({_slots_text(req)})")
+    ub = effective_ubatch(req)
+    compute_note = (f"CUDA compute buffer, ub {ub}, masks over {kq_mask_bytes(arch, req, ub) // (2 * ub)} cells "
+                    f"({slots_text(req)})")
     # each GPU's layers' KV (the last range: the whole trunk, to tell MTP layers' KV from it)
     kv_shares = llama_kv_shares(arch, req, [range(rg.start, min(rg.stop, n_trunk)) for rg in ranges]
                                 + [range(n_trunk)], catalog=catalog)
@@ -163,7 +163,7 @@ def _fit_llama(arch: ModelArch, req: FitRequest, rig: Rig,
             comps.append(Component("recurrent_state", share, f"{here} of {n_rec} recurrent layers' share of: "
                                                              + rs_note))
         comps.append(Component("compute", gpu_c, compute_note))
-        comps.append(Component("cuda_runtime", _CUDA_RUNTIME,
+        comps.append(Component("cuda_runtime", CUDA_RUNTIME,
                                "CUDA context + cuBLAS workspace (measured on an H200: ~600 MiB beyond the buffers)"))
         if gi == 0 and req.draft_bytes:
             comps.append(Component("draft", req.draft_bytes, "draft model"))
@@ -187,7 +187,7 @@ def _rs_note(arch: ModelArch, req: FitRequest, r: int, s: int) -> str:
         m = arch.mamba
         parts.append(f"{n_m} Mamba layers x [conv ({m.d_conv}-1) x {m.d_inner + 2 * m.n_groups * m.d_state} x 4 B + "
                      f"state {m.d_state} x {m.d_inner} x {m.state_bytes_per_elem} B]")
-    return (" + ".join(parts) + f" x {req.parallel} seq(s) (one cell per slot, {_slots_text(req)}) = "
+    return (" + ".join(parts) + f" x {req.parallel} seq(s) (one cell per slot, {slots_text(req)}) = "
             f"R {mib(r)} + S {mib(s)}")
 
 

@@ -13,7 +13,7 @@ from .kv import kv_elems_per_token_layer, kv_layer_bytes
 from .request import FitRequest
 
 
-def _pad(x: int, to: int) -> int:
+def round_up(x: int, to: int) -> int:
     return ((x + to - 1) // to) * to
 
 
@@ -22,10 +22,10 @@ def llama_n_ctx(ctx: int, parallel: int, unified: bool) -> tuple[int, int, int]:
     -np parallel`` (src/llama-context.cpp: n_ctx = GGML_PAD(n_ctx, 256); unified: n_ctx_seq =
     n_ctx, one stream; else n_ctx_seq = GGML_PAD(n_ctx / n_seq_max, 256), one stream per
     sequence, n_ctx = n_ctx_seq x n_seq_max)."""
-    n_ctx = _pad(ctx * parallel, 256)
+    n_ctx = round_up(ctx * parallel, 256)
     if unified:
         return n_ctx, n_ctx, 1
-    seq = _pad(n_ctx // parallel, 256)
+    seq = round_up(n_ctx // parallel, 256)
     return seq * parallel, seq, parallel
 
 
@@ -38,7 +38,7 @@ def llama_kv_stream_cells(arch: ModelArch, kind: LayerKind, ctx: int, parallel: 
     cells per stream, or size_base with --swa-full."""
     _, size_base, n_stream = llama_n_ctx(ctx, parallel, unified)
     if kind == LayerKind.SLIDING and arch.sliding_window and not swa_full:
-        size = _pad(min(size_base, arch.sliding_window * (parallel if unified else 1) + ubatch), 256)
+        size = round_up(min(size_base, arch.sliding_window * (parallel if unified else 1) + ubatch), 256)
         return size, n_stream
     return size_base, n_stream
 
@@ -50,7 +50,7 @@ def llama_kv_cells(arch: ModelArch, kind: LayerKind, ctx: int, parallel: int, ub
     return cells * streams
 
 
-def _slots_text(req: FitRequest) -> str:
+def slots_text(req: FitRequest) -> str:
     return f"{req.parallel} slot(s), {'unified KV (1 stream)' if req.kv_unified else f'{req.parallel} KV stream(s)'}"
 
 
@@ -58,7 +58,7 @@ def _kv_cells(arch: ModelArch, req: FitRequest, catalog: Catalog | None
               ) -> tuple[float, int, int, int, Callable[[LayerKind], int]]:
     """(bytes per element, ubatch, cells per stream, streams, cells of a layer of a kind over every stream)."""
     bk = kv_bytes_per_elem(req.engine, req.kv_dtype, catalog)
-    ub = _ubatch(req)
+    ub = effective_ubatch(req)
     _, base, streams = llama_n_ctx(req.ctx, req.parallel, req.kv_unified)
 
     def cells_of(kind: LayerKind) -> int:   # over every stream; streams are the same for all kinds
@@ -85,7 +85,7 @@ def llama_kv_bytes(arch: ModelArch, req: FitRequest, layers: range | None = None
         groups[key] = groups.get(key, 0) + arch.mtp_layers
     parts = [f"{n} {kind} layer(s) x {cells} cells x {streams} stream(s) x {el} elem x {bk:g} B"
              for (kind, cells, el), n in groups.items()]
-    note = " + ".join(parts) + f" ({req.kv_dtype}; {_slots_text(req)}"
+    note = " + ".join(parts) + f" ({req.kv_dtype}; {slots_text(req)}"
     if arch.count(LayerKind.SLIDING) and arch.sliding_window:
         note += (f"; SWA cap: pad256(min(n_ctx_seq, window {arch.sliding_window}"
                  + (f" x {req.parallel} parallel" if req.kv_unified else "") + f" + ubatch {ub})) per sliding layer"
@@ -112,12 +112,12 @@ def llama_kv_shares(arch: ModelArch, req: FitRequest, shares: Sequence[range], *
     return out
 
 
-def _ubatch(req: FitRequest) -> int:
+def effective_ubatch(req: FitRequest) -> int:
     """Effective -ub: llama.cpp caps n_batch at n_ctx (total) and n_ubatch at n_batch."""
     return max(1, min(req.ubatch, req.batch, llama_n_ctx(req.ctx, req.parallel, req.kv_unified)[0]))
 
 
-def _masks(arch: ModelArch, req: FitRequest, ub: int, bytes_per: int = 2) -> int:
+def kq_mask_bytes(arch: ModelArch, req: FitRequest, ub: int, bytes_per: int = 2) -> int:
     """KQ masks: [n_kv, n_tokens / n_stream, 1, n_stream] (llama-graph.cpp build_attn_inp_kv),
     i.e. one stream's cells x ubatch tokens; unified KV: the one stream spans every slot's cells."""
     n_kv, _ = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.parallel, ub, req.kv_unified)

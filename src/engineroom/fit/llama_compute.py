@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from ..arch import LayerKind, ModelArch
 from ..units import mib
-from .cpu_graph import _dense_graph, _gallocr_peak
+from .cpu_graph import dense_graph, gallocr_peak
 from .kv import kv_elems_per_token_layer
-from .llama_cache import _masks, _slots_text, _ubatch, kv_rotation_bytes, llama_kv_stream_cells
+from .llama_cache import effective_ubatch, kq_mask_bytes, kv_rotation_bytes, llama_kv_stream_cells, slots_text
 from .request import FitRequest, MiB
 
 # Compute-buffer model for llama.cpp CUDA (worst-case ubatch graph at a full KV cache, flash
@@ -36,7 +36,7 @@ _CUDA_ATTN = (3.0, 2.0)      # (x q, x n_embd) beside the f16 K/V copies
 _CUDA_HOST_EMBD = 4.0
 # CUDA context + cuBLAS workspace beyond llama.cpp's buffers: 597-604 MiB by nvidia-smi in 32 H200 runs
 # (benchmarks/cuda_fit_and_speed.md)
-_CUDA_RUNTIME = 600 * MiB
+CUDA_RUNTIME = 600 * MiB
 # What a CUDA launch must leave free beyond every buffer fit counts: kernel code loads lazily, at
 # each kernel's first launch. On the H200 a MoE pick planned at 0 MiB spare aborted at its first
 # graph (`cudaFuncGetAttributes`: out of memory) while picks leaving 0.5-1.2 GiB ran
@@ -45,7 +45,7 @@ _CUDA_RUNTIME = 600 * MiB
 CUDA_LAUNCH_RESERVE = 1024 * MiB
 
 
-def _ffn_width(arch: ModelArch) -> int:
+def ffn_width(arch: ModelArch) -> int:
     if arch.moe:
         m = arch.moe
         return m.expert_intermediate_size * m.n_experts_active + m.shared_width
@@ -54,10 +54,10 @@ def _ffn_width(arch: ModelArch) -> int:
 
 def llama_cuda_compute(arch: ModelArch, req: FitRequest) -> tuple[int, int]:
     """(CUDA compute buffer, CUDA_Host compute buffer) bytes for one GPU holding every layer."""
-    ub = _ubatch(req)
+    ub = effective_ubatch(req)
     e = arch.hidden_size
     n_kv, n_stream = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.parallel, ub, req.kv_unified)
-    ff = _ffn_width(arch)
+    ff = ffn_width(arch)
     if arch.mla is not None or not req.flash_attn:
         # no flash attention (MLA always runs without it on CUDA in this build; others with `-fa off`):
         # f32 KQ (n_head) + f32 mask + f16 mask copy per cell and token. Measured with `-fa off` on the
@@ -67,7 +67,7 @@ def llama_cuda_compute(arch: ModelArch, req: FitRequest) -> tuple[int, int]:
         gpu = n_kv * ub * (4 * arch.n_heads + 4 + 1) + ub * 4 * (_CUDA_FFN[0] * ff + _CUDA_FFN[1] * e)
         host: float = 4 * n_kv * ub + int(ub * 4 * _CUDA_HOST_EMBD * e)
         return int(gpu), int(host)
-    masks = _masks(arch, req, ub)
+    masks = kq_mask_bytes(arch, req, ub)
     kf, ke = _CUDA_FFN_MOE if arch.moe else _CUDA_FFN
     ffn = masks + ub * 4 * (kf * ff + ke * e)
     if arch.moe is not None and arch.moe.n_experts_active * e > 2 * ff:
@@ -129,19 +129,19 @@ def llama_cpu_compute_sim(arch: ModelArch, req: FitRequest) -> int | None:
     None for other graphs, which keep the calibrated block formula below)."""
     if req.kv_dtype.lower() == "f32" or not req.flash_attn:
         return None
-    g = _dense_graph(arch, req)
+    g = dense_graph(arch, req)
     if g is None:
         return None
-    return _gallocr_peak(*g)
+    return gallocr_peak(*g)
 
 
 def _cpu_compute_terms(arch: ModelArch, req: FitRequest) -> tuple[int, int, float, str]:
     """(mask bytes, ubatch, activation units per token (x 4 B), which branch) of the CPU compute buffer."""
-    ub = _ubatch(req)
+    ub = effective_ubatch(req)
     e = arch.hidden_size
     # f16 KQ masks over one KV stream (unified: the one stream spans every slot's cells)
-    mask = _masks(arch, req, ub)
-    ff = _ffn_width(arch)
+    mask = kq_mask_bytes(arch, req, ub)
+    ff = ffn_width(arch)
     k = _CPU_K
     if ff > e:
         units, how = 3 * ff + k * e, f"3 x ff {ff} + {k:g} x n_embd {e}"
@@ -179,13 +179,13 @@ def llama_cpu_compute(arch: ModelArch, req: FitRequest, sim: int | None = None) 
     return int(peak + _CPU_CONST) + kv_rotation_bytes(arch, req)
 
 
-def _cpu_compute_note(arch: ModelArch, req: FitRequest, sim: int | None = None) -> str:
+def cpu_compute_note(arch: ModelArch, req: FitRequest, sim: int | None = None) -> str:
     sim = sim if sim is not None else llama_cpu_compute_sim(arch, req)
     if sim is not None:
-        ub = _ubatch(req)
+        ub = effective_ubatch(req)
         n_kv, _ = llama_kv_stream_cells(arch, LayerKind.FULL, req.ctx, req.parallel, ub, req.kv_unified)
         return (f"CPU compute {mib(sim)}: ggml-alloc replayed over the {arch.architecture} graph of a "
-                f"{ub}-token ubatch (inputs incl. the f16 KQ mask of {n_kv} cells x {ub}; {_slots_text(req)}; "
+                f"{ub}-token ubatch (inputs incl. the f16 KQ mask of {n_kv} cells x {ub}; {slots_text(req)}; "
                 f"{ub if req.graph_outputs == 'ubatch' else req.parallel} output row(s))")
     mask, ub, units, how = _cpu_compute_terms(arch, req)
     rot = kv_rotation_bytes(arch, req)
@@ -194,5 +194,5 @@ def _cpu_compute_note(arch: ModelArch, req: FitRequest, sim: int | None = None) 
         swa, _ = llama_kv_stream_cells(arch, LayerKind.SLIDING, req.ctx, req.parallel, ub, req.kv_unified, req.swa_full)
         cells = f"({mask // (2 * ub) - swa} full + {swa} SWA)"
     return (f"CPU compute: f16 KQ masks {mib(mask)} (2 B x {cells} cells of one stream x ub {ub}; "
-            f"{_slots_text(req)}) + ub {ub} x 4 B x ({how}) + {mib(_CPU_CONST)} inputs"
+            f"{slots_text(req)}) + ub {ub} x 4 B x ({how}) + {mib(_CPU_CONST)} inputs"
             + (f" + {mib(rot)} KV rotation" if rot else ""))

@@ -15,7 +15,7 @@ from ..hardware import GpuSpec, Rig
 from .engine import engine_spec, kv_bytes_per_elem
 from .kv import pool_kv_grow_per_card, recurrent_state_bytes
 from .request import GB, Component, FitRequest, GpuFit
-from .space import _fit_space
+from .space import fit_space
 from .weights import WeightSplit, weight_split
 
 
@@ -35,8 +35,8 @@ def _tp_divides(arch: ModelArch, tp: int) -> bool:
     return True
 
 
-def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
-              catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str], dict]:
+def fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
+             catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str], dict]:
     eng = engine_spec(req.engine, catalog)
     tp = max(1, req.tp)
     if not _tp_divides(arch, tp):
@@ -74,8 +74,8 @@ def _fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
         return _fit_stages(arch, req, rig, frac, split, act + scratch, coef, b, scratch, overhead, kv_need, kv_note,
                            r + s, draft)
     if ks is not None:
-        return _fit_space(arch, req, rig, eng, ks, frac, w, split.source, act + scratch, coef, kv_need, kv_note,
-                          kv_fixed, draft, catalog)
+        return fit_space(arch, req, rig, eng, ks, frac, w, split.source, act + scratch, coef, kv_need, kv_note,
+                         kv_fixed, draft, catalog)
     if eng.pool_profile is not None and gpus:
         return _fit_profiled(arch, req, eng.pool_profile, gpus, frac, split, kv_need, kv_note, kv_fixed, draft, eng.id,
                              (act, f"{coef:g} x 48 x ctx / TP"), (overhead, f"(0.5 + {frac} + 0.3 x (TP-1)) GB"))

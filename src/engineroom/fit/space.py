@@ -9,13 +9,13 @@ from ..catalog import Catalog, Engine
 from ..catalog.schema import KvCacheSpace
 from ..hardware import Rig
 from ..units import gib  # memory in GiB, the one convention (units.py)
-from .kv import _pool_bytes_per_token
+from .kv import pool_bytes_per_token
 from .request import Component, FitRequest, GpuFit, Verdict
 
 
-def _fit_space(arch: ModelArch, req: FitRequest, rig: Rig, eng: Engine, ks: KvCacheSpace, frac: float, w: int,
-               w_src: str, act: int, coef: float, kv_need: int, kv_note: str, kv_fixed: int,
-               draft: int, catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str], dict]:
+def fit_space(arch: ModelArch, req: FitRequest, rig: Rig, eng: Engine, ks: KvCacheSpace, frac: float, w: int,
+              w_src: str, act: int, coef: float, kv_need: int, kv_note: str, kv_fixed: int,
+              draft: int, catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str], dict]:
     """A kv_pool build with a fixed KV space (catalog ``kv_cache_space``; vLLM's CPU build):
     RAM holds weights + the runtime + activations, and a KV pool of exactly the space (the
     user's ``req.kv_space_bytes``, else the build's ``default_gib``); the pool holds whole
@@ -40,7 +40,7 @@ def _fit_space(arch: ModelArch, req: FitRequest, rig: Rig, eng: Engine, ks: KvCa
         space = int(frac * cap) - fixed_bytes
         how = (f"{ks.env} unset: {frac} x RAM - weights - runtime - activations = {gib(max(space, 0), 2)}")
     block = ks.block_size
-    per_tok = _pool_bytes_per_token(arch, req, catalog)
+    per_tok = pool_bytes_per_token(arch, req, catalog)
     block_bytes = block * per_tok
     kv_room = max(space - kv_fixed, 0)
     cap_blocks = kv_room // block_bytes
@@ -69,8 +69,8 @@ def _fit_space(arch: ModelArch, req: FitRequest, rig: Rig, eng: Engine, ks: KvCa
     return [GpuFit(0, cap, tuple(comps))], [], notes, info
 
 
-def _space_verdict(info: dict, req: FitRequest) -> tuple[Verdict, str]:
-    """Verdict and binding sentence of a fixed-space pool (``_fit_space``)."""
+def space_verdict(info: dict, req: FitRequest) -> tuple[Verdict, str]:
+    """Verdict and binding sentence of a fixed-space pool (``fit_space``)."""
     sp = info["space"]
     env, unit, block, per_tok = sp["env"], sp["unit"], sp["block"], sp["per_tok"]
     need_bytes_ = sp["need_blocks"] * block * per_tok + sp["state"]

@@ -9,11 +9,11 @@ from ..hardware import Rig
 from ..units import gib, mib  # memory in GiB, the one convention (units.py)
 from .engine import engine_spec, kv_dtype_spec
 from .kv import kv_refusal
-from .llama import _fit_llama
+from .llama import fit_llama
 from .llama_compute import CUDA_LAUNCH_RESERVE
-from .pool import _fit_pool
+from .pool import fit_pool
 from .request import Fit, FitRequest, Verdict
-from .space import _space_verdict
+from .space import space_verdict
 
 
 def _and(names: list[str]) -> str:
@@ -89,7 +89,7 @@ def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None =
             others = f" {_and(staged)} run pipeline stages." if staged else ""
             raise BadInput(f"{eng.id} does not run pipeline-parallel stages (pp={req.pp}); it splits layers across "
                            f"the GPUs of one machine instead ({how}).{others}")
-        gpus, host, notes = _fit_llama(arch, req, rig, catalog)
+        gpus, host, notes = fit_llama(arch, req, rig, catalog)
         if req.rope_scaling and arch.max_position and req.ctx > arch.max_position:
             notes.append(f"ctx {req.ctx:,} is beyond the model's {arch.max_position:,} positions: RoPE scaling "
                          f"{req.rope_scaling} assumed")
@@ -123,9 +123,9 @@ def fit(arch: ModelArch, req: FitRequest, rig: Rig, *, catalog: Catalog | None =
             if frac < 0.05:
                 verdict = Verdict.TIGHT
         return Fit(req, rig.label, tuple(gpus), tuple(host), verdict, binding, notes=tuple(notes))
-    gpus, host, notes, info = _fit_pool(arch, req, rig, catalog)
+    gpus, host, notes, info = fit_pool(arch, req, rig, catalog)
     if "space" in info:                       # a fixed KV space (catalog kv_cache_space)
-        verdict, binding = _space_verdict(info, req)
+        verdict, binding = space_verdict(info, req)
         return Fit(req, rig.label, tuple(gpus), tuple(host), verdict, binding, notes=tuple(notes))
     if "refused" in info:                     # the engine would not start on this machine's free memory
         return Fit(req, rig.label, tuple(gpus), tuple(host), Verdict.DOES_NOT_FIT, info.pop("refused"),

@@ -39,7 +39,7 @@ def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, 
     refuse; or measure anyway and be judged on the contention seen)."""
     from ..bench import BenchPlan, default_workloads
     from ..report import render_card
-    from .runs import HostGuard, _closing_run, bench, verify
+    from .runs import HostGuard, bench, closing_run, verify
     from .stages import STAGES_KEY, StageLog, open_run, served
 
     log = StageLog(say)
@@ -51,7 +51,7 @@ def demo(store: Store, *, model: str = "smollm2-135m", port: int | None = None, 
                       tools_template=tools_template and ref.tool_template is not None, extra_args=tuple(extra_args))
     with served(ref, args, log, keep=keep, on_wait=on_wait, on_spawn=on_spawn) as s:
         run_id = open_run(store, "demo", s, plan, label=f"engineroom demo: {model}")
-        with _closing_run(store, run_id):
+        with closing_run(store, run_id):
             with log.stage("verify"):
                 checked = verify(s.info, store, run_id=run_id, on_result=on_result, api_key=s.key)
             with log.stage("bench"):

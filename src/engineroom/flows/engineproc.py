@@ -1,10 +1,10 @@
 """The engine's process and its memory, for a run.
 
-Which pid a run reads: the managed server's (``_managed_pid``), or, for a ``--url`` server on
+Which pid a run reads: the managed server's (``managed_pid``), or, for a ``--url`` server on
 this machine (a loopback URL), the process listening on the URL's port (``listening_engine``,
 through psutil; where the OS will not say, the run goes on without it and says why). How the soak
-reads memory each turn (``_soak_memory``: NVML, the process tree's USS, the engine's /metrics),
-and the ``resources`` record a run's sampler leaves (``_recording``, ``_sampling``).
+reads memory each turn (``soak_memory``: NVML, the process tree's USS, the engine's /metrics),
+and the ``resources`` record a run's sampler leaves (``recording_resources``, ``sampling_resources``).
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ def _reported_memory(url: str, api_key: str | None) -> dict | None:
     return {"bytes": int(total), "series": series} if series else None
 
 
-def _soak_memory(info: ServerInfo, pid: int | None, api_key: str | None,
-                 engine: EnginePid | None = None) -> tuple[MemoryProbe | None, str, ResourceSampler]:
+def soak_memory(info: ServerInfo, pid: int | None, api_key: str | None,
+                engine: EnginePid | None = None) -> tuple[MemoryProbe | None, str, ResourceSampler]:
     """How the soak reads memory each turn, and a background sampler (peaks within a turn, the
     ``resources`` record): NVML when the server runs on this machine and it has GPUs, else the
     engine's process-tree USS (``pid``: the managed engine's, or the listener ``engine`` names),
@@ -209,7 +209,7 @@ def _soak_memory(info: ServerInfo, pid: int | None, api_key: str | None,
 RESOURCES_KIND = "resources"      # the record kind of a run's resource samples (resources.ResourceSampler)
 
 
-def _managed_pid(info: ServerInfo) -> int | None:
+def managed_pid(info: ServerInfo) -> int | None:
     """The managed server's pid when ``info`` is that server and it is still running, else None
     (a ``--url`` server: this machine cannot see its processes)."""
     state = launch.read_state()
@@ -219,8 +219,8 @@ def _managed_pid(info: ServerInfo) -> int | None:
 
 
 @contextlib.contextmanager
-def _recording(sampler: ResourceSampler, pid: int | None, store: Store, run_id: int,
-               engine: EnginePid | None = None) -> Iterator[None]:
+def recording_resources(sampler: ResourceSampler, pid: int | None, store: Store, run_id: int,
+                        engine: EnginePid | None = None) -> Iterator[None]:
     """Run ``sampler`` while the block runs; its raw series is stored as one ``resources`` record,
     also when the run is interrupted."""
     engine = engine or EnginePid(pid)
@@ -235,21 +235,21 @@ def _recording(sampler: ResourceSampler, pid: int | None, store: Store, run_id: 
         store.add_record(run_id, RESOURCES_KIND, payload)
 
 
-def _engine_of(info: ServerInfo) -> EnginePid:
+def engine_process(info: ServerInfo) -> EnginePid:
     """The managed engine's pid, else the process listening on a loopback URL's port."""
-    pid = _managed_pid(info)
+    pid = managed_pid(info)
     return EnginePid(pid) if pid is not None else listening_engine(info.url)
 
 
-def _sampling(info: ServerInfo, store: Store, run_id: int,
-              engine: EnginePid | None = None) -> contextlib.AbstractContextManager[None]:
+def sampling_resources(info: ServerInfo, store: Store, run_id: int,
+                       engine: EnginePid | None = None) -> contextlib.AbstractContextManager[None]:
     """Sample GPU memory (NVML), the engine's process tree (USS, RSS and CPU: the managed server's,
     or the one listening on a loopback URL's port), the host and its cores' contention while the
     block runs, into the run's ``resources`` record."""
     from ..resources import ResourceSampler
 
-    engine = engine or _engine_of(info)
-    return _recording(ResourceSampler(engine.pid), engine.pid, store, run_id, engine)
+    engine = engine or engine_process(info)
+    return recording_resources(ResourceSampler(engine.pid), engine.pid, store, run_id, engine)
 
 
 def quiet_host(engine: EnginePid, *, wait_s: float, busy_ok: bool,

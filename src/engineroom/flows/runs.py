@@ -25,13 +25,13 @@ from .demo import DemoOutcome, demo
 from .engineproc import (
     RESOURCES_KIND,
     EnginePid,
-    _engine_of,
-    _managed_pid,
-    _recording,
-    _sampling,
-    _soak_memory,
+    engine_process,
     listening_engine,
+    managed_pid,
     quiet_host,
+    recording_resources,
+    sampling_resources,
+    soak_memory,
 )
 
 # demo and the engine-process / memory helpers live in flows.demo and flows.engineproc; re-exported here
@@ -105,7 +105,7 @@ def run_conditions(info: ServerInfo) -> dict[str, object]:
 
 # --------------------------------------------------------------------------- verify / bench
 @contextlib.contextmanager
-def _closing_run(store: Store, run_id: int) -> Iterator[None]:
+def closing_run(store: Store, run_id: int) -> Iterator[None]:
     """A run that ends by Ctrl-C or an error is closed as INTERRUPTED / ERROR, never left 'running'."""
     try:
         yield
@@ -207,7 +207,7 @@ def verify(info: ServerInfo, store: Store, *, run_id: int | None = None,
         if on_result:
             on_result(result)
 
-    with _closing_run(store, run_id):
+    with closing_run(store, run_id):
         if suite == "smoke" and repeat == 1 and not only:
             from ..client import OpenAIClient
 
@@ -255,16 +255,16 @@ def _run_suite(info: ServerInfo, store: Store, run_id: int, suite: str, *, repea
             return run_suite(suite, client, info, repeat=repeat, on_result=on_result, timeout_scale=timeout_scale,
                              fast=fast, ctx=ctx, restart=restart, tries=tries, only=only)
         # the managed server's pid; a --url server on this machine: the process listening on its port
-        engine_pid = EnginePid(_managed_pid(info)) if managed else listening_engine(info.url)
+        engine_pid = EnginePid(managed_pid(info)) if managed else listening_engine(info.url)
         pid = engine_pid.pid
-        probe, note, sampler = _soak_memory(info, pid, api_key, engine_pid)
+        probe, note, sampler = soak_memory(info, pid, api_key, engine_pid)
 
         def turn_done(rec: dict) -> None:
             store.add_record(run_id, "soak_turn", rec)
             if on_turn is not None:
                 on_turn(rec)
 
-        with _recording(sampler, pid, store, run_id, engine_pid):
+        with recording_resources(sampler, pid, store, run_id, engine_pid):
             return run_suite(suite, client, info, on_result=on_result, timeout_scale=timeout_scale, fast=fast,
                              ctx=ctx, soak=soak, memory=probe, memory_note=note, on_turn=turn_done)
 
@@ -314,7 +314,7 @@ def bench(info: ServerInfo, store: Store, plan: BenchPlan, *, run_id: int | None
     from ..client import OpenAIClient
 
     host = host or HostGuard()
-    proc = _engine_of(info)
+    proc = engine_process(info)
     preflight = quiet_host(proc, wait_s=host.wait_s, busy_ok=host.busy_ok, say=host.say)
     conditions = {**bench_conditions(info, plan), **run_conditions(info)}
     own_run = run_id is None
@@ -333,10 +333,10 @@ def bench(info: ServerInfo, store: Store, plan: BenchPlan, *, run_id: int | None
         return bool(found)
 
     monitor = ClientMonitor()
-    with _closing_run(store, rid), OpenAIClient(info.url, api_key=api_key) as client:
+    with closing_run(store, rid), OpenAIClient(info.url, api_key=api_key) as client:
         counted = counters("before")
         slots = _SlotSampler(engine, info.url, api_key) if engine is not None and not counted else None
-        with _sampling(info, store, rid, proc), slots or contextlib.nullcontext():
+        with sampling_resources(info, store, rid, proc), slots or contextlib.nullcontext():
             try:
                 with monitor:
                     result = run_bench(client, info, plan, progress=progress,
@@ -485,12 +485,12 @@ def bench_suite(info: ServerInfo, store: Store, name: str, *, streams: int | Non
     from ..bench.guards import PREFLIGHT_KIND
 
     host = host or HostGuard()
-    proc = _engine_of(info)
+    proc = engine_process(info)
     preflight = quiet_host(proc, wait_s=host.wait_s, busy_ok=host.busy_ok, say=host.say)
     run_id = store.start_run("bench", conditions, label=f"bench --suite {spec.name}")
     store.add_record(run_id, PREFLIGHT_KIND, preflight)
     ctx.emit = lambda kind, payload: store.add_record(run_id, kind, payload)
-    with _closing_run(store, run_id), _sampling(info, store, run_id, proc):
+    with closing_run(store, run_id), sampling_resources(info, store, run_id, proc):
         result = run_suite(spec, ctx)
     from ..bench.suitesummary import summarize_suite
 

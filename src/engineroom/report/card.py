@@ -32,8 +32,8 @@ from engineroom.bench.suitesummary import is_suite_run as _is_suite_run
 from engineroom.bench.watchdog import ABORT_KIND
 from engineroom.records import statistics
 from engineroom.redaction import redact
-from engineroom.report.cells import _bytes, _cell, _fmt, integrity_lines
-from engineroom.report.machine import _counters_section, _memory_section, _resources_section
+from engineroom.report.cells import figure_cell, integrity_lines, size_cell, text_cell
+from engineroom.report.machine import counters_section, memory_section, resources_section
 
 CHECK_RECORD_KIND = "check"
 
@@ -51,7 +51,7 @@ def _host_summary(host: Any) -> str:
     cpu, cores = host.get("cpu"), host.get("cpu_cores")
     if cpu or cores:
         parts.append(f"{cpu or 'CPU'}" + (f" ({cores} cores)" if cores else ""))
-    ram = _bytes(host.get("ram_bytes"))
+    ram = size_cell(host.get("ram_bytes"))
     if ram:
         parts.append(f"{ram} RAM")
     gpus = host.get("gpus")
@@ -62,7 +62,7 @@ def _host_summary(host: Any) -> str:
             names = []
             for g in gpus:
                 if isinstance(g, Mapping):
-                    mem = _bytes(g.get("vram_bytes"))
+                    mem = size_cell(g.get("vram_bytes"))
                     names.append(f"{g.get('name', 'GPU')}" + (f" {mem}" if mem else ""))
             counts: dict[str, int] = {}
             for n in names:
@@ -100,7 +100,7 @@ def _header(run: Mapping[str, Any], cond: Mapping[str, Any]) -> list[str]:
     model_path = cond.get("model_path")
     model_name = os.path.basename(str(model_path).rstrip("/")) if model_path else cond.get("model")
     model_bits = []
-    size = _bytes(cond.get("model_size_bytes"))
+    size = size_cell(cond.get("model_size_bytes"))
     if size:
         model_bits.append(size)
     if cond.get("model_sha256"):
@@ -133,7 +133,7 @@ def _header(run: Mapping[str, Any], cond: Mapping[str, Any]) -> list[str]:
     rows.append(("When", when))
     if run.get("fingerprint"):
         rows.append(("Conditions", f"fingerprint {str(run['fingerprint'])[:12]}"))
-    lines += ["| | |", "|---|---|"] + [f"| {k} | {_cell(v)} |" for k, v in rows] + [""]
+    lines += ["| | |", "|---|---|"] + [f"| {k} | {text_cell(v)} |" for k, v in rows] + [""]
     return lines
 
 
@@ -181,7 +181,7 @@ def _verify_section(rows: list[dict[str, Any]]) -> list[str]:
         secs = r["seconds"]
         secs_txt = f"{secs:.2f}" if isinstance(secs, (int, float)) else "n/a"
         flaky = f" {r['passes']}/{r['ran']} |" if repeated and r.get("ran") else (" n/a |" if repeated else "")
-        lines.append(f"| {_cell(r['name'])} | {r['status']} |{flaky} {secs_txt} | {_cell(r['reason'])} |")
+        lines.append(f"| {text_cell(r['name'])} | {r['status']} |{flaky} {secs_txt} | {text_cell(r['reason'])} |")
     lines.append("")
     forced = sorted({r["forced"] for r in rows if r.get("forced")})
     for why in forced:
@@ -201,12 +201,12 @@ def _baseline_section(records: Iterable[Mapping[str, Any]]) -> list[str]:
              f"{len(regressed)} regressed, {len(improved)} improved, "
              f"{len(b.get('newly_skipped') or [])} newly skipped.", ""]
     for r in regressed:
-        lines.append(f"- regressed: {_cell(r.get('name'))}: {r.get('was')} -> {r.get('now')} "
-                     f"({_cell(r.get('reason'))})")
+        lines.append(f"- regressed: {text_cell(r.get('name'))}: {r.get('was')} -> {r.get('now')} "
+                     f"({text_cell(r.get('reason'))})")
     for r in improved:
-        lines.append(f"- improved: {_cell(r.get('name'))}: {r.get('was')} -> {r.get('now')}")
+        lines.append(f"- improved: {text_cell(r.get('name'))}: {r.get('was')} -> {r.get('now')}")
     for r in b.get("newly_skipped") or []:
-        lines.append(f"- newly skipped: {_cell(r.get('name'))} ({_cell(r.get('reason'))})")
+        lines.append(f"- newly skipped: {text_cell(r.get('name'))} ({text_cell(r.get('reason'))})")
     return lines + ([""] if regressed or improved or b.get("newly_skipped") else [])
 
 
@@ -216,9 +216,9 @@ def _baseline_section(records: Iterable[Mapping[str, Any]]) -> list[str]:
 def _mean_std(d: Mapping[str, Any], digits: int = 2) -> str:
     if not d or d.get("mean") is None:
         return "n/a"
-    text = _fmt(d["mean"], digits)
+    text = figure_cell(d["mean"], digits)
     if d.get("std") is not None:
-        text += f" ± {_fmt(d['std'], digits)}"
+        text += f" ± {figure_cell(d['std'], digits)}"
         if d.get("cv_pct") is not None:
             text += f" ({d['cv_pct']:.1f}%)"
     return text
@@ -227,7 +227,7 @@ def _mean_std(d: Mapping[str, Any], digits: int = 2) -> str:
 def _min_max(d: Mapping[str, Any], digits: int = 2) -> str:
     if not d or d.get("min") is None:
         return "n/a"
-    return f"{_fmt(d['min'], digits)}–{_fmt(d['max'], digits)}"
+    return f"{figure_cell(d['min'], digits)}–{figure_cell(d['max'], digits)}"
 
 
 def _planned(bench_cond: Mapping[str, Any]) -> tuple[list[str], int | None, int | None]:
@@ -314,16 +314,16 @@ def _bench_section(records: Sequence[Mapping[str, Any]], cond: Mapping[str, Any]
         if planned_measured is not None and s["n"] < planned_measured:
             counted += f" of {planned_measured} planned"
         lines.append(
-            f"| {_cell(name)} | {counted} | {_mean_std(s['decode_tps'])} | "
+            f"| {text_cell(name)} | {counted} | {_mean_std(s['decode_tps'])} | "
             f"{_min_max(s['decode_tps'])} | {_mean_std(s['ttft_s'], 3)} | {_mean_std(s['wall_tps'])} | "
-            f"{_itl(s['inter_token_ms'])} | {_fmt(tokens, 1)} | {_fmt(s['max_tokens'])} |"
+            f"{_itl(s['inter_token_ms'])} | {figure_cell(tokens, 1)} | {figure_cell(s['max_tokens'])} |"
         )
     max_by_name = {str(w.get("name")): w.get("max_tokens") for w in bench_cond.get("workloads") or []
                    if isinstance(w, Mapping)}
     for name in what["names"]:
         if name not in summary["workloads"]:
-            lines.append(f"| {_cell(name)} | not run | n/a | n/a | n/a | n/a | n/a | n/a "
-                         f"| {_fmt(max_by_name.get(name))} |")
+            lines.append(f"| {text_cell(name)} | not run | n/a | n/a | n/a | n/a | n/a | n/a "
+                         f"| {figure_cell(max_by_name.get(name))} |")
     lines.append("")
     lines += integrity_lines(summary.get("integrity") or [], summary.get("failed_requests") or [])
     lines.append("Client vs engine decode, same requests (client inter-token rate = "
@@ -420,10 +420,10 @@ def render_card(run: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) ->
         from engineroom.report.suites import suite_section
 
         lines += suite_section(records, cond, run)
-        lines += _counters_section(statistics.engine_counters(records))
+        lines += counters_section(statistics.engine_counters(records))
     elif bench_payloads:
         lines += _bench_section(records, cond, run, summary)
-        lines += _counters_section(statistics.engine_counters(records))
+        lines += counters_section(statistics.engine_counters(records))
     elif isinstance(cond.get("bench"), Mapping) and cond["bench"].get("workloads") and run.get("kind") != "verify":
         status = run.get("status") or "unknown"
         if status == "running" and not run.get("finished"):
@@ -437,8 +437,8 @@ def render_card(run: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) ->
         from engineroom.report.tuning import tune_section
 
         lines += tune_section(tune, run.get("summary"), run.get("id"))
-    lines += _memory_section(cond.get("memory"))
-    lines += _resources_section(records)
+    lines += memory_section(cond.get("memory"))
+    lines += resources_section(records)
     if not checks and not bench_payloads and not isinstance(tune, Mapping):
         lines += ["No checks or bench requests were recorded for this run.", ""]
     sources = [s["engine_source"] for s in summary["workloads"].values() if s["engine_source"]]

@@ -8,7 +8,7 @@ from typing import Any
 from engineroom import units
 
 
-def _fmt(value: Any, digits: int = 2) -> str:
+def figure_cell(value: Any, digits: int = 2) -> str:
     """A card cell for a count or rate (not a size: sizes go through units): "n/a" rather than
     blank, because a markdown cell left empty reads as a rendering fault."""
     if value is None:
@@ -18,13 +18,13 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
-def _bytes(n: Any) -> str:
+def size_cell(n: Any) -> str:
     """A size through units.mem, empty when unknown so the caller leaves it out; 0 or less is left
     out too, since no RAM, VRAM or model file has that size: it is a bad record, not a size."""
     return units.mem(n, missing="") if not isinstance(n, (int, float)) or n > 0 else ""
 
 
-def _cell(text: str) -> str:
+def text_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engineroom.report.cells import _bytes, _cell, _fmt
+from engineroom.report.cells import figure_cell, size_cell, text_cell
 
 
-def _counters_section(counted: Mapping[str, Any] | None) -> list[str]:
+def counters_section(counted: Mapping[str, Any] | None) -> list[str]:
     """The engine's own counters over the run beside what the stored requests add up to."""
     if not counted:
         return []
@@ -32,7 +32,7 @@ def _counters_section(counted: Mapping[str, Any] | None) -> list[str]:
             + "; ".join(parts) + ".", ""]
 
 
-def _memory_section(memory: Any) -> list[str]:
+def memory_section(memory: Any) -> list[str]:
     """fit's prediction for the launched configuration beside what the engine reported."""
     if not isinstance(memory, Mapping) or not memory.get("rows"):
         return []
@@ -42,8 +42,8 @@ def _memory_section(memory: Any) -> list[str]:
              "| component | predicted | measured | error |", "|---|---:|---:|---:|"]
     for r in memory["rows"]:
         err = r.get("error_pct")
-        lines.append(f"| {_cell(r.get('component', '?'))} | {_bytes(r.get('predicted_bytes')) or '—'} | "
-                     f"{_bytes(r.get('measured_bytes')) or '—'} | {'—' if err is None else f'{err:+.2f}%'} |")
+        lines.append(f"| {text_cell(r.get('component', '?'))} | {size_cell(r.get('predicted_bytes')) or '—'} | "
+                     f"{size_cell(r.get('measured_bytes')) or '—'} | {'—' if err is None else f'{err:+.2f}%'} |")
     return lines + [""]
 
 
@@ -52,7 +52,7 @@ _RESOURCE_ROWS = (("engine_uss_bytes", "engine memory, unique (USS)"),
                   ("host_ram_used_bytes", "host RAM used"), ("host_cpu_pct", "host CPU %"))
 
 
-def _resources_section(records: Sequence[Mapping[str, Any]]) -> list[str]:
+def resources_section(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """GPU memory per device, the engine's memory and the host's, idle / peak / after the run."""
     found = [r["payload"] for r in records if r.get("kind") == "resources" and isinstance(r.get("payload"), Mapping)]
     if not found:
@@ -64,13 +64,13 @@ def _resources_section(records: Sequence[Mapping[str, Any]]) -> list[str]:
     rows = [(f"GPU {k[3:-11]} memory used (NVML)", k) for k in gpu_keys]
     rows += [(label, key) for key, label in _RESOURCE_ROWS if key in summary]
     lines = ["## Resources during the run", "",
-             f"{len(samples)} samples every {_fmt(rec.get('interval_s'), 1)} s; "
+             f"{len(samples)} samples every {figure_cell(rec.get('interval_s'), 1)} s; "
              f"engine: {rec.get('engine_source') or '?'}; "
              + ("GPU: NVML." if gpu_keys else "GPU: not measured (no NVML here)."), "",
              "| quantity | idle (before) | peak | after |", "|---|---:|---:|---:|"]
     for label, key in rows:
         d = summary[key]
-        show = (lambda v: f"{v:.0f}") if key.endswith("_pct") else _bytes
+        show = (lambda v: f"{v:.0f}") if key.endswith("_pct") else size_cell
         lines.append(f"| {label} | {show(d.get('idle'))} | {show(d.get('peak'))} | {show(d.get('after'))} |")
     cpu = summary.get("engine_cpu_s")
     if isinstance(cpu, Mapping) and cpu.get("wall_s"):

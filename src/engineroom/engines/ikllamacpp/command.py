@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 from ...errors import BadInput, NotFound
 from ..base import Knob, LaunchOptions, LaunchSpec, Settled
 from ..llamacpp.command import (
-    _build_cpu,
-    _flag_value,
-    _has_flag,
     api_key_file_args,
     batch_sizes,
+    built_for_cpu,
     feature_args,
+    flag_value,
     flash_attn_on,
+    has_flag,
     rope_scaling_arg,
 )
 from ..llamacpp.discovery import Binary
@@ -114,7 +114,7 @@ def option_args(options: LaunchOptions) -> list[str]:
 
 def repack_disabled(args: Sequence[str]) -> bool:
     """The fork keeps weights as loaded unless ``-rtr`` asks it to repack them."""
-    return not _has_flag(args, RUN_TIME_REPACK, "--run-time-repack")
+    return not has_flag(args, RUN_TIME_REPACK, "--run-time-repack")
 
 
 def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
@@ -134,27 +134,27 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         argv += ["-c", str(o.ctx * slots)]
     if o.threads:
         argv += ["-t", str(o.threads)]
-    if not _has_flag(extra, "-np", "--parallel"):
+    if not has_flag(extra, "-np", "--parallel"):
         argv += ["-np", str(slots)]
-    if o.kv_dtype and o.kv_dtype != "f16" and not _has_flag(extra, "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
+    if o.kv_dtype and o.kv_dtype != "f16" and not has_flag(extra, "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
         try:
             cache = KV_CACHE_TYPES[o.kv_dtype]
         except KeyError:
             raise BadInput(f"ik_llama.cpp has no KV cache type {o.kv_dtype!r}; "
                            f"it has {', '.join(KV_CACHE_TYPES)}.") from None
         argv += ["-ctk", cache, "-ctv", cache]
-    if o.tp > 1 and not _has_flag(extra, "-sm", "--split-mode"):
+    if o.tp > 1 and not has_flag(extra, "-sm", "--split-mode"):
         argv += ["-sm", "layer"]
-    if not _has_flag(extra, JINJA):
+    if not has_flag(extra, JINJA):
         argv += [JINJA]
     if o.chat_template:
         if not Path(o.chat_template).is_file():
             raise BadInput(f"chat template file {o.chat_template} does not exist.")
         argv += ["--chat-template-file", str(o.chat_template)]
-    if o.spec_method and not _has_flag(extra, SPEC_TYPE, LEGACY_MTP):
+    if o.spec_method and not has_flag(extra, SPEC_TYPE, LEGACY_MTP):
         argv += spec_args(binary, o.spec_method, o.spec_tokens, o.draft_model)
     argv += feature_args(replace(o, spec_method=None), extra)     # the projector, as mainline
-    argv += [a for a in option_args(o) if not _has_flag(extra, a)]
+    argv += [a for a in option_args(o) if not has_flag(extra, a)]
     if o.api_key_file:
         argv += api_key_file_args(o.api_key_file)
     argv += ["--metrics"]            # the fork logs model / KV / compute buffer sizes at its default verbosity
@@ -175,7 +175,7 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
 
 
 def _check_split_mode(argv: Sequence[str]) -> None:
-    mode = _flag_value(argv, "-sm", "--split-mode")
+    mode = flag_value(argv, "-sm", "--split-mode")
     if mode is not None and mode not in SPLIT_MODES:
         raise BadInput(f"ik_llama.cpp's split mode is one of {', '.join(SPLIT_MODES)}; got {mode!r}.")
 
@@ -198,7 +198,7 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> S
     """
     slots = options.parallel or default_parallel()
     args = [a for c in options.changes for a in c.args] + list(options.extra_args)
-    ctk = _flag_value(options.extra_args, "-ctk", "--cache-type-k")
+    ctk = flag_value(options.extra_args, "-ctk", "--cache-type-k")
     ctx = options.ctx if options.ctx is not None else (max(1, trained_ctx // slots) if trained_ctx else None)
     ubatch, batch = batch_sizes(options.extra_args)     # the fork's -ub / -b, the same flags and defaults
     return Settled(ctx=ctx, parallel=slots, kv_unified=True, kv_dtype=ctk or options.kv_dtype or "f16",
@@ -230,7 +230,7 @@ _ISA_PREFIXES = ("avx", "sse", "ssse", "fma", "f16c", "bmi", "adx", "sha_ni", "v
 def check_binary_cpu(binary: Binary, probe: CpuProbe) -> dict[str, object]:
     """Refuse a build of the fork made (-march=native) on a CPU with instructions this one lacks,
     from the manifest `engines install` wrote beside it; a binary without one is not checked."""
-    built_for = _build_cpu(binary)
+    built_for = built_for_cpu(binary)
     if not built_for or not probe.flags:
         return {"compiled_features": [], "how": "no install manifest beside the binary"}
     isa = {f for f in built_for.get("usable_flags", []) if f.startswith(_ISA_PREFIXES)}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ... import paths
 from ...errors import BadInput, EngineFailed, NotFound
-from ..llamacpp.discovery import Binary, _cuda_arch
+from ..llamacpp.discovery import Binary, detect_cuda_arch
 
 ENGINE = "ik_llama.cpp"
 BINARY = "llama-server"
@@ -145,7 +145,7 @@ def install(*, version: str | None = None, source: Path | None = None, jobs: int
         assert source is not None
         tree = _tree_of(source)
     write_build_info(tree, version)
-    cuda_arch = _cuda_arch() if cuda is None or cuda else None
+    cuda_arch = detect_cuda_arch() if cuda is None or cuda else None
     if cuda and not cuda_arch:
         raise NotFound("--cuda needs nvcc on PATH and an NVIDIA GPU that NVML can see.")
     opts = cmake_options(cuda_arch=cuda_arch)

@@ -49,12 +49,12 @@ def slots_and_unified(parallel: int | None, kv_unified: bool | None) -> tuple[in
     return slots, unified
 
 
-def _has_flag(args: Sequence[str], *names: str) -> bool:
+def has_flag(args: Sequence[str], *names: str) -> bool:
     return any(a in names or any(a.startswith(n + "=") for n in names) for a in args)
 
 
 def repack_disabled(args: Sequence[str]) -> bool:
-    return (_has_flag(args, "-nr", "--no-repack")
+    return (has_flag(args, "-nr", "--no-repack")
             or os.environ.get("LLAMA_ARG_REPACK", "").lower() in ("0", "false", "off"))
 
 
@@ -96,7 +96,7 @@ DEFAULT_CACHE_RAM_MIB = 8192
 def host_cache_change(spare_bytes: int, extra_args: Sequence[str] = ()) -> LaunchChange | None:
     """``--cache-ram N`` where the launch leaves less than the default 8,192 MiB of usable host
     memory (N: what it leaves, in MiB; 0 turns the prompt cache off), else None."""
-    if _has_flag(extra_args, *CACHE_RAM_FLAGS) or spare_bytes >= DEFAULT_CACHE_RAM_MIB * 2**20:
+    if has_flag(extra_args, *CACHE_RAM_FLAGS) or spare_bytes >= DEFAULT_CACHE_RAM_MIB * 2**20:
         return None
     mib = max(int(spare_bytes // 2**20), 0)
     what = f"capped at {mib:,} MiB" if mib else "turned off (--cache-ram 0)"
@@ -177,7 +177,7 @@ _ISA_PREFIXES = ("avx", "sse", "ssse", "fma", "f16c", "bmi", "adx", "sha_ni", "v
                  "movbe", "popcnt", "abm", "aes", "pclmul")
 
 
-def _build_cpu(binary: Binary) -> dict | None:
+def built_for_cpu(binary: Binary) -> dict | None:
     """The CPU an `engineroom engines install` build was compiled on (the manifest beside it), else None."""
     manifest = binary.path.parent.parent.parent / MANIFEST      # <tag>/install.json beside <tag>/build/bin
     try:
@@ -201,7 +201,7 @@ def check_binary_cpu(binary: Binary, probe: CpuProbe) -> dict[str, object]:
                        "for another CPU: rebuild it here with `engineroom engines install llama.cpp`.")
     tolerated = set(FEATURES["amx"][1]) if "amx" in probe.traps else set()
     missing = sorted(compiled - probe.usable - tolerated) if probe.flags else []
-    built_for = _build_cpu(binary)
+    built_for = built_for_cpu(binary)
     if built_for and probe.flags and not missing:
         # -march=native may use any ISA extension of the build machine, not only those ggml reports
         isa = {f for f in built_for["usable_flags"] if f.startswith(_ISA_PREFIXES)}
@@ -270,9 +270,9 @@ def spec_args(method: str, tokens: int | None, draft_model: str | None) -> list[
 def feature_args(options: LaunchOptions, extra: Sequence[str]) -> list[str]:
     """Speculative decoding and the vision projector of ``options`` (mainline and the fork alike)."""
     out: list[str] = []
-    if options.spec_method and not _has_flag(extra, SPEC_TYPE_FLAG):
+    if options.spec_method and not has_flag(extra, SPEC_TYPE_FLAG):
         out += spec_args(options.spec_method, options.spec_tokens, options.draft_model)
-    if options.vision and not _has_flag(extra, MMPROJ_FLAG, "-mm"):
+    if options.vision and not has_flag(extra, MMPROJ_FLAG, "-mm"):
         if options.projector is None:
             raise BadInput("vision on llama.cpp needs the model's projector file (mmproj GGUF); name it, or serve "
                            "the model text-only.")
@@ -298,18 +298,18 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         argv += ["-c", str(o.ctx * slots)]   # -c is the whole cache: every slot holds ctx tokens
     if o.threads:
         argv += ["-t", str(o.threads)]
-    if not _has_flag(extra, "-np", "--parallel"):
+    if not has_flag(extra, "-np", "--parallel"):
         argv += ["-np", str(slots)]
-    if not _has_flag(extra, "-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified"):
+    if not has_flag(extra, "-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified"):
         argv += ["--kv-unified" if unified else "--no-kv-unified"]
-    if o.kv_dtype and o.kv_dtype != "f16" and not _has_flag(extra, "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
+    if o.kv_dtype and o.kv_dtype != "f16" and not has_flag(extra, "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
         try:
             cache = KV_CACHE_TYPES[o.kv_dtype]
         except KeyError:
             raise BadInput(f"llama.cpp has no KV cache type {o.kv_dtype!r}; "
                            f"it has {', '.join(KV_CACHE_TYPES)}.") from None
         argv += ["-ctk", cache, "-ctv", cache]
-    if o.tp > 1 and not _has_flag(extra, "-sm", "--split-mode"):
+    if o.tp > 1 and not has_flag(extra, "-sm", "--split-mode"):
         argv += ["-sm", "layer"]            # llama.cpp splits layers over the GPUs it sees
     if o.chat_template:
         if not Path(o.chat_template).is_file():
@@ -320,10 +320,10 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         argv += api_key_file_args(o.api_key_file)
     argv += ["--metrics", "-lv", "4"]   # -lv 4: log model / KV / compute buffer sizes (the fit oracle)
     notes: tuple[str, ...] = ()
-    if not _has_flag(extra, *FIT_FLAGS):
+    if not has_flag(extra, *FIT_FLAGS):
         argv += list(FIT_OFF)
         notes = (FIT_OFF_WHY,)
-    if slots > 1 and not unified and not _has_flag(extra, *IDLE_SLOT_FLAGS):
+    if slots > 1 and not unified and not has_flag(extra, *IDLE_SLOT_FLAGS):
         argv += [IDLE_SLOT_FLAGS[1]]
         notes += (IDLE_SLOTS_OFF_WHY,)
     for change in o.changes:
@@ -368,7 +368,7 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> S
     """
     slots, unified = slots_and_unified(options.parallel, options.kv_unified)
     args = [a for c in options.changes for a in c.args] + list(options.extra_args)
-    ctk = _flag_value(options.extra_args, "-ctk", "--cache-type-k")
+    ctk = flag_value(options.extra_args, "-ctk", "--cache-type-k")
     ctx = options.ctx if options.ctx is not None else (max(1, trained_ctx // slots) if trained_ctx else None)
     ubatch, batch = batch_sizes(options.extra_args)
     return Settled(ctx=ctx, parallel=slots, kv_unified=unified, kv_dtype=ctk or options.kv_dtype or "f16",
@@ -382,7 +382,7 @@ FLASH_ATTN_FLAGS = ("-fa", "--flash-attn")
 def flash_attn_on(args: Sequence[str]) -> bool:
     """Whether flash attention runs: llama-server's `-fa` is on, off or auto (its default, which resolves
     to on for the CPU and CUDA backends engineroom launches)."""
-    value = _flag_value(args, *FLASH_ATTN_FLAGS)
+    value = flag_value(args, *FLASH_ATTN_FLAGS)
     return (value or "auto").lower() not in ("off", "0", "false", "disabled")
 
 
@@ -396,7 +396,7 @@ def batch_sizes(args: Sequence[str]) -> tuple[int, int]:
     a positive number (llama-server would refuse it at start)."""
     out = []
     for flags, default in ((UBATCH_FLAGS, DEFAULT_UBATCH), (BATCH_FLAGS, DEFAULT_BATCH)):
-        text = _flag_value(args, *flags)
+        text = flag_value(args, *flags)
         try:
             value = int(text) if text is not None else default
         except ValueError:
@@ -407,7 +407,7 @@ def batch_sizes(args: Sequence[str]) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def _flag_value(args: Sequence[str], *names: str) -> str | None:
+def flag_value(args: Sequence[str], *names: str) -> str | None:
     args = list(args)
     for i, a in enumerate(args):
         for n in names:

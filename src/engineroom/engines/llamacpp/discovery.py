@@ -135,7 +135,7 @@ def cmake_options(*, cuda_arch: str | None) -> list[str]:
     return opts
 
 
-def _cuda_arch() -> str | None:
+def detect_cuda_arch() -> str | None:
     """The compute capability of the first NVIDIA GPU, when nvcc is there to build for it."""
     if not shutil.which("nvcc"):
         return None
@@ -188,7 +188,7 @@ def install(*, version: str | None = None, source: Path | None = None, jobs: int
     src = tree / "llama.cpp" if (tree / "llama.cpp" / "CMakeLists.txt").is_file() else tree
     if not (src / "CMakeLists.txt").is_file() or not (src / "tools" / "server").is_dir():
         raise BadInput(f"{tree} is not a llama.cpp source tree (no CMakeLists.txt with tools/server).")
-    cuda_arch = _cuda_arch() if cuda is None or cuda else None
+    cuda_arch = detect_cuda_arch() if cuda is None or cuda else None
     if cuda and not cuda_arch:
         raise NotFound("--cuda needs nvcc on PATH and an NVIDIA GPU that NVML can see.")
     opts = cmake_options(cuda_arch=cuda_arch)
