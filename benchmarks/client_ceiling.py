@@ -17,7 +17,7 @@ In one run, interleaved (the machine is shared, so drift hits every client alike
   - **engineroom**: ``bench.suiterun.run_suite`` with the ``concurrency`` suite (one warm-up round +
     rounds of N simultaneous streams, every stream on one event loop: ``bench.aiostreams``, aiohttp,
     ``KindClient._absorb`` per event, ``ClientMonitor`` running) -- the code path of
-    ``engineroom bench --suite concurrency --streams N``, with the client class's ``_absorb`` wrapped to
+    ``engineroom bench concurrency --streams N``, with the client class's ``_absorb`` wrapped to
     keep each result's absolute ``t_request`` and token arrival times (the bench record stores them
     relative to the send) -- run in a subprocess of this script;
   - **aiperf** 0.13.0 (``aiperf profile --concurrency N --streaming --use-server-token-count

@@ -4,7 +4,7 @@ Why this exists (issue 9, "Performance bars"): users check a bench against the t
 already trust. This runs, on one real llama-server (the installed CPU build, SmolLM2-135M,
 started here on 127.0.0.1 with ``-c`` 8192 ``-np 1`` ``-t`` THREADS and stopped at the end):
 
-- **engineroom**: ``engineroom bench --suite depth --url URL --depths D --json`` (1 warm-up + 3
+- **engineroom**: ``engineroom bench depth --url URL --depths D --json`` (1 warm-up + 3
   measured salted haystacks of D tokens sized by the server's ``/tokenize``, 64 tokens out,
   greedy, ``ignore_eos``); prefill = prompt tokens / TTFT on the client clock, decode = the
   steady inter-token rate, each beside the engine's own ``timings`` (``prompt_per_second``,
@@ -111,7 +111,7 @@ def start_server(server: Path, env: dict[str, str], gguf: Path, port: int, threa
 # ------------------------------------------------------------------------------------------ the tools
 def run_engineroom(url: str, depth: int, runs: int, state: Path) -> dict[str, Any]:
     env = {**os.environ, "ENGINEROOM_STATE_DIR": str(state / "state"), "ENGINEROOM_DATA_DIR": str(state / "data")}
-    cmd = [str(ROOT / ".venv" / "bin" / "engineroom"), "bench", "--suite", "depth", "--url", url,
+    cmd = [str(ROOT / ".venv" / "bin" / "engineroom"), "bench", "depth", "--url", url,
            "--depths", str(depth), "--runs", str(runs), "--warmup", "1", "--max-tokens", str(TG), "--json"]
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)

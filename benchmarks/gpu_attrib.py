@@ -99,7 +99,7 @@ def run(out: Path, deadline_s: float, name: str = MODEL, depths: str = DEPTHS, c
         if name in res["ttft"] or time.time() + 150 > deadline:
             continue
         if gb._up(model, "--ctx", str(ctx), "--parallel", "1", *(("--", *extra) if extra else ())):
-            rc, data, err = gb._cli("bench", "--suite", "depth", "--depths", depths, "--json", timeout=400)
+            rc, data, err = gb._cli("bench", "depth", "--depths", depths, "--json", timeout=400)
             res["ttft"][name] = {"rc": rc, "result": data, "stderr": err if rc else "", "engine_args": list(extra)}
             gb._cli("down")
         res_f.write_text(json.dumps(res, indent=1))
@@ -116,7 +116,7 @@ def run(out: Path, deadline_s: float, name: str = MODEL, depths: str = DEPTHS, c
                 continue
             poll_f = polls / f"{name}-N{n}.jsonl"
             with SlotPoller(url, poll_f) if url else _Null():
-                rc, data, err = gb._cli("bench", "--suite", "concurrency", "--streams", str(n), "--prompt-tokens",
+                rc, data, err = gb._cli("bench", "concurrency", "--streams", str(n), "--prompt-tokens",
                                         str(prompt), "--max-tokens", "256", "--warmup", "1", "--runs", "4", "--json",
                                         timeout=300)
             res["concurrency"][name]["runs"][str(n)] = {"rc": rc, "result": data, "stderr": err if rc else "",

@@ -17,8 +17,8 @@ Per model (random-weight Q4_0 GGUFs written by engineroom.synth with SmolLM2's t
    - the same default sampler on a server started with ``-bs`` (backend sampling: the sampler on
      the GPU), where the build has it;
    each with the client's clock beside the engine's (HTTP and the client's parsing);
-3. ``engineroom bench --suite depth`` at 1K, 10K, 32K (integrity checklist, roofline share, NVML);
-4. llama-server with 16 slots: ``engineroom bench --suite concurrency`` at N = 1, 2, 4, 8, 16.
+3. ``engineroom bench depth`` at 1K, 10K, 32K (integrity checklist, roofline share, NVML);
+4. llama-server with 16 slots: ``engineroom bench concurrency`` at N = 1, 2, 4, 8, 16.
 
 Commands:
     python3 benchmarks/gpu_bench.py synth --out DIR                  # (device) write the GGUFs
@@ -227,7 +227,7 @@ def run_model(name: str, out: Path, deadline: float, gpu: bool) -> dict:
             if left(45, f"bench {label}"):
                 res["server_path"][f"{label}, streamed"] = _bench_in_process(n, sampler)
         if left(120, "depth suite"):
-            rc, data, err = _cli("bench", "--suite", "depth", "--depths", DEPTHS[name], "--json",
+            rc, data, err = _cli("bench", "depth", "--depths", DEPTHS[name], "--json",
                                  timeout=max(60, deadline - time.time()))
             res["depth_suite"] = {"rc": rc, "result": data, "stderr": err if rc else ""}
         _cli("down")
@@ -242,7 +242,7 @@ def run_model(name: str, out: Path, deadline: float, gpu: bool) -> dict:
         for streams in STREAMS:
             if streams > slots or not left(40, f"concurrency N={streams}"):
                 continue
-            rc, data, err = _cli("bench", "--suite", "concurrency", "--streams", str(streams),
+            rc, data, err = _cli("bench", "concurrency", "--streams", str(streams),
                                  "--prompt-tokens", "1024" if gpu else "512", "--max-tokens", "256",
                                  "--warmup", "1", "--runs", "2", "--json", timeout=300)
             res["concurrency"][str(streams)] = {"rc": rc, "result": data, "stderr": err if rc else ""}
@@ -357,9 +357,9 @@ def report(folder: Path) -> str:
     for name, r in res.items():
         lines += [f"### {name}: {r['file_bytes'] / 1e9:.2f} GB Q4_0", "", "Server path:", ""]
         lines += _server_path(name, r)
-        lines += ["`engineroom bench --suite depth` (1 slot, `--ctx 40960`) beside llama-bench at the same depths:", ""]
+        lines += ["`engineroom bench depth` (1 slot, `--ctx 40960`) beside llama-bench at the same depths:", ""]
         lines += _depth(name, r)
-        lines += ["`engineroom bench --suite concurrency --streams N --prompt-tokens 1024 --max-tokens 256` "
+        lines += ["`engineroom bench concurrency --streams N --prompt-tokens 1024 --max-tokens 256` "
                   "(16 slots, `--ctx 4096` each, unified KV):", ""]
         lines += _concurrency(name, r)
     return "\n".join(lines)

@@ -10,7 +10,7 @@ a dense 32B (Qwen3-32B's shape) and a sliding-window shape (Gemma-3-12B's: 5 loc
 
 1. ``engineroom plan FILE --priority balanced --json`` and ``engineroom up FILE --priority balanced``:
    the launch record (fit's components beside the engine's buffer lines and NVML, the placement
-   check), then ``bench --suite depth`` and ``--suite concurrency``, short;
+   check), then ``bench depth`` and ``bench concurrency``, short;
 2. a pick at >= 90% of the GPU's memory: the concurrent-throughput priority's pick when its plan
    row fills >= 90% of the card, else an explicit ``--ctx C --parallel N`` (fit's max_concurrency
    at C = 32,768, then larger C until the launch fills >= 90%); ``up`` either runs it placed as
@@ -186,10 +186,10 @@ def launch_and_bench(model: Path, args: list[str], label: str, out: Path, left: 
     log = Path((state or {}).get("log_path") or "")
     streams = str(min(int((mem.get("placement") or {}).get("actual", {}).get("slots") or 1), 32))
     if left(90, f"{label} depth"):
-        rc, data, err = _cli("bench", "--suite", "depth", "--depths", depths, *short, "--json", timeout=_cap(400))
+        rc, data, err = _cli("bench", "depth", "--depths", depths, *short, "--json", timeout=_cap(400))
         res["depth"] = {"rc": rc, "result": data, "stderr": err if rc else ""}
     if left(90, f"{label} concurrency"):
-        rc, data, err = _cli("bench", "--suite", "concurrency", "--streams", streams, "--prompt-tokens", "1024",
+        rc, data, err = _cli("bench", "concurrency", "--streams", streams, "--prompt-tokens", "1024",
                              *short, "--max-tokens", CONCURRENCY_TOKENS, "--json", timeout=_cap(400))
         res["concurrency"] = {"rc": rc, "result": data, "stderr": err if rc else ""}
     _cli("down")

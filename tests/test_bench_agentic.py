@@ -1,4 +1,4 @@
-"""The agentic replay (``bench --suite agentic``): the conversation as data, sized from the
+"""The agentic replay (``bench agentic``): the conversation as data, sized from the
 context the engine reports, salted per session, with its own cache rule and per-turn curve.
 
 Statistics are tested on hand-built raw records; the integration test replays a few turns

@@ -293,6 +293,37 @@ def test_compare_says_whether_a_difference_is_real():
     assert t_975(4) == pytest.approx(2.776) and t_975(100) == 1.96
 
 
+def test_compare_judges_stored_runs_one_each_or_boots_as_ab_does(tmp_path, monkeypatch):
+    """`engineroom compare A B`: two stored runs (the Welch band); `compare 1,3 2,4`: boots per arm,
+    ab's verdict (pairings and the boot band); a run that is not a bench run is one sentence."""
+    from engineroom.store import Store
+
+    from conftest import invoke_cli
+
+    monkeypatch.setenv("ENGINEROOM_DATA_DIR", str(tmp_path))
+    with Store() as store:
+        ids = []
+        for rates in ([100, 102, 98, 101, 99], [150, 152, 148, 151, 149], [101, 99, 100, 102, 98],
+                      [149, 151, 150, 152, 148]):
+            run_id = store.start_run("bench", cond())
+            for r in [rec("w", tps=x) for x in rates]:
+                store.add_record(run_id, r["kind"], r["payload"])
+            store.finish_run(run_id, "OK", {})
+            ids.append(run_id)
+        other = store.start_run("verify", {})
+    code, out = invoke_cli("compare", str(ids[0]), str(ids[1]), "--json")
+    one = json.loads(out)
+    assert code == 0 and (one["run_a"], one["run_b"]) == (ids[0], ids[1])
+    assert next(r for r in one["rows"] if r["metric"] == "decode_tps")["verdict"] == "real"
+    code, out = invoke_cli("compare", f"{ids[0]},{ids[2]}", f"{ids[1]},{ids[3]}", "--json")
+    boots = json.loads(out)
+    assert code == 0 and boots["runs_a"] == [ids[0], ids[2]] and boots["runs_b"] == [ids[1], ids[3]]
+    row = next(r for r in boots["rows"] if r["metric"] == "decode_tps")
+    assert row["verdict"] == "real" and len(row["boots_a"]) == 2 and row["why"].startswith("beyond the noise band"), row
+    code, text = invoke_cli("compare", str(ids[0]), str(other))
+    assert code == 2 and text == f"run #{other} is a verify run, not a bench run."
+
+
 def test_summary_recomputes_identically_from_the_store(tmp_path):
     store = Store(tmp_path / "s.sqlite")
     run_id = store.start_run("bench", cond())
@@ -304,11 +335,13 @@ def test_summary_recomputes_identically_from_the_store(tmp_path):
 
 
 def test_cli_refuses_bad_suite_arguments_in_one_sentence():
-    proc = run_cli("bench", "--suite", "depth", "--depths", "1k,2k")
+    proc = run_cli("bench", "depth", "--depths", "1k,2k")
     assert proc.returncode != 0 and "--depths takes whole numbers" in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
-    proc = run_cli("bench", "--compare", "99998", "99999")
+    proc = run_cli("compare", "99998", "99999")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    proc = run_cli("compare", "12,x", "13")
+    assert proc.returncode == 2 and "RUNS_A takes run ids separated by commas" in proc.stderr
 
 
 # -- the real llama-server ------------------------------------------------------------------
@@ -426,7 +459,7 @@ def test_reasoning_split_on_the_real_engine(llama_server_binary, smollm2, tmp_pa
 
 
 def test_cli_depth_suite_card(spec_server):
-    proc = run_cli("bench", "--url", spec_server, "--suite", "depth", "--depths", "256", "--runs", "3",
+    proc = run_cli("bench", "depth", "--url", spec_server, "--depths", "256", "--runs", "3",
                    "--warmup", "0", "--max-tokens", "12", timeout=300)
     out = proc.stdout
     assert "## Bench suite: depth" in out and "Integrity checklist:" in out, proc.stderr
@@ -437,7 +470,7 @@ def test_cli_depth_suite_card(spec_server):
 
 def test_depths_option_is_only_for_suites():
     proc = run_cli("bench", "--depths", "256")
-    assert proc.returncode != 0 and "go with --suite" in proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "No such option: --depths" in proc.stderr      # the quick suite takes none
 
 
 def test_prompt_file_path(tmp_path):

@@ -1,4 +1,4 @@
-"""The concurrency sweep (``bench --sweep``) and request-rate mode (``bench --rate``): the knee,
+"""The concurrency sweep (``bench sweep``) and request-rate mode (``bench rate``): the knee,
 the budget, the Poisson schedule and goodput, recomputed from raw records.
 
 Statistics are tested on hand-built records; the integration tests run tiny sweeps and rate
@@ -214,7 +214,7 @@ def test_rate_mode_on_the_real_engine(plain_server, tmp_path):
 
 def test_cli_sweep_and_rate_json(plain_server, tmp_path):
     env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
-    proc = run_cli("bench", "--url", plain_server, "--sweep", "--streams", "2", "--depths", "64", "--runs", "1",
+    proc = run_cli("bench", "sweep", "--url", plain_server, "--streams", "2", "--depths", "64", "--runs", "1",
                    "--warmup", "0", "--max-tokens", "8", "--budget-s", "120", "--slo-ttft-ms", "600000",
                    "--slo-itl-ms", "60000", "--json", env=env, timeout=300)       # SLOs this loaded CPU meets
     assert proc.returncode in (0, 1), proc.stderr                  # 1 only when an integrity check failed
@@ -223,17 +223,19 @@ def test_cli_sweep_and_rate_json(plain_server, tmp_path):
     assert [(c["ctx"], c["streams"]) for c in sweep["cells"]] == [(64, 1), (64, 2)]
     assert sweep["recommended"]["slots"] in (1, 2) and sweep["recommended"]["reason"], sweep
     assert out["summary"]["integrity"] and sweep["slo_ttft_ms"] == 600000
-    proc = run_cli("bench", "--url", plain_server, "--rate", "5", "--requests", "3", "--prompt-tokens", "64",
+    proc = run_cli("bench", "rate", "--url", plain_server, "--rate", "5", "--requests", "3", "--prompt-tokens", "64",
                    "--max-tokens", "8", "--warmup", "0", env=env, timeout=300)
     assert proc.returncode in (0, 1), proc.stderr
     assert "## Bench suite: rate" in proc.stdout and "goodput req/s" in proc.stdout
 
 
 def test_cli_refuses_bad_mode_arguments_in_one_sentence():
-    for args, says in ((("--sweep", "--rate", "2"), "two different runs"),
-                       (("--rate", "0"), "--rate must be a positive number"),
-                       (("--suite", "depth", "--turns", "3"), "--turns goes with --suite agentic"),
-                       (("--budget-s", "10"), "go(es) with --suite agentic, --sweep or --rate")):
+    for args, says in ((("sweep", "--rate", "2"), "No such option: --rate"),
+                       (("rate", "--rate", "0"), "--rate must be a positive number"),
+                       (("rate",), "Missing option '--rate'"),
+                       (("depth", "--turns", "3"), "No such option: --turns"),
+                       (("--budget-s", "10"), "No such option: --budget-s"),
+                       (("--runs", "3", "depth"), "--runs goes after the suite's name: `engineroom bench depth")):
         proc = run_cli("bench", *args)
         assert proc.returncode != 0 and says in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
         assert "Traceback" not in proc.stderr

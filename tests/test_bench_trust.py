@@ -33,12 +33,12 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 def _bench(tmp_path: Path, url: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engineroom.cli", "bench", "--url", url, *args],
+    return subprocess.run([sys.executable, "-m", "engineroom.cli", "bench", *args, "--url", url],
                           capture_output=True, text=True, timeout=timeout, env=_env(tmp_path))
 
 
 def _popen(tmp_path: Path, url: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "engineroom.cli", "bench", "--url", url, *args],
+    return subprocess.Popen([sys.executable, "-m", "engineroom.cli", "bench", *args, "--url", url],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
 
 
@@ -237,8 +237,8 @@ def test_a_random_weight_file_prints_every_token_but_the_end_of_sequence(random_
 
 
 def test_depth_and_concurrency_run_full_length_on_a_random_weight_file(random_weight_server, tmp_path):
-    for args in (("--suite", "depth", "--depths", "256", "--runs", "2", "--max-tokens", "128"),
-                 ("--suite", "concurrency", "--streams", "2", "--prompt-tokens", "256", "--runs", "2",
+    for args in (("depth", "--depths", "256", "--runs", "2", "--max-tokens", "128"),
+                 ("concurrency", "--streams", "2", "--prompt-tokens", "256", "--runs", "2",
                   "--max-tokens", "128")):
         proc = _bench(tmp_path, random_weight_server, *args, "--busy-ok", "--json")
         summary = json.loads(proc.stdout)["summary"]

@@ -1,6 +1,6 @@
 """Multi-turn agentic replay, as data: a coding agent's conversation whose tool outputs grow.
 
-``engineroom bench --suite agentic`` replays a recorded shape of coding-agent session: a system
+``engineroom bench agentic`` replays a recorded shape of coding-agent session: a system
 prompt, a task, then turn after turn the assistant's (recorded) tool call and the tool's output —
 a directory listing, source files read, grep hits, test logs, a git log and a diff — with ten
 tools offered on every request. Each turn sends the whole conversation so far; the model's own

@@ -1,6 +1,6 @@
 """Request-rate mode: a seeded Poisson arrival schedule, and goodput against SLOs from raw records.
 
-``engineroom bench --rate R`` sends requests at the times of a Poisson process of rate R
+``engineroom bench rate --rate R`` sends requests at the times of a Poisson process of rate R
 (exponential inter-arrival gaps from ``random.Random(seed)``, the first at 0), for
 ``--duration-s`` seconds or ``--requests`` requests. Every record keeps its *scheduled* offset
 (``scheduled_s``, seconds after the schedule's start) and ``scheduled_lag_us`` (actual send -

@@ -1,8 +1,8 @@
 """The longer bench suites, as data: what each sends, sized from the context the engine reports.
 
-``engineroom bench --suite standard|depth|concurrency|spec|agentic|sweep|rate`` (the default
-``quick`` and ``long`` stay in ``workloads``, unchanged; ``--sweep`` and ``--rate R`` select the
-last two). The agentic conversation is ``agentic``'s data, the sweep's cells and knee
+``engineroom bench SUITE``, SUITE one of standard, depth, concurrency, spec, agentic, sweep, rate
+(``bench`` alone, the quick suite, and ``bench long`` are ``workloads``'). The agentic
+conversation is ``agentic``'s data, the sweep's cells and knee
 ``sweep``'s, the Poisson schedule and goodput ``arrivals``'. Every suite is a ``SuiteSpec``:
 which kind of run (``suiterun`` executes it), its prompts, lengths, repetitions and sampler. Nothing here talks
 to an engine; ``plan_depths`` (and ``agentic.plan_turns``) turn a spec into concrete sizes for

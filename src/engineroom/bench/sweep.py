@@ -1,6 +1,6 @@
 """The concurrency sweep: N streams x prompt sizes within a time budget, the knee and a slot count.
 
-``engineroom bench --sweep`` runs cells of N simultaneous streams (N = 1, 2, 4, ... up to the
+``engineroom bench sweep`` runs cells of N simultaneous streams (N = 1, 2, 4, ... up to the
 slot count the engine reports, or ``--streams``, which is then included) at one or more prompt
 sizes (``--depths``; default ``SuiteSpec.prompt_tokens`` capped by the context), each cell a few
 rounds of salted, uncacheable prompts like the concurrency suite's. Before each cell the run

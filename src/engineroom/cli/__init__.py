@@ -23,10 +23,11 @@ from ..output import err_console
 # The modules that define the commands, in the order --help lists them, and the module of each
 # command: `main` imports only the module of the command it runs, so a `plan` does not build the
 # other commands' parsers (a test keeps the table equal to what the modules register).
-_MODULES = ("serve", "results", "trying", "bakeoff", "ab", "planning", "machines")
+_MODULES = ("serve", "results", "benching", "trying", "bakeoff", "ab", "planning", "machines")
 _MODULE_OF = {
     "up": "serve", "switch": "serve", "recipe": "serve", "down": "serve", "status": "serve", "logs": "serve",
-    "verify": "results", "bench": "results", "runs": "results", "report": "results", "demo": "results",
+    "verify": "results", "runs": "results", "report": "results", "demo": "results",
+    "bench": "benching", "compare": "benching",
     "try": "trying", "tune": "trying", "bakeoff": "bakeoff", "ab": "ab", "plan": "planning", "fit": "planning",
     "engines": "machines", "models": "machines", "hardware": "machines",
 }

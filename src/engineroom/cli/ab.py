@@ -53,8 +53,10 @@ def ab_cmd(
     with Store() as store:
         outcome = ab(store, model, arm_a=a, arm_b=b, boots=boots, plan=plan, base=base, say=say, retries=retries,
                      max_boots=max_boots)
+    # the same verdict from the stored runs, any time later (`engineroom compare` judges boots as ab does)
+    again = f"engineroom compare {','.join(map(str, outcome.runs_a))} {','.join(map(str, outcome.runs_b))}"
     if json_out:
         print_json({"runs_a": outcome.runs_a, "runs_b": outcome.runs_b, "order": outcome.order,
-                    "invalid_boots": outcome.invalid, "comparison": outcome.comparison})
+                    "invalid_boots": outcome.invalid, "comparison": outcome.comparison, "compare_command": again})
     else:
-        print_text(ab_text(outcome.comparison))
+        print_text(ab_text(outcome.comparison) + f"\nThe same comparison from the stored runs: `{again}`\n")

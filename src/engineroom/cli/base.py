@@ -197,3 +197,13 @@ _FROM_PLAN = typer.Option(None, "--from-plan",
                           help="Launch a plan saved with `engineroom plan MODEL --json > plan.json`.")
 _PICKN = typer.Option(1, "--pick", help="Which of the plan's configurations (1 = its first).")
 
+
+def check_seconds(flag: str, value: float, *, least: float) -> None:
+    """A number of seconds given on the command line: finite and at least ``least``, or one sentence."""
+    import math
+
+    from ..errors import BadInput
+
+    if not (math.isfinite(value) and value >= least):
+        raise BadInput(f"{flag} must be a number of seconds, {'0 or more' if least == 0 else f'at least {least:g}'}, "
+                       f"not {value}.")

@@ -1,4 +1,4 @@
-"""Commands that measure and report: verify, bench, runs, report, demo."""
+"""Commands that check and report: verify, runs, report, demo (bench and compare: benching.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..checks import CheckResult
-    from ..flows.runs import HostGuard
 
 from pathlib import Path
 
@@ -15,12 +14,9 @@ import typer
 from .. import views
 from ..output import console, err_console, print_json, print_text, to_jsonable
 from ..redaction import redact_data
-from .base import _CLIENT_KEY, _CLIENT_KEY_ENV, _THREADS, BusyOkOpt, JsonOpt, QuietWaitOpt, _show, app
+from .base import _CLIENT_KEY, _CLIENT_KEY_ENV, _THREADS, BusyOkOpt, JsonOpt, QuietWaitOpt, _show, app, check_seconds
 
 _URL = typer.Option(None, "--url", help="OpenAI-compatible server URL (default: the managed server).")
-_PROMPTS = typer.Option(None, "--prompts",
-                        help="--suite standard: a JSONL file of extra prompts "
-                             "({\"prompt\", \"name\"?, \"system\"?, \"max_tokens\"?} per line).")
 
 
 def _print_check(result: CheckResult) -> None:
@@ -31,17 +27,6 @@ _JUNIT_FILE = typer.Option(None, "--junit", help="Also write the results as JUni
 
 
 
-
-
-def _check_seconds(flag: str, value: float, *, least: float) -> None:
-    """A number of seconds given on the command line: finite and at least ``least``, or one sentence."""
-    import math
-
-    from ..errors import BadInput
-
-    if not (math.isfinite(value) and value >= least):
-        raise BadInput(f"{flag} must be a number of seconds, {'0 or more' if least == 0 else f'at least {least:g}'}, "
-                       f"not {value}.")
 
 
 _CHECK = typer.Option(None, "--check", metavar="NAME",
@@ -117,239 +102,6 @@ def verify(url: str | None = _URL, api_key_env: str | None = _CLIENT_KEY_ENV,
             console.print(f"since run {baseline}: {len(regressed)} regressed"
                           + (f" ({', '.join(r['name'] for r in regressed)})" if regressed else ""))
     raise typer.Exit(min(outcome.failed, 125))
-
-
-@app.command()
-def bench(
-    url: str | None = _URL,
-    suite_name: str = typer.Option(
-        "quick", "--suite",
-        help="quick: 192 tokens per request, 1 warm-up + 5 measured per workload (12 requests, 2,304 tokens); "
-             "long: 1000 / 800 tokens, 3 warm-ups + 5 measured (16 requests, 14,400 tokens: ~6x as long); "
-             "standard, depth, concurrency, spec: the longer suites with integrity checks and roofline; "
-             "agentic: a coding agent's multi-turn session (ten tools, tool outputs growing toward ~50K "
-             "tokens, scaled to the engine's context; TTFT / prefill / decode and cached tokens per turn; "
-             "--runs sessions, --turns turns); sweep: as --sweep; rate: as --rate "
-             "(benchmarks/bench_suites.md)."),
-    long: bool = typer.Option(False, "--long", help="Same as --suite long."),
-    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Tokens per request (default: the suite's)."),
-    warmup: int | None = typer.Option(None, "--warmup",
-                                      help="Unscored warm-up requests per workload (default: the suite's; "
-                                           "--suite agentic: turn 1 of a session of its own each; --sweep / "
-                                           "--rate: single requests before the first cell / arrival)."),
-    runs: int | None = typer.Option(None, "--runs", help="Measured requests per workload (default: the suite's; "
-                                                         "--suite agentic: sessions; --sweep: rounds per cell)."),
-    full_length: bool = typer.Option(True, "--full-length/--natural-stop",
-                                     help="Ask the engine to ignore end-of-sequence (when it supports it) so every "
-                                          "run reaches max tokens."),
-    streams: int | None = typer.Option(None, "--streams",
-                                       help="--suite concurrency: simultaneous streams; --sweep: the most streams "
-                                            "tried (default: the slot count the engine reports; never guessed)."),
-    prompts: Path | None = _PROMPTS,
-    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens",
-                                             help="--suite concurrency / --sweep / --rate: tokens of each request's "
-                                                  "salted prompt (defaults 16,384 / 1,024 / 512, capped by the "
-                                                  "context); --suite agentic: the size the conversation grows "
-                                                  "toward (default 50,000, capped at 80% of the context)."),
-    depths: str | None = typer.Option(None, "--depths", help="--suite depth: the depths in tokens, e.g. 1024,4096 "
-                                                             "(default: 1K, 10K, 32K, 90K where the context allows); "
-                                                             "--sweep: the prompt sizes swept."),
-    sweep_: bool = typer.Option(False, "--sweep",
-                                help="Sweep N = 1, 2, 4, ... streams up to the engine's slot count (or --streams) "
-                                     "at each prompt size (--depths) within --budget-s: aggregate and per-stream "
-                                     "decode, TTFT p50 / p95, the knee and a recommended slot count."),
-    budget_s: float | None = typer.Option(None, "--budget-s",
-                                          help="--sweep: time budget in seconds (default 300); a cell that would "
-                                               "overrun it is skipped, and the card says so."),
-    rate: float | None = typer.Option(None, "--rate",
-                                      help="Request-rate mode: Poisson arrivals at R requests/s (seeded), latency "
-                                           "from the scheduled send, goodput against --slo-ttft-ms / --slo-itl-ms."),
-    duration_s: float | None = typer.Option(None, "--duration-s",
-                                            help="--rate: send arrivals for this many seconds (default 60)."),
-    requests: int | None = typer.Option(None, "--requests",
-                                        help="--rate: send this many arrivals (with --duration-s: whichever ends "
-                                             "first)."),
-    slo_ttft_ms: float | None = typer.Option(None, "--slo-ttft-ms",
-                                             help="--rate / --sweep: TTFT SLO from the scheduled send, ms "
-                                                  "(default 2,000)."),
-    slo_itl_ms: float | None = typer.Option(None, "--slo-itl-ms",
-                                            help="--rate / --sweep: inter-token SLO on each request's TPOT (mean "
-                                                 "time per token after the first), ms (default 100)."),
-    turns: int | None = typer.Option(None, "--turns", help="--suite agentic: turns per session (default 12)."),
-    compare: tuple[int, int] = typer.Option((0, 0), "--compare", metavar="RUN_A RUN_B",
-                                            help="Compare two stored bench runs: each delta with a noise band."),
-    stall_s: float | None = typer.Option(None, "--stall-s",
-                                         help="The floor of the stall limit: a request that gets no token for "
-                                              "this long (or the longer limit the run's own pace gives) stops the "
-                                              "run with the reason (default 30)."),
-    quiet_wait: float = QuietWaitOpt,
-    busy_ok: bool = BusyOkOpt,
-    api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY,
-    json_out: bool = JsonOpt,
-) -> None:
-    """Per-stream speed: TTFT, decode and wall tokens/s (client clock) beside the engine's own timings.
-
-    Each workload's figures carry mean, std and CV over its measured requests. --suite standard | depth |
-    concurrency | spec | agentic, --sweep and --rate run the longer suites, each with its integrity
-    checklist and roofline share.
-    """
-    from .. import flows
-    from ..bench import BenchPlan, default_workloads, suite
-    from ..bench.suites import suite_spec
-    from ..errors import BadInput
-    from ..report import render_card
-    from ..store import Store
-
-    if compare != (0, 0):
-        _compare(compare, json_out)
-        return
-    import dataclasses
-
-    _check_seconds("--quiet-wait", quiet_wait, least=0)
-    if stall_s is not None:
-        _check_seconds("--stall-s", stall_s, least=1)
-    host = flows.runs.HostGuard(wait_s=quiet_wait, busy_ok=busy_ok,
-                                say=None if json_out else lambda line: err_console.print(line, markup=False))
-    chosen_name = suite_name.strip().lower()
-    from ..bench.suites import SUITE_SPECS
-    from ..bench.workloads import SUITES
-
-    if chosen_name not in (*SUITES, *SUITE_SPECS):
-        raise BadInput(f"there is no bench suite {suite_name!r}; choose one of {', '.join((*SUITES, *SUITE_SPECS))}.")
-    if sweep_ and rate is not None:
-        raise BadInput("--sweep and --rate are two different runs; give one of them.")
-    for flag, on, name in (("--sweep", sweep_, "sweep"), ("--rate", rate is not None, "rate")):
-        if on:
-            if chosen_name not in ("quick", name):
-                raise BadInput(f"give {flag} or --suite {suite_name}, not both.")
-            chosen_name = name
-    modes = {"turns": turns, "budget_s": budget_s, "rate": rate, "duration_s": duration_s, "requests": requests,
-             "slo_ttft_ms": slo_ttft_ms, "slo_itl_ms": slo_itl_ms}
-    if suite_spec(chosen_name) is not None:
-        if long:
-            raise BadInput(f"give --long or --suite {chosen_name}, not both.")
-        _bench_suite(url, chosen_name, streams=streams, prompts=prompts, max_tokens=max_tokens, warmup=warmup,
-                     runs=runs, depths=_depths(depths), prompt_tokens=prompt_tokens, api_key=api_key,
-                     api_key_env=api_key_env, json_out=json_out, modes=modes, stall_s=stall_s, host=host)
-        return
-    if streams is not None or prompts is not None or depths is not None or prompt_tokens is not None:
-        raise BadInput("--streams, --prompts and --depths go with --suite concurrency / standard / depth.")
-    given = [f for f, v in (("--turns", turns), ("--budget-s", budget_s), ("--duration-s", duration_s),
-                            ("--requests", requests), ("--slo-ttft-ms", slo_ttft_ms), ("--slo-itl-ms", slo_itl_ms))
-             if v is not None]
-    if given:
-        raise BadInput(f"{', '.join(given)} go(es) with --suite agentic, --sweep or --rate.")
-    if long and suite_name.strip().lower() not in ("quick", "long"):
-        raise BadInput(f"give --long or --suite {suite_name}, not both.")
-    chosen = suite("long" if long else suite_name)
-    if max_tokens is not None and max_tokens < 1:
-        raise BadInput(f"--max-tokens must be at least 1, not {max_tokens}.")
-    if warmup is not None and warmup < 0:
-        raise BadInput(f"--warmup cannot be negative (got {warmup}).")
-    if runs is not None and runs < 1:
-        raise BadInput(f"--runs must be at least 1, not {runs}.")
-    key = flows.client_key(url, api_key=api_key, api_key_env=api_key_env)
-    info = flows.connect(url, api_key=key)
-    plan = BenchPlan(workloads=default_workloads(max_tokens, chosen.name),
-                     warmup=chosen.warmup if warmup is None else warmup,
-                     measured=chosen.measured if runs is None else runs, full_length=full_length)
-    if stall_s is not None:
-        plan = dataclasses.replace(plan, stall_floor_s=stall_s)
-    with Store() as store, views.request_progress(err_console) as bar:
-        task = bar.add_task("bench", total=None)
-        outcome = flows.bench(info, store, plan, api_key=key, host=host,
-                              progress=lambda done, total, label: bar.update(task, completed=done, total=total,
-                                                                             description=label))
-        card = render_card(store.get_run(outcome.run_id), store.records(outcome.run_id))
-    if json_out:
-        print_json({"run_id": outcome.run_id, "summary": outcome.summary})
-    else:
-        print_text(card)
-    if outcome.summary.get("status") != "OK":
-        raise typer.Exit(1)
-
-
-def _bench_suite(url: str | None, name: str, *, streams: int | None, prompts: Path | None, max_tokens: int | None,
-                 warmup: int | None, runs: int | None, depths: list[int] | None, prompt_tokens: int | None,
-                 api_key: str | None, api_key_env: str | None, json_out: bool,
-                 modes: dict[str, float | int | None] | None = None, stall_s: float | None = None,
-                 host: HostGuard | None = None) -> None:
-    import math
-
-    from .. import flows
-    from ..errors import BadInput
-    from ..report import render_card
-    from ..store import Store
-
-    modes = {k: v for k, v in (modes or {}).items() if v is not None}
-    for flag, value, least in (("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", runs, 1),
-                               ("--streams", streams, 1), ("--prompt-tokens", prompt_tokens, 16),
-                               ("--turns", modes.get("turns"), 1), ("--requests", modes.get("requests"), 1)):
-        if value is not None and value < least:
-            raise BadInput(f"{flag} must be at least {least}, not {value}.")
-    for opt in ("budget_s", "rate", "duration_s", "slo_ttft_ms", "slo_itl_ms"):
-        value = modes.get(opt)
-        if value is not None and not (value > 0 and math.isfinite(value)):
-            raise BadInput(f"--{opt.replace('_', '-')} must be a positive number, not {value}.")
-    belongs = {"turns": ("agentic",), "budget_s": ("sweep",), "rate": ("rate",), "duration_s": ("rate",),
-               "requests": ("rate",), "slo_ttft_ms": ("sweep", "rate"), "slo_itl_ms": ("sweep", "rate")}
-    for opt in modes:
-        if name not in belongs[opt]:
-            where = " or ".join("--suite agentic" if k == "agentic" else f"--{k}" for k in belongs[opt])
-            raise BadInput(f"--{opt.replace('_', '-')} goes with {where}, not --suite {name}.")
-    if streams is not None and name not in ("concurrency", "sweep"):
-        raise BadInput(f"--streams goes with --suite concurrency or --sweep, not --suite {name}.")
-    if runs is not None and name == "rate":
-        raise BadInput("--runs does not apply to --rate: give --requests N or --duration-s S.")
-    key = flows.client_key(url, api_key=api_key, api_key_env=api_key_env)
-    info = flows.connect(url, api_key=key)
-    with Store() as store, views.request_progress(err_console) as bar:
-        task = bar.add_task(f"bench --suite {name}", total=None)
-        outcome = flows.bench_suite(info, store, name, streams=streams, prompt_file=prompts, measured=runs,
-                                    warmup=warmup, max_tokens=max_tokens, depths=depths, prompt_tokens=prompt_tokens,
-                                    api_key=key, stall_floor_s=stall_s, host=host,
-                                    **modes,  # type: ignore[arg-type]
-                                    progress=lambda done, total, label: bar.update(task, completed=done, total=total,
-                                                                                   description=label))
-        card = render_card(store.get_run(outcome.run_id), store.records(outcome.run_id))
-    if json_out:
-        print_json({"run_id": outcome.run_id, "summary": outcome.summary})
-    else:
-        print_text(card)
-    if outcome.summary.get("status") != "OK":
-        raise typer.Exit(1)
-
-
-def _depths(text: str | None) -> list[int] | None:
-    from ..errors import BadInput
-
-    if text is None:
-        return None
-    try:
-        values = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise BadInput(f"--depths takes whole numbers of tokens separated by commas, not {text!r}.") from None
-    if not values or min(values) < 16:
-        raise BadInput(f"--depths needs at least one depth of 16 tokens or more (got {text!r}).")
-    return values
-
-
-def _compare(pair: tuple[int, int], json_out: bool) -> None:
-    from ..bench.compare import compare_runs
-    from ..errors import BadInput
-    from ..report.suites import compare_text
-    from ..store import Store
-
-    with Store() as store:
-        runs_ = [store.get_run(i) for i in pair]
-        for r in runs_:
-            if r.get("kind") not in ("bench", "demo"):
-                raise BadInput(f"run #{r.get('id')} is a {r.get('kind')} run, not a bench run.")
-        result = compare_runs(runs_[0], store.records(pair[0]), runs_[1], store.records(pair[1]))
-    if json_out:
-        print_json(result)
-    else:
-        print_text(compare_text(result))
 
 
 @app.command("runs")
@@ -466,7 +218,7 @@ def demo(
     from .. import flows
     from ..store import Store
 
-    _check_seconds("--quiet-wait", quiet_wait, least=0)
+    check_seconds("--quiet-wait", quiet_wait, least=0)
 
     with Store() as store, views.request_progress(err_console) as bar:
         task = bar.add_task("demo", total=None)

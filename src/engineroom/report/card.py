@@ -416,7 +416,7 @@ def render_card(run: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) ->
 
         lines += soak_section(records) + toolstream_section(records)
     summary = summarize_bench(records, cond)
-    if bench_payloads and _is_suite_run(cond):     # --suite standard / depth / concurrency / spec
+    if bench_payloads and _is_suite_run(cond):     # bench standard / depth / concurrency / spec
         from engineroom.report.suites import suite_section
 
         lines += suite_section(records, cond, run)

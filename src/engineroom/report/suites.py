@@ -1,7 +1,7 @@
 """Card sections for the longer bench suites and the A/B comparison, recomputed from records.
 
 Everything printed comes from ``bench.suitesummary.summarize_suite`` over the run's raw
-records (and ``bench.compare.compare_runs`` for ``--compare``); nothing stored is trusted.
+records (and ``bench.compare.compare_runs`` for ``engineroom compare``); nothing stored is trusted.
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ def _rate_lines(g: Mapping[str, Any], bench: Mapping[str, Any]) -> list[str]:
 
 
 def compare_text(result: Mapping[str, Any]) -> str:
-    lines = [f"# engineroom bench --compare {result['run_a']} {result['run_b']}", "",
+    lines = [f"# engineroom compare {result['run_a']} {result['run_b']}", "",
              "| group | metric | A mean (n) | B mean (n) | delta | noise band (95%) | verdict |",
              "|---|---|---:|---:|---:|---:|---|"]
     for r in result["rows"]:
