@@ -352,7 +352,7 @@ def test_switch_checks_each_gpus_free_memory_counting_what_the_running_server_fr
     from engineroom import resources
     from engineroom.engines.base import LaunchSpec
     from engineroom.flows.prediction import Prediction
-    from engineroom.flows.serving import Prepared
+    from engineroom.flows.prepared import Prepared
 
     gib = 1 << 30
     readings = [{"index": 0, "name": "H200", "used_bytes": 100 * gib, "total_bytes": 140 * gib, "util_pct": 0},

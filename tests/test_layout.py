@@ -92,3 +92,69 @@ def test_no_module_imports_a_private_name_of_another():
     assert not offenders, "private names imported across modules:\n" + "\n".join(offenders)
     stale = {module: sorted(names) for module, names in left.items() if names}
     assert not stale, f"PRIVATE_IMPORTS_LEFT lists names no module imports any more, remove them: {stale}"
+
+
+# -- no import cycle --------------------------------------------------------------------------------
+
+
+def import_cycles(imports: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module in ``imports`` (module -> the modules it
+    imports): each is at least one cycle. A module importing itself is not a cycle between modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(imports.get(v, ())):
+            if w == v:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(imports):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_the_cycle_finder_finds_cycles_and_only_cycles():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "d"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set(), "c": {"c"}}) == []
+
+
+def test_no_import_cycle_between_modules():
+    """No module of engineroom reaches itself through its imports, as grimp reads them: module-level,
+    inside functions (lazy) and under ``if TYPE_CHECKING:`` alike; a package's ``__init__`` is a module too.
+    A piece two modules both need lives below both (or in a module of its own)."""
+    import grimp
+
+    graph = grimp.build_graph("engineroom", include_external_packages=False)
+    imports = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    cycles = import_cycles(imports)
+    lines = []
+    for component in cycles:
+        members = set(component)
+        lines.append(" <-> ".join(component) + ":")
+        for importer in component:
+            for imported in sorted(imports[importer] & members - {importer}):
+                for d in graph.get_import_details(importer=importer, imported=imported):
+                    lines.append(f"  {importer}:{d['line_number']} {d['line_contents']}")
+    assert not cycles, "import cycles:\n" + "\n".join(lines)

@@ -101,7 +101,7 @@ def test_every_built_in_adapter_has_a_parser_to_ask():
 
 def test_a_cluster_checks_the_engines_own_commands_not_the_ray_steps():
     from engineroom.engines.base import LaunchSpec
-    from engineroom.flows.serving import Prepared
+    from engineroom.flows.prepared import Prepared
     from engineroom.flows.validation import engine_argvs
 
     def step(*argv: str) -> LaunchSpec:

@@ -4,7 +4,7 @@ Why: with one thread and one ``httpx.Client`` per stream, 256 streams on one cor
 in thread wake-ups and GIL hand-offs (about two context switches per token), so tokens were read
 hundreds of milliseconds after they arrived (``benchmarks/client_ceiling.md``). Here one asyncio
 loop, in a thread of its own, reads every stream; the calling thread only sizes prompts, submits
-requests and turns results into records (``suiterun.request_record``, the same records as the
+requests and turns results into records (``suiterequest.request_record``, the same records as the
 sequential suites store: ``runner.measure_request`` with the engine's timings normalised by its
 adapter, ``arrivals_us``, ``arrival_kinds``, ``scheduled_lag_us``).
 
@@ -45,7 +45,7 @@ from engineroom.bench.arrivals import poisson_schedule
 from engineroom.bench.clientside import ClientMonitor
 from engineroom.bench.runner import StreamingClient
 from engineroom.bench.suiteplan import SuiteContext, concurrency_prompt_tokens, stream_count, sweep_contexts
-from engineroom.bench.suiterun import SCHEDULE_AHEAD_S, request_record, sequential_request, suite_payload
+from engineroom.bench.suiterequest import request_record, sequential_request, suite_payload
 from engineroom.bench.suites import SuiteSpec, haystack
 from engineroom.bench.workloads import Workload
 from engineroom.client import (
@@ -61,6 +61,7 @@ from engineroom.client import (
 
 __all__ = ["LOOP_PROBE_S", "Sent", "StreamDriver", "run_concurrency", "run_rate", "run_sweep"]
 
+SCHEDULE_AHEAD_S = 0.05      # a round's streams are scheduled this far ahead, so every stream is waiting
 LOOP_PROBE_S = 0.005
 
 

@@ -22,8 +22,8 @@ What each kind does (the sizes come from ``suites``; the figures from ``suitesta
 - ``rate``: a seeded Poisson schedule (``arrivals``); each request is sent at its scheduled
   time by the first free sender, and keeps ``scheduled_s`` and ``scheduled_lag_us``.
 
-Records are ``runner.measure_request``'s, plus: ``suite``, ``group`` (what the figures are
-grouped by), ``salt`` / ``sized_by`` / ``target_tokens`` for haystacks, ``round`` / ``stream``
+Records (made by ``suiterequest``) are ``runner.measure_request``'s, plus: ``suite``, ``group`` (what the
+figures are grouped by), ``salt`` / ``sized_by`` / ``target_tokens`` for haystacks, ``round`` / ``stream``
 / ``scheduled_lag_us`` for concurrency and sweep, ``session`` / ``turn`` /
 ``previous_prompt_tokens`` / ``step`` for agentic, ``arrival`` / ``scheduled_s`` for rate,
 ``tool_calls`` (name and argument size of each call the model made), ``arrival_kinds`` (reasoning / content per token
@@ -38,129 +38,40 @@ What a run is given and resolves before its first request (``SuiteContext``, ``S
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from engineroom.bench import agentic
-from engineroom.bench.clientside import ClientMonitor, encode_kinds
-from engineroom.bench.runner import StreamingClient, measure_request
+from engineroom.bench.clientside import ClientMonitor
 from engineroom.bench.suiteplan import (  # the context, the result and the sizes; re-exported
     SuiteContext,
     SuiteResult,
     suite_conditions,
     suite_workloads,
 )
+from engineroom.bench.suiterequest import sequential_request
 from engineroom.bench.suites import (
     DEPTH_HEADROOM,
     SuiteSpec,
     haystack,
 )
-from engineroom.bench.suitestats import CLIENT_LOAD_KIND, cache_reuse, counters_delta
+from engineroom.bench.suitestats import CLIENT_LOAD_KIND, cache_reuse
 from engineroom.bench.suitesummary import summarize_suite
-from engineroom.bench.watchdog import ABORT_KIND, BenchAborted, Watchdog, stream
+from engineroom.bench.watchdog import ABORT_KIND, BenchAborted, Watchdog
 from engineroom.bench.workloads import Workload
 from engineroom.errors import BadInput
-from engineroom.records.request import BenchRequest
 from engineroom.records.statistics import METRICS_RECORD_KIND
 
-__all__ = ["AGENTIC_STOP_KIND", "MAX_CACHE_RETRIES", "SUITE_KINDS", "SuiteContext", "SuiteResult", "request_record",
-           "run_suite", "suite_conditions"]
+__all__ = ["AGENTIC_STOP_KIND", "MAX_CACHE_RETRIES", "SUITE_KINDS", "SuiteContext", "SuiteResult", "run_suite",
+           "suite_conditions"]
 
 MAX_CACHE_RETRIES = 3
 SUITE_KINDS = ("standard", "depth", "concurrency", "spec", "agentic", "sweep", "rate")
 AGENTIC_STOP_KIND = agentic.STOP_KIND
-SCHEDULE_AHEAD_S = 0.05      # a round's streams are scheduled this far ahead, so every stream is waiting
-
-def suite_payload(spec: SuiteSpec, ctx: SuiteContext, workload: Workload, messages: list[dict[str, Any]] | None = None,
-                  request: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The body and what the record keeps of it; ``messages`` replace the workload's (agentic),
-    ``request`` adds fields (its tools and tool_choice)."""
-    body = dict(ctx.server.capabilities.full_length_body)
-    payload: dict[str, Any] = {"model": ctx.server.model_id or "default",
-                               "messages": messages if messages is not None else workload.messages(),
-                               "max_tokens": workload.max_tokens, "stream": True,
-                               "stream_options": {"include_usage": True}, **spec.sampler.as_payload(),
-                               **(request or {}), **body}
-    sent: dict[str, Any] = {"max_tokens": workload.max_tokens, "sampler": spec.sampler.as_payload(), "body": body,
-                            "prompt_sha256": workload.prompt_sha256[:16]}
-    if messages is not None:
-        sent["messages"] = len(messages)
-    if request:
-        sent["request"] = {k: ([t.get("function", {}).get("name") for t in v] if k == "tools" else v)
-                           for k, v in request.items()}
-    return payload, sent
-
-
-def _request(spec: SuiteSpec, ctx: SuiteContext, client: StreamingClient, workload: Workload, *, index: int,
-             warmup: bool, extra: Mapping[str, Any], t_scheduled: float | None = None,
-             messages: list[dict[str, Any]] | None = None, request: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    payload, sent = suite_payload(spec, ctx, workload, messages, request)
-    if t_scheduled is not None:
-        delay = t_scheduled - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-    sent_unix = time.time()
-    t0 = time.perf_counter()
-    result, error = None, None
-    chars = sum(len(str(m.get("content") or "")) for m in payload.get("messages") or [] if isinstance(m, Mapping))
-    stall = ctx.stall_limit(chars // 4)
-    try:
-        result = ctx_stream(client, payload, ctx.timeout_s, stall)
-    except Exception as exc:  # noqa: BLE001 - a transport failure becomes a failed request, as in the runner
-        error = exc
-    return request_record(spec, ctx, workload, index=index, warmup=warmup, extra=extra, sent=sent,
-                          sent_unix=sent_unix, t0=t0, t_done=time.perf_counter(), result=result, error=error,
-                          t_scheduled=t_scheduled)
-
-
-def request_record(spec: SuiteSpec, ctx: SuiteContext, workload: Workload, *, index: int, warmup: bool,
-                   extra: Mapping[str, Any], sent: dict[str, Any], sent_unix: float, t0: float, t_done: float,
-                   result: Any, error: BaseException | None, t_scheduled: float | None) -> dict[str, Any]:
-    """The stored record of one sent request (``aiostreams`` makes its records here too)."""
-    rec: dict[str, Any] | None = None
-    t_request = t0
-    if error is None:
-        try:
-            rec = measure_request(result, workload=workload, index=index, warmup=warmup, sent=sent,
-                                  sent_unix=sent_unix, server=ctx.server).to_dict()
-            rec["arrival_kinds"] = encode_kinds(getattr(result, "token_kinds", None) or [])
-            calls = getattr(result, "tool_calls", None) or []
-            if calls:
-                rec["tool_calls"] = [{"name": c.name, "arguments_chars": len(c.arguments or "")} for c in calls]
-            t_request = float(result.t_request)
-        except Exception as exc:  # noqa: BLE001 - a result that cannot be read becomes a failed request
-            rec, error = None, exc
-    if rec is None:
-        rec = BenchRequest(workload=workload.name, index=index, warmup=warmup, sent=sent, sent_unix=sent_unix,
-                           status=None, error=f"{type(error).__name__}: {error}",
-                           end_us=round((t_done - t0) * 1e6), arrivals_us=[],
-                           completion_tokens=None, prompt_tokens=None).to_dict()
-        rec["arrival_kinds"] = []
-    rec.update(suite=spec.name, discarded=None, **extra)
-    if t_scheduled is not None:
-        rec["scheduled_lag_us"] = round((t_request - t_scheduled) * 1e6)
-    return rec
-
-
-def ctx_stream(client: StreamingClient, payload: dict[str, Any], timeout: float, stall_s: float | None = None) -> Any:
-    return stream(client, payload, timeout, stall_s)
 
 
 def _phases(spec: SuiteSpec) -> list[tuple[bool, int]]:
     return [(True, i) for i in range(spec.warmup)] + [(False, i) for i in range(spec.measured)]
-
-
-def sequential_request(spec: SuiteSpec, ctx: SuiteContext, client: StreamingClient, workload: Workload, *, index: int,
-                       warmup: bool, extra: Mapping[str, Any], messages: list[dict[str, Any]] | None = None,
-                       request: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    before = ctx.metrics() if ctx.metrics else None
-    rec = _request(spec, ctx, client, workload, index=index, warmup=warmup, extra=extra, messages=messages,
-                   request=request)
-    after = ctx.metrics() if ctx.metrics else None
-    if before and after:
-        rec["counters_delta"] = counters_delta(before, after)
-    return rec
 
 
 def _run_standard(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], None]) -> None:
@@ -280,7 +191,7 @@ def run_suite(spec: SuiteSpec, ctx: SuiteContext) -> SuiteResult:
             if spec.kind == "depth":
                 _run_depth(spec, ctx, depths, tick)
             elif spec.kind in ("concurrency", "sweep", "rate"):
-                from engineroom.bench import aiostreams  # it imports this module: one event loop, every stream
+                from engineroom.bench import aiostreams  # one event loop, every stream (it loads aiohttp)
 
                 {"concurrency": aiostreams.run_concurrency, "sweep": aiostreams.run_sweep,
                  "rate": aiostreams.run_rate}[spec.kind](spec, ctx, tick, monitor)

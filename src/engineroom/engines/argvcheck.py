@@ -16,12 +16,11 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..errors import EngineroomError
 
 if TYPE_CHECKING:
-    from . import Engine
     from .base import EngineBinary
 
 _DETAIL = re.compile(r"\s*\[.*\]$")     # a version's bracketed build detail: "b11434 [0.6.0-dev ...]"
@@ -62,14 +61,33 @@ class ArgvCheck:
         return {**asdict(self), "line": self.line()}
 
 
-def _version(adapter: Engine, binary: EngineBinary) -> str:
+class CheckedEngine(Protocol):
+    """What ``check`` asks of an engine: ``engines.Engine`` (the facade over an adapter) has it all, and
+    this module needs nothing else of it (so it does not import the package that imports it)."""
+
+    name: str
+
+    @property
+    def can_install(self) -> bool: ...
+
+    @property
+    def can_validate(self) -> bool: ...
+
+    def find_binary(self, explicit: str | os.PathLike[str] | None = None) -> EngineBinary: ...
+
+    def binary_version(self, binary: EngineBinary) -> str: ...
+
+    def validate_argv(self, binary: EngineBinary, argv: Sequence[str]) -> str | None: ...
+
+
+def _version(adapter: CheckedEngine, binary: EngineBinary) -> str:
     try:
         return adapter.binary_version(binary)
     except (EngineroomError, OSError, ValueError):
         return ""
 
 
-def check(adapter: Engine, argvs: Sequence[Sequence[str]], engine_bin: str | os.PathLike[str] | None = None
+def check(adapter: CheckedEngine, argvs: Sequence[Sequence[str]], engine_bin: str | os.PathLike[str] | None = None
           ) -> ArgvCheck:
     """Each of ``argvs`` (one command, or a cluster's engine commands) put to ``adapter``'s own
     parser in the engine installed here; the first rejection is the answer."""
@@ -99,4 +117,4 @@ def check(adapter: Engine, argvs: Sequence[Sequence[str]], engine_bin: str | os.
     return ArgvCheck(name, ACCEPTED, version=version, binary=where, commands=len(argvs))
 
 
-__all__ = ["ACCEPTED", "NOT_VALIDATED", "REJECTED", "ArgvCheck", "CheckStatus", "check"]
+__all__ = ["ACCEPTED", "NOT_VALIDATED", "REJECTED", "ArgvCheck", "CheckStatus", "CheckedEngine", "check"]

@@ -7,22 +7,22 @@ Checks and bench never import the launcher; the flow gives them a ServerInfo.
 
 from __future__ import annotations
 
+from .demo import DemoOutcome, demo
 from .docker import ComposeOutcome, DockerServer, compose_recipe, docker_up
 from .picks import Pick, launch_options, pick_from_file, pick_from_plan, pick_from_row, typed_request
 from .prediction import Prediction, predict_memory
+from .prepared import Prepared
 from .runs import (
     BenchOutcome,
-    DemoOutcome,
     VerifyOutcome,
     bench,
     bench_suite,
     client_key,
     connect,
-    demo,
     run_conditions,
     verify,
 )
-from .serving import DEFAULT_PORT, Prepared, check_ctx, check_port, prepare, record_launch, start, stop
+from .serving import DEFAULT_PORT, check_ctx, check_port, prepare, record_launch, start, stop
 from .switching import switch
 
 __all__ = ["DEFAULT_PORT", "BenchOutcome", "ComposeOutcome", "DemoOutcome", "DockerServer", "Pick",

@@ -15,7 +15,8 @@ from .. import apikey, compose, engines, launch, paths
 from ..errors import BadInput, EngineFailed, NotFound
 from ..launchargs import DEFAULT_HOST, LaunchArgs
 from .picks import Pick
-from .serving import Prepared, prepare
+from .prepared import Prepared
+from .serving import prepare
 
 COMPOSE_FILE = "docker-compose.yml"
 KEY_FILE = "api_key"             # an up --docker key, beside its compose file (0600)

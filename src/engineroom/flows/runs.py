@@ -1,4 +1,5 @@
-"""Measuring: connect to a server, run verify and bench into the store, the demo that chains it all."""
+"""Measuring: connect to a server, run verify and bench into the store (``demo``, ``try``, ``ab``, ``tune`` and
+``bakeoff`` chain them with the stage runner)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,7 @@ if TYPE_CHECKING:
     from ..checks import CheckResult
     from ..checks.soak import SoakOptions
 
-from .demo import DemoOutcome, demo
 from .engineproc import (
-    RESOURCES_KIND,
     EnginePid,
     engine_process,
     listening_engine,
@@ -34,10 +33,9 @@ from .engineproc import (
     soak_memory,
 )
 
-# demo and the engine-process / memory helpers live in flows.demo and flows.engineproc; re-exported here
 __all__ = [
-    "RESOURCES_KIND", "BenchOutcome", "DemoOutcome", "EnginePid", "HostGuard", "VerifyOutcome", "bench", "bench_suite",
-    "client_key", "connect", "demo", "listening_engine", "run_conditions", "verify", "verify_options",
+    "BenchOutcome", "HostGuard", "VerifyOutcome", "bench", "bench_suite", "client_key", "closing_run", "connect",
+    "run_conditions", "verify", "verify_options",
 ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 from .picks import Pick, launch_options, typed_request
 from .prediction import Prediction, placement_check, predict_memory, process_memory
+from .prepared import Prepared
 
 DEFAULT_PORT = 8080
 
@@ -70,20 +71,6 @@ def check_bind_args(spec: LaunchSpec, extra_args: Sequence[str]) -> None:
 
 # --------------------------------------------------------------------------- prepare / start
 HEAD_PLACEHOLDER = "head-node"   # the head's address in a printed cluster recipe when none is given
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """Everything checked before anything is stopped or started (``switch`` relies on that)."""
-
-    spec: LaunchSpec                 # the adapter's LaunchSpec
-    args: LaunchArgs                 # the arguments as given, the pick's settings filled in (kept for `switch`)
-    prediction: Prediction | None = None
-    pick: Pick | None = None
-    binary_found: bool = True        # False: a recipe rendered without the engine installed
-    key: apikey.LaunchKey | None = None   # the launch's API key: references, and the file the engine reads
-    cluster: tuple[LaunchSpec, ...] = ()  # a pick spanning machines: one command per node, rank order
-    request: LaunchRequest | None = None  # what was rendered: the pick's request with the typed options
 
 
 def prepare(

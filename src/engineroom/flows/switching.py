@@ -22,7 +22,8 @@ from ..launchargs import FIELDS, LaunchArgs
 from ..redaction import MASK
 from ..refs import ModelRef
 from .picks import Pick, pick_from_row
-from .serving import Prepared, launch_prepared, prepare, record_launch, stop
+from .prepared import Prepared
+from .serving import launch_prepared, prepare, record_launch, stop
 
 # launch arguments that belong to one engine: a switch to another engine does not carry them
 ENGINE_OWN_ARGS = ("engine_bin", "extra_args", "kv_dtype")

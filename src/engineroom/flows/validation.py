@@ -11,7 +11,7 @@ from __future__ import annotations
 from .. import apikey, engines
 from ..engines.argvcheck import ArgvCheck
 from ..errors import BadInput
-from .serving import Prepared
+from .prepared import Prepared
 
 
 def engine_argvs(prepared: Prepared) -> list[list[str]]:
