@@ -193,11 +193,28 @@ def _wait_for(proc: subprocess.Popen, db: Path, after: int, cells: int, servers:
     pytest.fail(f"the bakeoff never reached {cells} cell(s) ended and {servers} engine(s) started")
 
 
+def _suite_ended(proc: subprocess.Popen, db: Path, run_id: int, priority: str, suite: str) -> int:
+    """Wait until the bakeoff's ``priority`` cell has finished ``suite``: the suite's stored run."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        with sqlite3.connect(db) as con:
+            for (payload,) in con.execute("select payload from records where run_id = ? and kind = 'bakeoff_suite'",
+                                          (run_id,)):
+                p = json.loads(payload)
+                if (p["priority"], p["suite"]) == (priority, suite):
+                    return int(p["run"])
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail(f"the {priority} cell never finished its {suite} suite")
+
+
 def test_a_crash_is_its_cells_result_and_a_bakeoff_killed_outright_resumes_where_it_stopped(
         llama_server_binary, smollm2, four_engines, tmp_path):
     """Three llama.cpp cells. The second cell's engine is killed during its full verify suite: that cell ends
     failed, saying the engine exited, and the next cell runs. The bakeoff itself is killed (-9) in the third
-    cell: `--resume` keeps the two cells that ended, stops the engine the kill left running, runs the third.
+    cell, after its verify suite ended: `--resume` keeps the two cells that ended, stops the engine the kill
+    left running, launches the third again and runs only its bench suite, keeping the verify run it had.
     Then `report --compare` sets the resumed bakeoff beside the four engines' one."""
     # the four engines' store (their bakeoff is compared with this one below), a server state of its own
     env = {**four_engines["_env"], "ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
@@ -212,7 +229,7 @@ def test_a_crash_is_its_cells_result_and_a_bakeoff_killed_outright_resumes_where
     time.sleep(2.0)                                  # into the second cell's full verify suite
     os.kill(pids[1], signal.SIGKILL)
     run_id, pids = _wait_for(proc, db, after, cells=2, servers=3, run_id=run_id)
-    time.sleep(1.0)
+    verified = _suite_ended(proc, db, run_id, "concurrent-throughput", "verify-full")
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
     left_running = pids[2]
@@ -232,6 +249,11 @@ def test_a_crash_is_its_cells_result_and_a_bakeoff_killed_outright_resumes_where
     crashed = page["cells"][1]
     assert crashed["why"].startswith("the engine exited during the verify-full suite"), crashed["why"]
     assert [c["runs"] for c in page["cells"][:2]] == [c["runs"] for c in before]    # the cells kept as measured
+    third = page["cells"][2]
+    assert third["runs"]["verify-full"] == verified and third["runs"]["bench-quick"] > verified, third["runs"]
+    assert f"verify-full: kept from the interrupted launch (run {verified})" in resumed.stderr
+    kept = "verify-full: measured by the launch an interruption stopped"
+    assert any(n.startswith(kept) for n in third["pick"]["notes"]), third["pick"]["notes"]
     assert "| llama.cpp | leanest-vram | failed (below) |" in page["markdown"]
     # what changed between two bakeoffs: the one cell both ran to its end, each figure with its noise band
     diff = run_cli("report", "--bakeoff", str(run_id), "--compare", str(after), "--json", env=env)

@@ -4,11 +4,12 @@ A bakeoff is a grid of cells, one per engine x priority: each cell is the plan's
 engine and priority, run through launch -> the suites (verify and bench, each a stored run of its
 own) -> down, one engine at a time, all in one stored run of kind ``bakeoff``. Each cell that ends
 is a ``bakeoff_cell`` record of that run, written the moment it ends, so a bakeoff stopped by
-Ctrl-C, ``kill -9`` or a power cut keeps every cell that finished: ``--resume ID`` runs the rest
-(the cell that was under way is run again from its launch; its engine, left running by a
-``kill -9``, is stopped first). A cell that cannot run here (engine not installed, no build for
-this machine, no plan for it) is a result too: one sentence why, and the command that would make
-it run. An engine that crashes is that cell's result; the next engine still runs.
+Ctrl-C, ``kill -9`` or a power cut keeps every cell that finished: ``--resume ID`` runs the rest.
+The cell that was under way is launched again (its engine, left running by a ``kill -9``, is
+stopped first) and runs only the suites it had not finished: each suite that ends is a
+``bakeoff_suite`` record, kept when the new launch is the same pick. A cell that cannot run here
+(engine not installed, no build for this machine, no plan for it) is a result too: one sentence
+why, and the command that would make it run. An engine that crashes is that cell's result; the next engine still runs.
 
 ``report --bakeoff ID`` (``report.bakeoff``) turns the stored cells into the comparison page.
 """
@@ -38,6 +39,7 @@ __all__ = ["BAKEOFF_KIND", "CELL_KIND", "DEFAULT_SUITES", "SERVER_KIND", "SUITES
            "cell_key"]
 
 SERVER_KIND = "bakeoff_server"      # the engine's pid as a cell's launch spawns it (a resume stops a leftover)
+SUITE_KIND = "bakeoff_suite"        # a suite that ended in a cell not ended yet (a resume keeps it)
 
 # suite name -> (verify | bench, the suite's own name there)
 SUITES: dict[str, tuple[str, str]] = {
@@ -117,10 +119,27 @@ class _Grid:
         for rec in store.records(run_id, CELL_KIND):
             self.done[cell_key(rec["payload"]["engine"], rec["payload"]["priority"])] = rec["payload"]
         self.pids = {int(r["payload"]["pid"]) for r in store.records(run_id, SERVER_KIND)}
+        # per cell not ended: the suites that did end, with the pick they measured
+        self.kept: dict[str, dict[str, dict[str, Any]]] = {}
+        for rec in store.records(run_id, SUITE_KIND):
+            p = rec["payload"]
+            key = cell_key(p["engine"], p["priority"])
+            if key not in self.done:
+                self.kept.setdefault(key, {})[p["suite"]] = p
 
     def ended(self, cell: dict[str, Any]) -> None:
         self.store.add_record(self.run_id, CELL_KIND, cell)
         self.done[cell_key(cell["engine"], cell["priority"])] = cell
+
+    def suite_ended(self, engine: str, priority: str, suite: str, run_id: int, status: str,
+                    pick: Mapping[str, Any]) -> None:
+        self.store.add_record(self.run_id, SUITE_KIND, {"engine": engine, "priority": priority, "suite": suite,
+                                                        "run": run_id, "status": status, "pick": _as_stored(pick)})
+
+    def kept_suites(self, engine: str, priority: str, pick: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """The suites an interrupted launch of this cell finished, when they measured this same pick."""
+        same = _as_stored(pick)
+        return {name: p for name, p in self.kept.get(cell_key(engine, priority), {}).items() if p.get("pick") == same}
 
 
 class _RandomFile:
@@ -241,7 +260,12 @@ def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, con
     elif pick.model_ref != model:
         notes.append(f"served {model} (the same file for every engine that loads it), not the pick's own "
                      f"weights {pick.model_ref}")
-    cell["pick"] = {**_pick_summary(pick), "notes": [*pick.notes, *notes]}
+    summary = _pick_summary(pick)
+    kept = grid.kept_suites(engine, priority, summary)
+    if kept:
+        notes.append(f"{', '.join(kept)}: measured by the launch an interruption stopped (the same pick; "
+                     f"runs {', '.join(str(k['run']) for k in kept.values())}), kept by the resume")
+    cell["pick"] = {**summary, "notes": [*pick.notes, *notes]}
     try:                  # engineroom's tool-capable template where it has one (as demo does)
         tools = files is None and models.resolve(model).tool_template is not None
     except EngineroomError:
@@ -258,10 +282,15 @@ def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, con
             cell["launch_run"] = s.state.launch_run_id
             cell["argv"] = list(s.state.argv)
             for name in conditions["suites"]:
+                if name in kept:
+                    cell["runs"][name], cell["suites"][name] = kept[name]["run"], kept[name]["status"]
+                    say(f"{engine}: {name}: kept from the interrupted launch (run {kept[name]['run']})")
+                    continue
                 with log.stage(name):
                     try:
                         cell["runs"][name], cell["suites"][name] = _suite(
                             store, s, name, bool(conditions.get("short")), host, pick.request.parallel)
+                        grid.suite_ended(engine, priority, name, cell["runs"][name], cell["suites"][name], summary)
                     except EngineroomError as exc:          # this suite's refusal: the others still run
                         cell["suites"][name] = f"ERROR: {exc}"
                 if not _alive(s.state.pid):
@@ -273,6 +302,13 @@ def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, con
         cell.update(status=FAILED, why=why, stages=log.so_far())
         return cell
     return {**cell, "status": DONE, "stages": log.so_far()}
+
+
+def _as_stored(data: Mapping[str, Any]) -> Any:
+    """``data`` as the store gives it back (JSON: tuples are lists), so a stored pick compares equal."""
+    import json
+
+    return json.loads(json.dumps(data, default=str))
 
 
 def _alive(pid: int) -> bool:
