@@ -75,14 +75,19 @@ def test_demo_refuses_bad_bench_settings_before_pulling_or_starting_anything(arg
         assert store.runs(10) == []                                          # no run stored
 
 
-def test_an_unknown_bench_suite_lists_every_suite():
+def test_every_bench_suite_is_a_command_and_an_unknown_one_is_refused():
     from engineroom.bench.suites import SUITE_SPECS
     from engineroom.bench.workloads import SUITES
 
-    code, text = invoke_cli("bench", "--suite", "nosuch")
-    assert code == 2 and "there is no bench suite 'nosuch'" in text
+    code, text = invoke_cli("bench", "nosuch")
+    assert code == 2 and "No such command 'nosuch'" in text
+    code, text = invoke_cli("bench", "--help")
+    assert code == 0
     for name in (*SUITES, *SUITE_SPECS):
         assert name in text, name
+    for name in (*[n for n in SUITES if n != "quick"], *SUITE_SPECS):     # quick is `bench` itself
+        code, text = invoke_cli("bench", name, "--help")
+        assert code == 0 and f"engineroom bench {name}" in text, (name, text[:300])
 
 
 def test_parallel_beyond_the_engines_limit_is_refused_before_launch(own_state):

@@ -467,7 +467,7 @@ def bench_suite(info: ServerInfo, store: Store, name: str, *, streams: int | Non
     engine = engines.adapter(info.engine) if engines.has_adapter(info.engine) else None
     extra = load_prompt_file(prompt_file, max_tokens or 256) if prompt_file else ()
     if extra and spec.kind != "standard":
-        raise BadInput("--prompts goes with --suite standard.")
+        raise BadInput("--prompts goes with the standard suite.")
     ctx = SuiteContext(
         server=info, new_client=lambda: (ToolKindClient if spec.kind == "agentic" else KindClient)(info.url,
                                                                                                  api_key=api_key),
@@ -485,7 +485,7 @@ def bench_suite(info: ServerInfo, store: Store, name: str, *, streams: int | Non
     host = host or HostGuard()
     proc = engine_process(info)
     preflight = quiet_host(proc, wait_s=host.wait_s, busy_ok=host.busy_ok, say=host.say)
-    run_id = store.start_run("bench", conditions, label=f"bench --suite {spec.name}")
+    run_id = store.start_run("bench", conditions, label=f"bench {spec.name}")
     store.add_record(run_id, PREFLIGHT_KIND, preflight)
     ctx.emit = lambda kind, payload: store.add_record(run_id, kind, payload)
     with closing_run(store, run_id), sampling_resources(info, store, run_id, proc):
