@@ -15,7 +15,7 @@ import pytest
 from engineroom.catalog import arch_from_catalog, load_catalog
 from engineroom.fit import FitRequest, MiB, kv_refusal
 from engineroom.hardware import parse_rig
-from engineroom.plan import _Planner
+from engineroom.plan.planner import Planner
 from engineroom.synth import SHAPES, write_synthetic_gguf
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def test_ik_llama_cpp_refuses_a_kv_block_that_does_not_divide_the_head_size():
     assert kv_refusal(arch, FitRequest(engine="ik_llama.cpp", ctx=1, kv_dtype="f16"), cat) is None
     assert kv_refusal(replace(arch, head_dim=128), FitRequest(engine="ik_llama.cpp", ctx=1, kv_dtype="q4_0"),
                       cat) is None
-    p = _Planner(cat, cat.model("llama-3.1-8b"), arch, parse_rig("1x3090", cat), cat.priority("leanest-vram"),
+    p = Planner(cat, cat.model("llama-3.1-8b"), arch, parse_rig("1x3090", cat), cat.priority("leanest-vram"),
                  None, "ik_llama.cpp")
     assert not [c for c in p.candidates() if c.kv.block_size > 1]
     assert not any(f"KV {kv}: ik_llama.cpp refuses it" in r for r in p.rejected for kv in ("f16", "bf16"))

@@ -23,23 +23,6 @@ def test_every_module_has_at_most_500_lines():
 
 # -- no private name imported across modules ------------------------------------------------------
 
-# Private names of cli/ and plan/ modules still imported by others, left for the work under way there
-# (issue 18 items 1 and 5): module -> its names that other modules may still import. Remove a name here
-# when no module imports it any more; nothing may be added.
-PRIVATE_IMPORTS_LEFT = {
-    "engineroom.cli.base": {"_BIN", "_CLIENT_KEY", "_CLIENT_KEY_ENV", "_CTX", "_ENGINE", "_FROM_PLAN", "_KEY",
-                            "_KEY_ENV", "_KEY_FILE", "_KV", "_PARALLEL", "_PICKN", "_PLAN_RIG", "_PORT", "_PRIORITY",
-                            "_TEMPLATE", "_THREADS", "_TIMEOUT", "_TOOLS", "_TP", "_UNIFIED", "_given",
-                            "_launch_args", "_planned", "_show", "_start"},
-    "engineroom.plan.adhoc": {"_active_param_count", "_arch_block", "_names_file_or_repo"},
-    "engineroom.plan.candidates": {"_Cand", "_bandwidth", "_capacity", "_engine_runs_on", "_quant_runs_on",
-                                   "_rig_groups"},
-    "engineroom.plan.planner": {"_Planner"},
-    "engineroom.plan.ranking": {"_close", "_groups", "_rank"},
-    "engineroom.plan.reasons": {"_reasons"},
-    "engineroom.plan.speed": {"_mixed_per_thread"},
-}
-
 
 def _is_private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
@@ -80,18 +63,13 @@ def test_the_private_import_finder_sees_every_form():
 def test_no_module_imports_a_private_name_of_another():
     """A name with a leading underscore is its module's own; one that another module needs is public
     (named for what it is) or lives in the module whose concept it is."""
-    offenders, left = [], {module: set(names) for module, names in PRIVATE_IMPORTS_LEFT.items()}
+    offenders = []
     for path in sorted(SRC.rglob("*.py")):
         rel = path.relative_to(SRC)
         package = ".".join(["engineroom", *rel.parent.parts])
         for line, module, name in private_imports(path.read_text(encoding="utf-8"), package):
-            if name in PRIVATE_IMPORTS_LEFT.get(module, ()):
-                left[module].discard(name)
-            else:
-                offenders.append(f"src/engineroom/{rel.as_posix()}:{line} imports {name} from {module}")
+            offenders.append(f"src/engineroom/{rel.as_posix()}:{line} imports {name} from {module}")
     assert not offenders, "private names imported across modules:\n" + "\n".join(offenders)
-    stale = {module: sorted(names) for module, names in left.items() if names}
-    assert not stale, f"PRIVATE_IMPORTS_LEFT lists names no module imports any more, remove them: {stale}"
 
 
 # -- no import cycle --------------------------------------------------------------------------------

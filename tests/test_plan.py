@@ -382,13 +382,13 @@ def test_cpu_rig_plans_only_what_runs_on_a_cpu():
 
 
 def test_cpu_rig_rejections_name_the_cpu_build():
-    from engineroom.plan import _Planner
+    from engineroom.plan.planner import Planner
 
     cat = load_catalog()
     m = cat.model(MODEL)
     from engineroom.catalog import arch_from_catalog
 
-    p = _Planner(cat, m, arch_from_catalog(m), parse_rig(CPU_RIG), cat.default_priority(), None, None)
+    p = Planner(cat, m, arch_from_catalog(m), parse_rig(CPU_RIG), cat.default_priority(), None, None)
     p.candidates()
     assert any("vllm's cpu build does not run autoround weights" in r for r in p.rejected)
     assert any(r.startswith("sglang does not run on cpu") for r in p.rejected)

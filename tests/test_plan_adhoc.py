@@ -276,13 +276,14 @@ def test_float32_config_is_offered_at_the_16_bit_type_engines_load():
 def test_moe_bytes_per_token_leave_embeddings_out_of_the_active_share():
     """The active share is (active - emb - head) / (params - emb - head), applied to the
     trunk's bytes; the head is read every token, the embedding is a lookup."""
-    from engineroom.plan import _active_param_count, weights_read_per_token
+    from engineroom.arch import count_active_params
+    from engineroom.plan import weights_read_per_token
 
     subject = resolve_model(str(CONFIGS / "qwen3.5-35b-a3b.json"))
     arch, model = subject.arch, subject.model
     q = next(x for x in model.quants if x.id == "Q4_K_M")
     w, params = q.weight_bytes, arch.param_count
-    active = _active_param_count(arch)
+    active = count_active_params(arch)
     emb_p = arch.vocab_size * arch.hidden_size
     n = 1 if arch.tie_embeddings else 2
     emb_b = emb_p * w / params

@@ -18,7 +18,7 @@ from engineroom.catalog import arch_from_catalog, load_catalog
 from engineroom.fit import FitMemo
 from engineroom.hardware import parse_rig
 from engineroom.plan import NothingFits, Plan, how_to_choose, plan
-from engineroom.plan.ranking import _close
+from engineroom.plan.ranking import within_tolerance
 
 
 def _rigs() -> list[str]:
@@ -44,7 +44,7 @@ def _beats(a: Plan, b: Plan, keys) -> str | None:
         x, y = a.metrics.get(k.metric), b.metrics.get(k.metric)
         if x is None or y is None:
             return None
-        if _close(x, y, k.tolerance):
+        if within_tolerance(x, y, k.tolerance):
             continue
         better = x > y if k.goal == "max" else x < y
         return f"{k.metric} {x:,.2f} vs {y:,.2f}" if better else None

@@ -55,7 +55,7 @@ def _root(
     """engineroom: which engine, which quant, which flags, how much context, how fast."""
 
 
-def _show(items: Any, to: Console = console) -> None:
+def show(items: Any, to: Console = console) -> None:
     """Print a view (views.py): one renderable, or a list of them in order."""
     for item in items if isinstance(items, list) else [items]:
         to.print(item)
@@ -63,7 +63,7 @@ def _show(items: Any, to: Console = console) -> None:
 
 
 
-def _launch_args(ctx: int | None, port: int | None, threads: int | None, parallel: int | None,
+def launch_args(ctx: int | None, port: int | None, threads: int | None, parallel: int | None,
                  kv_unified: bool | None, engine_bin: Path | None, chat_template: Path | None,
                  tools_template: bool, timeout: float | None, extra: Sequence[str] | None, *,
                  engine: str | None = None, kv_dtype: str | None = None, tp: int | None = None,
@@ -83,7 +83,7 @@ def _launch_args(ctx: int | None, port: int | None, threads: int | None, paralle
                       api_key_env=api_key_env, api_key_file=str(api_key_file) if api_key_file else None)
 
 
-def _given(ctx_: typer.Context) -> list[str]:
+def typed_launch_args(ctx_: typer.Context) -> list[str]:
     """The launch arguments typed on this command line, by LaunchArgs field (``switch`` keeps the
     others from the running server; a plan's pick fills the others); ``api_key``: a key typed."""
     names = ("ctx", "port", "threads", "parallel", "kv_unified", "engine_bin", "chat_template",
@@ -119,13 +119,14 @@ def _pick(model: str | None, priority: str | None, rig: str | None, from_plan: P
     return flows.pick_from_plan(model, priority=priority, rig=rig, pick=pick, engine=engine)
 
 
-def _planned(ctx_: typer.Context, model: str | None, args: LaunchArgs, *, priority: str | None,
+def planned_pick(ctx_: typer.Context, model: str | None, args: LaunchArgs, *, priority: str | None,
              rig: str | None, from_plan: Path | None, pick: int, missing: str) -> tuple[str, Pick | None]:
     """The model and the plan's pick `up` and `recipe` run (the pick when one is asked for:
     ``flows.prepare`` renders its LaunchRequest with every argument typed here replacing its field)."""
     from ..errors import BadInput
 
-    chosen = _pick(model, priority, rig, from_plan, pick, engine=args.engine if "engine" in _given(ctx_) else None)
+    typed_engine = args.engine if "engine" in typed_launch_args(ctx_) else None
+    chosen = _pick(model, priority, rig, from_plan, pick, engine=typed_engine)
     if chosen is not None:
         model = chosen.model_ref
     if model is None:
@@ -133,22 +134,22 @@ def _planned(ctx_: typer.Context, model: str | None, args: LaunchArgs, *, priori
     return model, chosen
 
 
-def _start(fn: Callable[..., ServerState], model: str, args: LaunchArgs, json_out: bool,
+def start_server(fn: Callable[..., ServerState], model: str, args: LaunchArgs, json_out: bool,
            **extra: Any) -> ServerState:
     pick = extra.get("pick")
     if pick is not None and not json_out:
-        _show(views.pick_lines(pick))
+        show(views.pick_lines(pick))
     # a spinner on a terminal, progress lines in a pipe (vLLM's cold start is minutes of silence otherwise)
     with WaitProgress(model, err_console) as waiting:   # stderr: --json's stdout stays one document
         state = fn(model, args, say=waiting.say, on_wait=waiting.wait, **extra)
     if json_out:
         print_json(redact_data(to_jsonable(state)))
     else:
-        _show(views.started_lines(state, picked_port=args.port == 0))
+        show(views.started_lines(state, picked_port=args.port == 0))
     return state
 
 
-_CTX = typer.Option(None, "--ctx", "-c",
+CtxOpt = typer.Option(None, "--ctx", "-c",
                     help="Context per sequence (tokens), as plan and fit size it: each of the --parallel slots "
                          "holds this many (llama.cpp: -c ctx x slots); at most the model's trained maximum unless RoPE "
                          "scaling is passed after `--`.")
@@ -158,44 +159,45 @@ QuietWaitOpt = typer.Option(60.0, "--quiet-wait",
 BusyOkOpt = typer.Option(False, "--busy-ok",
                          help="Measure on a busy machine anyway; the run is judged on the contention it saw "
                               "(INVALID above the limits).")
-_PORT = typer.Option(None, "--port", "-p", help="Port (default 8080; 0 picks a free one; bound to 127.0.0.1).")
-_THREADS = typer.Option(None, "--threads", "-t", help="CPU threads.")
-_PARALLEL = typer.Option(None, "--parallel",
+PortOpt = typer.Option(None, "--port", "-p", help="Port (default 8080; 0 picks a free one; bound to 127.0.0.1).")
+ThreadsOpt = typer.Option(None, "--threads", "-t", help="CPU threads.")
+ParallelOpt = typer.Option(None, "--parallel",
                          help="Server slots (concurrent sequences; default: the engine's, llama.cpp 4).")
-_UNIFIED = typer.Option(None, "--kv-unified/--no-kv-unified",
+KvUnifiedOpt = typer.Option(None, "--kv-unified/--no-kv-unified",
                         help="One KV pool shared by all slots (default: the engine's; llama.cpp: unified when "
                              "--parallel is not given).")
-_BIN = typer.Option(None, "--engine-bin", help="Explicit engine binary.")
-_TEMPLATE = typer.Option(None, "--chat-template-file", help="Jinja chat template to use instead of the model's.")
-_TOOLS = typer.Option(False, "--tools-template", help="Use engineroom's tool-capable template for this model.")
-_TIMEOUT = typer.Option(None, "--timeout", help="Seconds to wait for the server to become healthy "
+EngineBinOpt = typer.Option(None, "--engine-bin", help="Explicit engine binary.")
+ChatTemplateOpt = typer.Option(None, "--chat-template-file", help="Jinja chat template to use instead of the model's.")
+ToolsTemplateOpt = typer.Option(False, "--tools-template",
+                                help="Use engineroom's tool-capable template for this model.")
+TimeoutOpt = typer.Option(None, "--timeout", help="Seconds to wait for the server to become healthy "
                          "(default: the engine's: 300 s, longer for slow-starting engines).")
 # API keys by reference (apikey.py): engineroom keeps a variable's name or a file's path, never the key
-_KEY_ENV = typer.Option(None, "--api-key-env", metavar="VAR",
+KeyEnvOpt = typer.Option(None, "--api-key-env", metavar="VAR",
                         help="Require this API key, read from environment variable VAR at launch (only the name is "
                              "kept).")
-_KEY_FILE = typer.Option(None, "--api-key-file", metavar="PATH",
+KeyFileOpt = typer.Option(None, "--api-key-file", metavar="PATH",
                          help="Require the API key in PATH, a file only you can read (chmod 600).")
-_KEY = typer.Option(None, "--api-key", metavar="KEY",
+KeyOpt = typer.Option(None, "--api-key", metavar="KEY",
                     help="Require this API key (written to a 0600 file of engineroom's; prefer --api-key-env, "
                          "which keeps the key off engineroom's own command line).")
-_CLIENT_KEY_ENV = typer.Option(None, "--api-key-env", metavar="VAR",
+ClientKeyEnvOpt = typer.Option(None, "--api-key-env", metavar="VAR",
                                help="Send the API key in environment variable VAR (default: the managed server's own).")
-_CLIENT_KEY = typer.Option(None, "--api-key", metavar="KEY",
+ClientKeyOpt = typer.Option(None, "--api-key", metavar="KEY",
                            help="Send this API key (prefer --api-key-env: a command line is visible to other users).")
 
 
-_ENGINE = typer.Option(None, "--engine", "-e", help="Engine to launch (default: llama.cpp, or the plan's pick).")
-_KV = typer.Option(None, "--kv",
+EngineOpt = typer.Option(None, "--engine", "-e", help="Engine to launch (default: llama.cpp, or the plan's pick).")
+KvOpt = typer.Option(None, "--kv",
                    help="KV cache type as the catalog names it (f16, q8_0, q4_0; default: the engine's, f16).")
-_TP = typer.Option(None, "--tp", help="GPUs for one instance (default 1).")
-_PRIORITY = typer.Option(None, "--priority",
+TpOpt = typer.Option(None, "--tp", help="GPUs for one instance (default 1).")
+PriorityOpt = typer.Option(None, "--priority",
                          help="Launch what `engineroom plan MODEL --priority P` ranks first for this machine.")
-_PLAN_RIG = typer.Option(None, "--rig",
+PlanRigOpt = typer.Option(None, "--rig",
                          help="Plan for this rig spec instead of this machine (the launch still runs here).")
-_FROM_PLAN = typer.Option(None, "--from-plan",
+FromPlanOpt = typer.Option(None, "--from-plan",
                           help="Launch a plan saved with `engineroom plan MODEL --json > plan.json`.")
-_PICKN = typer.Option(1, "--pick", help="Which of the plan's configurations (1 = its first).")
+PickOpt = typer.Option(1, "--pick", help="Which of the plan's configurations (1 = its first).")
 
 
 def check_seconds(flag: str, value: float, *, least: float) -> None:

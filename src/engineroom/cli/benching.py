@@ -12,7 +12,7 @@ import typer
 from .. import views
 from ..bench.suites import SUITE_SPECS
 from ..output import err_console, print_json, print_text
-from .base import _CLIENT_KEY, _CLIENT_KEY_ENV, BusyOkOpt, JsonOpt, QuietWaitOpt, app, check_seconds
+from .base import BusyOkOpt, ClientKeyEnvOpt, ClientKeyOpt, JsonOpt, QuietWaitOpt, app, check_seconds
 
 if TYPE_CHECKING:
     from ..flows.runs import HostGuard
@@ -149,7 +149,7 @@ def bench(
     url: str | None = _URL, max_tokens: int | None = _MAX_TOKENS, warmup: int | None = _WARMUP,
     runs: int | None = _RUNS, full_length: bool = _FULL, stall_s: float | None = _STALL,
     quiet_wait: float = QuietWaitOpt, busy_ok: bool = BusyOkOpt,
-    api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY, json_out: bool = JsonOpt,
+    api_key_env: str | None = ClientKeyEnvOpt, api_key: str | None = ClientKeyOpt, json_out: bool = JsonOpt,
 ) -> None:
     """Per-stream speed: TTFT, decode and wall tokens/s (client clock) beside the engine's own timings.
 
@@ -175,7 +175,7 @@ def bench(
 def bench_long(url: str | None = _URL, max_tokens: int | None = _MAX_TOKENS, warmup: int | None = _WARMUP,
                runs: int | None = _RUNS, full_length: bool = _FULL, stall_s: float | None = _STALL,
                quiet_wait: float = QuietWaitOpt, busy_ok: bool = BusyOkOpt,
-               api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY,
+               api_key_env: str | None = ClientKeyEnvOpt, api_key: str | None = ClientKeyOpt,
                json_out: bool = JsonOpt) -> None:
     host = _host(quiet_wait, busy_ok, stall_s, json_out)
     _quick_or_long("long", url, max_tokens, warmup, runs, full_length, stall_s, host, api_key, api_key_env, json_out)
@@ -187,7 +187,7 @@ def bench_standard(
     runs: int | None = _RUNS,
     prompts: Path | None = _PROMPTS,
     stall_s: float | None = _STALL, quiet_wait: float = QuietWaitOpt, busy_ok: bool = BusyOkOpt,
-    api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY, json_out: bool = JsonOpt,
+    api_key_env: str | None = ClientKeyEnvOpt, api_key: str | None = ClientKeyOpt, json_out: bool = JsonOpt,
 ) -> None:
     _suite("standard", url, host=_host(quiet_wait, busy_ok, stall_s, json_out), api_key=api_key,
            api_key_env=api_key_env, json_out=json_out, stall_s=stall_s, max_tokens=max_tokens, warmup=warmup,
@@ -201,7 +201,7 @@ def bench_depth(
     depths: str | None = typer.Option(None, "--depths", help="The depths in tokens, e.g. 1024,4096 (default: 1K, "
                                                              "10K, 32K, 90K where the context allows)."),
     stall_s: float | None = _STALL, quiet_wait: float = QuietWaitOpt, busy_ok: bool = BusyOkOpt,
-    api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY, json_out: bool = JsonOpt,
+    api_key_env: str | None = ClientKeyEnvOpt, api_key: str | None = ClientKeyOpt, json_out: bool = JsonOpt,
 ) -> None:
     _suite("depth", url, host=_host(quiet_wait, busy_ok, stall_s, json_out), api_key=api_key,
            api_key_env=api_key_env, json_out=json_out, stall_s=stall_s, max_tokens=max_tokens, warmup=warmup,
@@ -214,7 +214,7 @@ def bench_concurrency(
     runs: int | None = typer.Option(None, "--runs", help="Measured rounds (default 3)."),
     streams: int | None = _STREAMS, prompt_tokens: int | None = _PROMPT_TOKENS,
     stall_s: float | None = _STALL, quiet_wait: float = QuietWaitOpt, busy_ok: bool = BusyOkOpt,
-    api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY, json_out: bool = JsonOpt,
+    api_key_env: str | None = ClientKeyEnvOpt, api_key: str | None = ClientKeyOpt, json_out: bool = JsonOpt,
 ) -> None:
     _suite("concurrency", url, host=_host(quiet_wait, busy_ok, stall_s, json_out), api_key=api_key,
            api_key_env=api_key_env, json_out=json_out, stall_s=stall_s, max_tokens=max_tokens, warmup=warmup,
@@ -225,7 +225,7 @@ def bench_concurrency(
 def bench_spec(
     url: str | None = _URL, max_tokens: int | None = _MAX_TOKENS, warmup: int | None = _WARMUP,
     runs: int | None = _RUNS, stall_s: float | None = _STALL, quiet_wait: float = QuietWaitOpt,
-    busy_ok: bool = BusyOkOpt, api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY,
+    busy_ok: bool = BusyOkOpt, api_key_env: str | None = ClientKeyEnvOpt, api_key: str | None = ClientKeyOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     _suite("spec", url, host=_host(quiet_wait, busy_ok, stall_s, json_out), api_key=api_key,
@@ -244,7 +244,7 @@ def bench_agentic(
                                              help="The size the conversation grows toward (default 50,000, capped "
                                                   "at 80% of the context)."),
     stall_s: float | None = _STALL, quiet_wait: float = QuietWaitOpt, busy_ok: bool = BusyOkOpt,
-    api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY, json_out: bool = JsonOpt,
+    api_key_env: str | None = ClientKeyEnvOpt, api_key: str | None = ClientKeyOpt, json_out: bool = JsonOpt,
 ) -> None:
     _suite("agentic", url, host=_host(quiet_wait, busy_ok, stall_s, json_out), api_key=api_key,
            api_key_env=api_key_env, json_out=json_out, stall_s=stall_s, max_tokens=max_tokens, warmup=warmup,
@@ -266,7 +266,7 @@ def bench_sweep(
                                                                    "says so."),
     slo_ttft_ms: float | None = _SLO_TTFT, slo_itl_ms: float | None = _SLO_ITL,
     stall_s: float | None = _STALL, quiet_wait: float = QuietWaitOpt, busy_ok: bool = BusyOkOpt,
-    api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY, json_out: bool = JsonOpt,
+    api_key_env: str | None = ClientKeyEnvOpt, api_key: str | None = ClientKeyOpt, json_out: bool = JsonOpt,
 ) -> None:
     _suite("sweep", url, host=_host(quiet_wait, busy_ok, stall_s, json_out), api_key=api_key,
            api_key_env=api_key_env, json_out=json_out, stall_s=stall_s, max_tokens=max_tokens, warmup=warmup,
@@ -287,7 +287,7 @@ def bench_rate(
     prompt_tokens: int | None = _PROMPT_TOKENS,
     slo_ttft_ms: float | None = _SLO_TTFT, slo_itl_ms: float | None = _SLO_ITL,
     stall_s: float | None = _STALL, quiet_wait: float = QuietWaitOpt, busy_ok: bool = BusyOkOpt,
-    api_key_env: str | None = _CLIENT_KEY_ENV, api_key: str | None = _CLIENT_KEY, json_out: bool = JsonOpt,
+    api_key_env: str | None = ClientKeyEnvOpt, api_key: str | None = ClientKeyOpt, json_out: bool = JsonOpt,
 ) -> None:
     _suite("rate", url, host=_host(quiet_wait, busy_ok, stall_s, json_out), api_key=api_key,
            api_key_env=api_key_env, json_out=json_out, stall_s=stall_s, max_tokens=max_tokens, warmup=warmup,

@@ -10,7 +10,7 @@ from .. import views
 from ..errors import EngineroomError
 from ..output import console, err_console, print_json, to_jsonable
 from ..progress import BuildProgress
-from .base import JsonOpt, _show, app, models_app
+from .base import JsonOpt, app, models_app, show
 
 _ENGINES_BIN = typer.Option(None, "--engine-bin", help="Explicit llama-server path.")
 engines_app = typer.Typer(help="Engines on this machine: list them, or build one with `engines install ENGINE`.",
@@ -51,7 +51,7 @@ def engines(
     if json_out:
         print_json(rows)
     else:
-        _show(views.engines_table(rows))
+        show(views.engines_table(rows))
         if not any(r["found"] for r in rows):   # a listing: none is an answer, not an error (exit 0)
             console.print("none installed: `engineroom engines install llama.cpp` builds one.", markup=False)
 
@@ -98,7 +98,7 @@ def engines_install(
     if json_out:
         print_json(manifest)
     else:
-        _show(views.built_line(name, manifest))
+        show(views.built_line(name, manifest))
 
 
 @models_app.command("pull")
@@ -113,7 +113,7 @@ def models_pull(ref: str = typer.Argument(..., help="Model reference (see `engin
     if json_out:
         print_json({"ref": ref, "path": str(path), "size": size, "sha256": models.sha256_file(path)})
     else:
-        _show(views.pulled_line(ref, str(path), size))
+        show(views.pulled_line(ref, str(path), size))
 
 
 @models_app.command("list")
@@ -129,13 +129,13 @@ def models_list(
         if json_out:
             print_json(packaged)
         else:
-            _show(views.packaged_table(packaged))
+            show(views.packaged_table(packaged))
         return
     rows = models.list_cached()
     if json_out:
         print_json(rows)
     else:
-        _show(views.cached_models(rows, str(paths.models_dir())))
+        show(views.cached_models(rows, str(paths.models_dir())))
 
 
 @models_app.command("resolve")
@@ -147,7 +147,7 @@ def models_resolve(ref: str, json_out: bool = JsonOpt) -> None:
     if json_out:
         print_json(mref)
     else:
-        _show(views.resolved_line(ref, mref))
+        show(views.resolved_line(ref, mref))
 
 
 
@@ -168,7 +168,7 @@ def hardware(json_out: bool = JsonOpt,
         print_json({**to_jsonable(rig), "cpu_instructions": {"results": ran.results, "forced": list(ran.forced),
                                                              "usable_flags": sorted(ran.usable)}})
         return
-    _show(views.rig_notes(rig), to=err_console)
-    _show(views.hardware_view(rig, ran))
+    show(views.rig_notes(rig), to=err_console)
+    show(views.hardware_view(rig, ran))
 
 

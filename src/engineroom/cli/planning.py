@@ -12,7 +12,7 @@ import typer
 
 from .. import views
 from ..output import err_console, print_json
-from .base import _UNIFIED, JsonOpt, _show, app
+from .base import JsonOpt, KvUnifiedOpt, app, show
 
 _RIG = typer.Option(None, "--rig",
                     help="Rig spec: 2x3090, 1xH200, 3090+4090, cpu:64GB, m3max:128GB (default: this machine).")
@@ -76,8 +76,8 @@ def plan(
         print_json({"model": model, **_model_facts(subject), "rig": the_rig.label, "rig_notes": list(the_rig.notes),
                     "priority": plans[0].priority, "plans": plans_as_rows(plans)})
         return
-    _show(views.rig_notes(the_rig), to=err_console)
-    _show(views.plan_view(model, subject, the_rig, plans))
+    show(views.rig_notes(the_rig), to=err_console)
+    show(views.plan_view(model, subject, the_rig, plans))
 
 
 def _print_how_to_choose(model: str, subject: ResolvedModel, the_rig: Rig, rows: list[Choice], json_out: bool) -> None:
@@ -89,8 +89,8 @@ def _print_how_to_choose(model: str, subject: ResolvedModel, the_rig: Rig, rows:
                                        "pick": plans_as_rows([r.plan])[0] if r.plan else None,
                                        "why_none": r.why_none} for r in rows]})
         return
-    _show(views.rig_notes(the_rig), to=err_console)
-    _show(views.how_to_choose_view(model, subject, the_rig, rows))
+    show(views.rig_notes(the_rig), to=err_console)
+    show(views.how_to_choose_view(model, subject, the_rig, rows))
 
 
 @app.command("fit")
@@ -138,8 +138,8 @@ def fit_cmd(
                    repack=repack, swa_full=full_swa_cache, ubatch=ubatch,
                    kv_unified=kv_unified)
     slots, unified = f.request.parallel, f.request.kv_unified
-    # `up`'s own engine-neutral switch (cli/base.py _UNIFIED), read from its declaration
-    on, off = _UNIFIED.param_decls[0].split("/")
+    # `up`'s own engine-neutral switch (cli/base.py KvUnifiedOpt), read from its declaration
+    on, off = KvUnifiedOpt.param_decls[0].split("/")
     launch_line = f"engineroom up MODEL --ctx {ctx} --parallel {slots} {on if unified else off}"
     asked = [what for what, given in (("weights repack off", not repack), ("a full-size SWA cache", full_swa_cache),
                                       (f"a {ubatch}-token micro-batch", ubatch is not None)) if given]
@@ -149,8 +149,8 @@ def fit_cmd(
         print_json({"model": m.id, **_model_facts(subject), "rig": the_rig.label, "slots": slots,
                     "kv_unified": unified, "launch": launch_line, "fit": f})
         return
-    _show(views.rig_notes(the_rig), to=err_console)
-    _show(views.fit_view(m.name, subject, the_rig, f, engine=engine, quant=quant, kv=kv, ctx=ctx,
+    show(views.rig_notes(the_rig), to=err_console)
+    show(views.fit_view(m.name, subject, the_rig, f, engine=engine, quant=quant, kv=kv, ctx=ctx,
                          launch_line=launch_line))
     if f.verdict is Verdict.DOES_NOT_FIT:
         raise typer.Exit(1)

@@ -14,7 +14,7 @@ import typer
 from .. import views
 from ..output import console, err_console, print_json, print_text, to_jsonable
 from ..redaction import redact_data
-from .base import _CLIENT_KEY, _CLIENT_KEY_ENV, _THREADS, BusyOkOpt, JsonOpt, QuietWaitOpt, _show, app, check_seconds
+from .base import BusyOkOpt, ClientKeyEnvOpt, ClientKeyOpt, JsonOpt, QuietWaitOpt, ThreadsOpt, app, check_seconds, show
 
 _URL = typer.Option(None, "--url", help="OpenAI-compatible server URL (default: the managed server).")
 
@@ -34,8 +34,8 @@ _CHECK = typer.Option(None, "--check", metavar="NAME",
 
 
 @app.command()
-def verify(url: str | None = _URL, api_key_env: str | None = _CLIENT_KEY_ENV,
-           api_key: str | None = _CLIENT_KEY, json_out: bool = JsonOpt,
+def verify(url: str | None = _URL, api_key_env: str | None = ClientKeyEnvOpt,
+           api_key: str | None = ClientKeyOpt, json_out: bool = JsonOpt,
            suite: str = typer.Option("smoke", "--suite",
                                      help="smoke: 6 quick checks; full: 26 conformance checks (tool calls, reasoning, "
                                           "usage, stop, logprobs, seed, schemas, images, Responses API, ...); "
@@ -96,7 +96,7 @@ def verify(url: str | None = _URL, api_key_env: str | None = _CLIENT_KEY_ENV,
         print_json({"run_id": outcome.run_id, "engine": info.engine, "model": info.model_id, "suite": suite,
                     "results": outcome.results, "failed": outcome.failed, "baseline": outcome.baseline})
     else:
-        _show(views.verify_summary(info, outcome))
+        show(views.verify_summary(info, outcome))
         if outcome.baseline is not None:
             regressed = outcome.baseline["regressed"]
             console.print(f"since run {baseline}: {len(regressed)} regressed"
@@ -126,7 +126,7 @@ def runs_cmd(limit: int = typer.Option(20, "--limit", "-n"),
     if json_out:
         print_json(redact_data(to_jsonable(rows)))
     else:
-        _show(views.runs_view(rows))
+        show(views.runs_view(rows))
 
 
 def _recover(json_out: bool) -> None:
@@ -201,7 +201,7 @@ def demo(
     port: int | None = typer.Option(None, "--port", help="Port (default: a free one)."),
     ctx: int = typer.Option(2048, "--ctx",
                             help="Context per sequence (the engine's default slots each hold this many)."),
-    threads: int | None = _THREADS,
+    threads: int | None = ThreadsOpt,
     max_tokens: int = typer.Option(
         256, "--max-tokens",
         help="Tokens per bench request. The client-vs-engine cross-check needs >= 0.25 s of decoding "

@@ -13,32 +13,32 @@ from .. import views
 from ..output import console, err_console, print_json, to_jsonable
 from ..redaction import redact_data
 from .base import (
-    _BIN,
-    _CTX,
-    _ENGINE,
-    _FROM_PLAN,
-    _KEY,
-    _KEY_ENV,
-    _KEY_FILE,
-    _KV,
-    _PARALLEL,
-    _PICKN,
-    _PLAN_RIG,
-    _PORT,
-    _PRIORITY,
-    _TEMPLATE,
-    _THREADS,
-    _TIMEOUT,
-    _TOOLS,
-    _TP,
-    _UNIFIED,
+    ChatTemplateOpt,
+    CtxOpt,
+    EngineBinOpt,
+    EngineOpt,
+    FromPlanOpt,
     JsonOpt,
-    _given,
-    _launch_args,
-    _planned,
-    _show,
-    _start,
+    KeyEnvOpt,
+    KeyFileOpt,
+    KeyOpt,
+    KvOpt,
+    KvUnifiedOpt,
+    ParallelOpt,
+    PickOpt,
+    PlanRigOpt,
+    PortOpt,
+    PriorityOpt,
+    ThreadsOpt,
+    TimeoutOpt,
+    ToolsTemplateOpt,
+    TpOpt,
     app,
+    launch_args,
+    planned_pick,
+    show,
+    start_server,
+    typed_launch_args,
 )
 
 if TYPE_CHECKING:
@@ -62,13 +62,14 @@ def up(
     ctx_: typer.Context,
     model: str | None = typer.Argument(None, help="Model reference: packaged name, .gguf path, hf:ORG/REPO/FILE.gguf "
                                           "(with --from-plan: taken from the plan)."),
-    ctx: int | None = _CTX, port: int | None = _PORT, threads: int | None = _THREADS,
-    parallel: int | None = _PARALLEL, kv_unified: bool | None = _UNIFIED, engine_bin: Path | None = _BIN,
-    chat_template: Path | None = _TEMPLATE, tools_template: bool = _TOOLS,
-    timeout: float | None = _TIMEOUT, engine: str | None = _ENGINE, kv_dtype: str | None = _KV, tp: int | None = _TP,
-    priority: str | None = _PRIORITY, rig: str | None = _PLAN_RIG, from_plan: Path | None = _FROM_PLAN,
-    pick: int = _PICKN, api_key_env: str | None = _KEY_ENV, api_key_file: Path | None = _KEY_FILE,
-    api_key: str | None = _KEY, docker: bool = _DOCKER, host: str | None = _HOST,
+    ctx: int | None = CtxOpt, port: int | None = PortOpt, threads: int | None = ThreadsOpt,
+    parallel: int | None = ParallelOpt, kv_unified: bool | None = KvUnifiedOpt, engine_bin: Path | None = EngineBinOpt,
+    chat_template: Path | None = ChatTemplateOpt, tools_template: bool = ToolsTemplateOpt,
+    timeout: float | None = TimeoutOpt, engine: str | None = EngineOpt, kv_dtype: str | None = KvOpt,
+    tp: int | None = TpOpt,
+    priority: str | None = PriorityOpt, rig: str | None = PlanRigOpt, from_plan: Path | None = FromPlanOpt,
+    pick: int = PickOpt, api_key_env: str | None = KeyEnvOpt, api_key_file: Path | None = KeyFileOpt,
+    api_key: str | None = KeyOpt, docker: bool = _DOCKER, host: str | None = _HOST,
     accept_placement: bool = typer.Option(
         False, "--accept-placement",
         help="Keep the server running when the engine places it otherwise than planned (layers or buffers on the "
@@ -84,10 +85,10 @@ def up(
     after `--`. --dry-run prints what would run instead."""
     from .. import flows
 
-    args = _launch_args(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template, tools_template,
+    args = launch_args(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template, tools_template,
                         timeout, ctx_.args, engine=engine, kv_dtype=kv_dtype, tp=tp, api_key_env=api_key_env,
                         api_key_file=api_key_file)
-    model, chosen = _planned(ctx_, model, args, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
+    model, chosen = planned_pick(ctx_, model, args, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
                              missing="name a model to launch, e.g. `engineroom up smollm2-135m` "
                                      "(or give --from-plan FILE).")
     if dry_run:                  # what would run, as `recipe` prints it: nothing started, downloaded or needed
@@ -100,42 +101,43 @@ def up(
     if docker or host is not None:
         _docker_up(model, args, chosen, docker=docker, host=host, json_out=json_out, api_key=api_key)
         return
-    _start(flows.start, model, args, json_out, pick=chosen, accept_placement=accept_placement, api_key=api_key)
+    start_server(flows.start, model, args, json_out, pick=chosen, accept_placement=accept_placement, api_key=api_key)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def switch(
     ctx_: typer.Context,
     model: str = typer.Argument(...),
-    ctx: int | None = _CTX, port: int | None = _PORT, threads: int | None = _THREADS,
-    parallel: int | None = _PARALLEL, kv_unified: bool | None = _UNIFIED, engine_bin: Path | None = _BIN,
-    chat_template: Path | None = _TEMPLATE, tools_template: bool = _TOOLS,
-    timeout: float | None = _TIMEOUT, engine: str | None = _ENGINE, kv_dtype: str | None = _KV, tp: int | None = _TP,
-    api_key_env: str | None = _KEY_ENV, api_key_file: Path | None = _KEY_FILE, api_key: str | None = _KEY,
+    ctx: int | None = CtxOpt, port: int | None = PortOpt, threads: int | None = ThreadsOpt,
+    parallel: int | None = ParallelOpt, kv_unified: bool | None = KvUnifiedOpt, engine_bin: Path | None = EngineBinOpt,
+    chat_template: Path | None = ChatTemplateOpt, tools_template: bool = ToolsTemplateOpt,
+    timeout: float | None = TimeoutOpt, engine: str | None = EngineOpt, kv_dtype: str | None = KvOpt,
+    tp: int | None = TpOpt,
+    api_key_env: str | None = KeyEnvOpt, api_key_file: Path | None = KeyFileOpt, api_key: str | None = KeyOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     """Start MODEL in the managed server's place. The new model is checked before the old server stops;
     options not given again (extra engine args after `--` included) are kept from the running server."""
     from .. import flows
 
-    _start(flows.switch, model, _launch_args(ctx, port, threads, parallel, kv_unified, engine_bin,
+    start_server(flows.switch, model, launch_args(ctx, port, threads, parallel, kv_unified, engine_bin,
                                              chat_template, tools_template, timeout, ctx_.args,
                                              engine=engine, kv_dtype=kv_dtype, tp=tp, api_key_env=api_key_env,
                                              api_key_file=api_key_file),
-           json_out, given=_given(ctx_), api_key=api_key)
+           json_out, given=typed_launch_args(ctx_), api_key=api_key)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def recipe(
     ctx_: typer.Context,
     model: str | None = typer.Argument(None, help="Model reference or catalog model (see `engineroom up --help`)."),
-    ctx: int | None = _CTX, port: int | None = _PORT, threads: int | None = _THREADS,
-    parallel: int | None = _PARALLEL, kv_unified: bool | None = _UNIFIED, engine_bin: Path | None = _BIN,
-    chat_template: Path | None = _TEMPLATE, tools_template: bool = _TOOLS,
-    engine: str | None = _ENGINE, kv_dtype: str | None = _KV, tp: int | None = _TP,
-    priority: str | None = _PRIORITY, rig: str | None = _PLAN_RIG, from_plan: Path | None = _FROM_PLAN,
-    pick: int = _PICKN, api_key_env: str | None = _KEY_ENV, api_key_file: Path | None = _KEY_FILE,
-    api_key: str | None = _KEY,
+    ctx: int | None = CtxOpt, port: int | None = PortOpt, threads: int | None = ThreadsOpt,
+    parallel: int | None = ParallelOpt, kv_unified: bool | None = KvUnifiedOpt, engine_bin: Path | None = EngineBinOpt,
+    chat_template: Path | None = ChatTemplateOpt, tools_template: bool = ToolsTemplateOpt,
+    engine: str | None = EngineOpt, kv_dtype: str | None = KvOpt, tp: int | None = TpOpt,
+    priority: str | None = PriorityOpt, rig: str | None = PlanRigOpt, from_plan: Path | None = FromPlanOpt,
+    pick: int = PickOpt, api_key_env: str | None = KeyEnvOpt, api_key_file: Path | None = KeyFileOpt,
+    api_key: str | None = KeyOpt,
     head_addr: str | None = typer.Option(None, "--head-addr",
                                          help="A pick spanning nodes (--rig 2x(8xH100)): the head node's address "
                                               "on the cluster network, written into every node's command."),
@@ -144,10 +146,10 @@ def recipe(
 ) -> None:
     """Print the command line and environment `up` would run (the plan's pick with --priority), without
     running it, downloading anything or needing the engine installed (the same as `up --dry-run`)."""
-    args = _launch_args(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template, tools_template,
+    args = launch_args(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template, tools_template,
                         300.0, ctx_.args, engine=engine, kv_dtype=kv_dtype, tp=tp, api_key_env=api_key_env,
                         api_key_file=api_key_file)
-    model, chosen = _planned(ctx_, model, args, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
+    model, chosen = planned_pick(ctx_, model, args, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
                              missing="name a model, e.g. `engineroom recipe smollm2-135m --priority balanced`.")
     if compose_file or out_file is not None or host is not None:
         _compose_recipe(model, args, chosen, compose_file=compose_file, out=out_file, host=host, json_out=json_out,
@@ -212,7 +214,7 @@ def down(json_out: bool = JsonOpt) -> None:
     if json_out:
         print_json(redact_data({"stopped": state is not None, "server": to_jsonable(state)}))
     else:
-        _show(views.down_line(state))
+        show(views.down_line(state))
 
 
 @app.command()
@@ -224,7 +226,7 @@ def status(json_out: bool = JsonOpt) -> None:
     if json_out:
         print_json(redact_data(to_jsonable(st)))
     else:
-        _show(views.status_lines(st))
+        show(views.status_lines(st))
     if not st.running:
         raise typer.Exit(1)   # scripts can test `engineroom status` alone
 

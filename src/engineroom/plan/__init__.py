@@ -15,19 +15,10 @@ points live in ``api``.
 
 from __future__ import annotations
 
-from .adhoc import (  # noqa: F401 - the private helpers: tests import them from here
-    ResolvedModel,
-    _active_param_count,
-    _arch_block,
-    _names_file_or_repo,
-    class_quality,
-    model_from_arch,
-    resolve_model,
-)
+from .adhoc import ResolvedModel, class_quality, model_from_arch, resolve_model
 from .api import Choice, NothingFits, Plan, fit_one, how_to_choose, plan, plans_as_rows
 from .calibration import UNCALIBRATED, Calibration, SpeedPoint, shape_class
 from .candidates import quality_cmp, quality_value
-from .planner import _Planner  # noqa: F401  (tests drive the planner directly)
 from .ranking import STATIC_METRICS
 from .reasons import COMPUTE_CAVEAT_SEQS
 from .request import LaunchRequest, Weights, drafter_miss, launch_miss, request_for

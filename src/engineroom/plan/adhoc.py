@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from ..arch import ModelArch
-from ..arch import count_active_params as _active_param_count  # arch.params: the one counter
+from ..arch import (
+    ModelArch,
+    count_active_params,  # arch.params: the one counter
+)
 from ..catalog import Catalog, Model, Quant, block_from_arch, find_model, load_catalog
 from ..catalog.load import closest_model
 from ..catalog.schema import GB, ArchBlock, Quality, QuantFormat
@@ -51,7 +53,7 @@ class ResolvedModel:
         return self.source == "catalog"
 
 
-def _names_file_or_repo(ref: str) -> bool:
+def names_file_or_repo(ref: str) -> bool:
     """A path, URL, hf:/org/repo reference, a .gguf/.json name, or anything on disk."""
     ref = ref.strip()
     return bool(ref) and ("/" in ref or ref.endswith((".gguf", ".json")) or Path(ref).expanduser().exists())
@@ -66,7 +68,7 @@ def resolve_model(ref: str | ModelRef | ResolvedModel, catalog: Catalog | None =
         return ref
     cat = catalog or load_catalog()
     if isinstance(ref, str):
-        if cat.model(ref) is not None or not _names_file_or_repo(ref):
+        if cat.model(ref) is not None or not names_file_or_repo(ref):
             return ResolvedModel(find_model(cat, ref))
         text, mref = ref.strip(), None
     else:
@@ -156,7 +158,7 @@ def _published_and_usual_quants(arch: ModelArch, hf_repo: str | None, cat: Catal
     return quants, notes
 
 
-def _arch_block(arch: ModelArch, source: str, active_param_count: int | None) -> ArchBlock:
+def arch_block(arch: ModelArch, source: str, active_param_count: int | None) -> ArchBlock:
     """``arch`` as the catalog's inline block (plan and fit use ``arch`` itself: this keeps
     the ad-hoc Model valid and self-describing), with the active parameters plan counted."""
     return block_from_arch(replace(arch, active_param_count=active_param_count), source)
@@ -184,13 +186,13 @@ def model_from_arch(ref: str, arch: ModelArch, catalog: Catalog | None = None) -
         notes.append("features: tool calling and reasoning cannot be read from "
                      f"{'a GGUF header' if gguf else 'a config.json'}, so none is assumed")
         notes += [f"architecture: {e}" for e in arch.estimated]
-        active = _active_param_count(arch)
+        active = count_active_params(arch)
         if active and arch.moe:
             notes.append(f"decode speed: {active:,} of {arch.param_count:,} parameters read per token "
                          f"({arch.moe.n_experts_active} of {arch.moe.n_experts} experts), "
                          "counted from the expert shapes")
         model = Model(id=ref, name=arch.name or ref, hf_repo=ref if on_hub else None,
-                      architecture=_arch_block(arch, source, active), features=("vision",) if arch.vision else (),
+                      architecture=arch_block(arch, source, active), features=("vision",) if arch.vision else (),
                       quants=tuple(quants), notes=f"not in the catalog: read from the {source}")
     except ValidationError as exc:
         err = exc.errors()[0]

@@ -17,11 +17,11 @@ from ..fit import Fit, FitMemo, FitRequest, Verdict, fit, kv_dtype_spec, kv_refu
 from ..hardware import Rig
 from .adhoc import ResolvedModel, resolve_model
 from .calibration import Calibration
-from .candidates import _Cand, _quant_runs_on, held_on_cpu, rule_cpu_flags
+from .candidates import Candidate, held_on_cpu, quant_runs_on, rule_cpu_flags
 from .memo import PlanMemo
-from .planner import _Planner
-from .ranking import STATIC_METRICS, _groups
-from .reasons import _reasons
+from .planner import Planner
+from .ranking import STATIC_METRICS, tie_groups
+from .reasons import reason_lines
 from .request import LaunchRequest, request_for
 from .speed import SpeedBand
 
@@ -104,7 +104,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
     model = subject.model
     arch = arch or subject.arch or arch_from_catalog(model)
     prio = find_priority(cat, priority) if priority else cat.default_priority()
-    p = _Planner(cat, model, arch, rig, prio, ctx, engine, source=subject.source, parallel=parallel,
+    p = Planner(cat, model, arch, rig, prio, ctx, engine, source=subject.source, parallel=parallel,
                  rope_scaling=rope_scaling, memo=memo,   # ctx beyond the model's maximum only with rope_scaling
                  launchable=launchable, calibration=calibration, quant=quant)
     pool = p.pool = p.candidates()
@@ -123,8 +123,8 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
             c.ctx, c.parallel = p.target_ctx, parallel or 1
             p.speed(c)
             p.static_metrics(c)
-        cands: list[_Cand] = []
-        for group in _groups(pool, prefix):
+        cands: list[Candidate] = []
+        for group in tie_groups(pool, prefix):
             cands.extend(c for c in group if p.size(c))
             if sum(1 for c in cands if not bounded or c.ctx >= p.target_ctx) >= limit + 1:
                 break
@@ -150,7 +150,7 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
             c.metrics["max_ctx"] = float(c.max_ctx or c.ctx)
     out = []
     for i, c in enumerate(shown):
-        reasons, trade = _reasons(p, c, ranked, i)
+        reasons, trade = reason_lines(p, c, ranked, i)
         f = c.fits[0]
         busiest = max(f.per_gpu, key=lambda g: g.used_bytes)
         out.append(Plan(
@@ -221,7 +221,7 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
     if q is None:
         where = " in the catalog" if subject.in_catalog else f" (read from the {subject.source})"
         raise BadInput(f"{model.name} has no quant '{quant}'{where}; known: {', '.join(x.id for x in model.quants)}.")
-    why = _quant_runs_on(q, e, rig) if rig.gpus else (
+    why = quant_runs_on(q, e, rig) if rig.gpus else (
         f"{q.id} does not load in {e.id}" if e.id not in q.engines else
         f"{e.id}'s {e.backend} build does not run {q.format} weights (it runs: {', '.join(e.quant_formats)})"
         if e.backend and q.format not in e.quant_formats else None)

@@ -34,7 +34,7 @@ def quality_value(q: Quant) -> float:
 
 
 @dataclass
-class _Cand:
+class Candidate:
     """A candidate config while the planner sizes it: what it runs, then its ctx, fits, speed, metrics."""
 
     engine: Engine
@@ -136,7 +136,7 @@ def held_on_cpu(engine: Engine, quant: Quant, kv: KvDtype, rig: Rig, bits: Mappi
 MAX_PARALLEL = 256       # a plan never proposes more sequences than this (fit.max_concurrency's limit)
 
 
-def _rig_groups(rig: Rig, engine: Engine, arch: ModelArch) -> list[tuple[int, int, int, tuple[Rig, ...]]]:
+def rig_groups(rig: Rig, engine: Engine, arch: ModelArch) -> list[tuple[int, int, int, tuple[Rig, ...]]]:
     """(tp, pp, instances, sub-rigs): every way to use all of the rig's devices. A cluster
     (``rig.nodes`` > 1) runs each one-node layout on every node, and, for an engine that runs
     pipeline stages across nodes, one instance of TP = GPUs per node x PP = nodes."""
@@ -146,7 +146,7 @@ def _rig_groups(rig: Rig, engine: Engine, arch: ModelArch) -> list[tuple[int, in
         node = replace(rig, nodes=1)
         out = [(tp, 1, inst * rig.nodes,
                 tuple(replace(g, label=f"node{k}:{g.label}") for k in range(rig.nodes) for g in groups))
-               for tp, _, inst, groups in _rig_groups(node, engine, arch)]
+               for tp, _, inst, groups in rig_groups(node, engine, arch)]
         if engine.multi_gpu.multi_node and not arch.n_heads % rig.n_gpus and arch.n_layers >= rig.nodes:
             out.append((rig.n_gpus, rig.nodes, 1, (rig,)))
         return out
@@ -165,7 +165,7 @@ def _rig_groups(rig: Rig, engine: Engine, arch: ModelArch) -> list[tuple[int, in
     return out
 
 
-def _engine_runs_on(engine: Engine, rig: Rig) -> str | None:
+def engine_runs_on(engine: Engine, rig: Rig) -> str | None:
     """None when the engine can run on the rig, else why not (``engine``: the catalog
     entry or its build for the rig's vendor, ``Engine.for_vendor``)."""
     if rig.vendor not in engine.vendors:
@@ -179,7 +179,7 @@ def _engine_runs_on(engine: Engine, rig: Rig) -> str | None:
     return None
 
 
-def _quant_runs_on(quant: Quant, engine: Engine, rig: Rig) -> str | None:
+def quant_runs_on(quant: Quant, engine: Engine, rig: Rig) -> str | None:
     if engine.id not in quant.engines:
         return f"{quant.id} does not load in {engine.id} (loads in: {', '.join(quant.engines)})"
     if quant.format not in engine.quant_formats:
@@ -196,13 +196,13 @@ def _quant_runs_on(quant: Quant, engine: Engine, rig: Rig) -> str | None:
     return None
 
 
-def _capacity(rig: Rig) -> int:
+def rig_capacity(rig: Rig) -> int:
     if not rig.gpus:
         return usable_ram(rig)[0]
     return rig.nodes * sum(g.free_bytes if g.free_bytes is not None else g.vram_bytes for g in rig.gpus)
 
 
-def _bandwidth(rig: Rig) -> float | None:
+def rig_bandwidth(rig: Rig) -> float | None:
     """The bandwidth a decode model's efficiency applies to: the slowest GPU's datasheet
     figure; on a CPU-only rig the CPU's bandwidth at the thread count decode runs with
     (measured on this machine by ``hardware``'s copy probe, else the catalog default)."""

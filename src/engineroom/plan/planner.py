@@ -17,26 +17,26 @@ from ..hardware import Rig
 from .calibration import NO_POINT_HERE, UNCALIBRATED, Calibration, SpeedFactor, shape_class
 from .candidates import (
     MAX_PARALLEL,
-    _bandwidth,
-    _Cand,
-    _capacity,
-    _engine_runs_on,
-    _quant_runs_on,
-    _rig_groups,
+    Candidate,
+    engine_runs_on,
     held_on_cpu,
     quality_cmp,
     quality_value,
+    quant_runs_on,
+    rig_bandwidth,
+    rig_capacity,
+    rig_groups,
     rule_cpu_flags,
 )
 from .memo import PlanMemo, Speed
-from .ranking import STATIC_METRICS, _rank
+from .ranking import STATIC_METRICS, rank_candidates
 from .request import drafter_miss, launch_miss
 from .speed import (
     SPEED_DEPTH,
     SpeedBand,
-    _mixed_per_thread,
     decode_rates,
     kv_bytes_per_token,
+    mixed_per_thread,
     weight_type_mix,
     weights_read_per_token,
 )
@@ -47,7 +47,7 @@ _TIE_BREAKERS = (RankKey.model_construct(metric="engine_status", goal="max"),
                  RankKey.model_construct(metric="gpu_bytes", goal="min"))
 
 
-class _Planner:
+class Planner:
     def __init__(self, cat: Catalog, model: Model, arch: ModelArch, rig: Rig, prio: Priority,
                  ctx: int | None, engine: str | None, source: str = "catalog", parallel: int | None = None,
                  rope_scaling: str | None = None, memo: FitMemo | None = None, launchable: bool = True,
@@ -78,7 +78,7 @@ class _Planner:
         self._factors: dict[str, SpeedFactor | None] = {}
         self.rejected: list[str] = []
         self.layout_misses: dict[tuple, str] = {}   # (engine, quant, kv, tp, instances) -> why not
-        self.pool: list[_Cand] = []
+        self.pool: list[Candidate] = []
         c = prio.constraints
         self.vision = "vision" in c.features
         self.ref_quant = model.quant(c.quality_at_least_quant) if c.quality_at_least_quant else None
@@ -97,7 +97,7 @@ class _Planner:
 
     # -- static filters ------------------------------------------------------------------
     def _engine_ok(self, e: Engine) -> str | None:
-        why = _engine_runs_on(e, self.rig)
+        why = engine_runs_on(e, self.rig)
         if why:
             return why
         c = self.prio.constraints
@@ -126,7 +126,7 @@ class _Planner:
         return None
 
     def _quant_ok(self, q: Quant, e: Engine) -> str | None:
-        why = _quant_runs_on(q, e, self.rig)
+        why = quant_runs_on(q, e, self.rig)
         if why:
             return why
         if self.ref_quant is not None and quality_cmp(q, self.ref_quant) < 0:
@@ -154,7 +154,7 @@ class _Planner:
             out.insert(0, None)
         return out
 
-    def candidates(self) -> list[_Cand]:
+    def candidates(self) -> list[Candidate]:
         out = []
         for e in self.engines:
             why = self._engine_ok(e)
@@ -163,7 +163,7 @@ class _Planner:
                 continue
             layouts = self.layouts.get((self.memo.rig_key(self.rig), e.id))
             if layouts is None:
-                layouts = self.layouts[(self.memo.rig_key(self.rig), e.id)] = _rig_groups(self.rig, e, self.arch)
+                layouts = self.layouts[(self.memo.rig_key(self.rig), e.id)] = rig_groups(self.rig, e, self.arch)
             # the engine refuses a KV type for this model or it does not (no quant or layout changes that)
             refusals = [(kv, kv_refusal(self.arch, FitRequest(engine=e.id, ctx=1, kv_dtype=kv.id), self.cat))
                         for kv in e.plan_kv_dtypes]
@@ -181,9 +181,9 @@ class _Planner:
                     self.rejected.append(f"{e.id} + {q.id}: no drafter for {self.prio.constraints.spec_method}")
                     continue
                 for tp, pp, inst, groups in layouts:
-                    if q.weight_bytes > min(_capacity(g) for g in groups) * 1.0:
+                    if q.weight_bytes > min(rig_capacity(g) for g in groups) * 1.0:
                         self.rejected.append(f"{e.id} + {q.id}: {q.size_gb:g} GB of weights exceed "
-                                             f"{units.capacity(min(_capacity(g) for g in groups))} per instance")
+                                             f"{units.capacity(min(rig_capacity(g) for g in groups))} per instance")
                         continue
                     for kv, refused in refusals:
                         if refused:   # the engine would not start: never a candidate
@@ -191,29 +191,29 @@ class _Planner:
                             continue
                         held = held_on_cpu(e, q, kv, self.rig, self.cat.tables.bits_per_weight, self.cpu_flags)
                         for d in drafters:
-                            out.append(_Cand(e, q, kv, d, tp, inst, groups, rope_scaling=self.rope_scaling, pp=pp,
+                            out.append(Candidate(e, q, kv, d, tp, inst, groups, rope_scaling=self.rope_scaling, pp=pp,
                                              held=held))
         return out
 
     # -- sizing --------------------------------------------------------------------------
-    def _fit_all(self, c: _Cand, ctx: int, parallel: int) -> tuple[Fit, ...]:
+    def _fit_all(self, c: Candidate, ctx: int, parallel: int) -> tuple[Fit, ...]:
         req = c.request(self.arch, ctx, parallel, self.vision)
         first = self.memo.fit(req, c.groups[0])
         if all(g.gpus == c.groups[0].gpus for g in c.groups[1:]):
             return (first,) + tuple(self.memo.relabeled(first, g.label) for g in c.groups[1:])
         return (first,) + tuple(self.memo.fit(req, g) for g in c.groups[1:])
 
-    def _groups(self, c: _Cand) -> tuple[Rig, ...]:
+    def _groups(self, c: Candidate) -> tuple[Rig, ...]:
         """Distinct sub-rigs (identical instances need one fit)."""
         if all(g.gpus == c.groups[0].gpus for g in c.groups[1:]):
             return c.groups[:1]
         return c.groups
 
-    def _servable(self, c: _Cand, fits: tuple[Fit, ...]) -> bool:
+    def _servable(self, c: Candidate, fits: tuple[Fit, ...]) -> bool:
         """Every instance fits and serves all its sequences (``Fit.servable``)."""
         return all(f.servable for f in fits)
 
-    def _max_ctx(self, c: _Cand, parallel: int = 1) -> int:
+    def _max_ctx(self, c: Candidate, parallel: int = 1) -> int:
         if c.max_ctx is None:
             max_pos = self.arch.max_position or 0
             if c.fits and c.ctx == max_pos and parallel == 1 and c.parallel == 1:
@@ -223,7 +223,7 @@ class _Planner:
                 c.max_ctx = min(self.memo.max_context(req, g) for g in self._groups(c))
         return c.max_ctx
 
-    def size(self, c: _Cand) -> bool:
+    def size(self, c: Candidate) -> bool:
         """Choose ctx and sequences for ``c``; False (with a reason) when it cannot serve."""
         label = f"{c.engine.id} + {c.quant.id} + {c.kv.id}" + (f" + {c.drafter.id}" if c.drafter else "")
         needs_max = self.prio.ctx == "max" or any(k.metric == "max_ctx" for k in self.prio.rank[:1])
@@ -275,7 +275,7 @@ class _Planner:
         return True
 
     # -- speed ---------------------------------------------------------------------------
-    def speed(self, c: _Cand) -> None:
+    def speed(self, c: Candidate) -> None:
         """``c.decode`` and ``c.aggregate`` at ``c.ctx`` x ``c.parallel`` (computed once per distinct candidate)."""
         key = (c.engine.id, c.quant.id, c.kv.id, c.drafter.id if c.drafter else None, c.held, c.tp, c.instances,
                c.pp, self.memo.rig_key(c.groups[0]), min(SPEED_DEPTH, c.ctx), c.parallel)
@@ -286,8 +286,8 @@ class _Planner:
         else:
             c.decode, c.aggregate = known
 
-    def _speed(self, c: _Cand) -> None:
-        bw = _bandwidth(c.groups[0])
+    def _speed(self, c: Candidate) -> None:
+        bw = rig_bandwidth(c.groups[0])
         if not bw:
             c.decode = None
             c.aggregate = None
@@ -323,7 +323,7 @@ class _Planner:
                                           dm.fixed_ms(layers, dm.per_layer_ms.high)),
                              tp_scale=scale, spec_multiplier=(m_lo, m_hi), spec_source=src,
                              threads=threads,
-                             per_thread_gbs=_mixed_per_thread(dm, threads, mix))
+                             per_thread_gbs=mixed_per_thread(dm, threads, mix))
         # batched decode: one weight read serves every sequence in the step; each reads its KV
         n = c.parallel
         if n > 1:
@@ -351,7 +351,7 @@ class _Planner:
         return self._factors[engine]
 
     # -- metrics and ranking -------------------------------------------------------------
-    def static_metrics(self, c: _Cand) -> None:
+    def static_metrics(self, c: Candidate) -> None:
         e = c.engine
         c.metrics = {
             "decode_tps": c.decode.mid if c.decode else 0.0,
@@ -365,7 +365,7 @@ class _Planner:
             "kv_precision": min(c.held_kv.bytes_per_elem, 2.0),
         }
 
-    def metrics(self, c: _Cand) -> dict[str, float]:
+    def metrics(self, c: Candidate) -> dict[str, float]:
         used = [g.used_bytes for f in c.fits for g in f.per_gpu]
         head = [g.headroom_bytes for f in c.fits for g in f.per_gpu]
         e = c.engine
@@ -389,11 +389,11 @@ class _Planner:
         c.metrics = m
         return m
 
-    def rank(self, cands: list[_Cand]) -> list[_Cand]:
+    def rank(self, cands: list[Candidate]) -> list[Candidate]:
         # the catalog's rank keys decide; engine maturity, then less memory, break exact ties
         keys = list(self.prio.rank)
         used = {k.metric for k in keys}
         keys += [k for k in _TIE_BREAKERS if k.metric not in used]
         if not all(k.metric in (c.metrics or {}) for c in cands for k in keys):
             keys = [k for k in keys if k.metric in STATIC_METRICS]
-        return _rank(cands, keys)
+        return rank_candidates(cands, keys)

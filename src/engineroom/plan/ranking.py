@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import math
 
-from .candidates import _Cand
+from .candidates import Candidate
 
 # rank metrics known before any fit: planning can size candidates lazily in rank order
 STATIC_METRICS = {"decode_tps", "quality", "quant_portability", "engine_status",
                   "engine_non_nvidia_vendors", "cold_start_s", "kv_precision"}
 
 
-def _rank(cands: list[_Cand], keys: list) -> list[_Cand]:
-    """Candidates in rank order: the tie groups of ``_groups``, one after another."""
-    return [c for group in _groups(cands, keys) for c in group]
+def rank_candidates(cands: list[Candidate], keys: list) -> list[Candidate]:
+    """Candidates in rank order: the tie groups of ``tie_groups``, one after another."""
+    return [c for group in tie_groups(cands, keys) for c in group]
 
 
-def _groups(cands: list[_Cand], keys: list) -> list[list[_Cand]]:
+def tie_groups(cands: list[Candidate], keys: list) -> list[list[Candidate]]:
     """Candidates in rank order, as groups that tie on every key in ``keys``."""
     if not cands:
         return []
@@ -27,20 +27,20 @@ def _groups(cands: list[_Cand], keys: list) -> list[list[_Cand]]:
     key, rest = keys[0], keys[1:]
     sign = -1.0 if key.goal == "max" else 1.0
     ordered = sorted(cands, key=lambda c: sign * c.metrics[key.metric])
-    out: list[list[_Cand]] = []
+    out: list[list[Candidate]] = []
     start, n = 0, len(ordered)
     while start < n:
         # sorted from the best, so the values close to the best one are a prefix of the rest
         best = ordered[start].metrics[key.metric]
         end = start + 1
-        while end < n and _close(ordered[end].metrics[key.metric], best, key.tolerance):
+        while end < n and within_tolerance(ordered[end].metrics[key.metric], best, key.tolerance):
             end += 1
-        out.extend(_groups(ordered[start:end], rest))
+        out.extend(tie_groups(ordered[start:end], rest))
         start = end
     return out
 
 
-def _close(a: float, b: float, tol: float) -> bool:
+def within_tolerance(a: float, b: float, tol: float) -> bool:
     if math.isinf(a) or math.isinf(b):
         return a == b
     return abs(a - b) <= tol

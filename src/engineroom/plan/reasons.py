@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from ..fit import Verdict
 from ..units import gib  # memory in GiB, the one convention (units.py)
-from .candidates import _Cand
-from .planner import _Planner
-from .ranking import _close
+from .candidates import Candidate
+from .planner import Planner
+from .ranking import within_tolerance
 
 COMPUTE_CAVEAT_SEQS = 8      # from this many sequences on, say the aggregate ignores compute
 
@@ -36,7 +36,7 @@ _METRIC_TEXT = {
 }
 
 
-def _kv_trade(p: _Planner, c: _Cand, ranked: list[_Cand]) -> str | None:
+def _kv_trade(p: Planner, c: Candidate, ranked: list[Candidate]) -> str | None:
     """What a priority that ranks KV precision traded for what: the speed a less precise KV
     would have given (kept precision), or why a more precise one was not kept (memory binds)."""
     keys = [k.metric for k in p.prio.rank]
@@ -68,13 +68,13 @@ def _kv_trade(p: _Planner, c: _Cand, ranked: list[_Cand]) -> str | None:
             "and no less precise one decodes faster.")
 
 
-def _label(c: _Cand) -> str:
+def _label(c: Candidate) -> str:
     lay = f"{c.instances}x" if c.instances > 1 else ""
     tp = f" TP={c.tp}" if c.tp > 1 else ""
     return f"{lay}{c.engine.id} {c.quant.id} {c.kv.id}{tp}" + (f" +{c.drafter.id}" if c.drafter else "")
 
 
-def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list[str], list[str]]:
+def reason_lines(p: Planner, c: Candidate, ranked: list[Candidate], idx: int) -> tuple[list[str], list[str]]:
     e, q, kv = c.engine, c.quant, c.kv
     f = c.fits[0]
     busiest = max(f.per_gpu, key=lambda g: g.used_bytes)
@@ -130,7 +130,7 @@ def _reasons(p: _Planner, c: _Cand, ranked: list[_Cand], idx: int) -> tuple[list
     if idx == 0 and len(ranked) > 1:
         alt = next((r for r in ranked[1:] if (r.engine.id, r.quant.id) != (e.id, q.id)), ranked[1])
         keys = [k for k in p.prio.rank
-                if not _close(c.metrics.get(k.metric, 0), alt.metrics.get(k.metric, 0), k.tolerance)]
+                if not within_tolerance(c.metrics.get(k.metric, 0), alt.metrics.get(k.metric, 0), k.tolerance)]
         if keys:
             k = keys[0]
             tied = [t.metric for t in p.prio.rank[:p.prio.rank.index(k)]]

@@ -102,7 +102,7 @@ def decode_rates(dm: DecodeModel, bytes_per_token: float, n_layers: int, bandwid
             rate(lambda r: r[1], lay.low))
 
 
-def _mixed_per_thread(dm: DecodeModel, threads: int | None,
+def mixed_per_thread(dm: DecodeModel, threads: int | None,
                       mix: tuple[tuple[str, float], ...]) -> tuple[float, float] | None:
     """The (low, high) per-thread GB/s for this weight mix: each type's bytes stream at that
     type's rate, so the mix's rate is the share-weighted harmonic mean (None: no compute roof)."""
