@@ -79,7 +79,8 @@ TARGETS = {"streams": 256, "tok_s": 25_000, "median_error_ms": 0.5}
 def engineroom_client(url: str, streams: int, rounds: int, max_tokens: int, out: Path) -> None:
     """Runs in the pinned subprocess: engineroom's concurrency suite against the stand-in."""
     from engineroom.bench.clientside import KindClient
-    from engineroom.bench.suiterun import SuiteContext, run_suite
+    from engineroom.bench.suiteplan import SuiteContext
+    from engineroom.bench.suiterun import run_suite
     from engineroom.bench.suites import SUITE_SPECS
     from engineroom.bench.suitestats import CLIENT_LOAD_KIND
     from engineroom.engines.base import ServerInfo

@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from engineroom.fit import FitRequest, fit  # noqa: E402 - importable only after the sys.path insert
 from engineroom.hardware import GpuSpec, Rig  # noqa: E402
-from engineroom.synth import arch_with_tensors, qwen36_27b, write_synthetic_gguf  # noqa: E402
+from engineroom.synth import arch_with_tensors, write_synthetic_gguf  # noqa: E402
+from engineroom.synthshapes import qwen36_27b  # noqa: E402
 
 MiB = 1024 * 1024
 # 1x H200 as the catalog gives it (hardware/nvidia.yaml: 141 GB, 4800 GB/s), built here so

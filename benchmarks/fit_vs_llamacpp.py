@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from engineroom.fit import FitRequest, engine_defaults, fit, kv_refusal  # noqa: E402
 from engineroom.hardware import GpuSpec, Rig  # noqa: E402
-from engineroom.synth import SHAPES, arch_with_tensors, write_synthetic_gguf  # noqa: E402
+from engineroom.synth import arch_with_tensors, write_synthetic_gguf  # noqa: E402
+from engineroom.synthshapes import SHAPES  # noqa: E402
 
 MiB = 1024 * 1024
 QUANT = "Q4_0"
@@ -433,7 +434,7 @@ def _header(device: str, server: str, which: str, build: str, wall: float, sets:
             + f"); wall time {wall:.0f} s.", "",
             "Sizes in MiB as printed by llama-server (`%.2f`); predictions are rounded the same way, "
             "err = (pred - meas) / meas.", "",
-            "Shapes (engineroom.synth.SHAPES, all Q4_0 matrices, norms F32, SmolLM2 tokenizer padded to the vocab):",
+            "Shapes (engineroom.synthshapes.SHAPES, all Q4_0 matrices, norms F32, SmolLM2 tokenizer padded to the vocab):",
             "", *[f"- `{n}`: {_shape_line(n)}" for n in sorted({c[0] for w in sets for c in _cases(w, device)})], "",
             *(CPU_PROSE if device == "cpu" else CUDA_PROSE)]
 

@@ -55,7 +55,7 @@ def _arch(name: str):
     from engineroom.arch import LayerKind
     from engineroom.catalog.convert import arch_from_block
     from engineroom.catalog.load import find_model, load_catalog
-    from engineroom.synth import SHAPES, qwen36_27b
+    from engineroom.synthshapes import SHAPES, qwen36_27b
 
     if name == "27b":
         return qwen36_27b(64)

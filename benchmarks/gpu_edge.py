@@ -55,7 +55,7 @@ def _cap(s: float) -> float:
 
 def _arch(name: str):
     from engineroom.arch import LayerKind, MoESpec
-    from engineroom.synth import SHAPES, qwen36_27b
+    from engineroom.synthshapes import SHAPES, qwen36_27b
 
     if name == "qwen36":
         return qwen36_27b(64)
@@ -283,7 +283,7 @@ def report(folder: Path) -> str:
 
 def _cut(name: str, layers: int):
     """The shape ``name`` cut to its first ``layers`` layers (qwen36: synth's own layout at that depth)."""
-    from engineroom.synth import qwen36_27b
+    from engineroom.synthshapes import qwen36_27b
 
     if name == "qwen36":
         return qwen36_27b(layers)

@@ -28,7 +28,8 @@ from engineroom.engines import llamacpp  # noqa: E402
 from engineroom.fit import FitRequest, fit  # noqa: E402
 from engineroom.hardware import resolve_rig  # noqa: E402
 from engineroom.memory import compare, rows_as_dicts  # noqa: E402
-from engineroom.synth import SHAPES, write_synthetic_gguf  # noqa: E402
+from engineroom.synth import write_synthetic_gguf  # noqa: E402
+from engineroom.synthshapes import SHAPES  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "gpu_launch_memory"
 

@@ -441,7 +441,8 @@ def test_a_tied_output_head_is_sized_as_llama_server_repacks_it(tmp_path, llama_
     predicted before fit knew it)."""
     from dataclasses import replace
 
-    from engineroom.synth import SHAPES, write_synthetic_gguf
+    from engineroom.synth import write_synthetic_gguf
+    from engineroom.synthshapes import SHAPES
 
     base = SHAPES["dense-s"]
     tiny = replace(base, name="tiny-tied", n_layers=4, layer_kinds=base.layer_kinds[:4], hidden_size=128,

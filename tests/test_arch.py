@@ -213,7 +213,8 @@ def test_hf_file_reference_shares_the_model_grammar_and_reads_a_pulled_copy(tmp_
     from dataclasses import replace as dc_replace
 
     from engineroom import refs
-    from engineroom.synth import SHAPES, write_synthetic_gguf
+    from engineroom.synth import write_synthetic_gguf
+    from engineroom.synthshapes import SHAPES
 
     monkeypatch.setenv("ENGINEROOM_TOKENIZER_GGUF", str(tmp_path / "absent.gguf"))
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")      # any network use would fail

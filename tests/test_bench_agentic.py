@@ -25,7 +25,8 @@ from engineroom.bench.agentic import (
     ttft_verdict,
 )
 from engineroom.bench.clientside import encode_kinds
-from engineroom.bench.suiterun import SuiteContext, run_suite
+from engineroom.bench.suiteplan import SuiteContext
+from engineroom.bench.suiterun import run_suite
 from engineroom.bench.suites import SUITE_SPECS
 from engineroom.bench.suitesummary import summarize_suite
 from engineroom.client import StreamResult

@@ -19,7 +19,8 @@ from engineroom.bench.clientside import ClientMonitor, KindClient, encode_kinds
 from engineroom.bench.compare import compare_runs, t_975
 from engineroom.bench.roofline import roofline
 from engineroom.bench.speculative import acceptance
-from engineroom.bench.suiterun import SuiteContext, run_suite
+from engineroom.bench.suiteplan import SuiteContext
+from engineroom.bench.suiterun import run_suite
 from engineroom.bench.suites import (
     SUITE_SPECS,
     haystack,

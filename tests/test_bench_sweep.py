@@ -14,7 +14,8 @@ import pytest
 
 from engineroom.bench.arrivals import goodput, poisson_schedule, request_latency
 from engineroom.bench.clientside import KindClient, encode_kinds
-from engineroom.bench.suiterun import SuiteContext, run_suite
+from engineroom.bench.suiteplan import SuiteContext
+from engineroom.bench.suiterun import run_suite
 from engineroom.bench.suites import SUITE_SPECS
 from engineroom.bench.suitesummary import summarize_suite
 from engineroom.bench.sweep import estimate_cell_s, knee, recommend, stream_counts

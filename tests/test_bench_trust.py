@@ -210,7 +210,8 @@ def random_weight_server(llama_server_binary, smollm2, tmp_path):
     greedy decoding of random weights reaches end-of-sequence at once unless the request ignores it."""
     from dataclasses import replace
 
-    from engineroom.synth import SHAPES, write_synthetic_gguf
+    from engineroom.synth import write_synthetic_gguf
+    from engineroom.synthshapes import SHAPES
 
     base = SHAPES["dense-s"]
     tiny = replace(base, name="tiny-random", n_layers=4, layer_kinds=base.layer_kinds[:4], hidden_size=256,

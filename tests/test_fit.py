@@ -21,7 +21,8 @@ from engineroom.fit import (
     valid_tp,
 )
 from engineroom.hardware import GpuSpec, Rig
-from engineroom.synth import SHAPES, arch_with_tensors, qwen36_27b
+from engineroom.synth import arch_with_tensors
+from engineroom.synthshapes import SHAPES, qwen36_27b
 
 GB = 1e9
 R3090 = GpuSpec("RTX 3090", 24 * 10**9, 936, "8.6")
@@ -344,6 +345,8 @@ TOY_POOL_ENGINE = {
 def test_an_engine_defined_only_in_the_catalog_is_fittable():
     from engineroom.catalog import read_raw
 
+    from conftest import engine_file
+
     cat = _catalog_with(TOY_POOL_ENGINE)
     a = qwen36_27b()
     req = FitRequest(engine="toyserve", ctx=32_768, weight_bytes=int(17.5e9), kv_dtype="int8")
@@ -351,7 +354,7 @@ def test_an_engine_defined_only_in_the_catalog_is_fittable():
     assert f.verdict in ("fits", "tight")
     assert "toyserve sizes its KV pool from 0.8 x VRAM" in f.notes   # the catalog's default fraction
     # same memory model and numbers as vLLM's fp8 at the same fraction (its profile too): the same breakdown
-    profiled = _catalog_with({**TOY_POOL_ENGINE, "pool_profile": read_raw()["engines/vllm.yaml"]["pool_profile"]})
+    profiled = _catalog_with({**TOY_POOL_ENGINE, "pool_profile": read_raw()[engine_file("vllm")]["pool_profile"]})
     v = fit(a, replace(req, engine="vllm", kv_dtype="fp8", mem_fraction=0.8), H200)
     assert fit(a, req, H200, catalog=profiled).per_gpu == v.per_gpu
     # the alias and the context step come from the YAML dict too
@@ -701,8 +704,10 @@ def test_kv_space_is_catalog_data_and_gpu_pools_are_unchanged():
 
     from engineroom.catalog import arch_from_catalog, catalog_from_raw, load_catalog, read_raw
 
+    from conftest import engine_file
+
     raw = copy.deepcopy(read_raw())
-    b = next(x for x in raw["engines/vllm.yaml"]["backends"] if x["id"] == "cpu")
+    b = next(x for x in raw[engine_file("vllm")]["backends"] if x["id"] == "cpu")
     b["kv_cache_space"] = {**b["kv_cache_space"], "default_gib": 4, "block_size": 16}
     view = catalog_from_raw(raw).for_vendor("cpu")
     arch, req, rig, _ = _vllm_cpu_27b()

@@ -16,7 +16,8 @@ from engineroom.catalog import arch_from_catalog, load_catalog
 from engineroom.fit import FitRequest, MiB, kv_refusal
 from engineroom.hardware import parse_rig
 from engineroom.plan.planner import Planner
-from engineroom.synth import SHAPES, write_synthetic_gguf
+from engineroom.synth import write_synthetic_gguf
+from engineroom.synthshapes import SHAPES
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engineroom.synth import SHAPES, write_synthetic_gguf
+from engineroom.synth import write_synthetic_gguf
+from engineroom.synthshapes import SHAPES
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -77,7 +77,8 @@ def test_gguf_summary_reads_through_arch(tmp_path, monkeypatch):
     from dataclasses import replace
 
     from engineroom.arch import read_gguf_header_local
-    from engineroom.synth import SHAPES, write_synthetic_gguf
+    from engineroom.synth import write_synthetic_gguf
+    from engineroom.synthshapes import SHAPES
 
     monkeypatch.setenv("ENGINEROOM_TOKENIZER_GGUF", str(tmp_path / "absent.gguf"))
     g = write_synthetic_gguf(replace(SHAPES["dense-s"], vocab_size=1024), "Q8_0", tmp_path / "s.gguf")

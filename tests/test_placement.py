@@ -221,7 +221,8 @@ def test_a_launch_on_this_machine_renders_the_prompt_cache_cap_its_prediction_le
     from engineroom import flows, hardware
     from engineroom.hardware import Rig
     from engineroom.launchargs import LaunchArgs
-    from engineroom.synth import SHAPES, write_synthetic_gguf
+    from engineroom.synth import write_synthetic_gguf
+    from engineroom.synthshapes import SHAPES
 
     rig = Rig(gpus=(), cpu_ram_bytes=max(16, available_gib) << 30, cpu_ram_available_bytes=available_gib << 30,
               cpu_cores=2, cpu_threads=2, label="test machine", source="detected")

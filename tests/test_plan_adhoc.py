@@ -28,7 +28,8 @@ LLAMA_ENGINES = ("llama.cpp", "ik_llama.cpp")
 @pytest.fixture(scope="module")
 def synth_gguf(tmp_path_factory) -> Path:
     """A random-weight Q4_K_M GGUF of a small real-shaped dense model (byte-level vocab)."""
-    from engineroom.synth import SHAPES, write_synthetic_gguf
+    from engineroom.synth import write_synthetic_gguf
+    from engineroom.synthshapes import SHAPES
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ENGINEROOM_TOKENIZER_GGUF", str(tmp_path_factory.mktemp("none") / "absent.gguf"))
@@ -296,7 +297,7 @@ def test_moe_bytes_per_token_leave_embeddings_out_of_the_active_share():
 
 def test_plan_never_recommends_a_kv_type_the_engine_refuses():
     from engineroom.plan import model_from_arch
-    from engineroom.synth import SHAPES
+    from engineroom.synthshapes import SHAPES
 
     subject = model_from_arch("hd80", _with_params(SHAPES["hd80"]))
     cat = load_catalog()
@@ -317,7 +318,7 @@ def _with_params(a):
 
 def test_fit_one_refuses_an_undividable_kv_type_in_one_sentence():
     from engineroom.plan import model_from_arch
-    from engineroom.synth import SHAPES
+    from engineroom.synthshapes import SHAPES
 
     subject = model_from_arch("hd80", _with_params(SHAPES["hd80"]))
     with pytest.raises(BadInput, match="K cache type q4_0 with block size 32 does not divide n_embd_head_k=80"):
@@ -328,7 +329,7 @@ def test_fit_one_refuses_an_undividable_kv_type_in_one_sentence():
 
 def test_default_launch_fit_uses_the_engines_slots():
     from engineroom.plan import model_from_arch
-    from engineroom.synth import SHAPES
+    from engineroom.synthshapes import SHAPES
 
     subject = model_from_arch("swa", _with_params(SHAPES["swa-s"]))
     _, f = fit_one(subject, parse_rig("cpu:64GB"), "llama.cpp", "Q8_0", "f16", 1024, parallel=None)

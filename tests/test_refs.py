@@ -22,7 +22,8 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 @pytest.fixture(scope="module")
 def gguf_file(tmp_path_factory) -> Path:
     """A real, small random-weight GGUF (byte-level vocab), written by engineroom.synth."""
-    from engineroom.synth import SHAPES, write_synthetic_gguf
+    from engineroom.synth import write_synthetic_gguf
+    from engineroom.synthshapes import SHAPES
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ENGINEROOM_TOKENIZER_GGUF", str(tmp_path_factory.mktemp("none") / "absent.gguf"))

@@ -12,13 +12,12 @@ import pytest
 from engineroom.arch import LayerKind
 from engineroom.errors import BadInput
 from engineroom.synth import (
-    SHAPES,
     arch_with_tensors,
     gguf_arch_name,
-    qwen36_27b,
     tensor_layout,
     write_synthetic_gguf,
 )
+from engineroom.synthshapes import SHAPES, qwen36_27b
 
 SMALL = ["dense-s", "moe-s", "swa-s", "hybrid-s", "mla-s"]
 

@@ -9,7 +9,6 @@ blocks of the right byte size whose fp16 scales are small and finite.
     write_synthetic_gguf(arch, quant, path) -> Path
     tensor_layout(arch, quant) -> list[TensorSpec]     # what would be written, no I/O
     arch_with_tensors(arch, quant) -> ModelArch        # arch + tensor_bytes/tensor_types in file order
-    SHAPES: dict[str, ModelArch]                       # small test shapes (benchmarks, tests; synthshapes)
 """
 
 from __future__ import annotations
@@ -22,9 +21,6 @@ import numpy as np
 
 from .arch import LayerKind, ModelArch
 from .errors import BadInput
-
-# The shapes live in engineroom.synthshapes; re-exported (tests and benchmarks import them from here)
-from .synthshapes import SHAPES, qwen36_27b  # noqa: F401
 from .synthvocab import default_tokenizer_source, silent_tokens, vocabulary
 
 try:

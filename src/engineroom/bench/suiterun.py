@@ -32,7 +32,7 @@ chunk, run-length), ``counters_delta`` (the engine's counters around a sequentia
 client's own load (``client_load``: its CPU time and wake-up lags) — all stored raw.
 
 What a run is given and resolves before its first request (``SuiteContext``, ``SuiteResult``,
-``suite_conditions`` and the sizes) is in ``suiteplan``, re-exported here.
+``suite_conditions`` and the sizes) is in ``suiteplan``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any
 
 from engineroom.bench import agentic
 from engineroom.bench.clientside import ClientMonitor
-from engineroom.bench.suiteplan import (  # the context, the result and the sizes; re-exported
+from engineroom.bench.suiteplan import (
     SuiteContext,
     SuiteResult,
     suite_conditions,
@@ -62,8 +62,7 @@ from engineroom.bench.workloads import Workload
 from engineroom.errors import BadInput
 from engineroom.records.statistics import METRICS_RECORD_KIND
 
-__all__ = ["AGENTIC_STOP_KIND", "MAX_CACHE_RETRIES", "SUITE_KINDS", "SuiteContext", "SuiteResult", "run_suite",
-           "suite_conditions"]
+__all__ = ["AGENTIC_STOP_KIND", "MAX_CACHE_RETRIES", "SUITE_KINDS", "run_suite"]
 
 MAX_CACHE_RETRIES = 3
 SUITE_KINDS = ("standard", "depth", "concurrency", "spec", "agentic", "sweep", "rate")

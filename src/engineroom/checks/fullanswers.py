@@ -112,7 +112,7 @@ def check_thinking_off(ctx: Ctx) -> CheckResult:
 
 def check_json_schema_complex(ctx: Ctx) -> CheckResult:
     """response_format with a nested schema (enums, arrays of objects, bounds): the answer validates."""
-    if why := smoke._declared_absent(ctx.info, "json_schema"):
+    if why := smoke.declared_absent(ctx.info, "json_schema"):
         return verdict("json_schema_complex", "SKIP", why)
     body = request_body(ctx, COMPLEX_PROMPT, 300, response_format={
         "type": "json_schema", "json_schema": {"name": "profile", "strict": True, "schema": COMPLEX_SCHEMA}})

@@ -111,7 +111,7 @@ def calls_detail(calls: list[ToolCall]) -> list[dict[str, Any]]:
 
 
 def tool_skip(ctx: Ctx, *features: str) -> CheckResult | None:
-    return None if not (why := smoke._declared_absent(ctx.info, *features)) else verdict("", "SKIP", why)
+    return None if not (why := smoke.declared_absent(ctx.info, *features)) else verdict("", "SKIP", why)
 
 
 def invalid_call_reason(call: ToolCall, tools: list[dict[str, Any]]) -> str | None:

@@ -95,7 +95,7 @@ def _snippet(text: str, n: int = 60) -> str:
     return repr(flat[:n] + ("..." if len(flat) > n else ""))
 
 
-def _declared_absent(info: ServerInfo, *features: str) -> str | None:
+def declared_absent(info: ServerInfo, *features: str) -> str | None:
     """A SKIP reason when the server declared one of ``features`` absent, else None."""
     caps = info.capabilities
     for feature in features:
@@ -169,7 +169,7 @@ def check_streaming(client: OpenAIClient, info: ServerInfo, timeout: float,
 
 def check_tool_call(client: OpenAIClient, info: ServerInfo, timeout: float) -> CheckResult:
     """tool_choice "required" yields a valid get_weather call (non-streamed)."""
-    skip = _declared_absent(info, "tools", "tool_choice_required")
+    skip = declared_absent(info, "tools", "tool_choice_required")
     if skip:
         return CheckResult("tool_call", "SKIP", skip)
     r = client.chat(_tool_payload(info), timeout=timeout)
@@ -179,7 +179,7 @@ def check_tool_call(client: OpenAIClient, info: ServerInfo, timeout: float) -> C
 
 def check_tool_call_streamed(client: OpenAIClient, info: ServerInfo, timeout: float) -> CheckResult:
     """The same call streamed: it must be assembled from deltas, with no markup in content."""
-    skip = _declared_absent(info, "tools", "tool_choice_required")
+    skip = declared_absent(info, "tools", "tool_choice_required")
     if skip:
         return CheckResult("tool_call_streamed", "SKIP", skip)
     r = client.stream_chat(_tool_payload(info), timeout=timeout)
@@ -189,7 +189,7 @@ def check_tool_call_streamed(client: OpenAIClient, info: ServerInfo, timeout: fl
 
 def check_json_schema(client: OpenAIClient, info: ServerInfo, timeout: float) -> CheckResult:
     """response_format json_schema: the content parses as JSON and validates against the schema."""
-    skip = _declared_absent(info, "json_schema")
+    skip = declared_absent(info, "json_schema")
     if skip:
         return CheckResult("json_schema", "SKIP", skip)
     payload = {

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import random
-import secrets
-import string
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +28,7 @@ from typing import Any
 from engineroom.checks.context import Ctx
 from engineroom.checks.full import FILLER, TOOL_MARKUP, WEATHER_TOOL
 from engineroom.checks.smoke import CheckResult
+from engineroom.checks.soakprompts import random_salt
 from engineroom.client import StreamResult
 from engineroom.engines.base import ServerInfo
 from engineroom.measures import CacheReuse, cache_reuse
@@ -45,7 +44,7 @@ LONG_DECODE_PROMPT_ROOM = 256    # the question and the chat template around it,
 
 
 def _salt() -> str:
-    return "SESSION-" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(32))
+    return "SESSION-" + random_salt()
 
 
 def _phrase(rng: random.Random) -> str:

@@ -438,7 +438,8 @@ def bench_suite(info: ServerInfo, store: Store, name: str, *, streams: int | Non
     ``requests`` bound the rate schedule (one given alone replaces the suite's default)."""
     from ..bench.agentic import ToolKindClient
     from ..bench.clientside import KindClient
-    from ..bench.suiterun import SuiteContext, run_suite, suite_conditions
+    from ..bench.suiteplan import SuiteContext, suite_conditions
+    from ..bench.suiterun import run_suite
     from ..bench.suites import load_prompt_file, suite_spec
 
     spec = suite_spec(name)
