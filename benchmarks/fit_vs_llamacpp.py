@@ -434,7 +434,8 @@ def _header(device: str, server: str, which: str, build: str, wall: float, sets:
             + f"); wall time {wall:.0f} s.", "",
             "Sizes in MiB as printed by llama-server (`%.2f`); predictions are rounded the same way, "
             "err = (pred - meas) / meas.", "",
-            "Shapes (engineroom.synthshapes.SHAPES, all Q4_0 matrices, norms F32, SmolLM2 tokenizer padded to the vocab):",
+            "Shapes (engineroom.synthshapes.SHAPES, all Q4_0 matrices, norms F32, SmolLM2 tokenizer padded to the "
+            "vocab):",
             "", *[f"- `{n}`: {_shape_line(n)}" for n in sorted({c[0] for w in sets for c in _cases(w, device)})], "",
             *(CPU_PROSE if device == "cpu" else CUDA_PROSE)]
 

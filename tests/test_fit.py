@@ -10,7 +10,6 @@ from engineroom.arch import LayerKind
 from engineroom.errors import BadInput
 from engineroom.fit import (
     FitRequest,
-    MiB,
     fit,
     kv_bytes_per_elem,
     max_concurrency,
@@ -23,6 +22,7 @@ from engineroom.fit import (
 from engineroom.hardware import GpuSpec, Rig
 from engineroom.synth import arch_with_tensors
 from engineroom.synthshapes import SHAPES, qwen36_27b
+from engineroom.units import MiB
 
 GB = 1e9
 R3090 = GpuSpec("RTX 3090", 24 * 10**9, 936, "8.6")

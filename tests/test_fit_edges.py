@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from engineroom.catalog import arch_from_catalog, load_catalog
-from engineroom.fit import FitRequest, MiB, kv_refusal
+from engineroom.fit import FitRequest, kv_refusal
 from engineroom.hardware import parse_rig
 from engineroom.plan.planner import Planner
 from engineroom.synth import write_synthetic_gguf
 from engineroom.synthshapes import SHAPES
+from engineroom.units import MiB
 
 REPO = Path(__file__).resolve().parents[1]
 

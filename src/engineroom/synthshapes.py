@@ -1,6 +1,6 @@
 """The architectures ``engineroom.synth`` writes for tests and benchmarks: ``SHAPES`` (small test
 shapes by name), ``qwen36_27b`` (the Qwen3.6-27B text layout, optionally shallower), and the
-dense / DeepSeek-V2 builders they are made with. ``engineroom.synth`` re-exports them all."""
+dense / DeepSeek-V2 builders they are made with. ``engineroom.synth`` writes them."""
 
 from __future__ import annotations
 

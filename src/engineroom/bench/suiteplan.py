@@ -1,6 +1,6 @@
 """What a suite run is given (``SuiteContext``), what it returns (``SuiteResult``), and what it
 resolves for this server before any request: the stream count, the prompt and context sizes, the
-workloads, and the run's ``bench`` conditions (``suite_conditions``). ``suiterun`` re-exports them."""
+workloads, and the run's ``bench`` conditions (``suite_conditions``). ``suiterun`` runs them."""
 
 from __future__ import annotations
 

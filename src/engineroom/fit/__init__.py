@@ -61,7 +61,7 @@ from .llama_compute import (
 )
 from .memo import FitMemo
 from .pool import valid_tp
-from .request import GB, RAM_MARGIN_FRACTION, Component, Fit, FitRequest, GpuFit, MiB, Verdict, usable_ram
+from .request import RAM_MARGIN_FRACTION, Component, Fit, FitRequest, GpuFit, Verdict, usable_ram
 from .search import Fitter, max_concurrency, max_context
 from .verdict import check_ctx, fit, need_bytes
 from .weights import WeightSplit, bits_per_weight, estimate_param_count, weight_split
@@ -69,11 +69,11 @@ from .weights import WeightSplit, bits_per_weight, estimate_param_count, weight_
 __all__ = [
     "AMX_ALIGN", "amx_alloc_bytes", "AMX_FLAGS", "AMX_ROW_EXTRA", "ASSUMED_CPU_FEATURES", "bits_per_weight",
     "check_ctx", "Component", "cpu_features_for", "cpu_mapped_bytes", "cpu_weight_buffers", "engine_defaults",
-    "engine_spec", "estimate_param_count", "Fit", "fit", "FitMemo", "Fitter", "FitRequest", "GB", "GpuFit", "kv_bytes",
+    "engine_spec", "estimate_param_count", "Fit", "fit", "FitMemo", "Fitter", "FitRequest", "GpuFit", "kv_bytes",
     "kv_bytes_per_elem", "kv_dtype_spec", "kv_elems_per_token_layer", "kv_head_dims", "KV_KINDS",
     "kv_layer_bytes", "kv_refusal", "kv_rotation_bytes", "kv_shard", "llama_cpu_compute",
     "llama_cpu_compute_sim", "llama_cuda_compute", "llama_kv_bytes", "llama_kv_cells",
-    "llama_kv_stream_cells", "llama_n_ctx", "max_concurrency", "max_context", "MiB", "need_bytes",
+    "llama_kv_stream_cells", "llama_n_ctx", "max_concurrency", "max_context", "need_bytes",
     "pool_kv_grow_per_card", "recurrent_state_bytes", "REPACK_TYPES_AVX2", "REPACK_X86", "repacked_tensors",
     "valid_tp", "Verdict", "weight_split", "WeightSplit", "usable_ram", "RAM_MARGIN_FRACTION",
 ]

@@ -12,9 +12,10 @@ from ..catalog import Catalog
 from ..catalog.engine_schema import PoolProfile
 from ..errors import BadInput
 from ..hardware import GpuSpec, Rig
+from ..units import GB
 from .engine import engine_spec, kv_bytes_per_elem
 from .kv import pool_kv_grow_per_card, recurrent_state_bytes
-from .request import GB, Component, FitRequest, GpuFit
+from .request import Component, FitRequest, GpuFit
 from .space import fit_space
 from .weights import WeightSplit, weight_split
 

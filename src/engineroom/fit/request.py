@@ -9,7 +9,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from ..units import GB, MiB, gib  # noqa: F401  (re-exported: fit.GB, fit.MiB)
+from ..units import MiB, gib
 
 if TYPE_CHECKING:
     from ..hardware import Rig
