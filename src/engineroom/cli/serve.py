@@ -1,4 +1,4 @@
-"""Commands that run the managed server: up, switch, recipe, down, status, logs."""
+"""Commands that run the managed server: up (and recipe, its dry run), switch, down, status, logs."""
 
 from __future__ import annotations
 
@@ -57,7 +57,14 @@ _DOCKER = typer.Option(False, "--docker", help="Run the engine's official image 
                                                "`recipe --compose` writes) and wait until it is healthy.")
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+_UP_HELP = ("Start a managed server for MODEL and wait until it is healthy and placed as planned. With --priority "
+            "(or --from-plan) it launches the plan's pick; flags given as well override the plan. Extra engine args "
+            "go after `--`. --dry-run prints what would run instead (as `engineroom recipe`).")
+_RECIPE_HELP = ("Print the command line and environment `up` would run (the plan's pick with --priority), without "
+                "running it, downloading anything or needing the engine installed: `up --dry-run`, with up's options "
+                "(--compose writes the compose file instead).")
+
+
 def up(
     ctx_: typer.Context,
     model: str | None = typer.Argument(None, help="Model reference: packaged name, .gguf path, hf:ORG/REPO/FILE.gguf "
@@ -76,32 +83,48 @@ def up(
              "host, a smaller context, fewer slots); without it such a launch is stopped. The acceptance is "
              "recorded with the launch."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run (command line, environment, fit's "
-                                                          "prediction; with --docker the compose file) and start "
-                                                          "nothing: the same as `engineroom recipe`."),
+                                                          "prediction; with --docker or --compose the compose file) "
+                                                          "and start nothing: the same as `engineroom recipe`."),
+    compose_file: bool = _COMPOSE, out_file: Path | None = _OUT,
+    head_addr: str | None = typer.Option(None, "--head-addr",
+                                         help="With --dry-run, a pick spanning nodes (--rig 2x(8xH100)): the head "
+                                              "node's address on the cluster network, written into every node's "
+                                              "command."),
     json_out: bool = JsonOpt,
 ) -> None:
-    """Start a managed server for MODEL and wait until it is healthy and placed as planned. With --priority
-    (or --from-plan) it launches the plan's pick; flags given as well override the plan. Extra engine args go
-    after `--`. --dry-run prints what would run instead."""
+    """`up`, and `recipe` (the same options: `up --dry-run`)."""
     from .. import flows
+    from ..errors import BadInput
 
+    dry_run = dry_run or ctx_.info_name == "recipe"
     args = launch_args(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template, tools_template,
-                        timeout, ctx_.args, engine=engine, kv_dtype=kv_dtype, tp=tp, api_key_env=api_key_env,
-                        api_key_file=api_key_file)
+                       timeout, ctx_.args, engine=engine, kv_dtype=kv_dtype, tp=tp, api_key_env=api_key_env,
+                       api_key_file=api_key_file)
     model, chosen = planned_pick(ctx_, model, args, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
-                             missing="name a model to launch, e.g. `engineroom up smollm2-135m` "
-                                     "(or give --from-plan FILE).")
-    if dry_run:                  # what would run, as `recipe` prints it: nothing started, downloaded or needed
-        if docker or host is not None:
-            _compose_recipe(model, args, chosen, compose_file=True, out=None, host=host, json_out=json_out,
-                            api_key=api_key)
+                                 missing=f"name a model, e.g. `engineroom {ctx_.info_name} smollm2-135m` "
+                                         "(or give --from-plan FILE).")
+    if dry_run:                  # what would run: nothing started, downloaded or needed
+        if compose_file or docker or out_file is not None or host is not None:
+            _compose_recipe(model, args, chosen, compose_file=compose_file or docker, out=out_file, host=host,
+                            json_out=json_out, api_key=api_key)
         else:
-            _print_recipe(model, args, chosen, head_addr=None, api_key=api_key, json_out=json_out)
+            _print_recipe(model, args, chosen, head_addr=head_addr, api_key=api_key, json_out=json_out)
         return
+    given = [f for f, on in (("--compose", compose_file), ("--out", out_file is not None),
+                             ("--head-addr", head_addr is not None)) if on]
+    if given:
+        verb = "prints" if len(given) == 1 else "print"
+        raise BadInput(f"{', '.join(given)} {verb} what would run: add --dry-run (or use `engineroom recipe`).")
     if docker or host is not None:
         _docker_up(model, args, chosen, docker=docker, host=host, json_out=json_out, api_key=api_key)
         return
     start_server(flows.start, model, args, json_out, pick=chosen, accept_placement=accept_placement, api_key=api_key)
+
+
+# one option list, two names: `recipe` is `up --dry-run`
+_EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+app.command("up", context_settings=_EXTRA, help=_UP_HELP)(up)
+app.command("recipe", context_settings=_EXTRA, help=_RECIPE_HELP)(up)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -125,37 +148,6 @@ def switch(
                                              engine=engine, kv_dtype=kv_dtype, tp=tp, api_key_env=api_key_env,
                                              api_key_file=api_key_file),
            json_out, given=typed_launch_args(ctx_), api_key=api_key)
-
-
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def recipe(
-    ctx_: typer.Context,
-    model: str | None = typer.Argument(None, help="Model reference or catalog model (see `engineroom up --help`)."),
-    ctx: int | None = CtxOpt, port: int | None = PortOpt, threads: int | None = ThreadsOpt,
-    parallel: int | None = ParallelOpt, kv_unified: bool | None = KvUnifiedOpt, engine_bin: Path | None = EngineBinOpt,
-    chat_template: Path | None = ChatTemplateOpt, tools_template: bool = ToolsTemplateOpt,
-    engine: str | None = EngineOpt, kv_dtype: str | None = KvOpt, tp: int | None = TpOpt,
-    priority: str | None = PriorityOpt, rig: str | None = PlanRigOpt, from_plan: Path | None = FromPlanOpt,
-    pick: int = PickOpt, api_key_env: str | None = KeyEnvOpt, api_key_file: Path | None = KeyFileOpt,
-    api_key: str | None = KeyOpt,
-    head_addr: str | None = typer.Option(None, "--head-addr",
-                                         help="A pick spanning nodes (--rig 2x(8xH100)): the head node's address "
-                                              "on the cluster network, written into every node's command."),
-    compose_file: bool = _COMPOSE, out_file: Path | None = _OUT, host: str | None = _HOST,
-    json_out: bool = JsonOpt,
-) -> None:
-    """Print the command line and environment `up` would run (the plan's pick with --priority), without
-    running it, downloading anything or needing the engine installed (the same as `up --dry-run`)."""
-    args = launch_args(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template, tools_template,
-                        300.0, ctx_.args, engine=engine, kv_dtype=kv_dtype, tp=tp, api_key_env=api_key_env,
-                        api_key_file=api_key_file)
-    model, chosen = planned_pick(ctx_, model, args, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
-                             missing="name a model, e.g. `engineroom recipe smollm2-135m --priority balanced`.")
-    if compose_file or out_file is not None or host is not None:
-        _compose_recipe(model, args, chosen, compose_file=compose_file, out=out_file, host=host, json_out=json_out,
-                        api_key=api_key)
-        return
-    _print_recipe(model, args, chosen, head_addr=head_addr, api_key=api_key, json_out=json_out)
 
 
 def _print_recipe(model: str, args: LaunchArgs, chosen: Pick | None, *, head_addr: str | None, api_key: str | None,
