@@ -26,8 +26,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def fuzz_examples(n: int) -> int:
+    """A fuzzer's example count: ``n`` in CI (CI=true), a tenth (at least 10) while developing, so the
+    unit tier stays quick and CI still runs the long search (issue 18 item 7)."""
+    return n if IN_CI else max(10, n // 10)
+
+
 def _missing(reason: str):
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+    if IN_CI:
         pytest.fail(f"CI must run the integration tests against a real engine: {reason}")
     pytest.skip(reason)
 
@@ -316,6 +325,16 @@ def benchmark_script(name: str, folder: str = "benchmarks"):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def engine_file(engine_id: str) -> str:
+    """``read_raw()``'s name of a built-in engine's catalog file, the one its errors give (its adapter
+    package's ``catalog/engines/<id>.yaml``: ``engineroom/engines/vllm/catalog/engines/vllm.yaml``)."""
+    from engineroom import plugins
+    from engineroom.catalog.load import file_name
+
+    (path,) = (p for d in plugins.builtin_catalog_dirs() if (p := d / "engines" / f"{engine_id}.yaml").is_file())
+    return file_name(path)
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,8 @@ from engineroom.arch import (
 )
 from engineroom.errors import BadInput
 
+from conftest import fuzz_examples
+
 T = gguf.GGMLQuantizationType
 
 
@@ -347,7 +349,7 @@ def _check(buf: bytes) -> None:
     assert isinstance(result, GGUFHeader)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=fuzz_examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzz_header_never_crashes(valid_header: bytes, data: st.DataObject):
     buf = bytearray(valid_header)
@@ -367,7 +369,7 @@ def test_fuzz_header_never_crashes(valid_header: bytes, data: st.DataObject):
     _check(bytes(buf))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=fuzz_examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cut=st.integers(0, 4000), flips=st.lists(st.tuples(st.integers(0, 3999), st.integers(0, 7)), max_size=4))
 def test_fuzz_arch_from_gguf_file(tmp_path: Path, valid_header: bytes, cut: int, flips: list[tuple[int, int]]):
     buf = bytearray(valid_header)

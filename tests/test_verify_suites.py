@@ -19,6 +19,8 @@ from engineroom.checks.suites import run_suite
 from engineroom.client import OpenAIClient, StreamResult, ToolCallAssembler, _sse_events
 from engineroom.engines.base import Capabilities, EngineTimings, ServerInfo
 
+from conftest import fuzz_examples
+
 FULL_NAMES = [name for name, _ in FULL_CHECKS]
 THINKING_TEMPLATE = "{% if enable_thinking %}<think>{% endif %}{{ messages }}"   # the stand-in's declared template
 
@@ -162,7 +164,7 @@ JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(all
                        max_leaves=12)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=fuzz_examples(300), deadline=None)
 @given(st.binary(max_size=400))
 def test_sse_framing_and_chunk_parsing_never_raise_on_any_bytes(data):
     result, tools = StreamResult(), ToolCallAssembler()
@@ -174,7 +176,7 @@ def test_sse_framing_and_chunk_parsing_never_raise_on_any_bytes(data):
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=fuzz_examples(300), deadline=None)
 @given(JSONISH)
 def test_any_json_shaped_chunk_is_absorbed_or_recorded_never_raised(value):
     result, tools = StreamResult(), ToolCallAssembler()
@@ -184,7 +186,7 @@ def test_any_json_shaped_chunk_is_absorbed_or_recorded_never_raised(value):
 
 
 @pytest.mark.slow
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=fuzz_examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.binary(max_size=300))
 def test_stream_chat_over_http_returns_a_result_for_any_body(data):
     with StandInServer(raw=data) as srv:
