@@ -231,9 +231,44 @@ def _plugin_catalog() -> str:
     """The plugin's engine entry: llama.cpp's catalog entry under the plugin's id."""
     import yaml
 
-    entry = yaml.safe_load((SRC / "catalog" / "engines" / "llama.cpp.yaml").read_text())
+    entry = yaml.safe_load((SRC / "engines" / "llamacpp" / "catalog" / "engines" / "llama.cpp.yaml").read_text())
     entry.update(id="llama-server-plugin", name="llama-server (plugin)", aliases=[])
     return yaml.safe_dump(entry)
+
+
+def test_a_plugins_catalog_folder_is_read_as_the_built_in_adapters_are(tmp_path, monkeypatch):
+    """One layout: a plugin's ``catalog_dir()`` and each built-in adapter package's ``catalog/`` hold
+    ``engines/<id>.yaml``; the catalog reads both (the built-in ones by path, first), keyed by the files
+    of both, and an error in the plugin's entry names its file."""
+    from engineroom import paths, plugins
+    from engineroom.catalog import CATALOG_DIR, load_catalog
+    from engineroom.catalog.load import _load_cached, _stored_path
+    from engineroom.errors import BadInput
+
+    _plugin(tmp_path, "plugin", entry="engineroom_plugin_engine", body=textwrap.dedent(PLUGIN_ADAPTER),
+            catalog=_plugin_catalog())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(paths, "cache_dir", lambda: tmp_path / "cache")
+    engines.reload()
+    try:
+        own = plugins.builtin_catalog_dirs()
+        folder = tmp_path / "engineroom_plugin_engine" / "catalog"
+        assert plugins.catalog_dirs() == (*own, folder)
+        cat = load_catalog()
+        assert [e.id for e in cat.engines] == ["ik_llama.cpp", "llama.cpp", "sglang", "vllm", "llama-server-plugin"]
+        assert engines.resolve("llama-server-plugin") == "llama-server-plugin"
+        assert _stored_path(str(CATALOG_DIR), tuple(map(str, plugins.catalog_dirs()))) != \
+            _stored_path(str(CATALOG_DIR), tuple(map(str, own)))
+        entry = folder / "engines" / "plugin.yaml"
+        entry.write_text(entry.read_text() + "cold_strat_s: 1\n")
+        _load_cached.cache_clear()
+        with pytest.raises(BadInput, match=rf"^catalog file {re.escape(str(entry))}: unknown key 'cold_strat_s'; "
+                                           r"did you mean 'cold_start_s'\?"):
+            load_catalog()
+    finally:
+        monkeypatch.undo()
+        engines.reload()
+        _load_cached.cache_clear()
 
 
 def test_an_out_of_tree_adapter_is_discovered_and_launched(tmp_path, llama_server_binary, smollm2):

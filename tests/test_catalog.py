@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
 from engineroom.arch import LayerKind
 from engineroom.catalog import arch_from_catalog, catalog_from_raw, load_catalog, read_raw
 from engineroom.errors import BadInput
+
+from conftest import engine_file
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +51,7 @@ def test_unknown_key_says_did_you_mean(raw):
 
 
 def test_unknown_key_in_engine_and_list_files(raw):
-    data = mutated(raw, "engines/vllm.yaml", lambda e: e.__setitem__("cold_strat_s", 1))
+    data = mutated(raw, engine_file("vllm"), lambda e: e.__setitem__("cold_strat_s", 1))
     with pytest.raises(BadInput, match="did you mean 'cold_start_s'"):
         catalog_from_raw(data)
     data = mutated(raw, "hardware/nvidia.yaml", lambda h: h["hardware"][0].__setitem__("bandwith_gbs", 1))
@@ -137,25 +140,93 @@ def test_invalid_yaml_is_one_sentence(tmp_path):
     import shutil
 
     from engineroom.catalog import CATALOG_DIR
+    from engineroom.catalog.load import add_adapter_entries
 
     root = tmp_path / "cat"
     shutil.copytree(CATALOG_DIR, root, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    (root / "engines" / "vllm.yaml").write_text("id: [unclosed\n")
-    with pytest.raises(BadInput, match="engines/vllm.yaml|vllm.yaml is not valid YAML"):
-        catalog_from_raw(read_raw(root))
+    (root / "models" / "smollm2-135m.yaml").write_text("id: [unclosed\n")
+    with pytest.raises(BadInput, match=r"^catalog file smollm2-135m.yaml is not valid YAML at line 2\.$"):
+        read_raw(root)
+    folder = tmp_path / "adapter" / "catalog"          # an adapter's catalog folder, a plugin's or built-in
+    (folder / "engines").mkdir(parents=True)
+    (folder / "engines" / "vllm.yaml").write_text("id: [unclosed\n")
+    with pytest.raises(BadInput, match=r"vllm.yaml is not valid YAML"):
+        add_adapter_entries({}, folder)
+
+
+def test_the_engines_live_in_their_adapter_packages_and_errors_name_that_file(raw):
+    """Issue 18 item 2: each adapter package owns its catalog entry, where a plugin's ``catalog_dir()``
+    ships one (``catalog/engines/<id>.yaml``); the packaged catalog holds none, and an error in an
+    engine's entry names the file by its path in the package."""
+    from engineroom import plugins
+    from engineroom.catalog import CATALOG_DIR
+
+    assert not (CATALOG_DIR / "engines").exists()
+    from pathlib import Path
+
+    engines = sorted(k for k in raw if Path(k).parent.name == "engines")
+    assert engines == ["engineroom/engines/ikllamacpp/catalog/engines/ik_llama.cpp.yaml",
+                       "engineroom/engines/llamacpp/catalog/engines/llama.cpp.yaml",
+                       "engineroom/engines/sglang/catalog/engines/sglang.yaml",
+                       "engineroom/engines/vllm/catalog/engines/vllm.yaml"]
+    assert [d.parent.name for d in plugins.builtin_catalog_dirs()] == ["ikllamacpp", "llamacpp", "sglang", "vllm"]
+    vllm = "engineroom/engines/vllm/catalog/engines/vllm.yaml"
+    data = mutated(raw, vllm, lambda e: e["kv_dtypes"][1].__setitem__("bytes_per_elem", "one"))
+    with pytest.raises(BadInput, match=rf"^catalog file {vllm} \(entry 'fp8'\): key 'kv_dtypes\.1\.bytes_per_elem': "):
+        catalog_from_raw(data)
+
+
+def test_reading_the_catalog_imports_no_adapter(tmp_path):
+    """The catalog is read before every command (`plan` has a 0.3 s budget): engineroom's own adapters'
+    entries are found by their path, so validating it imports none of them."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from engineroom.catalog import read_raw, catalog_from_raw; catalog_from_raw(read_raw()); "
+            "from engineroom.catalog.load import _load_cached; from engineroom import plugins; "
+            "from engineroom.catalog import CATALOG_DIR; "
+            "_load_cached(str(CATALOG_DIR), tuple(str(d) for d in plugins.catalog_dirs())); "
+            "print(sorted(m for m in sys.modules if m.startswith('engineroom.engines')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "ENGINEROOM_CACHE_DIR": str(tmp_path)})
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_stored_catalog_is_keyed_by_the_adapters_entries_too(tmp_path, monkeypatch):
+    """The validated catalog kept between processes is keyed by every YAML file it was read from: a change
+    to an engine's entry in its adapter package (its size or time) is a new key, read and validated again."""
+    import os
+    import shutil
+
+    from engineroom import paths, plugins
+    from engineroom.catalog import CATALOG_DIR
+    from engineroom.catalog.load import _stored_path
+
+    monkeypatch.setattr(paths, "cache_dir", lambda: tmp_path / "cache")
+    adapters = tmp_path / "engines"
+    for d in plugins.builtin_catalog_dirs():
+        shutil.copytree(d, adapters / d.parent.name / "catalog")
+    dirs = tuple(str(adapters / d.parent.name / "catalog") for d in plugins.builtin_catalog_dirs())
+    before = _stored_path(str(CATALOG_DIR), dirs)
+    entry = adapters / "vllm" / "catalog" / "engines" / "vllm.yaml"
+    st = entry.stat()
+    os.utime(entry, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert before is not None and _stored_path(str(CATALOG_DIR), dirs) not in (None, before)
+    assert _stored_path(str(CATALOG_DIR), ()) != _stored_path(str(CATALOG_DIR), dirs)
 
 
 # ---- engines: memory model and the KV-type table --------------------------------------
 
 
 def test_kv_pool_engine_needs_default_mem_fraction(raw):
-    data = mutated(raw, "engines/vllm.yaml", lambda e: e.pop("default_mem_fraction"))
+    data = mutated(raw, engine_file("vllm"), lambda e: e.pop("default_mem_fraction"))
     with pytest.raises(BadInput, match=r"engines/vllm.yaml.*kv_pool engine needs default_mem_fraction"):
         catalog_from_raw(data)
-    data = mutated(raw, "engines/llama.cpp.yaml", lambda e: e.__setitem__("default_mem_fraction", 0.9))
+    data = mutated(raw, engine_file("llama.cpp"), lambda e: e.__setitem__("default_mem_fraction", 0.9))
     with pytest.raises(BadInput, match="kv_pool engines only"):
         catalog_from_raw(data)
-    data = mutated(raw, "engines/sglang.yaml", lambda e: e.__setitem__("memory_model", "paged"))
+    data = mutated(raw, engine_file("sglang"), lambda e: e.__setitem__("memory_model", "paged"))
     with pytest.raises(BadInput, match=r"engines/sglang.yaml.*memory_model"):
         catalog_from_raw(data)
 
@@ -167,7 +238,7 @@ def test_each_kv_pool_engine_carries_its_own_activation_coefficients(raw):
     assert vllm.pool_activation.coef(2.0) == 135.0 and vllm.pool_activation.coef(0.25) == 165.0
     assert sglang.pool_activation.coef(1.0) == 130.0 and sglang.pool_activation.coef(3.0) == 135.0
     assert cat.engine("llama.cpp").pool_activation is None
-    data = mutated(raw, "engines/sglang.yaml", lambda e: e.pop("pool_activation"))
+    data = mutated(raw, engine_file("sglang"), lambda e: e.pop("pool_activation"))
     with pytest.raises(BadInput, match=r"engines/sglang.yaml.*kv_pool engine needs pool_activation"):
         catalog_from_raw(data)
 
@@ -188,10 +259,10 @@ def test_bits_per_weight_is_a_validated_table(raw):
 
 
 def test_unknown_key_in_a_kv_dtype_says_did_you_mean(raw):
-    data = mutated(raw, "engines/llama.cpp.yaml", lambda e: e["kv_dtypes"][0].__setitem__("bytes_per_elm", 1))
+    data = mutated(raw, engine_file("llama.cpp"), lambda e: e["kv_dtypes"][0].__setitem__("bytes_per_elm", 1))
     with pytest.raises(BadInput, match="did you mean 'bytes_per_elem'"):
         catalog_from_raw(data)
-    data = mutated(raw, "engines/vllm.yaml", lambda e: e["kv_dtypes"][1].__setitem__("aliases", ["f16"]))
+    data = mutated(raw, engine_file("vllm"), lambda e: e["kv_dtypes"][1].__setitem__("aliases", ["f16"]))
     with pytest.raises(BadInput, match="'f16' is listed more than once"):
         catalog_from_raw(data)
 
@@ -248,7 +319,7 @@ def test_engine_memory_models_and_aliases(cat):
 
 
 def test_engine_alias_clash_is_rejected(raw):
-    data = mutated(raw, "engines/ik_llama.cpp.yaml", lambda e: e.__setitem__("aliases", ["llamacpp"]))
+    data = mutated(raw, engine_file("ik_llama.cpp"), lambda e: e.__setitem__("aliases", ["llamacpp"]))
     with pytest.raises(BadInput, match="'llamacpp' for more than one engine"):
         catalog_from_raw(data)
 
@@ -275,7 +346,8 @@ def test_a_status_missing_from_the_order_is_one_sentence(raw):
     def drop_fork(t):
         t["engine_status_order"].remove("fork")
         t["engine_status_caveats"].remove("fork")
-    with pytest.raises(BadInput, match=r"engines/ik_llama.cpp.yaml: status 'fork' is not in tables.yaml"):
+    ik = re.escape(engine_file("ik_llama.cpp"))
+    with pytest.raises(BadInput, match=rf"^catalog file {ik}: status 'fork' is not in tables.yaml"):
         catalog_from_raw(mutated(raw, "tables.yaml", drop_fork))
 
 

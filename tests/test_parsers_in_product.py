@@ -27,7 +27,7 @@ from engineroom.progress import BuildProgress, WaitProgress
 
 from conftest import run_cli
 
-CATALOG = Path(__file__).resolve().parents[1] / "src" / "engineroom" / "catalog" / "engines"
+ADAPTERS = Path(__file__).resolve().parents[1] / "src" / "engineroom" / "engines"
 
 
 # --------------------------------------------------------------------------- the verdict
@@ -130,8 +130,10 @@ def test_compose_images_are_the_release_the_adapter_installs_and_validates():
     """One fact: the catalog's tag names ``{release}``; the adapter's RELEASE fills it, and it is the
     version `engines install` pins and the parser tests run (the adapters' TESTED say which)."""
     pinned = {"llama.cpp": llamacpp.SOURCE_VERSION.split(".")[0], "vllm": vllm.VERSION, "sglang": sglang.VERSION}
+    packages = {"llama.cpp": "llamacpp", "vllm": "vllm", "sglang": "sglang"}
     for name, release in pinned.items():
-        raw = yaml.safe_load((CATALOG / f"{name}.yaml").read_text())["docker"]["tag"]
+        entry = ADAPTERS / packages[name] / "catalog" / "engines" / f"{name}.yaml"
+        raw = yaml.safe_load(entry.read_text())["docker"]["tag"]
         assert compose.RELEASE_FIELD in raw, f"{name}: the tag must name {compose.RELEASE_FIELD}, not a literal version"
         assert not re.search(r"\d+\.\d+\.\d+", raw), raw
         assert engines.adapter(name).release == release

@@ -20,6 +20,8 @@ from engineroom.fit import FitRequest, fit
 from engineroom.hardware import parse_rig
 from engineroom.plan import plan
 
+from conftest import engine_file
+
 MODEL = "qwen3.6-27b"
 ONE, TWO = "1x3090", "2x3090"
 
@@ -144,7 +146,7 @@ def test_mutation_iq4_ks_quality():
 
 
 def test_mutation_llama_cpp_cold_start():
-    cat = mutate("engines/llama.cpp.yaml", lambda e: e["cold_start_s"].__setitem__("value", 300))
+    cat = mutate(engine_file("llama.cpp"), lambda e: e["cold_start_s"].__setitem__("value", 300))
     assert top("fastest-cold-start", ONE, catalog=cat).engine != "llama.cpp"
 
 
@@ -164,7 +166,7 @@ def test_mutation_autoround_loses_mtp():
 
 
 def test_mutation_llama_cpp_vendors():
-    cat = mutate("engines/llama.cpp.yaml", lambda e: e.__setitem__("vendors", ["nvidia"]))
+    cat = mutate(engine_file("llama.cpp"), lambda e: e.__setitem__("vendors", ["nvidia"]))
     assert top("non-nvidia", ONE, catalog=cat).engine != "llama.cpp"
 
 
@@ -402,7 +404,7 @@ def test_cpu_backend_data_drives_the_filter():
         b = next(x for x in raw["backends"] if x["id"] == "cpu")
         b["quant_formats"] = ["bf16", "awq", "gptq", "autoround"]
         b["kv_dtypes"] = b["plan_kv_dtypes"] = ["auto", "turboquant_k8v4"]
-    cat = mutate("engines/vllm.yaml", widen)
+    cat = mutate(engine_file("vllm"), widen)
     ps = plan(MODEL, parse_rig(CPU_RIG), None, catalog=cat, engine="vllm")
     assert any(p.quant_format == "autoround" for p in ps) and any(p.kv_dtype == "turboquant_k8v4" for p in ps)
 
@@ -429,7 +431,7 @@ def test_backend_schema_rejects_inconsistent_builds():
 
     for fn, msg in ((bad_kv, "not KV type ids"), (uncovered, "exactly one backend")):
         with pytest.raises(BadInput, match=msg):
-            mutate("engines/vllm.yaml", fn)
+            mutate(engine_file("vllm"), fn)
 
 
 def test_cpu_decode_uses_the_cpu_fit_and_the_rigs_bandwidth():
@@ -524,7 +526,7 @@ def test_cpu_vllm_max_context_follows_its_kv_space():
     def four_gib(raw):
         b = next(x for x in raw["backends"] if x["id"] == "cpu")
         b["kv_cache_space"] = {**b["kv_cache_space"], "default_gib": 4}
-    cat = mutate("engines/vllm.yaml", four_gib)
+    cat = mutate(engine_file("vllm"), four_gib)
     ps = plan(MODEL, parse_rig(CPU_RIG), "max-context", catalog=cat, engine="vllm", launchable=False)
     assert ps
     m = cat.model(MODEL)
@@ -582,7 +584,7 @@ def test_a_vllm_cpu_pick_is_sized_and_sped_at_the_dtype_its_launch_computes_at()
     assert any("launched at float32 (a CPU by spec, assumed without avx512_fp16 / amx_fp16): bf16 weights held "
                "as f32" in r for r in p.reasons)
     (as_catalog,) = plan("smollm2-135m", rig, "balanced", engine="vllm", limit=1,
-                         catalog=mutate("engines/vllm.yaml", _without_compute_dtype))
+                         catalog=mutate(engine_file("vllm"), _without_compute_dtype))
     assert (as_catalog.fit.request.quant, as_catalog.fit.request.kv_dtype) == ("bf16", "auto")
     assert p.fit.component("weights") == 2 * as_catalog.fit.component("weights")     # the pool is 0.92 x RAM
     assert p.fit.component("kv_cache") == 2 * as_catalog.fit.component("kv_cache")

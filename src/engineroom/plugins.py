@@ -1,8 +1,8 @@
 """Entry-point discovery for engine adapters (group ``engineroom.engines``), done once.
 
 Low in the layers on purpose: ``engines`` wraps what is found into ``Engine`` objects, and
-``catalog`` reads each adapter's ``catalog_dir()`` (the YAML a plugin ships with it), so
-neither has to import the other.
+``catalog`` reads each adapter's catalog folder (``catalog_dirs``: engineroom's own adapters' by
+their path, a plugin's from its ``catalog_dir()``), so neither has to import the other.
 """
 
 from __future__ import annotations
@@ -66,14 +66,27 @@ def adapters() -> tuple[tuple[Found, ...], tuple[Problem, ...]]:
     return tuple(found.values()), tuple(problems)
 
 
+# engineroom's own adapter packages: each keeps its catalog entry where a plugin's ``catalog_dir()``
+# does, in ``catalog/engines/<id>.yaml`` inside the package (engines/llamacpp/catalog/engines/llama.cpp.yaml)
+ADAPTERS_DIR = Path(__file__).resolve().parent / "engines"
+
+
+def builtin_catalog_dirs() -> tuple[Path, ...]:
+    """The catalog folders of engineroom's own adapters, found by their path in the package, not by
+    importing the adapters: the catalog is read before every command, `plan` included."""
+    return tuple(sorted(d for d in ADAPTERS_DIR.glob("*/catalog") if d.is_dir()))
+
+
 @lru_cache(maxsize=1)
 def catalog_dirs() -> tuple[Path, ...]:
-    """Catalog folders the adapters ship (``catalog_dir()``), engineroom's own excluded: its
-    built-in adapters keep their entries in the packaged catalog, so only other packages'
-    adapters are imported to ask (the catalog is read before any command, `plan` included)."""
+    """Every adapter's catalog folder, laid out alike (``engines/<id>.yaml``, and ``models/``,
+    ``hardware/`` where it ships any): engineroom's own adapters' by path (``builtin_catalog_dirs``),
+    then each other package's adapter's ``catalog_dir()``; only those are imported to ask, and only
+    when such a package is installed."""
+    own = builtin_catalog_dirs()
     if all(ep.dist is not None and ep.dist.name == "engineroom" for ep in metadata.entry_points(group=GROUP)):
-        return ()
-    out = []
+        return own
+    out = list(own)
     for f in adapters()[0]:
         fn = getattr(f.impl, "catalog_dir", None)
         if callable(fn):
@@ -81,7 +94,7 @@ def catalog_dirs() -> tuple[Path, ...]:
                 d = fn()
             except Exception:  # noqa: BLE001 - a plugin's bug must not break the catalog
                 continue
-            if d and Path(d).is_dir():
+            if d and Path(d).is_dir() and Path(d).resolve() not in own:
                 out.append(Path(d))
     return tuple(out)
 

@@ -1,5 +1,7 @@
-"""The shape of catalog/engines/*.yaml: one engine per file, with its KV types, decode
-model, concurrency, multi-GPU mode, memory model and per-vendor builds (backends)."""
+"""The shape of an engine's catalog entry (``engines/<id>.yaml`` in its adapter's catalog folder:
+engineroom/engines/<package>/catalog/ for the built-in ones, a plugin's ``catalog_dir()``): one
+engine per file, with its KV types, decode model, concurrency, multi-GPU mode, memory model and
+per-vendor builds (backends)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,22 @@
 """Read the catalog YAML files and validate them, with one-sentence errors.
 
-Layout (all under this package):
+Layout of this package's folder (the packaged catalog):
 
     models/*.yaml       one model per file (its quants inside)
-    engines/*.yaml      one engine per file
     hardware/*.yaml     a list of hardware classes per file (grouped by vendor)
     drafters.yaml       speculative-decoding drafters (built-in MTP, DFlash, ...)
     priorities.yaml     "how to choose": each priority as an objective plus constraints
     tables.yaml         the planner's tables of no one entry (engine status order, quant
                         class tiers, usual quants, published formats)
+
+and each engine adapter's package ships a catalog folder of its own (``plugins.catalog_dirs``):
+
+    engines/<id>.yaml   its engine, one per file (engineroom's own adapters:
+                        engineroom/engines/<package>/catalog/engines/<id>.yaml)
+    models/, hardware/  models and hardware it adds, as above (optional)
+
+engineroom's own adapters' folders are found by their path in the package, a plugin's from its
+``catalog_dir()``; no built-in adapter is imported to read the catalog.
 
 A pydantic error becomes a ``BadInput`` naming the file and the key, and for an unknown key
 the closest allowed key ("did you mean ...").
@@ -28,6 +36,7 @@ from ..errors import BadInput
 from .schema import Catalog, Drafter, Engine, HardwareClass, Model, Priority, Tables
 
 CATALOG_DIR = Path(__file__).resolve().parent
+ENTRY_FOLDERS = ("models", "engines", "hardware")      # one entry (or a list of them) per file
 
 
 def _read_yaml(path: Path) -> Any:
@@ -127,10 +136,18 @@ def _validate_list(model: type[BaseModel], data: Any, file: str, key: str) -> li
 
 
 def read_raw(root: Path | None = None) -> dict[str, Any]:
-    """The catalog as plain data (file name -> parsed YAML), for tools and mutation tests."""
-    root = root or CATALOG_DIR
-    raw: dict[str, Any] = {}
-    for sub in ("models", "engines", "hardware"):
+    """The catalog as plain data (file name -> parsed YAML), for tools and mutation tests: the
+    packaged catalog and engineroom's own adapters' entries (``file_name`` names each file), or
+    the catalog folder ``root`` alone."""
+    if root is None:
+        from .. import plugins
+
+        raw = read_raw(CATALOG_DIR)
+        for folder in plugins.builtin_catalog_dirs():
+            add_adapter_entries(raw, folder)
+        return raw
+    raw = {}
+    for sub in ENTRY_FOLDERS:
         for path in sorted((root / sub).glob("*.yaml")):
             raw[f"{sub}/{path.name}"] = _read_yaml(path)
     for name in ("drafters.yaml", "priorities.yaml", "tables.yaml"):
@@ -146,12 +163,16 @@ def catalog_from_raw(raw: dict[str, Any]) -> Catalog:
     models: list[Model] = []
     engines: list[Engine] = []
     hardware: list[HardwareClass] = []
+    files: dict[tuple[str, str], str] = {}      # ("models" | "engines", id) -> its file, for the cross checks
     for name, data in raw.items():
-        if name.startswith("models/"):
+        folder = Path(name).parent.name
+        if folder == "models":
             models.append(_validate(Model, data, name))
-        elif name.startswith("engines/"):
+            files["models", models[-1].id] = name
+        elif folder == "engines":
             engines.append(_validate(Engine, data, name))
-        elif name.startswith("hardware/"):
+            files["engines", engines[-1].id] = name
+        elif folder == "hardware":
             hardware.extend(_validate_list(HardwareClass, data, name, "hardware"))
     drafters = _validate_list(Drafter, raw.get("drafters.yaml"), "drafters.yaml", "drafters")
     priorities = _validate_list(Priority, raw.get("priorities.yaml"), "priorities.yaml", "priorities")
@@ -159,11 +180,11 @@ def catalog_from_raw(raw: dict[str, Any]) -> Catalog:
     models.sort(key=lambda m: (m.order, m.id))
     cat = Catalog(models=tuple(models), engines=tuple(engines), hardware=tuple(hardware),
                   drafters=tuple(drafters), priorities=tuple(priorities), tables=tables)
-    _cross_check(cat)
+    _cross_check(cat, files)
     return cat
 
 
-def _cross_check(cat: Catalog) -> None:
+def _cross_check(cat: Catalog, files: dict[tuple[str, str], str]) -> None:
     engine_ids = [e.id for e in cat.engines]
     for m in cat.models:
         for q in m.quants:
@@ -171,10 +192,11 @@ def _cross_check(cat: Catalog) -> None:
                 if e not in engine_ids:
                     close = difflib.get_close_matches(e, engine_ids, n=1)
                     hint = f"; did you mean '{close[0]}'?" if close else "."
-                    raise BadInput(f"catalog file models/{m.id}.yaml: quant {q.id} names unknown engine '{e}'{hint}")
+                    raise BadInput(f"catalog file {files['models', m.id]}: quant {q.id} names unknown engine "
+                                   f"'{e}'{hint}")
                 eng = cat.engine(e)
                 if eng is not None and q.format not in eng.quant_formats:
-                    raise BadInput(f"catalog file models/{m.id}.yaml: quant {q.id} ({q.format}) lists engine {e}, "
+                    raise BadInput(f"catalog file {files['models', m.id]}: quant {q.id} ({q.format}) lists engine {e}, "
                                    f"whose quant_formats do not include {q.format}.")
     for d in cat.drafters:
         for e in d.engines:
@@ -186,8 +208,8 @@ def _cross_check(cat: Catalog) -> None:
     order = cat.tables.engine_status_order
     for engine in cat.engines:
         if engine.status not in order:
-            raise BadInput(f"catalog file engines/{engine.id}.yaml: status '{engine.status}' is not in tables.yaml "
-                           f"engine_status_order ({', '.join(order)}).")
+            raise BadInput(f"catalog file {files['engines', engine.id]}: status '{engine.status}' is not in "
+                           f"tables.yaml engine_status_order ({', '.join(order)}).")
     for p in cat.priorities:
         bad = [s for s in p.constraints.engine_status if s not in order]
         if bad:
@@ -208,17 +230,28 @@ def _cross_check(cat: Catalog) -> None:
         raise BadInput(f"the catalog uses engine name or alias '{clash[0]}' for more than one engine.")
 
 
-def add_plugin_entries(raw: dict[str, Any], folder: Path) -> None:
-    """Merge the models/, engines/ and hardware/ YAML an engine adapter's package ships
-    (``catalog_dir()``): a plugin's engine is sized by fit like a built-in one, with no code."""
-    for sub in ("models", "engines", "hardware"):
+def file_name(path: Path) -> str:
+    """How the catalog names a file of an adapter's catalog folder (its errors say it): one of
+    engineroom's own by its path from the package's parent folder
+    (``engineroom/engines/vllm/catalog/engines/vllm.yaml``), another package's in full."""
+    try:
+        return path.relative_to(CATALOG_DIR.parent.parent).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def add_adapter_entries(raw: dict[str, Any], folder: Path) -> None:
+    """Merge the engines/, models/ and hardware/ YAML an engine adapter's package ships in its
+    catalog folder (engineroom's own adapters' and a plugin's ``catalog_dir()`` alike): a plugin's
+    engine is sized by fit like a built-in one, with no code."""
+    for sub in ENTRY_FOLDERS:
         for path in sorted((folder / sub).glob("*.yaml")):
-            raw[f"{sub}/{path}"] = _read_yaml(path)
+            raw[file_name(path)] = _read_yaml(path)
 
 
 @lru_cache(maxsize=4)
-def _load_cached(root: str, plugin_dirs: tuple[str, ...] = ()) -> Catalog:
-    stored = _stored_path(root, plugin_dirs)
+def _load_cached(root: str, adapter_dirs: tuple[str, ...] = ()) -> Catalog:
+    stored = _stored_path(root, adapter_dirs)
     if stored is not None:
         try:
             with stored.open("rb") as fh:
@@ -228,8 +261,8 @@ def _load_cached(root: str, plugin_dirs: tuple[str, ...] = ()) -> Catalog:
         except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
             pass    # absent, half-written by another process or from another schema: validate again
     raw = read_raw(Path(root))
-    for folder in plugin_dirs:
-        add_plugin_entries(raw, Path(folder))
+    for folder in adapter_dirs:
+        add_adapter_entries(raw, Path(folder))
     cat = catalog_from_raw(raw)
     if stored is not None:
         _store(cat, stored)
@@ -237,13 +270,14 @@ def _load_cached(root: str, plugin_dirs: tuple[str, ...] = ()) -> Catalog:
 
 
 # The validated catalog is kept between processes (a pickle in the cache folder), keyed by every
-# input of the validation: each YAML file's path, size and modification time, the schema's own
+# input of the validation: each YAML file's path, size and modification time (the packaged
+# catalog's and every adapter catalog folder's, engineroom's own adapters' included), the schema's own
 # source files, and the engineroom and pydantic versions. A CLI command then skips reading the
 # YAML and building pydantic's validators (most of `engineroom plan`'s start-up otherwise).
 _SCHEMA_FILES = ("base.py", "schema.py", "engine_schema.py", "load.py", "convert.py")
 
 
-def _stored_path(root: str, plugin_dirs: tuple[str, ...]) -> Path | None:
+def _stored_path(root: str, adapter_dirs: tuple[str, ...]) -> Path | None:
     import hashlib
 
     import pydantic
@@ -253,7 +287,7 @@ def _stored_path(root: str, plugin_dirs: tuple[str, ...]) -> Path | None:
     h = hashlib.sha256(f"{__version__} {pydantic.VERSION} {root}".encode())
     try:
         files = [Path(__file__).with_name(n) for n in _SCHEMA_FILES]
-        for d in (root, *plugin_dirs):
+        for d in (root, *adapter_dirs):
             files += sorted(Path(d).rglob("*.yaml"))
         for f in files:
             st = f.stat()
@@ -285,8 +319,8 @@ def _store(cat: Catalog, path: Path) -> None:
 
 def load_catalog(root: Path | None = None) -> Catalog:
     """The validated catalog (cached per folder; the Catalog is immutable). The packaged catalog
-    includes what installed engine adapters ship (``plugins.catalog_dirs``); an explicit
-    ``root`` is read alone."""
+    includes what every installed engine adapter ships (``plugins.catalog_dirs``: engineroom's own
+    adapters' engine entries, a plugin's ``catalog_dir()``); an explicit ``root`` is read alone."""
     if root is not None:
         return _load_cached(str(root.resolve()))
     from .. import plugins

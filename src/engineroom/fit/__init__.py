@@ -10,7 +10,7 @@ Verdicts (``Verdict``): fits (>= 5% headroom on every device), tight (< 5%, or a
 that caps concurrency below the sequences asked for: ``Fit.capped_parallel``), does_not_fit
 (the binding constraint is named in ``Fit.binding``).
 
-Everything engine-specific comes from the engine's catalog entry (catalog/engines/*.yaml):
+Everything engine-specific comes from the engine's catalog entry (its adapter's catalog/engines/<id>.yaml):
 its ``memory_model``, the KV types it accepts with their bytes per element, its default
 memory fraction and the step of the context search. The modules follow the pipeline:
 ``request`` (what is asked, what is answered), ``engine`` (catalog facts), ``kv`` (the one
