@@ -291,7 +291,7 @@ def test_bad_kv_dtype_names_valid_ones(engine, dtype, names):
 
 
 def test_unknown_engine_and_quant():
-    with pytest.raises(BadInput, match="Unknown engine"):
+    with pytest.raises(BadInput, match="unknown engine 'tgi'"):
         fit(qwen36_27b(), FitRequest(engine="tgi", ctx=4096), H200)
     with pytest.raises(BadInput, match="unknown quant"):
         fit(qwen36_27b(), FitRequest(engine="llama.cpp", ctx=4096, quant="Q9_Z"), H200)
@@ -362,7 +362,7 @@ def test_an_engine_defined_only_in_the_catalog_is_fittable():
     small = Rig(gpus=(replace(R3090, vram_bytes=25_020_000_000),))
     assert max_context(a, req, small, catalog=cat) == 27_136   # 53 x 512: not a 1024 step
     # the packaged catalog does not know it: one sentence naming the known engines
-    with pytest.raises(BadInput, match=r"Unknown engine 'toyserve'; known: .*llama\.cpp.*vllm"):
+    with pytest.raises(BadInput, match=r"unknown engine 'toyserve'; choose one of: .*llama\.cpp.*vllm"):
         fit(a, req, H200)
 
 

@@ -4,7 +4,7 @@ bytes per element, and the slots it runs with when launched without slot flags.
 
 from __future__ import annotations
 
-from ..catalog import Catalog, Engine, KvDtype, load_catalog
+from ..catalog import Catalog, Engine, KvDtype, find_engine, load_catalog
 from ..errors import BadInput
 
 # (id(catalog), engine name) -> (the catalog, its entry): fit looks an engine up for every
@@ -15,14 +15,13 @@ _KVS: dict[tuple[int, str], tuple[Engine, KvDtype]] = {}
 
 
 def engine_spec(engine: str, catalog: Catalog | None = None) -> Engine:
-    """The catalog entry of ``engine`` (id, name or alias); BadInput names the known ids."""
+    """The catalog entry of ``engine`` (id, name or alias: the catalog's one resolver, ``find_engine``,
+    which plan, recipe and up use too); BadInput names the known ids."""
     cat = catalog or load_catalog()
     hit = _SPECS.get((id(cat), engine))
     if hit is not None and hit[0] is cat:
         return hit[1]
-    e = cat.engine(engine)
-    if e is None:
-        raise BadInput(f"Unknown engine {engine!r}; known: {', '.join(x.id for x in cat.engines)}.")
+    e = find_engine(cat, engine)
     if len(_SPECS) > 512:     # catalogs made by tests come and go
         _SPECS.clear()
     _SPECS[(id(cat), engine)] = (cat, e)
