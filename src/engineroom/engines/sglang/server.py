@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import re
 
-import httpx
-
-from ..base import UNKNOWN_FAILURE, Capabilities, HealthState, MeasuredComponent, MemoryReport, ServerInfo
+from ..base import Capabilities, HealthState, MeasuredComponent, MemoryReport, ServerInfo
+from ..running import PROBE_ERRORS, bearer, failure_reason, health_from, prometheus_samples, served_model_id
 from .discovery import ENGINE
 
 MODEL_INFO_PATH = "/get_model_info"
@@ -21,13 +20,7 @@ SERVER_INFO_PATH_NEW = "/server_info"
 def health_state(status_code: int | None) -> HealthState:
     """SGLang's /health: no answer while the HTTP server is not up yet (starting), 503 while the
     scheduler warms up (loading), 200 once a request would be served."""
-    if status_code is None:
-        return HealthState.STARTING
-    if status_code == 200:
-        return HealthState.READY
-    if status_code == 503:
-        return HealthState.LOADING
-    return HealthState.ERROR
+    return health_from(status_code, {200: HealthState.READY, 503: HealthState.LOADING}, silent=HealthState.STARTING)
 
 
 # Log patterns -> the reason a start failed, most specific first.
@@ -51,11 +44,7 @@ FAILURE_PATTERNS: tuple[tuple[str, str], ...] = (
 
 
 def classify_failure(log_text: str) -> str:
-    lowered = log_text.lower()
-    for pattern, label in FAILURE_PATTERNS:
-        if re.search(pattern, lowered):
-            return label
-    return UNKNOWN_FAILURE
+    return failure_reason(log_text, FAILURE_PATTERNS)
 
 
 # --------------------------------------------------------------------------- probing
@@ -65,9 +54,8 @@ def probe(url: str, timeout: float = 5.0, api_key: str | None = None) -> ServerI
     from ... import net
 
     url = url.rstrip("/")
-    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with net.client(url, timeout=timeout, headers=auth) as http:
+        with net.client(url, timeout=timeout, headers=bearer(api_key)) as http:
             resp = http.get(f"{url}{MODEL_INFO_PATH}")
             if resp.status_code != 200:
                 return None
@@ -80,12 +68,8 @@ def probe(url: str, timeout: float = 5.0, api_key: str | None = None) -> ServerI
                 if sresp.status_code == 200 and isinstance(sresp.json(), dict):
                     server = sresp.json()
                     break
-            model_id = ""
-            mresp = http.get(f"{url}/v1/models")
-            if mresp.status_code == 200:
-                data = mresp.json().get("data") or []
-                model_id = str(data[0].get("id", "")) if data else ""
-    except (httpx.HTTPError, ValueError, AttributeError, TypeError, KeyError, IndexError):
+            model_id = served_model_id(http, url)
+    except PROBE_ERRORS:
         return None
     return server_info(url, info, server, model_id)
 
@@ -165,20 +149,14 @@ METRIC_MEANS = {
 def normalise_metrics(text: str) -> dict[str, float]:
     """SGLang's /metrics (Prometheus text) as engineroom's neutral names; names it does not know
     are left out, so a newer release's extra series change nothing."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     sums: dict[str, float] = {}
     means: dict[str, list[float]] = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name in METRIC_NAMES:
-                    key = METRIC_NAMES[sample.name]
-                    sums[key] = sums.get(key, 0.0) + float(sample.value)
-                elif sample.name in METRIC_MEANS:
-                    means.setdefault(METRIC_MEANS[sample.name], []).append(float(sample.value))
-    except ValueError:
-        return {}
+    for name, _family, value in prometheus_samples(text) or ():       # an unreadable page: {}
+        if name in METRIC_NAMES:
+            key = METRIC_NAMES[name]
+            sums[key] = sums.get(key, 0.0) + value
+        elif name in METRIC_MEANS:
+            means.setdefault(METRIC_MEANS[name], []).append(value)
     return {**sums, **{k: sum(v) / len(v) for k, v in means.items() if v}}
 
 

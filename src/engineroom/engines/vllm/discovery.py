@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import BadInput, NotFound
+from ..installs import given_program
 
 ENGINE = "vllm"
 ENV_PYTHON = "ENGINEROOM_VLLM_PYTHON"     # a Python that has vLLM importable (instead of engineroom's env)
@@ -98,20 +99,14 @@ def _cpu_wheel(python: Path) -> str | None:
     return None
 
 
-def _checked(path: Path, origin: str) -> Binary:
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        raise NotFound(f"the Python given by {origin} ({path}) is not an executable file.")
-    cpu = _cpu_wheel(path)
-    return Binary(path, origin, {}, version=cpu or "", cpu=cpu is not None)
-
-
 def find_binary(explicit: str | os.PathLike[str] | None = None) -> Binary:
     """Discovery order: explicit ``--engine-bin`` (a Python with vLLM), ``$ENGINEROOM_VLLM_PYTHON``,
     the newest environment `engineroom engines install vllm` made."""
-    if explicit:
-        return _checked(Path(explicit).expanduser(), "--engine-bin")
-    if os.environ.get(ENV_PYTHON):
-        return _checked(Path(os.environ[ENV_PYTHON]).expanduser(), f"${ENV_PYTHON}")
+    given = given_program(explicit, ENV_PYTHON, "the Python")
+    if given is not None:
+        path, origin = given
+        cpu = _cpu_wheel(path)
+        return Binary(path, origin, {}, version=cpu or "", cpu=cpu is not None)
     for manifest in installed():
         return Binary(Path(manifest["python"]), f"engineroom engines install ({manifest['tag']})", {},
                       version=str(manifest.get("vllm_version") or manifest["packages"].get(PACKAGE, "")),

