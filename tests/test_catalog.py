@@ -424,7 +424,8 @@ def test_a_gguf_arch_survives_a_round_trip_but_its_tensor_table_stays_with_the_f
 
     from engineroom.arch import arch_from_gguf
     from engineroom.catalog import arch_from_block, block_from_arch
-    from engineroom.synth import SHAPES, write_synthetic_gguf
+    from engineroom.synth import write_synthetic_gguf
+    from engineroom.synthshapes import SHAPES
 
     a = arch_from_gguf(write_synthetic_gguf(replace(SHAPES["mla-s"], vocab_size=1024), "Q4_0", tmp_path / "m.gguf"))
     back = arch_from_block(block_from_arch(a), a.name, a.source)
