@@ -1,9 +1,11 @@
 """The source tree's shape: no module under src/engineroom much over 500 lines, no private name imported
-across modules."""
+across modules, no import cycle, no block of six lines repeated among the engine adapters."""
 
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from pathlib import Path
 
 import engineroom
@@ -136,3 +138,91 @@ def test_no_import_cycle_between_modules():
                 for d in graph.get_import_details(importer=importer, imported=imported):
                     lines.append(f"  {importer}:{d['line_number']} {d['line_contents']}")
     assert not cycles, "import cycles:\n" + "\n".join(lines)
+
+
+# -- no block repeated among the adapters -----------------------------------------------------------
+
+MIN_REPEAT = 6
+ENGINES = SRC / "engines"
+
+
+def code_lines(source: str) -> list[tuple[int, str]]:
+    """(line number, text) of the lines of ``source`` that count as code: white space stripped, comments
+    cut off; blank and comment-only lines, imports and docstrings (a module's, class's or function's
+    first string) left out."""
+    tree = ast.parse(source)
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            skipped.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        elif isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
+                skipped.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    lines = source.splitlines()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            row, col = tok.start
+            lines[row - 1] = lines[row - 1][:col]
+    return [(n, text.strip()) for n, text in enumerate(lines, start=1) if n not in skipped and text.strip()]
+
+
+def repeated_blocks(sources: dict[str, str], least: int = MIN_REPEAT) -> list[tuple[str, int, int, str, int, int]]:
+    """Every run of ``least`` or more consecutive code lines (``code_lines``) that stands twice among
+    ``sources`` (name -> text), in two files or twice in one: (file, first line, last line) of each
+    place, each pair once, its longest run."""
+    coded = {name: code_lines(text) for name, text in sorted(sources.items())}
+    seen: dict[tuple[str, ...], list[tuple[str, int]]] = {}
+    for name, lines in coded.items():
+        for i in range(len(lines) - least + 1):
+            seen.setdefault(tuple(t for _, t in lines[i:i + least]), []).append((name, i))
+    starts = {(a, b) for places in seen.values() for k, a in enumerate(places) for b in places[k + 1:]}
+    found = []
+    for (fa, ia), (fb, ib) in sorted(starts):
+        if ((fa, ia - 1), (fb, ib - 1)) in starts:
+            continue                    # inside a longer run that starts earlier
+        n = least
+        while ((fa, ia + n - least + 1), (fb, ib + n - least + 1)) in starts:
+            n += 1
+        a, b = coded[fa], coded[fb]
+        found.append((fa, a[ia][0], a[ia + n - 1][0], fb, b[ib][0], b[ib + n - 1][0]))
+    return found
+
+
+def test_the_repeat_finder_sees_a_block_again_whatever_its_spacing_and_comments():
+    block = ("def f(x):\n    '''Doc.'''\n    import os\n    a = x + 1\n    b = a * 2\n    c = b - 3\n"
+             "    d = c / 4\n    e = d ** 5\n    return e\n")
+    # the same lines with other blank lines, comments and indentation, no docstring, no import
+    again = ("# a comment\n\ndef f(x):\n    a = x + 1   # why\n\n    b = a * 2\n    c = b - 3\n"
+             "        # more\n    d = c / 4\n    e = d ** 5\n    return e\n")
+    assert repeated_blocks({"one.py": block, "two.py": again}) == [("one.py", 1, 9, "two.py", 3, 11)]
+    # twice in one file (its first line renamed), and in three places: each pair named
+    assert repeated_blocks({"one.py": block + "\n\n" + block.replace("f(x)", "g(x)")}) == [
+        ("one.py", 4, 9, "one.py", 15, 20)]
+    assert repeated_blocks({"a.py": block, "b.py": block, "c.py": block}) == [
+        ("a.py", 1, 9, "b.py", 1, 9), ("a.py", 1, 9, "c.py", 1, 9), ("b.py", 1, 9, "c.py", 1, 9)]
+    # six lines alike are a block; a change in the middle leaves two runs of three, none
+    assert repeated_blocks({"one.py": block, "two.py": block.replace("return e", "return -e")}) == [
+        ("one.py", 1, 8, "two.py", 1, 8)]
+    assert repeated_blocks({"one.py": block, "two.py": block.replace("c = b - 3", "c = b - 4")}) == []
+    # imports and docstrings do not count
+    imports = "import a\nimport b\nfrom c import (\n    d,\n    e,\n    f,\n    g,\n)\n"
+    doc = 'def h():\n    """One.\n    two\n    three\n    four\n    five\n    six\n    """\n    return 1\n'
+    assert repeated_blocks({"one.py": imports + doc, "two.py": imports + doc.replace("h()", "k()")}) == []
+
+
+def test_no_block_of_six_lines_stands_twice_among_the_adapters():
+    """What two adapters (or one adapter twice) both need is one helper: an engine-neutral one in
+    engines/ (argv: flags in an argument list; running: health, failure patterns, probes, /metrics;
+    installs and build: manifests, the program named, source builds), a llama.cpp-family one in the
+    llamacpp package, which the fork imports. Lines compared as text, white space and comments aside;
+    imports and docstrings left out. One engine's own facts (its flags, patterns, tables) stay in its
+    adapter: a table of another engine's values is not a repeat."""
+    sources = {f"src/{p.relative_to(SRC.parent).as_posix()}": p.read_text(encoding="utf-8")
+               for p in sorted(ENGINES.rglob("*.py"))}
+    assert len(sources) > 20, f"too few modules under {ENGINES}"
+    found = repeated_blocks(sources)
+    listing = "\n".join(f"  {fa}:{a1}-{a2} ~ {fb}:{b1}-{b2}" for fa, a1, a2, fb, b1, b2 in found)
+    assert not found, (f"{len(found)} block(s) of {MIN_REPEAT} or more lines stand twice among the adapters; "
+                       f"move each into one helper both call:\n{listing}")
