@@ -70,9 +70,3 @@ def max_tokens(rec: Mapping[str, Any]) -> int | None:
     sent = rec.get("sent")
     value = sent.get("max_tokens") if isinstance(sent, Mapping) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def sent_body(rec: Mapping[str, Any]) -> dict[str, Any]:
-    sent = rec.get("sent")
-    body = sent.get("body") if isinstance(sent, Mapping) else None
-    return dict(body) if isinstance(body, Mapping) else {}

@@ -24,7 +24,7 @@ def size_cell(n: Any) -> str:
     return units.mem(n, missing="") if not isinstance(n, (int, float)) or n > 0 else ""
 
 
-def text_cell(text: str) -> str:
+def text_cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 

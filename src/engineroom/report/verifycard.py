@@ -13,13 +13,10 @@ from typing import Any
 
 from engineroom import units
 from engineroom.checks.soak import turn_decode_tps
+from engineroom.report.cells import text_cell
 
 MAX_TURN_ROWS = 120       # a 100-turn soak fits whole; a longer one shows its first and last turns
 MAX_TRY_ROWS = 20
-
-
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _num(value: Any, fmt: str) -> str:
@@ -70,10 +67,10 @@ def _turn_rows(turns: Sequence[Mapping[str, Any]]) -> list[str]:
         memory = units.mib(mem.get("bytes"), 1, "n/a")
         if isinstance(mem.get("peak_bytes"), int) and mem["peak_bytes"] > (mem.get("bytes") or 0):
             memory += f" (peak {units.mib(mem['peak_bytes'], 1)})"
-        lines.append(f"| {t.get('turn')} | {t.get('session')} | {_cell(t.get('kind'))} | "
+        lines.append(f"| {t.get('turn')} | {t.get('session')} | {text_cell(t.get('kind'))} | "
                      f"{_num(t.get('prompt_tokens'), 'd')} | {_num(t.get('completion_tokens'), 'd')} | "
                      f"{_num(t.get('ttft_s'), '.3f')} | {_num(turn_decode_tps(t), '.1f')} | "
-                     f"{_num(t.get('wall_s'), '.2f')} | {_cell(status)[:120]} | {memory} |")
+                     f"{_num(t.get('wall_s'), '.2f')} | {text_cell(status)[:120]} | {memory} |")
     return lines
 
 
@@ -92,7 +89,7 @@ def soak_section(records: Sequence[Mapping[str, Any]]) -> list[str]:
         d = p.get("details") or {}
         verdict = d.get("verdict") or p.get("status")
         lines += [f"## Soak ({d.get('mode', '?')})", "",
-                  f"**{verdict}**: {_cell(str(p.get('reason') or '').removeprefix(f'{verdict}: '))}", ""]
+                  f"**{verdict}**: {text_cell(str(p.get('reason') or '').removeprefix(f'{verdict}: '))}", ""]
         if verdict == "SKIP":
             continue
         plan = d.get("plan") or {}
@@ -100,17 +97,18 @@ def soak_section(records: Sequence[Mapping[str, Any]]) -> list[str]:
             lines += ["INCONCLUSIVE counts as failed: the soak could not judge what it exists to judge.", ""]
         scaled = (f"attachments {', '.join(f'{c:,}' for c in plan.get('attachment_chars') or [])} chars"
                   + (" (scaled to the context)" if plan.get("scaled") else ""))
-        lines += [f"- Bound: {_cell(plan.get('bound') or '?')}; stopped by: {_cell(d.get('stopped_by') or '?')}.",
+        lines += [f"- Bound: {text_cell(plan.get('bound') or '?')}; "
+                  f"stopped by: {text_cell(d.get('stopped_by') or '?')}.",
                   f"- Ran {d.get('turns', 0)} turns over {d.get('sessions', 0)} sessions "
                   f"({d.get('complete_sessions', 0)} complete); deepest prompt {d.get('max_prompt_tokens', 0):,} "
                   "tokens" + (f" ({d['max_prompt_share_of_ctx']:.0%} of the {plan.get('n_ctx'):,}-token context)"
                               if d.get("max_prompt_share_of_ctx") and plan.get("n_ctx") else "") + ".",
                   f"- Per-turn token budgets {plan.get('budgets')}; {scaled}; chars per token "
-                  f"{plan.get('chars_per_token')} from {_cell(plan.get('calibration') or '?')}.",
+                  f"{plan.get('chars_per_token')} from {text_cell(plan.get('calibration') or '?')}.",
                   f"- Good answers (the check passed and held what the turn asked for): {d.get('good_answers', 0)}"
                   f"/{d.get('turns', 0)}."]
         mem = d.get("memory") or {}
-        lines.append(f"- Memory: {_cell(d.get('memory_description') or 'none')}"
+        lines.append(f"- Memory: {text_cell(d.get('memory_description') or 'none')}"
                      + (f"; baseline {units.mib(mem.get('baseline_bytes'), 1)} at the end of session "
                         f"{mem.get('baseline_session')}, last {units.mib(mem.get('last_bytes'), 1)}, max "
                         f"{units.mib(mem.get('max_bytes'), 1)}, slope "
@@ -118,8 +116,8 @@ def soak_section(records: Sequence[Mapping[str, Any]]) -> list[str]:
                         if isinstance(mem.get("baseline_bytes"), int) else "") + ".")
         lines += ["", "| rule | outcome | measured | threshold |", "|---|---|---|---|"]
         for r in d.get("rules") or []:
-            lines.append(f"| {_cell(r.get('rule'))} | {r.get('outcome')} | {_cell(r.get('reason'))} | "
-                         f"{_cell(_threshold(r.get('threshold')))} |")
+            lines.append(f"| {text_cell(r.get('rule'))} | {r.get('outcome')} | {text_cell(r.get('reason'))} | "
+                         f"{text_cell(_threshold(r.get('threshold')))} |")
         turns = [t for t in turns_by_run if t] or list(d.get("turn_records") or [])
         if turns:
             lines += ["", "Per turn (client clock; decode = completion tokens / (wall - TTFT), n/a when that window "
@@ -136,7 +134,7 @@ def toolstream_section(records: Sequence[Mapping[str, Any]]) -> list[str]:
     for p in checks:
         d = p.get("details") or {}
         if p.get("status") == "SKIP":
-            lines += ["## Stream tool-call probe", "", f"SKIP: {_cell(p.get('reason'))}", ""]
+            lines += ["## Stream tool-call probe", "", f"SKIP: {text_cell(p.get('reason'))}", ""]
             continue
         tries = d.get("tries") or 0
         kinds = ", ".join(f"{n} {k}" for k, n in (d.get("drop_kinds") or {}).items())
@@ -148,15 +146,15 @@ def toolstream_section(records: Sequence[Mapping[str, Any]]) -> list[str]:
                   "- By tool_choice: " + ", ".join(f"{c} {v.get('pass', 0)}/{v.get('tries', 0)}"
                                                    for c, v in by.items()) + ".",
                   f"- Called the tool the prompt asks for: {d.get('right_tool', 0)}/{tries} (the model's choice; not "
-                  "part of PASS).", f"- Thinking: {_cell(d.get('thinking') or '?')}."]
+                  "part of PASS).", f"- Thinking: {text_cell(d.get('thinking') or '?')}."]
         if d.get("forced"):
-            lines.append(f"- **Format forced, not the model's skill**: {_cell(d['forced'])}.")
+            lines.append(f"- **Format forced, not the model's skill**: {text_cell(d['forced'])}.")
         bad = [t for t in d.get("try_records") or [] if t.get("outcome") != "PASS"]
         if bad:
             lines += ["", "| try | prompt | tool_choice | outcome | reason |", "|---:|---|---|---|---|"]
             for t in bad[:MAX_TRY_ROWS]:
-                lines.append(f"| {t.get('try')} | {_cell(t.get('prompt'))} | {t.get('tool_choice')} | "
-                             f"{t.get('outcome')} | {_cell(t.get('reason'))[:160]} |")
+                lines.append(f"| {t.get('try')} | {text_cell(t.get('prompt'))} | {t.get('tool_choice')} | "
+                             f"{t.get('outcome')} | {text_cell(t.get('reason'))[:160]} |")
             if len(bad) > MAX_TRY_ROWS:
                 lines.append(f"| ... | {len(bad) - MAX_TRY_ROWS} more | | | |")
         lines.append("")
