@@ -269,7 +269,7 @@ def test_redact_this_machines_home_host_and_user():
 
 def test_redact_defaults_to_this_machines_names(monkeypatch):
     """Without arguments, redact() uses the machine's own hostname, user name and home."""
-    import engineroom.report.redaction as redact_module
+    import engineroom.redaction as redact_module
 
     monkeypatch.setattr(redact_module.socket, "gethostname", lambda: "build-box-7.corp")
     monkeypatch.setattr(redact_module.getpass, "getuser", lambda: "erin")

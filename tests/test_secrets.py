@@ -20,7 +20,7 @@ import pytest
 from engineroom import apikey
 from engineroom.engines import llamacpp
 from engineroom.errors import BadInput
-from engineroom.report.redaction import MASK, redact, redact_argv, redact_data
+from engineroom.redaction import MASK, redact, redact_argv, redact_data
 
 from conftest import run_cli
 

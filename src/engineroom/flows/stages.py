@@ -1,6 +1,6 @@
-"""The stage runner: what ``demo``, ``try`` and each ``ab`` boot chain — launch, connect, measure
-into one stored run, down — with one progress line per stage, one interruption rule and one record
-of what ran.
+"""The stage runner: what ``demo``, ``try``, each ``ab`` and ``tune`` boot and each ``bakeoff`` cell
+chain — launch, connect, measure into one stored run, down — with one progress line per stage, one
+interruption rule and one record of what ran.
 
 ``StageLog.stage(name)`` says the stage as it starts (the command's progress line, in a pipe
 too; a stage that reports its own progress says nothing more) and records it when it ends: its
