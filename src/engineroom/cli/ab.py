@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..output import err_console, print_json, print_text
-from .base import JsonOpt, app
+from .base import JsonOpt, app, check_at_least
 
 
 @app.command("ab")
@@ -32,16 +32,12 @@ def ab_cmd(
     """Boot two launch settings in turn (A B B A ...), bench each boot, and say per metric whether
     the difference is real: beyond the noise band, in every pairing, beyond the boot-to-boot variation."""
     from ..bench import BenchPlan, default_workloads
-    from ..errors import BadInput
     from ..flows.ab import ab, parse_arm
     from ..report.ab import ab_text
     from ..store import Store
 
-    for flag, value, least in (("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", runs, 1),
-                               ("--boots", boots, 1), ("--retries", retries, 0),
-                               ("--max-boots", boots if max_boots is None else max_boots, boots)):
-        if value < least:
-            raise BadInput(f"{flag} must be at least {least}, not {value}.")
+    check_at_least(("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", runs, 1),
+                   ("--boots", boots, 1), ("--retries", retries, 0), ("--max-boots", max_boots, boots))
     a, b = parse_arm(arm_a, "A"), parse_arm(arm_b, "B")
     from ..launchargs import LaunchArgs
 

@@ -209,3 +209,12 @@ def check_seconds(flag: str, value: float, *, least: float) -> None:
     if not (math.isfinite(value) and value >= least):
         raise BadInput(f"{flag} must be a number of seconds, {'0 or more' if least == 0 else f'at least {least:g}'}, "
                        f"not {value}.")
+
+
+def check_at_least(*checks: tuple[str, int | None, int]) -> None:
+    """Counts given on the command line (flag, value or None, least): each at least its least, or one sentence."""
+    from ..errors import BadInput
+
+    for flag, value, least in checks:
+        if value is not None and value < least:
+            raise BadInput(f"{flag} must be at least {least}, not {value}.")

@@ -12,10 +12,13 @@ import typer
 from .. import views
 from ..bench.suites import SUITE_SPECS
 from ..output import err_console, print_json, print_text
-from .base import BusyOkOpt, ClientKeyEnvOpt, ClientKeyOpt, JsonOpt, QuietWaitOpt, app, check_seconds
+from .base import BusyOkOpt, ClientKeyEnvOpt, ClientKeyOpt, JsonOpt, QuietWaitOpt, app, check_at_least, check_seconds
 
 if TYPE_CHECKING:
-    from ..flows.runs import HostGuard
+    from collections.abc import Callable
+
+    from ..flows.runs import BenchOutcome, HostGuard
+    from ..store import Store
 
 bench_app = typer.Typer(no_args_is_help=False)     # its help: the callback's docstring
 app.add_typer(bench_app, name="bench")
@@ -50,10 +53,8 @@ def _quick_or_long(name: str, url: str | None, max_tokens: int | None, warmup: i
 
     from .. import flows
     from ..bench import BenchPlan, default_workloads, suite
-    from ..report import render_card
-    from ..store import Store
 
-    _at_least(("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", runs, 1))
+    check_at_least(("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", runs, 1))
     chosen = suite(name)
     key = flows.client_key(url, api_key=api_key, api_key_env=api_key_env)
     info = flows.connect(url, api_key=key)
@@ -62,13 +63,8 @@ def _quick_or_long(name: str, url: str | None, max_tokens: int | None, warmup: i
                      measured=chosen.measured if runs is None else runs, full_length=full_length)
     if stall_s is not None:
         plan = dataclasses.replace(plan, stall_floor_s=stall_s)
-    with Store() as store, views.request_progress(err_console) as bar:
-        task = bar.add_task("bench", total=None)
-        outcome = flows.bench(info, store, plan, api_key=key, host=host,
-                              progress=lambda done, total, label: bar.update(task, completed=done, total=total,
-                                                                             description=label))
-        card = render_card(store.get_run(outcome.run_id), store.records(outcome.run_id))
-    _finish(outcome, card, json_out)
+    _measured("bench", lambda store, progress: flows.bench(info, store, plan, api_key=key, host=host,
+                                                            progress=progress), json_out)
 
 
 def _suite(name: str, url: str | None, *, host: HostGuard, api_key: str | None, api_key_env: str | None,
@@ -79,10 +75,8 @@ def _suite(name: str, url: str | None, *, host: HostGuard, api_key: str | None, 
 
     from .. import flows
     from ..errors import BadInput
-    from ..report import render_card
-    from ..store import Store
 
-    _at_least(("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", runs, 1),
+    check_at_least(("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", runs, 1),
               ("--streams", options.get("streams"), 1), ("--prompt-tokens", options.get("prompt_tokens"), 16),
               ("--turns", options.get("turns"), 1), ("--requests", options.get("requests"), 1))
     for opt in ("budget_s", "rate", "duration_s", "slo_ttft_ms", "slo_itl_ms"):
@@ -92,31 +86,29 @@ def _suite(name: str, url: str | None, *, host: HostGuard, api_key: str | None, 
     given = {k: v for k, v in options.items() if v is not None}
     key = flows.client_key(url, api_key=api_key, api_key_env=api_key_env)
     info = flows.connect(url, api_key=key)
+    _measured(f"bench {name}", lambda store, progress: flows.bench_suite(
+        info, store, name, measured=runs, warmup=warmup, max_tokens=max_tokens, api_key=key, stall_floor_s=stall_s,
+        host=host, progress=progress, **given), json_out)
+
+
+def _measured(label: str, run: Callable[[Store, Callable[[int, int, str], None]], BenchOutcome],
+              json_out: bool) -> None:
+    """Run a bench (``run(store, progress)``) under a progress bar, then print its card (or JSON);
+    exit 1 unless the run is OK."""
+    from ..report import render_card
+    from ..store import Store
+
     with Store() as store, views.request_progress(err_console) as bar:
-        task = bar.add_task(f"bench {name}", total=None)
-        outcome = flows.bench_suite(info, store, name, measured=runs, warmup=warmup, max_tokens=max_tokens,
-                                    api_key=key, stall_floor_s=stall_s, host=host, **given,
-                                    progress=lambda done, total, label: bar.update(task, completed=done, total=total,
-                                                                                   description=label))
+        task = bar.add_task(label, total=None)
+        outcome = run(store, lambda done, total, what: bar.update(task, completed=done, total=total,
+                                                                  description=what))
         card = render_card(store.get_run(outcome.run_id), store.records(outcome.run_id))
-    _finish(outcome, card, json_out)
-
-
-def _finish(outcome: Any, card: str, json_out: bool) -> None:
     if json_out:
         print_json({"run_id": outcome.run_id, "summary": outcome.summary})
     else:
         print_text(card)
     if outcome.summary.get("status") != "OK":
         raise typer.Exit(1)
-
-
-def _at_least(*checks: tuple[str, int | None, int]) -> None:
-    from ..errors import BadInput
-
-    for flag, value, least in checks:
-        if value is not None and value < least:
-            raise BadInput(f"{flag} must be at least {least}, not {value}.")
 
 
 def _host(quiet_wait: float, busy_ok: bool, stall_s: float | None, json_out: bool) -> HostGuard:
