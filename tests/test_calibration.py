@@ -60,7 +60,7 @@ def test_shape_classes_follow_the_architecture():
     cat = load_catalog()
     assert shape_class(arch_from_catalog(cat.model("qwen3.6-27b"))) == "hybrid"
     assert shape_class(arch_from_catalog(cat.model("smollm2-135m"))) == "dense"
-    assert shape_class(arch_from_catalog(cat.model("qwen3.6-35b-a3b"))) == "moe"
+    assert shape_class(arch_from_catalog(cat.model("qwen3.6-35b-a3b"))) == "hybrid-moe"
     gemma = arch_from_catalog(cat.model("gemma-3-270m"))
     assert LayerKind.SLIDING in gemma.kind_counts and shape_class(gemma) == "sliding"
 
@@ -155,3 +155,41 @@ def test_a_bench_of_the_plans_pick_calibrates_the_next_plan(llama_server_binary,
     assert point["planned_mid_tps"] == pytest.approx(sum(plan["decode_tps_uncalibrated"]) / 2, abs=0.06)
     assert plan["speed_basis"].startswith("calibrated") and f"(#{out['run_id']})" in plan["speed_basis"]
     assert sum(plan["decode_tps"]) / 2 == pytest.approx(point["measured_tps"], rel=0.01)
+
+
+def test_a_plain_and_a_hybrid_moe_are_classes_of_their_own():
+    """The H200's second try visit: the catalog's model put the plain MoE 28% under what it decoded and the
+    hybrid one 11% over, so as one class each calibrated the other the wrong way (+43%, -30%)."""
+    from engineroom.arch.config import arch_from_config
+
+    plain = arch_from_config("tests/fixtures/configs/qwen3-30b-a3b.json")
+    hybrid = arch_from_config("tests/fixtures/configs/qwen3.5-35b-a3b.json")
+    assert (shape_class(plain), shape_class(hybrid)) == ("moe", "hybrid-moe")
+    cal = Calibration.of("1 x GPU", [_point(1, "llama.cpp", "hybrid-moe", 89.0)])
+    f = cal.factor("llama.cpp", "moe")
+    assert f is not None and not f.same_shape and "other shapes" in f.text
+
+
+def test_a_drafting_picks_try_is_set_against_the_band_without_the_drafter():
+    """The 27B's pick drafts with MTP; try on random weights runs it without the drafter, so its measurement
+    is set against the same pick's band without the speed-up (the band of the no-drafter plan row), and it
+    makes a speed point (before, it made none: issue 19's 27B tries calibrated nothing)."""
+    from engineroom.flows.picks import pick_from_plan
+    from engineroom.flows.trying import random_weights_pick
+
+    pick = pick_from_plan("qwen3.6-27b", priority="balanced", rig="h200", engine="llama.cpp", quant="Q4_K_M")
+    row = pick.plan
+    assert row["spec"] and row["spec_speedup"][0] > 1.2, row
+    tried, left = random_weights_pick(pick)
+    assert tried.request.spec_method is None and any("without the drafter" in x for x in left), left
+    same = [r for r in plans_as_rows(plan("qwen3.6-27b", parse_rig("h200"), "balanced", engine="llama.cpp",
+                                          quant="Q4_K_M", ctx=row["ctx"], limit=60))
+            if not r["spec"] and (r["kv"], r["parallel"]) == (row["kv"], row["parallel"])]
+    assert same, "no plan row of the same pick without a drafter"
+    for key in ("decode_tps", "decode_tps_uncalibrated"):
+        assert tried.plan[key] == pytest.approx(same[0][key], abs=0.15), key
+    point = point_from(tried.plan, {"status": "OK", "workloads": {"n": {"decode_tps": {"mean": 81.0}}}})
+    assert point is not None and point["planned_mid_tps"] == pytest.approx(sum(same[0]["decode_tps_uncalibrated"]) / 2,
+                                                                            abs=0.1)
+    assert random_weights_pick(pick_from_plan("smollm2-135m", rig="h200", engine="llama.cpp"))[0].plan[
+        "spec_speedup"] == [1.0, 1.0]

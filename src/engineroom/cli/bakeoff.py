@@ -53,6 +53,8 @@ def bakeoff_cmd(
                                                       "not figures to publish (the page says so)."),
     ctx: int | None = typer.Option(None, "--ctx", "-c", help="Context per slot for every pick (default: the "
                                                              "priority's)."),
+    quant: str | None = typer.Option(None, "--quant", "-q", help="Every engine's pick at this quant (default: each "
+                                                               "priority's; with --random, the first pick's)."),
     engine_args: list[str] | None = _ENGINE_ARGS,
     budget_min: float | None = typer.Option(None, "--budget-min", help="Start no cell past this many minutes (the "
                                                                       "rest: --resume later)."),
@@ -72,7 +74,8 @@ def bakeoff_cmd(
 
     if (model is None) == (resume is None):
         raise BadInput("give MODEL for a new bakeoff, or --resume ID for a stopped one (not both).")
-    if resume is not None and (engines_ or priority or suites or short or ctx or engine_args or random_weights):
+    if resume is not None and (engines_ or priority or suites or short or ctx or quant or engine_args
+                                  or random_weights):
         raise BadInput("--resume runs the stopped bakeoff as it was asked; give no other settings with it.")
     with Store() as store:
         if resume is not None:
@@ -81,7 +84,7 @@ def bakeoff_cmd(
         outcome = bakeoff(store, model, engine_names=_split(engines_), priorities=priority or (),
                           suites=_split(suites) or DEFAULT_SUITES, short=short, ctx=ctx,
                           budget_s=None if budget_min is None else budget_min * 60.0, resume=resume,
-                          engine_args=_engine_args(engine_args), random=random_weights, folder=folder,
+                          engine_args=_engine_args(engine_args), random=random_weights, folder=folder, quant=quant,
                           quiet_wait=quiet_wait, busy_ok=busy_ok,
                           say=err_console.print)
         _show_page(store, outcome.run_id, None, None, json_out, None)

@@ -149,13 +149,14 @@ class _RandomFile:
     def __init__(self, stack: ExitStack, folder: Path | None) -> None:
         self.stack, self.folder = stack, folder
         self.path: Path | None = None
+        self.quant: str | None = None       # the file's quant, once written: every later pick is planned at it
 
     def get(self, model: str, pick: Pick, log: StageLog) -> Path:
         path = self.path
         if path is None:
             path, _size = self.stack.enter_context(random_weights(model, pick, log, folder=self.folder,
                                                                   command="bakeoff"))
-            self.path = path
+            self.path, self.quant = path, pick.request.weights.quant
         return path
 
 
@@ -186,17 +187,20 @@ def bakeoff(store: Store, model: str, *, engine_names: Sequence[str] = (), prior
             suites: Sequence[str] = DEFAULT_SUITES, short: bool = False, ctx: int | None = None,
             budget_s: float | None = None, resume: int | None = None,
             engine_args: Mapping[str, Sequence[str]] | None = None, random: bool = False, folder: Path | None = None,
-            quiet_wait: float = 60.0, busy_ok: bool = False,
+            quant: str | None = None, quiet_wait: float = 60.0, busy_ok: bool = False,
             say: Callable[[str], None] | None = None) -> BakeoffOutcome:
     """Run (or ``resume``) the bakeoff of ``model``: every engine (default: every adapter) x priority (default:
     balanced), each through ``suites``. ``budget_s``: no cell is started past it (the rest: ``left``). ``random``:
-    every engine serves one random-weight file of the model's exact shape (``try``'s), written in ``folder``."""
+    every engine serves one random-weight file of the model's exact shape (``try``'s), written in ``folder`` at
+    the first pick's quant, and every later pick is planned at that quant (one file, one contract). ``quant``:
+    every engine's pick at this quant (an engine that cannot load it gets a row that says so)."""
     say = say or (lambda _m: None)
     if budget_s is not None and budget_s <= 0:
         raise BadInput(f"--budget-min must be above 0, not {budget_s / 60:g}.")
     wanted = [_engine(e) for e in engine_names] or list(engines.names())
     conditions: dict[str, Any] = {"model": model, "engines": wanted, "priorities": list(priorities) or ["balanced"],
                                   "suites": list(check_suites(suites)), "short": short, "ctx": ctx, "random": random,
+                                  "quant": quant,
                                   "engine_args": {k: list(v) for k, v in _engine_args(engine_args or {}).items()}}
     run_id, conditions = _start_or_resume(store, resume, conditions, f"bakeoff {model}")
     grid = _Grid(store, run_id)
@@ -207,6 +211,9 @@ def bakeoff(store: Store, model: str, *, engine_names: Sequence[str] = (), prior
     t0, spent, left = time.monotonic(), list[float](), list[str]()
     stack = ExitStack()
     files = _RandomFile(stack, folder) if conditions.get("random") else None
+    if files is not None:        # a resumed bakeoff's file is written again at the quant its cells ran
+        files.quant = next((str(c["pick"]["quant"]) for c in grid.done.values() if (c.get("pick") or {}).get("quant")),
+                           None)
     try:
         for i, (engine, priority) in enumerate(todo, 1):
             key = cell_key(engine, priority)
@@ -242,7 +249,8 @@ def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, con
     if refused is not None:
         return {**cell, "status": NOT_RUN, "why": refused[0], "fix": refused[1]}
     try:
-        pick = pick_from_plan(model, priority=priority, engine=engine, ctx=conditions.get("ctx"))
+        pick = pick_from_plan(model, priority=priority, engine=engine, ctx=conditions.get("ctx"),
+                              quant=conditions.get("quant"))
     except EngineroomError as exc:
         return {**cell, "status": NOT_RUN, "why": str(exc),
                 "fix": f"engineroom plan {model} --engine {engine} --priority {priority} (the plan's closest miss)"}
@@ -254,6 +262,13 @@ def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, con
                     "why": f"random weights are a GGUF file and {engine}'s pick is {pick.plan.get('quant')} "
                            f"({pick.plan.get('quant_format')} weights); its dummy-weight loading is not done yet.",
                     "fix": f"engineroom bakeoff {model} --engines {engine} (with the real weights)"}
+        if files.quant is not None and pick.request.weights.quant != files.quant:    # one file, one quant for all
+            try:
+                pick = pick_from_plan(model, priority=priority, engine=engine, ctx=conditions.get("ctx"),
+                                      quant=files.quant)
+            except EngineroomError as exc:
+                return {**cell, "status": NOT_RUN, "why": f"the random-weight file is {files.quant}: {exc}",
+                        "fix": f"engineroom bakeoff {model} --random --quant QUANT (one every engine loads)"}
         pick, notes = random_weights_pick(pick)
         served_model = str(files.get(model, pick, log))
         notes.append(f"random weights: {Path(served_model).name}, the same file for every engine")

@@ -89,9 +89,17 @@ def random_weights_pick(pick: Pick) -> tuple[Pick, list[str]]:
         left.append("vision: the random-weight file carries no projector; tried text-only")
     request = replace(r, spec_method=None, spec_tokens=None, draft_model=None, vision=False, projector=None)
     plan = dict(pick.plan)
-    if r.spec_method:        # the band counts the drafter's speed-up: not this launch's, so no calibration point
-        plan.pop("decode_tps_uncalibrated", None)
-        left.append("calibration: none from this run (the plan's band counts the spec-decode speed-up)")
+    speedup = plan.get("spec_speedup")
+    if r.spec_method:        # the bands count the drafter's speed-up: this launch is set against them without it
+        if speedup and len(speedup) == 2 and min(speedup) > 0:
+            for key in ("decode_tps", "decode_tps_uncalibrated"):
+                if plan.get(key):
+                    plan[key] = [round(plan[key][i] / speedup[i], 1) for i in (0, 1)]
+            plan["spec_speedup"] = [1.0, 1.0]
+            left.append(f"speed: set against the plan's band without the drafter's x{speedup[0]:g}-{speedup[1]:g}")
+        else:                # a plan file written before the rows said the speed-up: no point
+            plan.pop("decode_tps_uncalibrated", None)
+            left.append("calibration: none from this run (the plan's band counts the spec-decode speed-up)")
     return replace(pick, request=request, plan=plan), left
 
 

@@ -270,6 +270,7 @@ def plans_as_rows(plans: Iterable[Plan]) -> list[dict[str, Any]]:
             "decode_tps": [round(p.decode.low, 1), round(p.decode.high, 1)] if p.decode else None,
             "decode_tps_uncalibrated": [round(x, 1) for x in (p.decode.uncalibrated or (p.decode.low, p.decode.high))]
             if p.decode else None,
+            "spec_speedup": [round(x, 3) for x in p.decode.spec_multiplier] if p.decode else None,
             "speed_basis": p.decode.basis if p.decode else None,
             "shape_class": p.decode.shape if p.decode else None,
             "aggregate_tps": round(p.aggregate_tps, 1) if p.aggregate_tps else None,

@@ -8,7 +8,7 @@ from the store (``try`` runs record both numbers) and hands them to ``plan``; th
 no store access and no machine detection.
 
 The factor a candidate gets: the median ratio of the points of its engine and shape class
-(dense, MoE, hybrid, MLA, sliding window), else of its engine over every shape measured (said:
+(dense, MoE, hybrid MoE, hybrid, MLA, sliding window), else of its engine over every shape measured (said:
 "from other shapes"), else none ("uncalibrated: the catalog's efficiency"). Engines never
 borrow each other's points. The same factor scales the single-stream band and the concurrent
 estimate (no concurrent point calibrates the batch model yet).
@@ -29,9 +29,12 @@ NO_POINT_HERE = f"{UNCALIBRATED} (no run of this engine measured on this machine
 
 
 def shape_class(arch: ModelArch) -> str:
-    """The class of shape whose decode behaves alike: moe, mla, hybrid, sliding or dense."""
+    """The class of shape whose decode behaves alike: hybrid-moe, moe, mla, hybrid, sliding or dense.
+    A MoE with linear-attention layers is a class of its own: on the H200 the catalog's model put a plain
+    MoE (Qwen3-30B-A3B) 28% under what it decoded and a hybrid one (the 35B-A3B layout) 11% over, so one
+    class for both had each calibrate the other the wrong way (benchmarks/try_gpu.md, second visit)."""
     if arch.moe is not None:
-        return "moe"
+        return "hybrid-moe" if arch.is_hybrid else "moe"
     if arch.mla is not None:
         return "mla"
     if arch.is_hybrid:
