@@ -63,6 +63,29 @@ def test_render_takes_the_forks_kv_types_and_refuses_others(tmp_path):
         ik.render(ik.placeholder_binary(), LaunchOptions(model_path=_model(tmp_path), extra_args=("-sm", "row")))
 
 
+def test_a_gpu_build_is_told_to_put_every_layer_on_the_gpu(tmp_path):
+    """The fork offloads no layer unless asked (mainline offloads all): a CUDA build without -ngl served an H200
+    pick from the CPU. A GPU build (the manifest `engines install --cuda` writes, or a recipe's stand-in for an
+    NVIDIA machine) gets -ngl 999; a CPU build none; the user's own -ngl wins."""
+    from engineroom.engines.ikllamacpp.discovery import Binary
+
+    opts = LaunchOptions(model_path=_model(tmp_path), ctx=512)
+    gpu = list(ik.render(ik.placeholder_binary(vendor="nvidia"), opts).argv)
+    assert gpu[gpu.index("-ngl") + 1] == "999"
+    assert "-ngl" not in ik.render(ik.placeholder_binary(), opts).argv
+    for backend, expected in (("cuda", True), ("cpu", False)):
+        tag = tmp_path / backend
+        (tag / "build" / "bin").mkdir(parents=True)
+        (tag / "install.json").write_text(json.dumps({"backend": backend}))
+        built = Binary(path=tag / "build" / "bin" / "llama-server", origin="test", env={})
+        assert ("-ngl" in ik.render(built, opts).argv) is expected, backend
+    own = list(ik.render(ik.placeholder_binary(vendor="nvidia"), LaunchOptions(
+        model_path=_model(tmp_path), extra_args=("-ngl", "20"))).argv)
+    assert own.count("-ngl") == 1 and own[own.index("-ngl") + 1] == "20"
+    recipe = run_cli("recipe", "qwen3.6-27b", "--engine", "ik_llama.cpp", "--rig", "h200")
+    assert recipe.returncode == 0 and " -ngl 999 " in recipe.stdout, recipe.stdout + recipe.stderr
+
+
 def test_spec_type_is_one_flag_per_stage():
     assert ik.spec_type_args([("ngram-mod", {"n_max": 4, "n_min": 2}), ("mtp", {"n_max": 3, "p_min": 0.0})]) == [
         "--spec-type", "ngram-mod:n_max=4,n_min=2", "--spec-type", "mtp:n_max=3,p_min=0.0"]

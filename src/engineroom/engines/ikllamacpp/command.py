@@ -21,6 +21,7 @@ from ..base import Knob, LaunchOptions, LaunchSpec, Settled
 from ..llamacpp.command import (
     ISA_PREFIXES,
     api_key_file_args,
+    built_backend,
     built_for_cpu,
     cache_split_args,
     family_settings,
@@ -47,6 +48,9 @@ def default_parallel() -> int:
 
 
 RUN_TIME_REPACK = "-rtr"           # --run-time-repack: off by default in the fork
+# the fork offloads no layer unless asked (its llama_model_default_params: 0 but on Metal), where mainline
+# offloads all; a GPU build is therefore always told to put every layer on the GPU, as fit places them
+GPU_LAYERS, ALL_LAYERS = ("-ngl", "--gpu-layers", "--n-gpu-layers"), "999"
 JINJA = "--jinja"                  # off by default in the fork; tool calls need it
 SPEC_TYPE = "--spec-type"
 SPLIT_MODES = ("none", "layer", "attn", "graph")
@@ -130,6 +134,8 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     extra = list(o.extra_args)
     slots = o.parallel or default_parallel()
     argv = head_args(binary, o, slots, extra) + cache_split_args(o, extra, KV_CACHE_TYPES, ENGINE)
+    if built_backend(binary) not in ("", "cpu") and not has_flag(extra, *GPU_LAYERS):
+        argv += [GPU_LAYERS[0], ALL_LAYERS]
     if not has_flag(extra, JINJA):
         argv += [JINJA]
     if o.chat_template:

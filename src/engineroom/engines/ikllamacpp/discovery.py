@@ -165,9 +165,11 @@ def find_binary(explicit: str | os.PathLike[str] | None = None) -> Binary:
     )
 
 
-def placeholder_binary() -> Binary:
-    """The binary's name alone, for a recipe printed where ik_llama.cpp is not installed."""
-    return Binary(path=Path(BINARY), origin="not installed here", env={})
+def placeholder_binary(vendor: str = "cpu") -> Binary:
+    """The binary's name alone, for a recipe printed where ik_llama.cpp is not installed: the build
+    `engines install` makes for that machine (``vendor`` "nvidia": the CUDA build)."""
+    return Binary(path=Path(BINARY), origin="not installed here", env={},
+                  backend="cuda" if vendor == "nvidia" else "cpu")
 
 
 def binary_version(binary: Binary, timeout: float = 20) -> str:

