@@ -32,7 +32,7 @@ pack() {
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$H/nvidia-smi-$stage.csv" 2>&1
   rm -rf "$H/files"/*
   tar -czf "$OUT/h200_$stage${2:+-$2}.tgz" -C "$H" --exclude='./home/data/engines' --exclude='./home/cache' \
-      --exclude='*.gguf' --exclude='./build-*.src' .
+      --exclude='*.gguf' --exclude='./venv' --exclude='./outlives.pid' .
   echo "packed $OUT/h200_$stage${2:+-$2}.tgz ($(( $(date +%s) - start )) s)"
 }
 trap 'pack "$@"' EXIT
@@ -99,9 +99,9 @@ case "$stage" in
       moe) model=tests/fixtures/configs/qwen3-30b-a3b.json ;;
       *) echo "unknown model key $key"; exit 2 ;;
     esac
-    server_path llama.cpp > /dev/null && server_path ik_llama.cpp > /dev/null || { echo "a build is missing"; exit 1; }
+    engines=${ENGINES:-llama.cpp,ik_llama.cpp}
     minutes=$(python3 -c "print(max(1, ($(left) - 200) / 60))")     # no cell starts within ~200 s of the end
-    step "bakeoff-$key" engineroom bakeoff "$model" --random --quant Q4_K_M --engines llama.cpp,ik_llama.cpp \
+    step "bakeoff-$key" engineroom bakeoff "$model" --random --quant Q4_K_M --engines "$engines" \
         --short --folder "$H/files" --budget-min "$minutes" --json ;;
   try)
     # store A: both shapes planned before; the dense 32B tried; the 27B planned after (calibrated from the dense

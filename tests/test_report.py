@@ -258,6 +258,10 @@ def test_redact_home_paths():
     assert out == "model at ~/models/x.gguf, bin ~/llama/llama-server, mac ~/m"
     assert redact("cd /root", hostname="", username="", home="/x") == "cd ~"
     assert redact("/rootfs/a", hostname="", username="", home="/x") == "/rootfs/a"
+    # a folder named home inside a path is no home directory (the H200 bakeoff's page printed the engine as
+    # /work/main/.ci-work/h200~/engines/..., its ENGINEROOM_HOME being .ci-work/h200/home)
+    inner = "/work/x/.ci-work/h200/home/data/engines/llama-server and /srv/Users/bob/m"
+    assert redact(inner, hostname="", username="", home="/x") == inner
     assert redact(r"C:\Users\carol\models", hostname="", username="", home="/x") == r"~\models"
 
 

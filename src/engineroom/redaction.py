@@ -61,8 +61,9 @@ _SECRET_ASSIGN = re.compile(
     r"([^\s\"',}`|]+)"
 )
 _HOME_PATTERNS = (
-    re.compile(r"/home/[^/\s\"'`,;:)\]]+"),
-    re.compile(r"/Users/[^/\s\"'`,;:)\]]+"),
+    # at a path's start only: a folder named home inside a path (/srv/x/home/data/...) is no home directory
+    re.compile(r"(?<![\w.-])/home/[^/\s\"'`,;:)\]]+"),
+    re.compile(r"(?<![\w.-])/Users/[^/\s\"'`,;:)\]]+"),
     re.compile(r"(?<![\w.-])/root(?![\w.-])"),
     re.compile(r"[A-Za-z]:\\Users\\[^\\\s\"'`,;]+", re.IGNORECASE),
 )
@@ -127,7 +128,7 @@ def redact(
 
     # 3. home directories
     if home and home not in ("/", "") and len(home) > 1:
-        text = re.sub(re.escape(home.rstrip("/")) + r"(?![\w.-])", "~", text)
+        text = re.sub(r"(?<![\w.-])" + re.escape(home.rstrip("/")) + r"(?![\w.-])", "~", text)
     for pattern in _HOME_PATTERNS:
         text = pattern.sub("~", text)
 
