@@ -412,6 +412,9 @@ def test_up_priority_launches_the_plan_and_shows_predicted_vs_measured(llama_ser
         with Store() as store:
             run = store.get_run(state["launch_run_id"])
             assert run["kind"] == "launch"
+            # the stage runner's record of what ran to launch it (flows.stages.up)
+            assert [(s["stage"], s["outcome"]) for s in run["summary"]["stages"]] == [("plan", "done"),
+                                                                                     ("launch", "done")]
             stored = {r["payload"]["component"]: r["payload"] for r in store.records(run["id"], "memory_component")}
         assert stored["kv_cache"]["measured_bytes"] == rows["kv_cache"]["measured_bytes"]
         card = run_cli("report", str(state["launch_run_id"]), env=own_state).stdout

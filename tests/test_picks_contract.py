@@ -384,3 +384,29 @@ def test_a_pick_says_why_its_context_and_sequences_are_what_they_are():
     # "the most that fits in memory" on a 24 GiB VM)
     asked = flows.pick_from_plan("qwen3.6-27b", priority="balanced", rig="1x3090", engine="llama.cpp", ctx=16384)
     assert "context 16,384 tokens per sequence: as --ctx asked" in asked.notes, asked.notes
+
+
+def test_the_in_process_pick_is_the_plans_own_request_and_a_json_row_gives_the_same(monkeypatch):
+    """`up --priority` launches the Plan's LaunchRequest object itself (no `plan --json` row parsed back in
+    the same process); `up --from-plan FILE` reads the row, and gets a request equal field by field."""
+    from dataclasses import fields
+
+    for model, rig, prio, engine in (("smollm2-135m", "cpu:64GB", "balanced", None),
+                                     ("qwen3.6-27b", "1x3090", "full-features", "vllm"),
+                                     ("qwen3.6-27b", "1x3090", "max-context", "llama.cpp")):
+        chosen = plan(model, parse_rig(rig), prio, engine=engine, limit=1)[0]
+        assert chosen.request is not None
+        pick = flows.pick_of(chosen, "test")
+        assert pick.request is chosen.request            # the object itself, not a copy through JSON
+        for f in fields(LaunchRequest):
+            assert getattr(pick.request, f.name) == getattr(chosen.request, f.name), f.name
+        # what `plan --json > plan.json; up --from-plan plan.json` launches: the same request, the same notes
+        row = json.loads(json.dumps(plans_as_rows([chosen])[0]))
+        from_file = flows.pick_from_row(row, chosen.model, "test", prio)
+        assert from_file.request == chosen.request and from_file.notes == pick.notes
+        assert pick.plan == from_file.plan           # the row kept for the launch's record and card
+    # the in-process path never reads a request back from JSON
+    monkeypatch.setattr(LaunchRequest, "from_dict", classmethod(lambda cls, data: pytest.fail("parsed from JSON")))
+    picked = flows.pick_from_plan("smollm2-135m", priority="balanced", rig="cpu:64GB")
+    again = plan("smollm2-135m", parse_rig("cpu:64GB"), "balanced", limit=1)[0].request
+    assert picked.request == again and picked.source.endswith("pick 1")

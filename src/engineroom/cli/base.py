@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from ..flows import Pick
+    from ..flows import Pick, StageLog
     from ..launch import ServerState
 
 from pathlib import Path
@@ -99,34 +99,18 @@ def typed_launch_args(ctx_: typer.Context) -> list[str]:
     return given
 
 
-def _pick(model: str | None, priority: str | None, rig: str | None, from_plan: Path | None,
-          pick: int, engine: str | None = None) -> Pick | None:
-    """The plan's pick when --priority, --rig or --from-plan asks for one, else None (a typed
-    --engine plans for that engine only, so the quant and KV type are ones it runs)."""
+def planned_pick(ctx_: typer.Context, model: str | None, args: LaunchArgs, *, priority: str | None,
+             rig: str | None, from_plan: Path | None, pick: int, missing: str,
+             log: StageLog | None = None) -> tuple[str, Pick | None]:
+    """The model and the plan's pick `up` and `recipe` run (the pick when one is asked for:
+    ``flows.prepare`` renders its LaunchRequest with every argument typed here replacing its field);
+    ``log``: the stage runner's record the plan stage goes to (`up` launches with it)."""
     from .. import flows
     from ..errors import BadInput
 
-    if from_plan is not None:
-        if priority or rig:
-            raise BadInput("--from-plan already holds the plan; give it without --priority or --rig.")
-        return flows.pick_from_file(from_plan, pick)
-    if priority is None and rig is None:
-        if pick != 1:
-            raise BadInput("--pick chooses among a plan's configurations; add --priority P or --from-plan FILE.")
-        return None
-    if model is None:
-        raise BadInput("name the model to plan, e.g. `engineroom up smollm2-135m --priority balanced`.")
-    return flows.pick_from_plan(model, priority=priority, rig=rig, pick=pick, engine=engine)
-
-
-def planned_pick(ctx_: typer.Context, model: str | None, args: LaunchArgs, *, priority: str | None,
-             rig: str | None, from_plan: Path | None, pick: int, missing: str) -> tuple[str, Pick | None]:
-    """The model and the plan's pick `up` and `recipe` run (the pick when one is asked for:
-    ``flows.prepare`` renders its LaunchRequest with every argument typed here replacing its field)."""
-    from ..errors import BadInput
-
     typed_engine = args.engine if "engine" in typed_launch_args(ctx_) else None
-    chosen = _pick(model, priority, rig, from_plan, pick, engine=typed_engine)
+    chosen = flows.planned(model, log if log is not None else flows.StageLog(), priority=priority, rig=rig,
+                           from_plan=from_plan, pick=pick, engine=typed_engine)
     if chosen is not None:
         model = chosen.model_ref
     if model is None:

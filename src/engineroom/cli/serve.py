@@ -97,12 +97,13 @@ def up(
     from ..errors import BadInput
 
     dry_run = dry_run or ctx_.info_name == "recipe"
+    log = flows.StageLog()       # the stage runner's record of this launch: plan (when asked), launch
     args = launch_args(ctx, port, threads, parallel, kv_unified, engine_bin, chat_template, tools_template,
                        timeout, ctx_.args, engine=engine, kv_dtype=kv_dtype, tp=tp, api_key_env=api_key_env,
                        api_key_file=api_key_file)
     model, chosen = planned_pick(ctx_, model, args, priority=priority, rig=rig, from_plan=from_plan, pick=pick,
                                  missing=f"name a model, e.g. `engineroom {ctx_.info_name} smollm2-135m` "
-                                         "(or give --from-plan FILE).")
+                                         "(or give --from-plan FILE).", log=log)
     if dry_run:                  # what would run: nothing started, downloaded or needed
         if compose_file or docker or out_file is not None or host is not None:
             _compose_recipe(model, args, chosen, compose_file=compose_file or docker, out=out_file, host=host,
@@ -118,7 +119,8 @@ def up(
     if docker or host is not None:
         _docker_up(model, args, chosen, docker=docker, host=host, json_out=json_out, api_key=api_key)
         return
-    start_server(flows.start, model, args, json_out, pick=chosen, accept_placement=accept_placement, api_key=api_key)
+    start_server(flows.up, model, args, json_out, pick=chosen, log=log, accept_placement=accept_placement,
+                 api_key=api_key)
 
 
 # one option list, two names: `recipe` is `up --dry-run`

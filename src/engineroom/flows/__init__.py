@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .demo import DemoOutcome, demo
 from .docker import ComposeOutcome, DockerServer, compose_recipe, docker_up
-from .picks import Pick, launch_options, pick_from_file, pick_from_plan, pick_from_row, typed_request
+from .picks import Pick, launch_options, pick_from_file, pick_from_plan, pick_from_row, pick_of, typed_request
 from .prediction import Prediction, predict_memory
 from .prepared import Prepared
 from .runs import (
@@ -23,12 +23,13 @@ from .runs import (
     verify,
 )
 from .serving import DEFAULT_PORT, check_ctx, check_port, prepare, record_launch, start, stop
+from .stages import StageLog, planned, up
 from .switching import switch
 
 __all__ = ["DEFAULT_PORT", "BenchOutcome", "ComposeOutcome", "DemoOutcome", "DockerServer", "Pick",
-           "Prediction", "Prepared", "VerifyOutcome", "bench", "bench_suite", "check_ctx", "check_port",
+           "Prediction", "Prepared", "StageLog", "VerifyOutcome", "bench", "bench_suite", "check_ctx", "check_port",
            "client_key",
            "compose_recipe", "connect", "demo", "docker_up", "pick_from_file", "pick_from_plan",
-           "pick_from_row", "launch_options", "typed_request", "predict_memory", "prepare", "record_launch",
-           "run_conditions", "start", "stop",
-           "switch", "verify"]
+           "pick_from_row", "pick_of", "launch_options", "planned", "typed_request", "predict_memory", "prepare",
+           "record_launch", "run_conditions", "start", "stop",
+           "switch", "up", "verify"]

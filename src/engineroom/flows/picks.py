@@ -15,6 +15,7 @@ from ..plan.request import LaunchRequest
 
 if TYPE_CHECKING:
     from ..catalog.schema import Priority
+    from ..plan import Plan
 
 
 # --------------------------------------------------------------------------- plan -> launch
@@ -50,6 +51,8 @@ class Pick:
 
 
 def _notes(request: LaunchRequest, row: Mapping[str, Any], priority: str | None) -> list[str]:
+    """What to say about the pick: ``row`` holds the plan's sizing as ``plan --json`` writes it
+    (instances, ctx, max_ctx, parallel, reasons), whether from a file or from the Plan itself."""
     from ..catalog import find_priority, load_catalog
 
     notes = []
@@ -112,10 +115,26 @@ def pick_from_row(row: dict, model_id: str, source: str, priority: str | None = 
     if request.model != model_id or request.engine != row.get("engine") or request.weights.quant != row.get("quant"):
         raise BadInput(f"the plan row's request ({request.engine} {request.weights.quant} of {request.model}) does not "
                        f"match the row ({row.get('engine')} {row.get('quant')} of {model_id}); make the plan again.")
+    return _picked(request, row, model_id, source, priority)
+
+
+def _picked(request: LaunchRequest, row: dict, model_id: str, source: str, priority: str | None) -> Pick:
+    """The Pick of ``request``; ``row``: its plan as ``plan --json`` writes it, kept for the records."""
     if not request.weights.ref:
         raise NotFound(f"the plan row names no weights for {request.model} {request.weights.quant}; make it again.")
     return Pick(request=request, plan={**row, "model": model_id}, source=source,
                 notes=tuple(_notes(request, row, priority)))
+
+
+def pick_of(chosen: Plan, source: str) -> Pick:
+    """The Pick of a Plan made in this process: its own LaunchRequest, as it is (no JSON on the way;
+    ``pick_from_row`` reads the same request back from ``plan --json``'s row). Its row is kept
+    with it for the launch's record and card."""
+    from ..plan import plans_as_rows
+
+    if chosen.request is None:
+        raise BadInput(f"the plan of {chosen.model} ({chosen.engine} {chosen.quant}) holds no launch request.")
+    return _picked(chosen.request, plans_as_rows([chosen])[0], chosen.model, source, chosen.priority)
 
 
 def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None = None,
@@ -126,7 +145,6 @@ def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None =
     calibrated by the runs measured here (``calibration_here``)."""
     from ..hardware import resolve_rig
     from ..plan import plan as make_plan
-    from ..plan import plans_as_rows
 
     if pick < 1:
         raise BadInput(f"--pick counts plans from 1; got {pick}.")
@@ -138,9 +156,8 @@ def pick_from_plan(model: str, *, priority: str | None = None, rig: str | None =
     if len(plans) < pick:
         raise NotFound(f"the plan has {len(plans)} configuration(s) for {model}; --pick {pick} is beyond them.")
     chosen = plans[pick - 1]
-    row = plans_as_rows([chosen])[0]      # the same row `plan --json` writes, so --from-plan gets it too
     source = f"plan {model} --priority {chosen.priority} on {the_rig.label or 'this machine'}, pick {pick}"
-    picked = pick_from_row(row, chosen.model, source, chosen.priority)
+    picked = pick_of(chosen, source)
     if ctx is not None and chosen.ctx == ctx:      # the context asked for, not one the priority sized
         picked = replace(picked, notes=tuple(f"context {ctx:,} tokens per sequence: as --ctx asked"
                                              if n.startswith("context ") else n for n in picked.notes))

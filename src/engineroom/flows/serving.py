@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -240,18 +241,23 @@ def _projector(request: LaunchRequest, download: bool, say: Callable[[str], None
     return ref.served_path or Path(request.projector)
 
 
-def launch_prepared(prepared: Prepared, *, before: Callable[[], object] | None = None,
-            **kwargs: Any) -> launch.ServerState:
-    """launch.up for ``prepared``, keeping engineroom's key files in step: the new launch's file
-    is removed if it does not start, the older launches' files once it has."""
+@contextmanager
+def dropping_key(prepared: Prepared) -> Iterator[None]:
+    """A block on the way to ``prepared``'s launch: if it fails (an error, Ctrl-C), the key file written
+    for that launch is removed, since the launch does not happen."""
     try:
-        if before:
-            before()
-        state = launch.up(prepared.spec, args=prepared.args, hide_env=apikey.hidden_env(prepared.args), **kwargs)
+        yield
     except BaseException:
         if prepared.key is not None:
             apikey.discard(prepared.key)
         raise
+
+
+def launch_prepared(prepared: Prepared, **kwargs: Any) -> launch.ServerState:
+    """launch.up for ``prepared``, keeping engineroom's key files in step: the new launch's file
+    is removed if it does not start, the older launches' files once it has."""
+    with dropping_key(prepared):
+        state = launch.up(prepared.spec, args=prepared.args, hide_env=apikey.hidden_env(prepared.args), **kwargs)
     apikey.keep_only(prepared.key.file if prepared.key else None)
     served = Path(state.model_path)
     if served.is_file():   # the served file's own digest, kept with the launch (cached by path, size and mtime)

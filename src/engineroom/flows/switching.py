@@ -23,7 +23,9 @@ from ..redaction import MASK
 from ..refs import ModelRef
 from .picks import Pick, pick_from_row
 from .prepared import Prepared
-from .serving import launch_prepared, prepare, record_launch, stop
+from .serving import dropping_key, launch_prepared, prepare, record_launch, stop
+from .stages import StageLog, record_stages
+from .validation import require
 
 # launch arguments that belong to one engine: a switch to another engine does not carry them
 ENGINE_OWN_ARGS = ("engine_bin", "extra_args", "kv_dtype")
@@ -94,7 +96,7 @@ def kept_pick(current: launch.ServerState | None, model_ref: str | ModelRef, arg
 
 def switch(model_ref: str | ModelRef, args: LaunchArgs | None = None, *, given: Sequence[str] = (),
            say: Callable[[str], None] | None = None, on_wait: Callable[[str, float], None] | None = None,
-           pick: Pick | None = None, api_key: str | None = None) -> launch.ServerState:
+           pick: Pick | None = None, api_key: str | None = None, log: StageLog | None = None) -> launch.ServerState:
     """Start MODEL in the managed server's place: checked first, stopped only once the new one is ready to go.
 
     Arguments the user did not give this time (``given`` names the fields they did) are taken
@@ -103,8 +105,12 @@ def switch(model_ref: str | ModelRef, args: LaunchArgs | None = None, *, given: 
     server stops: the model file (its GGUF header in full), the engine installed, its own parser
     on the argv, the memory fit. If the new server still fails to come up, the old one is
     started again from its recorded command line and the error says so (``restore``).
+
+    On the stage runner (``log``): check, down (the running server), launch, and restore when the
+    new server fails; the new launch's stored run holds them (``record_stages``).
     """
     args = args or LaunchArgs()
+    log = log if log is not None else StageLog(say)
     current = launch.read_state()
     if current is not None and not launch.is_alive(current.pid, current.proc_created):
         current = None
@@ -113,27 +119,33 @@ def switch(model_ref: str | ModelRef, args: LaunchArgs | None = None, *, given: 
     if "extra_args" not in given and MASK in merged.extra_args:
         raise BadInput("the running server's engine arguments held a secret, which engineroom does not keep; "
                        "give them again after `--` (for an API key: --api-key-env VAR).")
-    prepared = prepare(model_ref, merged, say=say, pick=pick, api_key=api_key)
-    from .validation import require
-
-    require(prepared)                         # the engine's own parser, before the running server is stopped
-    try:
-        check_memory(prepared, current)
-    except BaseException:
-        if prepared.key is not None:
-            apikey.discard(prepared.key)
-        raise
+    with log.stage("check", ""):              # prepare reports its own steps (a pull, a conversion)
+        prepared = prepare(model_ref, merged, say=say, pick=pick, api_key=api_key)
+        require(prepared)                     # the engine's own parser, before the running server is stopped
+        with dropping_key(prepared):
+            check_memory(prepared, current)
     notes = [f"not carried from the {current.engine if current else ''} server to {prepared.spec.engine}: "
              f"{', '.join('--' + k.replace('_', '-') for k in left)} (another engine's own)"] if left else []
+    with log.stage("down", ""), dropping_key(prepared):
+        stop()
+    failed: EngineroomError | None = None
     try:
-        state = launch_prepared(prepared, before=stop, timeout=merged.timeout, on_wait=on_wait)
-    except EngineroomError as exc:
-        if current is None:
+        with log.stage("launch", ""):
+            try:
+                state = launch_prepared(prepared, timeout=merged.timeout, on_wait=on_wait)
+            except EngineroomError as exc:
+                failed = exc
+                raise
+            if notes:
+                state = launch.update_state(state, notes=notes)
+            state = record_launch(state, prepared)
+    except EngineroomError:
+        if failed is None or current is None:
             raise
-        raise restore(current, exc, on_wait) from None
-    if notes:
-        state = launch.update_state(state, notes=notes)
-    return record_launch(state, prepared)
+        with log.stage("restore", ""):
+            error = restore(current, failed, on_wait)
+        raise error from None
+    return record_stages(state, log)
 
 
 def check_memory(prepared: Prepared, current: launch.ServerState | None) -> None:
