@@ -182,6 +182,8 @@ def test_a_drafting_picks_try_is_set_against_the_band_without_the_drafter():
     assert row["spec"] and row["spec_speedup"][0] > 1.2, row
     tried, left = random_weights_pick(pick)
     assert tried.request.spec_method is None and any("without the drafter" in x for x in left), left
+    assert any(n.startswith("speculative decoding") for n in pick.notes)
+    assert not any(n.startswith("speculative decoding") for n in tried.notes), tried.notes   # not launched so
     same = [r for r in plans_as_rows(plan("qwen3.6-27b", parse_rig("h200"), "balanced", engine="llama.cpp",
                                           quant="Q4_K_M", ctx=row["ctx"], limit=60))
             if not r["spec"] and (r["kv"], r["parallel"]) == (row["kv"], row["parallel"])]

@@ -50,6 +50,9 @@ class Pick:
         return {"nodes": r.nodes, "gpus_per_node": r.gpus_per_node or 1, "pp": r.pp}
 
 
+SPEC_NOTE = "speculative decoding: "       # how a pick's note on its drafter starts
+
+
 def _notes(request: LaunchRequest, row: Mapping[str, Any], priority: str | None) -> list[str]:
     """What to say about the pick: ``row`` holds the plan's sizing as ``plan --json`` writes it
     (instances, ctx, max_ctx, parallel, reasons), whether from a file or from the Plan itself."""
@@ -58,7 +61,7 @@ def _notes(request: LaunchRequest, row: Mapping[str, Any], priority: str | None)
     notes = []
     if request.spec_method:
         drafter = f" with the drafter {request.draft_model}" if request.draft_model else " (the model's own MTP head)"
-        notes.append(f"speculative decoding: {request.spec_method}, {request.spec_tokens} tokens a step{drafter}")
+        notes.append(f"{SPEC_NOTE}{request.spec_method}, {request.spec_tokens} tokens a step{drafter}")
     if request.text_only:
         notes.append(request.text_only)
     if int(row.get("instances") or 1) > 1:

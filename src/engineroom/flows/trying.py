@@ -31,7 +31,7 @@ from ..launchargs import LaunchArgs
 from ..speedpoints import POINT_KEY, decode_mean
 from ..store import Store
 from ..units import gib
-from .picks import Pick, pick_from_plan
+from .picks import SPEC_NOTE, Pick, pick_from_plan
 from .runs import HostGuard, bench
 from .stages import STAGES_KEY, StageLog, open_run, served
 
@@ -100,7 +100,8 @@ def random_weights_pick(pick: Pick) -> tuple[Pick, list[str]]:
         else:                # a plan file written before the rows said the speed-up: no point
             plan.pop("decode_tps_uncalibrated", None)
             left.append("calibration: none from this run (the plan's band counts the spec-decode speed-up)")
-    return replace(pick, request=request, plan=plan), left
+    notes = tuple(n for n in pick.notes if not (r.spec_method and n.startswith(SPEC_NOTE)))   # not launched so
+    return replace(pick, request=request, plan=plan, notes=notes), left
 
 
 @contextmanager
