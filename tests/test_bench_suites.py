@@ -17,19 +17,15 @@ import pytest
 
 from engineroom.bench.clientside import ClientMonitor, KindClient, encode_kinds
 from engineroom.bench.compare import compare_runs, t_975
+from engineroom.bench.depth.sizes import plan_depths
 from engineroom.bench.roofline import roofline
-from engineroom.bench.speculative import acceptance
-from engineroom.bench.suiteplan import SuiteContext
-from engineroom.bench.suiterun import run_suite
-from engineroom.bench.suites import (
-    SUITE_SPECS,
-    haystack,
-    load_prompt_file,
-    plan_depths,
-    suite_spec,
-)
-from engineroom.bench.suitestats import cache_reuse, client_load, kept, reasoning
-from engineroom.bench.suitesummary import summarize_suite
+from engineroom.bench.speculative.acceptance import acceptance
+from engineroom.bench.stats import cache_reuse, client_load, kept, reasoning
+from engineroom.bench.suites.context import SuiteContext
+from engineroom.bench.suites.haystack import haystack
+from engineroom.bench.suites.run import run_suite
+from engineroom.bench.suites.specs import SUITE_SPECS, load_prompt_file, suite_spec
+from engineroom.bench.suites.summary import summarize_suite
 from engineroom.engines.base import DecodeWindow, EngineTimings
 from engineroom.errors import BadInput, NotFound
 from engineroom.records.encoding import encode_arrivals

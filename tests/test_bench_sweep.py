@@ -12,13 +12,13 @@ import statistics
 
 import pytest
 
-from engineroom.bench.arrivals import goodput, poisson_schedule, request_latency
 from engineroom.bench.clientside import KindClient, encode_kinds
-from engineroom.bench.suiteplan import SuiteContext
-from engineroom.bench.suiterun import run_suite
-from engineroom.bench.suites import SUITE_SPECS
-from engineroom.bench.suitesummary import summarize_suite
-from engineroom.bench.sweep import estimate_cell_s, knee, recommend, stream_counts
+from engineroom.bench.rate.arrivals import goodput, poisson_schedule, request_latency
+from engineroom.bench.suites.context import SuiteContext
+from engineroom.bench.suites.run import run_suite
+from engineroom.bench.suites.specs import SUITE_SPECS
+from engineroom.bench.suites.summary import summarize_suite
+from engineroom.bench.sweep.knee import estimate_cell_s, knee, recommend, stream_counts
 from engineroom.engines.base import DecodeWindow, EngineTimings
 from engineroom.errors import BadInput
 from engineroom.records.encoding import encode_arrivals

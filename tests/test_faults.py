@@ -76,7 +76,7 @@ def test_demo_refuses_bad_bench_settings_before_pulling_or_starting_anything(arg
 
 
 def test_every_bench_suite_is_a_command_and_an_unknown_one_is_refused():
-    from engineroom.bench.suites import SUITE_SPECS
+    from engineroom.bench.suites.specs import SUITE_SPECS
     from engineroom.bench.workloads import SUITES
 
     code, text = invoke_cli("bench", "nosuch")

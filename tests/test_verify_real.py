@@ -189,7 +189,7 @@ def test_verify_reasoning_checks_see_the_engines_own_split(think_server):
 def test_bench_records_time_to_first_content_token_apart_from_the_first_token(think_server):
     """bench standard on the think server: every streamed request is reasoning first (the
     engine's reasoning_content deltas), then content, and the records say when each began."""
-    from engineroom.bench.suitestats import reasoning
+    from engineroom.bench.stats import reasoning
     from engineroom.store import Store
 
     proc = run_cli("bench", "standard", "--url", think_server, "--runs", "1", "--warmup", "0",
