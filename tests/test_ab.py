@@ -14,7 +14,7 @@ from engineroom.bench.compare import compare_boot_samples
 from engineroom.errors import BadInput
 from engineroom.flows.ab import boot_order, parse_arm
 
-from conftest import run_cli
+from conftest import cli, run_cli
 
 
 def _boots(*means_and_noise: tuple[float, float]) -> list[dict]:
@@ -95,8 +95,8 @@ def test_boot_order_mirrors_each_pair_and_arms_parse():
 
 
 def test_bad_arm_is_one_sentence_before_any_boot(tmp_path):
-    proc = run_cli("ab", "smollm2-135m", "--a", "threads=1", "--b", "speed=11",
-                   env={"ENGINEROOM_STATE_DIR": str(tmp_path)})
+    proc = cli("ab", "smollm2-135m", "--a", "threads=1", "--b", "speed=11",
+               env={"ENGINEROOM_STATE_DIR": str(tmp_path)})
     assert proc.returncode != 0
     assert "arm B: 'speed=11' is not KEY=VALUE" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -21,7 +21,7 @@ from engineroom.errors import NotFound
 from engineroom.launchargs import LaunchArgs
 from engineroom.memory import compare, rows_as_dicts
 
-from conftest import run_cli
+from conftest import cli, run_cli
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "engineroom"
 ROOT = Path(__file__).resolve().parents[1]
@@ -438,24 +438,24 @@ def test_explicit_flags_override_the_plan(llama_server_binary, smollm2, own_stat
 
 
 def test_recipe_prints_the_launch_without_running_it(tmp_path, own_state):
-    proc = run_cli("recipe", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--json", env=own_state)
+    proc = cli("recipe", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--json", env=own_state)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["engine"] == "llama.cpp" and "-np" in out["argv"] and out["predicted_memory"]["total"] > 0
     assert launch.read_state() is None                       # nothing was started
     plan_file = tmp_path / "plan.json"
-    plan_file.write_text(run_cli("plan", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp",
-                                 "--json").stdout)
-    same = json.loads(run_cli("recipe", "--from-plan", str(plan_file), "--json").stdout)
+    plan_file.write_text(cli("plan", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp",
+                             "--json").stdout)
+    same = json.loads(cli("recipe", "--from-plan", str(plan_file), "--json").stdout)
     assert same["argv"][1:] == out["argv"][1:]
     # a layer split over two GPUs survives the round trip through a saved plan
     two = ("smollm2-135m", "--priority", "non-nvidia", "--rig", "2x3090")
     plan2 = tmp_path / "plan2.json"
-    plan2.write_text(run_cli("plan", *two, "--json").stdout)
-    direct = json.loads(run_cli("recipe", *two, "--json", env=own_state).stdout)["argv"]
-    saved = json.loads(run_cli("recipe", "--from-plan", str(plan2), "--json", env=own_state).stdout)["argv"]
+    plan2.write_text(cli("plan", *two, "--json").stdout)
+    direct = json.loads(cli("recipe", *two, "--json", env=own_state).stdout)["argv"]
+    saved = json.loads(cli("recipe", "--from-plan", str(plan2), "--json", env=own_state).stdout)["argv"]
     assert saved == direct and "-sm" in saved
-    elsewhere = run_cli("recipe", "qwen3.6-27b", "--priority", "non-nvidia", "--rig", "2xH200", "--json")
+    elsewhere = cli("recipe", "qwen3.6-27b", "--priority", "non-nvidia", "--rig", "2xH200", "--json")
     assert elsewhere.returncode == 0, elsewhere.stderr
     assert json.loads(elsewhere.stdout)["model_present"] is False
 
@@ -466,7 +466,7 @@ def test_recipe_prints_the_launch_without_running_it(tmp_path, own_state):
     (("up", "--priority", "balanced"), "name the model to plan"),
 ])
 def test_plan_launch_mistakes_get_one_sentence(args, sentence):
-    proc = run_cli(*args)
+    proc = cli(*args)
     assert proc.returncode != 0 and sentence in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -31,7 +31,7 @@ from engineroom.errors import BadInput, NotFound
 from engineroom.records.encoding import encode_arrivals
 from engineroom.store import Store
 
-from conftest import real_llama_server, run_cli
+from conftest import cli, real_llama_server, run_cli
 
 
 def rec(group, *, tokens=40, max_tokens=40, ttft=0.1, tps=100.0, prompt=300, cached=0, kinds=None,
@@ -332,12 +332,12 @@ def test_summary_recomputes_identically_from_the_store(tmp_path):
 
 
 def test_cli_refuses_bad_suite_arguments_in_one_sentence():
-    proc = run_cli("bench", "depth", "--depths", "1k,2k")
+    proc = cli("bench", "depth", "--depths", "1k,2k")
     assert proc.returncode != 0 and "--depths takes whole numbers" in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
-    proc = run_cli("compare", "99998", "99999")
+    proc = cli("compare", "99998", "99999")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    proc = run_cli("compare", "12,x", "13")
+    proc = cli("compare", "12,x", "13")
     assert proc.returncode == 2 and "RUNS_A takes run ids separated by commas" in proc.stderr
 
 
@@ -466,7 +466,7 @@ def test_cli_depth_suite_card(spec_server):
 
 
 def test_depths_option_is_only_for_suites():
-    proc = run_cli("bench", "--depths", "256")
+    proc = cli("bench", "--depths", "256")
     assert proc.returncode == 2 and "No such option: --depths" in proc.stderr      # the quick suite takes none
 
 

@@ -25,7 +25,7 @@ from engineroom.records.encoding import encode_arrivals
 from engineroom.report.suites import suite_section
 from engineroom.store import Store
 
-from conftest import run_cli
+from conftest import cli, run_cli
 
 
 def req(*, tokens=20, ttft=0.1, tps=50.0, lag_us=0, group=None, status=200, error=None, warmup=False, **extra):
@@ -237,7 +237,7 @@ def test_cli_refuses_bad_mode_arguments_in_one_sentence():
                        (("depth", "--turns", "3"), "No such option: --turns"),
                        (("--budget-s", "10"), "No such option: --budget-s"),
                        (("--runs", "3", "depth"), "--runs goes after the suite's name: `engineroom bench depth")):
-        proc = run_cli("bench", *args)
+        proc = cli("bench", *args)
         assert proc.returncode != 0 and says in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
         assert "Traceback" not in proc.stderr
 

@@ -19,6 +19,7 @@ from conftest import (
     MACHINE_CHECKS,
     as_in_a_terminal,
     assert_ok_or_invalid_on_the_machine_alone,
+    cli,
     console_command,
     run_cli,
 )
@@ -119,7 +120,7 @@ def test_ctrl_c_during_bench_keeps_measured_records(managed_server):
 
 
 def test_verify_unreachable_url():
-    proc = run_cli("verify", "--url", "http://127.0.0.1:9")
+    proc = cli("verify", "--url", "http://127.0.0.1:9")
     assert proc.returncode != 0 and "no server answers at http://127.0.0.1:9" in proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -129,14 +130,14 @@ def test_verify_non_openai_url(tmp_path):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        proc = run_cli("verify", "--url", f"http://127.0.0.1:{server.server_port}")
+        proc = cli("verify", "--url", f"http://127.0.0.1:{server.server_port}")
     finally:
         server.shutdown()
     assert proc.returncode != 0 and "not an OpenAI model list" in proc.stderr
 
 
 def test_verify_without_server_or_url():
-    proc = run_cli("verify", env={"ENGINEROOM_STATE_DIR": str(paths.state_dir() / "empty")})
+    proc = cli("verify", env={"ENGINEROOM_STATE_DIR": str(paths.state_dir() / "empty")})
     assert proc.returncode != 0 and "no managed server is running" in proc.stderr
 
 
@@ -148,13 +149,13 @@ def test_verify_without_server_or_url():
 def test_usage_errors_are_one_clear_line_not_a_traceback(argv, says):
     """typer vendors click: its usage errors are not the click package's classes, and once
     escaped main()'s handler as a traceback."""
-    proc = run_cli(*argv)
+    proc = cli(*argv)
     assert proc.returncode == 2
     assert says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_bad_url_scheme():
-    proc = run_cli("bench", "--url", "localhost:8080")
+    proc = cli("bench", "--url", "localhost:8080")
     assert proc.returncode != 0 and "must start with http://" in proc.stderr
 
 
@@ -277,7 +278,7 @@ def test_up_verify_and_down_with_a_dead_proxy_in_the_environment(llama_server_bi
 ])
 def test_bench_bad_options_are_one_sentence_before_any_request(argv, says):
     """Checked before the server is looked up: no server is needed to be told."""
-    proc = run_cli(*argv, "--url", "http://127.0.0.1:9")
+    proc = cli(*argv, "--url", "http://127.0.0.1:9")
     assert proc.returncode != 0 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert "no server answers" not in proc.stderr
 

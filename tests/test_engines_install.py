@@ -22,7 +22,7 @@ from engineroom import cpuprobe
 from engineroom.engines import build, llamacpp
 from engineroom.errors import BadInput, EngineFailed, NotFound
 
-from conftest import run_cli
+from conftest import cli, run_cli
 
 
 def test_progress_lines_of_ninja_and_make():
@@ -81,9 +81,9 @@ def test_source_that_is_not_llama_cpp_is_refused(tmp_path):
     (tmp_path / "CMakeLists.txt").write_text("project(x)\n")
     with pytest.raises(BadInput, match="is not a llama.cpp source tree"):
         llamacpp.install(source=tmp_path)
-    proc = run_cli("engines", "install", "llama.cpp", "--source", str(tmp_path / "missing"))
+    proc = cli("engines", "install", "llama.cpp", "--source", str(tmp_path / "missing"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run_cli("engines", "install", "no-such-engine")
+    proc = cli("engines", "install", "no-such-engine")
     assert proc.returncode == 2 and "no adapter for engine" in proc.stderr
 
 

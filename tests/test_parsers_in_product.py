@@ -25,7 +25,7 @@ from engineroom.hardware import Rig
 from engineroom.launchargs import LaunchArgs
 from engineroom.progress import BuildProgress, WaitProgress
 
-from conftest import run_cli
+from conftest import cli, run_cli
 
 ADAPTERS = Path(__file__).resolve().parents[1] / "src" / "engineroom" / "engines"
 
@@ -116,12 +116,12 @@ def test_a_cluster_checks_the_engines_own_commands_not_the_ray_steps():
 
 def test_recipe_json_carries_the_verdict(tmp_path):
     args = ("recipe", "qwen3.6-27b", "--rig", "1x3090", "--engine", "vllm")
-    proc = run_cli(*args, "--json", env={"ENGINEROOM_DATA_DIR": str(tmp_path), vllm.ENV_PYTHON: ""})
+    proc = cli(*args, "--json", env={"ENGINEROOM_DATA_DIR": str(tmp_path), vllm.ENV_PYTHON: ""})
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["validation"]["status"] == NOT_VALIDATED and out["engine_installed"] is False
     assert out["validation"]["line"] == "not validated: vllm is not installed here (`engineroom engines install vllm`)"
-    text = run_cli(*args, env={"ENGINEROOM_DATA_DIR": str(tmp_path), vllm.ENV_PYTHON: ""}).stdout
+    text = cli(*args, env={"ENGINEROOM_DATA_DIR": str(tmp_path), vllm.ENV_PYTHON: ""}).stdout
     assert "# not validated: vllm is not installed here" in text
 
 

@@ -242,16 +242,16 @@ def test_refs_imports_no_later_stage():
 
 
 def test_models_resolve_on_the_cli(tmp_path, gguf_file):
-    from conftest import run_cli
+    from conftest import cli
 
     folder = tmp_path / "both"
     g = _copy(gguf_file, folder / "m.gguf")
     (folder / "config.json").write_text("{}")
-    proc = run_cli("models", "resolve", str(folder), "--json")
+    proc = cli("models", "resolve", str(folder), "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert (data["kind"], data["path"]) == ("gguf", str(g))
-    bad = run_cli("models", "resolve", "nonsense-model")
+    bad = cli("models", "resolve", "nonsense-model")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
     assert len([ln for ln in bad.stderr.splitlines() if ln.strip()]) == 1
 

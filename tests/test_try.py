@@ -9,7 +9,7 @@ import pytest
 
 from engineroom.errors import BadInput, NotFound
 
-from conftest import MACHINE_CHECKS, run_cli
+from conftest import MACHINE_CHECKS, cli, run_cli
 
 
 def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary, smollm2, tmp_path, monkeypatch):
@@ -63,7 +63,7 @@ def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary
 
 
 def test_try_refuses_a_pick_it_cannot_write_weights_for_in_one_sentence(tmp_path):
-    proc = run_cli("try", "smollm2-135m", "--engine", "vllm", "--folder", str(tmp_path))
+    proc = cli("try", "smollm2-135m", "--engine", "vllm", "--folder", str(tmp_path))
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "try writes random-weight GGUF files, so it runs llama.cpp and ik_llama.cpp picks" in proc.stderr
     assert not list(tmp_path.iterdir())                                       # nothing written
