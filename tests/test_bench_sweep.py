@@ -25,7 +25,7 @@ from engineroom.records.encoding import encode_arrivals
 from engineroom.report.suites import suite_section
 from engineroom.store import Store
 
-from conftest import cli, run_cli
+from conftest import cli
 
 
 def req(*, tokens=20, ttft=0.1, tps=50.0, lag_us=0, group=None, status=200, error=None, warmup=False, **extra):
@@ -215,17 +215,17 @@ def test_rate_mode_on_the_real_engine(plain_server, tmp_path):
 
 def test_cli_sweep_and_rate_json(plain_server, tmp_path):
     env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
-    proc = run_cli("bench", "sweep", "--url", plain_server, "--streams", "2", "--depths", "64", "--runs", "1",
-                   "--warmup", "0", "--max-tokens", "8", "--budget-s", "120", "--slo-ttft-ms", "600000",
-                   "--slo-itl-ms", "60000", "--json", env=env, timeout=300)       # SLOs this loaded CPU meets
+    proc = cli("bench", "sweep", "--url", plain_server, "--streams", "2", "--depths", "64", "--runs", "1",
+               "--warmup", "0", "--max-tokens", "8", "--budget-s", "120", "--slo-ttft-ms", "600000",
+               "--slo-itl-ms", "60000", "--json", env=env, timeout=300)       # SLOs this loaded CPU meets
     assert proc.returncode in (0, 1), proc.stderr                  # 1 only when an integrity check failed
     out = json.loads(proc.stdout)
     sweep = out["summary"]["sweep"]
     assert [(c["ctx"], c["streams"]) for c in sweep["cells"]] == [(64, 1), (64, 2)]
     assert sweep["recommended"]["slots"] in (1, 2) and sweep["recommended"]["reason"], sweep
     assert out["summary"]["integrity"] and sweep["slo_ttft_ms"] == 600000
-    proc = run_cli("bench", "rate", "--url", plain_server, "--rate", "5", "--requests", "3", "--prompt-tokens", "64",
-                   "--max-tokens", "8", "--warmup", "0", env=env, timeout=300)
+    proc = cli("bench", "rate", "--url", plain_server, "--rate", "5", "--requests", "3", "--prompt-tokens", "64",
+               "--max-tokens", "8", "--warmup", "0", env=env, timeout=300)
     assert proc.returncode in (0, 1), proc.stderr
     assert "## Bench suite: rate" in proc.stdout and "goodput req/s" in proc.stdout
 

@@ -22,7 +22,7 @@ from engineroom import cpuprobe
 from engineroom.engines import build, llamacpp
 from engineroom.errors import BadInput, EngineFailed, NotFound
 
-from conftest import cli, run_cli
+from conftest import cli
 
 
 def test_progress_lines_of_ninja_and_make():
@@ -55,7 +55,7 @@ def test_the_real_build_records_what_it_built(installed_build):
 
 def test_engines_lists_the_build_with_how_it_was_made(installed_build, tmp_path):
     data_dir = Path(installed_build["bin_dir"]).parents[4]      # <data>/engines/llama.cpp/<tag>/build/bin
-    proc = run_cli("engines", "--json", env={"ENGINEROOM_DATA_DIR": str(data_dir), llamacpp.ENV_BINARY: ""})
+    proc = cli("engines", "--json", env={"ENGINEROOM_DATA_DIR": str(data_dir), llamacpp.ENV_BINARY: ""})
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert {"llama.cpp", "ik_llama.cpp", "vllm", "sglang"} <= {r["engine"] for r in rows}

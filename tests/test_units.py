@@ -10,7 +10,7 @@ import pytest
 
 from engineroom import units
 
-from conftest import cli, run_cli
+from conftest import cli
 
 
 @pytest.mark.parametrize("n, text", [
@@ -56,11 +56,11 @@ def test_fit_command_prints_memory_in_gib_and_capacity_in_both():
 
 def test_models_list_and_pull_show_binary_sizes(smollm2):
     size = smollm2.stat().st_size
-    listed = run_cli("models", "list", check=True).stdout
+    listed = cli("models", "list", check=True).stdout
     assert units.mem(size) in listed and units.mem(size).endswith("MiB"), listed
-    rows = json.loads(run_cli("models", "list", "--json", check=True).stdout)
+    rows = json.loads(cli("models", "list", "--json", check=True).stdout)
     assert any(r.get("size") == size for r in rows)        # JSON keeps exact bytes
-    pulled = run_cli("models", "pull", "smollm2-135m", check=True).stdout
+    pulled = cli("models", "pull", "smollm2-135m", check=True).stdout
     assert f"({units.mem(size)})" in pulled
 
 

@@ -28,7 +28,7 @@ from engineroom.checks.suites import run_suite
 from engineroom.engines.base import Capabilities, ServerInfo
 from engineroom.records.encoding import decode_arrivals, encode_arrivals
 
-from conftest import cli, run_cli
+from conftest import cli
 
 MiB = 1024 * 1024
 
@@ -386,7 +386,7 @@ LOAD_RULES = {"slow_turn", "ttft_growth", "decode_drift"}
 @pytest.mark.parametrize("mode", ["fresh", "continuous"])
 def test_quick_soak_on_real_smollm2_reads_uss_from_the_managed_servers_process_tree(managed_server, mode):
     t0 = time.perf_counter()
-    proc = run_cli("verify", "--suite", "soak", "--mode", mode, "--fast", "--turns", "10", "--json", timeout=900)
+    proc = cli("verify", "--suite", "soak", "--mode", mode, "--fast", "--turns", "10", "--json", timeout=900)
     took = time.perf_counter() - t0
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     [res] = json.loads(proc.stdout)["results"]
@@ -618,8 +618,8 @@ def test_quick_soak_through_url_on_a_real_unmanaged_llama_server_reads_uss_by_it
     port = int(plain_server.rsplit(":", 1)[1].split("/")[0])
     t0 = time.perf_counter()
     # 6 turns: the first session (the baseline at its end) and one turn after it, the fewest that judge memory
-    proc = run_cli("verify", "--url", plain_server, "--suite", "soak", "--fast", "--turns", "6", "--json",
-                   timeout=900)
+    proc = cli("verify", "--url", plain_server, "--suite", "soak", "--fast", "--turns", "6", "--json",
+               timeout=900)
     took = time.perf_counter() - t0
     assert proc.returncode in (0, 1) and proc.stdout.startswith("{"), proc.stderr[-3000:]
     [res] = json.loads(proc.stdout)["results"]
