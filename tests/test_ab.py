@@ -14,7 +14,7 @@ from engineroom.bench.compare import compare_boot_samples
 from engineroom.errors import BadInput
 from engineroom.flows.ab import boot_order, parse_arm
 
-from conftest import run_cli
+from conftest import cli
 
 
 def _boots(*means_and_noise: tuple[float, float]) -> list[dict]:
@@ -95,8 +95,8 @@ def test_boot_order_mirrors_each_pair_and_arms_parse():
 
 
 def test_bad_arm_is_one_sentence_before_any_boot(tmp_path):
-    proc = run_cli("ab", "smollm2-135m", "--a", "threads=1", "--b", "speed=11",
-                   env={"ENGINEROOM_STATE_DIR": str(tmp_path)})
+    proc = cli("ab", "smollm2-135m", "--a", "threads=1", "--b", "speed=11",
+               env={"ENGINEROOM_STATE_DIR": str(tmp_path)})
     assert proc.returncode != 0
     assert "arm B: 'speed=11' is not KEY=VALUE" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -106,8 +106,8 @@ def _ab(tmp_path, a: str, b: str, *more: str) -> dict:
     its cores), so two boots could not call -t 1 against -t 2 real (CI saw 82 vs 125 "not real").
     A boot whose bench says INVALID (seen: -t 2 at decode CV 11%) is booted again, not compared."""
     env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
-    proc = run_cli("ab", "smollm2-135m", "--a", a, "--b", b, "--boots", "4", *more, "--ctx", "1024",
-                   "--max-tokens", "64", "--runs", "3", "--json", env=env, timeout=1200)
+    proc = cli("ab", "smollm2-135m", "--a", a, "--b", b, "--boots", "4", *more, "--ctx", "1024",
+               "--max-tokens", "64", "--runs", "3", "--json", env=env, timeout=1200)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["order"][:8] == ["A", "B", "B", "A", "A", "B", "B", "A"]

@@ -21,7 +21,7 @@ from engineroom.errors import NotFound
 from engineroom.launchargs import LaunchArgs
 from engineroom.memory import compare, rows_as_dicts
 
-from conftest import run_cli
+from conftest import cli, run_cli
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "engineroom"
 ROOT = Path(__file__).resolve().parents[1]
@@ -274,7 +274,8 @@ def test_a_plugins_catalog_folder_is_read_as_the_built_in_adapters_are(tmp_path,
 def test_an_out_of_tree_adapter_is_discovered_and_launched(tmp_path, llama_server_binary, smollm2):
     _plugin(tmp_path, "plugin", entry="engineroom_plugin_engine", body=textwrap.dedent(PLUGIN_ADAPTER),
             catalog=_plugin_catalog())
-    # its own state folder: a session-wide managed server may be running beside it
+    # a process of its own: the plugin is found on the PYTHONPATH it starts with; its own state folder:
+    # a session-wide managed server may be running beside it
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH", "")])),
            "ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
     listed = run_cli("engines", "--json", env=env)
@@ -392,8 +393,8 @@ def test_each_priority_on_this_machine_launches_its_pick_or_says_why(priority, l
 def test_up_priority_launches_the_plan_and_shows_predicted_vs_measured(llama_server_binary, smollm2, own_state):
     # llama.cpp named: on a quiet machine with a fast probe, balanced may rank vLLM's bf16 first on
     # its assumed CPU band (seen: 36-66 vs 40-52 t/s); this test is about llama-server's buffers
-    proc = run_cli("up", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--port", "0", "-t", "2",
-                   "--json", timeout=300, env=own_state)
+    proc = cli("up", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--port", "0", "-t", "2",
+               "--json", timeout=300, env=own_state)
     assert proc.returncode == 0, proc.stderr
     try:
         state = json.loads(proc.stdout)
@@ -405,7 +406,7 @@ def test_up_priority_launches_the_plan_and_shows_predicted_vs_measured(llama_ser
         for name in ("weights", "kv_cache", "compute"):       # fit matches llama-server's own buffer lines
             assert rows[name]["measured_bytes"] > 0 and abs(rows[name]["error_pct"]) < 1.0, rows[name]
         assert rows["total"]["measured_bytes"] > 0
-        text = run_cli("status", env=own_state).stdout
+        text = cli("status", env=own_state).stdout
         assert "fit's prediction vs the engine's report" in text and "kv_cache" in text
         from engineroom.store import Store
 
@@ -417,48 +418,48 @@ def test_up_priority_launches_the_plan_and_shows_predicted_vs_measured(llama_ser
                                                                                      ("launch", "done")]
             stored = {r["payload"]["component"]: r["payload"] for r in store.records(run["id"], "memory_component")}
         assert stored["kv_cache"]["measured_bytes"] == rows["kv_cache"]["measured_bytes"]
-        card = run_cli("report", str(state["launch_run_id"]), env=own_state).stdout
+        card = cli("report", str(state["launch_run_id"]), env=own_state).stdout
         assert "## Memory: predicted vs measured" in card and "| kv_cache |" in card
         # at exit llama-server prints its memory breakdown: `down` keeps it with the launch's record
-        assert run_cli("down", env=own_state).returncode == 0
+        assert cli("down", env=own_state).returncode == 0
         with Store() as store:
             at_exit = store.records(state["launch_run_id"], "memory_at_exit")
         assert at_exit and at_exit[0]["payload"]["totals"]["total:Host"] > 0
     finally:
-        run_cli("down", env=own_state)
+        cli("down", env=own_state)
 
 
 def test_explicit_flags_override_the_plan(llama_server_binary, smollm2, own_state):
-    proc = run_cli("up", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--ctx", "1024",
-                   "--port", "0", "-t", "2", "--json", timeout=300, env=own_state)
+    proc = cli("up", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--ctx", "1024",
+               "--port", "0", "-t", "2", "--json", timeout=300, env=own_state)
     try:
         assert proc.returncode == 0, proc.stderr
         argv = json.loads(proc.stdout)["argv"]
         pick = flows.pick_from_plan("smollm2-135m", priority="balanced", engine="llama.cpp")
         assert argv[argv.index("-c") + 1] == str(1024 * pick.request.parallel)
     finally:
-        run_cli("down", env=own_state)
+        cli("down", env=own_state)
 
 
 def test_recipe_prints_the_launch_without_running_it(tmp_path, own_state):
-    proc = run_cli("recipe", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--json", env=own_state)
+    proc = cli("recipe", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--json", env=own_state)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["engine"] == "llama.cpp" and "-np" in out["argv"] and out["predicted_memory"]["total"] > 0
     assert launch.read_state() is None                       # nothing was started
     plan_file = tmp_path / "plan.json"
-    plan_file.write_text(run_cli("plan", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp",
-                                 "--json").stdout)
-    same = json.loads(run_cli("recipe", "--from-plan", str(plan_file), "--json").stdout)
+    plan_file.write_text(cli("plan", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp",
+                             "--json").stdout)
+    same = json.loads(cli("recipe", "--from-plan", str(plan_file), "--json").stdout)
     assert same["argv"][1:] == out["argv"][1:]
     # a layer split over two GPUs survives the round trip through a saved plan
     two = ("smollm2-135m", "--priority", "non-nvidia", "--rig", "2x3090")
     plan2 = tmp_path / "plan2.json"
-    plan2.write_text(run_cli("plan", *two, "--json").stdout)
-    direct = json.loads(run_cli("recipe", *two, "--json", env=own_state).stdout)["argv"]
-    saved = json.loads(run_cli("recipe", "--from-plan", str(plan2), "--json", env=own_state).stdout)["argv"]
+    plan2.write_text(cli("plan", *two, "--json").stdout)
+    direct = json.loads(cli("recipe", *two, "--json", env=own_state).stdout)["argv"]
+    saved = json.loads(cli("recipe", "--from-plan", str(plan2), "--json", env=own_state).stdout)["argv"]
     assert saved == direct and "-sm" in saved
-    elsewhere = run_cli("recipe", "qwen3.6-27b", "--priority", "non-nvidia", "--rig", "2xH200", "--json")
+    elsewhere = cli("recipe", "qwen3.6-27b", "--priority", "non-nvidia", "--rig", "2xH200", "--json")
     assert elsewhere.returncode == 0, elsewhere.stderr
     assert json.loads(elsewhere.stdout)["model_present"] is False
 
@@ -469,7 +470,7 @@ def test_recipe_prints_the_launch_without_running_it(tmp_path, own_state):
     (("up", "--priority", "balanced"), "name the model to plan"),
 ])
 def test_plan_launch_mistakes_get_one_sentence(args, sentence):
-    proc = run_cli(*args)
+    proc = cli(*args)
     assert proc.returncode != 0 and sentence in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -486,7 +487,7 @@ def test_a_tied_output_head_is_sized_as_llama_server_repacks_it(tmp_path, llama_
     tiny = replace(base, name="tiny-tied", n_layers=4, layer_kinds=base.layer_kinds[:4], hidden_size=128,
                    intermediate_size=384, n_heads=2, n_kv_heads=1, head_dim=64, tie_embeddings=True)
     path = write_synthetic_gguf(tiny, "Q4_0", tmp_path / "tiny-tied.gguf", tokenizer_gguf=smollm2)
-    proc = run_cli("up", str(path), "--ctx", "1024", "--port", "0", "-t", "2", "--json", env=own_state, timeout=300)
+    proc = cli("up", str(path), "--ctx", "1024", "--port", "0", "-t", "2", "--json", env=own_state, timeout=300)
     try:
         assert proc.returncode == 0, proc.stderr
         from engineroom.memory import PROCESS
@@ -502,7 +503,7 @@ def test_a_tied_output_head_is_sized_as_llama_server_repacks_it(tmp_path, llama_
         if "weights_repack" in rows:      # CPUs with AVX2 repack Q4_0; the head is most of it here
             assert rows["weights_repack"]["measured_bytes"] > rows["weights"]["measured_bytes"] * 0.9
     finally:
-        run_cli("down", env=own_state)
+        cli("down", env=own_state)
 
 
 def test_metrics_are_read_with_the_reference_parser_into_neutral_names(plain_server):
@@ -555,7 +556,7 @@ def test_a_pick_with_a_projector_serves_an_image_on_the_real_llama_server(llama_
     state = flows.start(str(smollm2), LaunchArgs(port=0, threads=2, timeout=120), pick=pick)
     try:
         assert state.argv[state.argv.index("--mmproj") + 1] == str(projector)
-        out = json.loads(run_cli("verify", "--suite", "full", "--fast", "--json", timeout=600, env=own_state).stdout)
+        out = json.loads(cli("verify", "--suite", "full", "--fast", "--json", timeout=600, env=own_state).stdout)
         image = next(r for r in out["results"] if r["name"] == "image_input")
         assert image["status"] == "PASS" or (image["status"] == "FAIL" and "does not say red" in image["reason"]), \
             image

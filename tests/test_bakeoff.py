@@ -21,7 +21,7 @@ from test_vllm import NO_PARSER, TOOL_CHECKS
 from engineroom.errors import BadInput
 from engineroom.flows.bakeoff import DEFAULT_SUITES, SUITES, check_suites
 
-from conftest import console_command, invoke_cli, run_cli
+from conftest import cli, console_command, invoke_cli, run_cli
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / ".ci-work" / "artifacts"
 SHORT = ("--suites", "verify-full,bench-quick,concurrency", "--short", "--ctx", "2048", "--busy-ok")
@@ -61,8 +61,8 @@ def four_engines(llama_server_binary, smollm2, vllm_python, tmp_path_factory):
     store's data folder) and SGLang (no accelerator) get a row that says why."""
     env = _env(tmp_path_factory.mktemp("bakeoff"))
     t0 = time.monotonic()
-    proc = run_cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,vllm,ik_llama.cpp,sglang", *SHORT,
-                   "--engine-args", "vllm=-O0", "--json", env=env, timeout=1500)
+    proc = cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,vllm,ik_llama.cpp,sglang", *SHORT,
+               "--engine-args", "vllm=-O0", "--json", env=env, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = json.loads(proc.stdout)
     page["_env"], page["_stderr"], page["_seconds"] = env, proc.stderr, time.monotonic() - t0
@@ -127,8 +127,8 @@ def _chromium() -> str | None:
 
 def test_the_html_page_renders_its_matrix_and_every_plot_in_a_real_browser(four_engines, tmp_path):
     html = tmp_path / "bakeoff.html"
-    proc = run_cli("report", "--bakeoff", str(four_engines["bakeoff"]), "--html", str(html), "--json",
-                   env=four_engines["_env"])
+    proc = cli("report", "--bakeoff", str(four_engines["bakeoff"]), "--html", str(html), "--json",
+               env=four_engines["_env"])
     assert proc.returncode == 0, proc.stderr
     text = html.read_text()
     assert not re.search(r"""(src|href)=["']https?:""", text)                   # nothing fetched at view time
@@ -137,7 +137,7 @@ def test_the_html_page_renders_its_matrix_and_every_plot_in_a_real_browser(four_
     # the same page of stored runs given by id: one cell per engine and model, the figures of the same runs
     llama = next(c for c in four_engines["cells"] if c["engine"] == "llama.cpp")
     ids = ",".join(str(i) for i in llama["runs"].values())
-    by_ids = run_cli("report", "--runs", ids, "--json", env=four_engines["_env"])
+    by_ids = cli("report", "--runs", ids, "--json", env=four_engines["_env"])
     assert by_ids.returncode == 0, by_ids.stderr
     cells = json.loads(by_ids.stdout)["cells"]
     assert [(c["engine"], c["priority"]) for c in cells] == [("llama.cpp", "smollm2-135m")], cells
@@ -273,8 +273,8 @@ def test_the_fork_and_mainline_in_one_bakeoff(llama_server_binary, ik_binary, sm
     from engineroom.engines import ikllamacpp as ik
 
     env = {**_env(tmp_path), ik.ENV_BINARY: str(ik_binary.path)}
-    proc = run_cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,ik_llama.cpp", "--suites",
-                   "verify-smoke,bench-quick", "--short", "--ctx", "2048", "--busy-ok", "--json", env=env, timeout=900)
+    proc = cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,ik_llama.cpp", "--suites",
+               "verify-smoke,bench-quick", "--short", "--ctx", "2048", "--busy-ok", "--json", env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = json.loads(proc.stdout)
     cells = {c["engine"]: c for c in page["cells"]}
@@ -291,9 +291,9 @@ def test_a_random_weight_bakeoff_serves_one_file_and_says_what_random_weights_ma
     by every engine that loads GGUF; vLLM's pick (safetensors) says why it does not run on it; the page marks the
     answer-quality cells n/a and keeps memory and speed."""
     files = tmp_path / "files"
-    proc = run_cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,vllm", "--random", "--folder", str(files),
-                   "--suites", "verify-smoke,bench-quick", "--short", "--ctx", "1024", "--busy-ok", "--json",
-                   env=_env(tmp_path), timeout=600)
+    proc = cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,vllm", "--random", "--folder", str(files),
+               "--suites", "verify-smoke,bench-quick", "--short", "--ctx", "1024", "--busy-ok", "--json",
+               env=_env(tmp_path), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = json.loads(proc.stdout)
     llama, vllm = page["cells"]

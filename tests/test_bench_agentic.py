@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from engineroom.bench.agentic import (
+from engineroom.bench.agentic.session import (
     CONTEXT_FILL,
     MIN_OUTPUT_TOKENS,
     SCRIPT,
@@ -25,10 +25,10 @@ from engineroom.bench.agentic import (
     ttft_verdict,
 )
 from engineroom.bench.clientside import encode_kinds
-from engineroom.bench.suiteplan import SuiteContext
-from engineroom.bench.suiterun import run_suite
-from engineroom.bench.suites import SUITE_SPECS
-from engineroom.bench.suitesummary import summarize_suite
+from engineroom.bench.suites.context import SuiteContext
+from engineroom.bench.suites.run import run_suite
+from engineroom.bench.suites.specs import SUITE_SPECS
+from engineroom.bench.suites.summary import summarize_suite
 from engineroom.client import StreamResult
 from engineroom.engines.base import DecodeWindow, EngineTimings
 from engineroom.errors import BadInput

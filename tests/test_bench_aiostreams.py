@@ -1,4 +1,4 @@
-"""The one-event-loop multi-stream driver (bench.aiostreams) against a stand-in SSE server.
+"""The one-event-loop multi-stream driver (bench.suites.streams) against a stand-in SSE server.
 
 The stand-in is ``benchmarks/standin_sse.py`` (not an engine: it paces ``chat.completion.chunk``
 events and logs the ``CLOCK_MONOTONIC`` time right after each ``send``), so every token's client
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from fixtures.standin_server import MODEL, StandInServer
 
-from engineroom.bench.aiostreams import StreamDriver
 from engineroom.bench.clientside import ClientMonitor, KindClient
+from engineroom.bench.suites.streams import StreamDriver
 from engineroom.client import SSEFeed, _sse_events
 
 STANDIN = Path(__file__).resolve().parents[1] / "benchmarks" / "standin_sse.py"
@@ -90,7 +90,7 @@ def test_a_late_event_loop_marks_the_client_as_the_bottleneck():
     """The loop that reads every stream ran its 5-ms probe 30 ms late at p99: every read waited as
     long, so the result is marked, though the CPU share and the probe thread look fine."""
     from engineroom.bench.integrity import checklist
-    from engineroom.bench.suitestats import client_load
+    from engineroom.bench.stats import client_load
 
     calm = {"cpu_s": 3.0, "wall_s": 10.0, "interval_us": 5000, "lags_us": [200] * 2000,
             "runq_wait_s": 0.5, "runq_slices": 20_000, "threads_seen": 4,

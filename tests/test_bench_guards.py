@@ -194,7 +194,7 @@ def test_a_dead_engine_stops_bench_and_the_card_shows_why(tmp_path):
     (("--quiet-wait", "-1"), "--quiet-wait must be a number of seconds, 0 or more, not -1.0."),
 ])
 def test_bench_host_options_are_checked_before_any_request(argv, says):
-    from conftest import run_cli
+    from conftest import cli
 
-    proc = run_cli("bench", *argv, "--url", "http://127.0.0.1:9")
+    proc = cli("bench", *argv, "--url", "http://127.0.0.1:9")
     assert proc.returncode != 0 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

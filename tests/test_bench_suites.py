@@ -17,25 +17,21 @@ import pytest
 
 from engineroom.bench.clientside import ClientMonitor, KindClient, encode_kinds
 from engineroom.bench.compare import compare_runs, t_975
+from engineroom.bench.depth.sizes import plan_depths
 from engineroom.bench.roofline import roofline
-from engineroom.bench.speculative import acceptance
-from engineroom.bench.suiteplan import SuiteContext
-from engineroom.bench.suiterun import run_suite
-from engineroom.bench.suites import (
-    SUITE_SPECS,
-    haystack,
-    load_prompt_file,
-    plan_depths,
-    suite_spec,
-)
-from engineroom.bench.suitestats import cache_reuse, client_load, kept, reasoning
-from engineroom.bench.suitesummary import summarize_suite
+from engineroom.bench.speculative.acceptance import acceptance
+from engineroom.bench.stats import cache_reuse, client_load, kept, reasoning
+from engineroom.bench.suites.context import SuiteContext
+from engineroom.bench.suites.haystack import haystack
+from engineroom.bench.suites.run import run_suite
+from engineroom.bench.suites.specs import SUITE_SPECS, load_prompt_file, suite_spec
+from engineroom.bench.suites.summary import summarize_suite
 from engineroom.engines.base import DecodeWindow, EngineTimings
 from engineroom.errors import BadInput, NotFound
 from engineroom.records.encoding import encode_arrivals
 from engineroom.store import Store
 
-from conftest import real_llama_server, run_cli
+from conftest import cli, real_llama_server
 
 
 def rec(group, *, tokens=40, max_tokens=40, ttft=0.1, tps=100.0, prompt=300, cached=0, kinds=None,
@@ -336,12 +332,12 @@ def test_summary_recomputes_identically_from_the_store(tmp_path):
 
 
 def test_cli_refuses_bad_suite_arguments_in_one_sentence():
-    proc = run_cli("bench", "depth", "--depths", "1k,2k")
+    proc = cli("bench", "depth", "--depths", "1k,2k")
     assert proc.returncode != 0 and "--depths takes whole numbers" in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
-    proc = run_cli("compare", "99998", "99999")
+    proc = cli("compare", "99998", "99999")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    proc = run_cli("compare", "12,x", "13")
+    proc = cli("compare", "12,x", "13")
     assert proc.returncode == 2 and "RUNS_A takes run ids separated by commas" in proc.stderr
 
 
@@ -460,8 +456,8 @@ def test_reasoning_split_on_the_real_engine(llama_server_binary, smollm2, tmp_pa
 
 
 def test_cli_depth_suite_card(spec_server):
-    proc = run_cli("bench", "depth", "--url", spec_server, "--depths", "256", "--runs", "3",
-                   "--warmup", "0", "--max-tokens", "12", timeout=300)
+    proc = cli("bench", "depth", "--url", spec_server, "--depths", "256", "--runs", "3",
+               "--warmup", "0", "--max-tokens", "12", timeout=300)
     out = proc.stdout
     assert "## Bench suite: depth" in out and "Integrity checklist:" in out, proc.stderr
     assert "| depth 256 |" in out and "roofline" in out.lower()
@@ -470,7 +466,7 @@ def test_cli_depth_suite_card(spec_server):
 
 
 def test_depths_option_is_only_for_suites():
-    proc = run_cli("bench", "--depths", "256")
+    proc = cli("bench", "--depths", "256")
     assert proc.returncode == 2 and "No such option: --depths" in proc.stderr      # the quick suite takes none
 
 

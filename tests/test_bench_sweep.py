@@ -12,20 +12,20 @@ import statistics
 
 import pytest
 
-from engineroom.bench.arrivals import goodput, poisson_schedule, request_latency
 from engineroom.bench.clientside import KindClient, encode_kinds
-from engineroom.bench.suiteplan import SuiteContext
-from engineroom.bench.suiterun import run_suite
-from engineroom.bench.suites import SUITE_SPECS
-from engineroom.bench.suitesummary import summarize_suite
-from engineroom.bench.sweep import estimate_cell_s, knee, recommend, stream_counts
+from engineroom.bench.rate.arrivals import goodput, poisson_schedule, request_latency
+from engineroom.bench.suites.context import SuiteContext
+from engineroom.bench.suites.run import run_suite
+from engineroom.bench.suites.specs import SUITE_SPECS
+from engineroom.bench.suites.summary import summarize_suite
+from engineroom.bench.sweep.knee import estimate_cell_s, knee, recommend, stream_counts
 from engineroom.engines.base import DecodeWindow, EngineTimings
 from engineroom.errors import BadInput
 from engineroom.records.encoding import encode_arrivals
 from engineroom.report.suites import suite_section
 from engineroom.store import Store
 
-from conftest import run_cli
+from conftest import cli
 
 
 def req(*, tokens=20, ttft=0.1, tps=50.0, lag_us=0, group=None, status=200, error=None, warmup=False, **extra):
@@ -215,17 +215,17 @@ def test_rate_mode_on_the_real_engine(plain_server, tmp_path):
 
 def test_cli_sweep_and_rate_json(plain_server, tmp_path):
     env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
-    proc = run_cli("bench", "sweep", "--url", plain_server, "--streams", "2", "--depths", "64", "--runs", "1",
-                   "--warmup", "0", "--max-tokens", "8", "--budget-s", "120", "--slo-ttft-ms", "600000",
-                   "--slo-itl-ms", "60000", "--json", env=env, timeout=300)       # SLOs this loaded CPU meets
+    proc = cli("bench", "sweep", "--url", plain_server, "--streams", "2", "--depths", "64", "--runs", "1",
+               "--warmup", "0", "--max-tokens", "8", "--budget-s", "120", "--slo-ttft-ms", "600000",
+               "--slo-itl-ms", "60000", "--json", env=env, timeout=300)       # SLOs this loaded CPU meets
     assert proc.returncode in (0, 1), proc.stderr                  # 1 only when an integrity check failed
     out = json.loads(proc.stdout)
     sweep = out["summary"]["sweep"]
     assert [(c["ctx"], c["streams"]) for c in sweep["cells"]] == [(64, 1), (64, 2)]
     assert sweep["recommended"]["slots"] in (1, 2) and sweep["recommended"]["reason"], sweep
     assert out["summary"]["integrity"] and sweep["slo_ttft_ms"] == 600000
-    proc = run_cli("bench", "rate", "--url", plain_server, "--rate", "5", "--requests", "3", "--prompt-tokens", "64",
-                   "--max-tokens", "8", "--warmup", "0", env=env, timeout=300)
+    proc = cli("bench", "rate", "--url", plain_server, "--rate", "5", "--requests", "3", "--prompt-tokens", "64",
+               "--max-tokens", "8", "--warmup", "0", env=env, timeout=300)
     assert proc.returncode in (0, 1), proc.stderr
     assert "## Bench suite: rate" in proc.stdout and "goodput req/s" in proc.stdout
 
@@ -237,7 +237,7 @@ def test_cli_refuses_bad_mode_arguments_in_one_sentence():
                        (("depth", "--turns", "3"), "No such option: --turns"),
                        (("--budget-s", "10"), "No such option: --budget-s"),
                        (("--runs", "3", "depth"), "--runs goes after the suite's name: `engineroom bench depth")):
-        proc = run_cli("bench", *args)
+        proc = cli("bench", *args)
         assert proc.returncode != 0 and says in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
         assert "Traceback" not in proc.stderr
 

@@ -15,7 +15,7 @@ from engineroom.plan.calibration import NO_POINT_HERE
 from engineroom.speedpoints import POINT_KEY, calibration_here, device_of, point_from
 from engineroom.store import Store
 
-from conftest import run_cli
+from conftest import cli
 
 
 def _point(run_id: int, engine: str, shape: str, measured: float, planned: float = 100.0) -> SpeedPoint:
@@ -137,16 +137,16 @@ def test_a_bench_of_the_plans_pick_calibrates_the_next_plan(llama_server_binary,
     env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state"), "ENGINEROOM_DATA_DIR": str(tmp_path / "data")}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    up = run_cli("up", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--port", "0", "--json",
-                 env=env, timeout=300)
+    up = cli("up", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--port", "0", "--json",
+             env=env, timeout=300)
     assert up.returncode == 0, up.stderr[-2000:]
     try:
-        bench = run_cli("bench", "--warmup", "1", "--runs", "3", "--max-tokens", "32", "--json", env=env, timeout=300)
+        bench = cli("bench", "--warmup", "1", "--runs", "3", "--max-tokens", "32", "--json", env=env, timeout=300)
         out = json.loads(bench.stdout)
     finally:
-        run_cli("down", env=env)
-    plan = json.loads(run_cli("plan", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--json",
-                              env=env).stdout)["plans"][0]
+        cli("down", env=env)
+    plan = json.loads(cli("plan", "smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--json",
+                          env=env).stdout)["plans"][0]
     point = out["summary"].get(POINT_KEY)
     if out["summary"]["status"] != "OK":               # the machine's noise: no point, and said so
         assert point is None and plan["speed_basis"].startswith("uncalibrated"), plan["speed_basis"]

@@ -19,6 +19,7 @@ from conftest import (
     MACHINE_CHECKS,
     as_in_a_terminal,
     assert_ok_or_invalid_on_the_machine_alone,
+    cli,
     console_command,
     run_cli,
 )
@@ -30,7 +31,7 @@ def _checks(out: dict) -> dict[str, dict]:
 
 def test_verify_managed_server_with_its_own_template(managed_server):
     """SmolLM2's own template declares no tool support: tool checks SKIP with that reason."""
-    proc = run_cli("verify", "--json", timeout=600)
+    proc = cli("verify", "--json", timeout=600)
     out = json.loads(proc.stdout)
     checks = _checks(out)
     assert checks["reachable"]["status"] == "PASS"
@@ -44,13 +45,13 @@ def test_verify_managed_server_with_its_own_template(managed_server):
 
 
 def test_verify_tools_template_passes_tool_call(tools_server):
-    proc = run_cli("verify", "--url", tools_server, "--json", timeout=600)
+    proc = cli("verify", "--url", tools_server, "--json", timeout=600)
     checks = _checks(json.loads(proc.stdout))
     assert checks["tool_call"]["status"] == "PASS", checks["tool_call"]
 
 
 def test_bench_stores_records_and_report_recomputes(managed_server):
-    proc = run_cli("bench", "--warmup", "1", "--runs", "2", "--max-tokens", "24", "--json", timeout=600)
+    proc = cli("bench", "--warmup", "1", "--runs", "2", "--max-tokens", "24", "--json", timeout=600)
     out = json.loads(proc.stdout)
     # what this test is about is storage and the recomputed card (2 requests of 24 tokens)
     assert_ok_or_invalid_on_the_machine_alone(proc, out)
@@ -70,7 +71,7 @@ def test_bench_stores_records_and_report_recomputes(managed_server):
     uss = res["summary"]["engine_uss_bytes"]
     assert len(res["samples"]) >= 2 and 0 < uss["idle"] <= uss["peak"]     # the real llama-server's unique pages
     assert res["summary"]["engine_rss_bytes"]["peak"] >= uss["peak"]
-    card = run_cli("report", str(run_id), check=True).stdout
+    card = cli("report", str(run_id), check=True).stdout
     assert "## Resources during the run" in card and "engine memory, unique (USS)" in card
     assert "GPU: not measured (no NVML here)" in card or "GPU 0 memory used (NVML)" in card
     from engineroom.engines import llamacpp
@@ -79,7 +80,7 @@ def test_bench_stores_records_and_report_recomputes(managed_server):
     assert "smollm2-135m" in card
     assert "ignore_eos: on" in card      # full-length runs say so
     assert "<model-dir>/" in card        # the model's folder never appears in a shared card
-    listed = json.loads(run_cli("runs", "--json", check=True).stdout)
+    listed = json.loads(cli("runs", "--json", check=True).stdout)
     assert any(r["id"] == run_id and r["kind"] == "bench" for r in listed)
 
 
@@ -119,7 +120,7 @@ def test_ctrl_c_during_bench_keeps_measured_records(managed_server):
 
 
 def test_verify_unreachable_url():
-    proc = run_cli("verify", "--url", "http://127.0.0.1:9")
+    proc = cli("verify", "--url", "http://127.0.0.1:9")
     assert proc.returncode != 0 and "no server answers at http://127.0.0.1:9" in proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -129,14 +130,14 @@ def test_verify_non_openai_url(tmp_path):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        proc = run_cli("verify", "--url", f"http://127.0.0.1:{server.server_port}")
+        proc = cli("verify", "--url", f"http://127.0.0.1:{server.server_port}")
     finally:
         server.shutdown()
     assert proc.returncode != 0 and "not an OpenAI model list" in proc.stderr
 
 
 def test_verify_without_server_or_url():
-    proc = run_cli("verify", env={"ENGINEROOM_STATE_DIR": str(paths.state_dir() / "empty")})
+    proc = cli("verify", env={"ENGINEROOM_STATE_DIR": str(paths.state_dir() / "empty")})
     assert proc.returncode != 0 and "no managed server is running" in proc.stderr
 
 
@@ -148,13 +149,13 @@ def test_verify_without_server_or_url():
 def test_usage_errors_are_one_clear_line_not_a_traceback(argv, says):
     """typer vendors click: its usage errors are not the click package's classes, and once
     escaped main()'s handler as a traceback."""
-    proc = run_cli(*argv)
+    proc = cli(*argv)
     assert proc.returncode == 2
     assert says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_bad_url_scheme():
-    proc = run_cli("bench", "--url", "localhost:8080")
+    proc = cli("bench", "--url", "localhost:8080")
     assert proc.returncode != 0 and "must start with http://" in proc.stderr
 
 
@@ -164,9 +165,9 @@ def test_demo_end_to_end(llama_server_binary, smollm2, er_home):
     Run as on a machine whose CPU traps AMX (the probe's answer forced), with an extra engine
     argument after `--`: the card must show both the user's argument and engineroom's change.
     """
-    proc = run_cli("demo", "--warmup", "1", "--runs", "2", "--max-tokens", "192", "--json", "--", "-b", "1024",
-                   env={"ENGINEROOM_STATE_DIR": str(er_home / "demo-state"), "ENGINEROOM_CPU_PROBE_FORCE": "amx=trap"},
-                   timeout=900)
+    proc = cli("demo", "--warmup", "1", "--runs", "2", "--max-tokens", "192", "--json", "--", "-b", "1024",
+               env={"ENGINEROOM_STATE_DIR": str(er_home / "demo-state"), "ENGINEROOM_CPU_PROBE_FORCE": "amx=trap"},
+               timeout=900)
     out = json.loads(proc.stdout)
     card = out["card"]
     assert " -b 1024" in card and " -nr" in card                   # the extra argument and the probe's change
@@ -197,7 +198,7 @@ def test_demo_end_to_end(llama_server_binary, smollm2, er_home):
     with Store() as store:
         summary = store.get_run(out["run_id"])["summary"]
     assert [s["stage"] for s in summary["stages"]] == ["pull", "launch", "verify", "bench"]
-    status = run_cli("status", env={"ENGINEROOM_STATE_DIR": str(er_home / "demo-state")})
+    status = cli("status", env={"ENGINEROOM_STATE_DIR": str(er_home / "demo-state")})
     assert status.returncode == 1      # demo leaves nothing running
 
 
@@ -250,20 +251,20 @@ def test_up_verify_and_down_with_a_dead_proxy_in_the_environment(llama_server_bi
     env = dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"), proxy)
     env.update(NO_PROXY="", no_proxy="", ENGINEROOM_STATE_DIR=str(er_home / "proxy-state"))
     started = time.time()
-    up = run_cli("up", "smollm2-135m", "--ctx", "2048", "--port", str(free_port()), "--threads", "2",
-                 "--timeout", "120", "--json", env=env, timeout=300)
+    up = cli("up", "smollm2-135m", "--ctx", "2048", "--port", str(free_port()), "--threads", "2",
+             "--timeout", "120", "--json", env=env, timeout=300)
     try:
         assert up.returncode == 0, up.stderr
         assert time.time() - started < 120                  # healthy when healthy, not at the timeout
-        verify = run_cli("verify", "--json", env=env, timeout=600)
+        verify = cli("verify", "--json", env=env, timeout=600)
         checks = _checks(json.loads(verify.stdout))
         assert checks["reachable"]["status"] == "PASS", checks["reachable"]
         assert checks["basic_answer"]["status"] == "PASS", checks["basic_answer"]
-        status = run_cli("status", "--json", env=env)
+        status = cli("status", "--json", env=env)
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["health"] == "ready"     # the health probe bypasses the proxy too
     finally:
-        down = run_cli("down", env=env)
+        down = cli("down", env=env)
     assert down.returncode == 0, down.stderr
 
 
@@ -277,7 +278,7 @@ def test_up_verify_and_down_with_a_dead_proxy_in_the_environment(llama_server_bi
 ])
 def test_bench_bad_options_are_one_sentence_before_any_request(argv, says):
     """Checked before the server is looked up: no server is needed to be told."""
-    proc = run_cli(*argv, "--url", "http://127.0.0.1:9")
+    proc = cli(*argv, "--url", "http://127.0.0.1:9")
     assert proc.returncode != 0 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert "no server answers" not in proc.stderr
 
@@ -287,10 +288,10 @@ def test_bench_takes_the_suites_shape_unless_told(managed_server):
     override one value each; `bench long` is the 1000 / 800-token suite with 3 warm-ups. Tiny budgets
     here keep the real requests short; the stored conditions show what each command planned."""
     def planned(*argv):
-        proc = run_cli("bench", *argv, "--json", timeout=600)
+        proc = cli("bench", *argv, "--json", timeout=600)
         out = json.loads(proc.stdout)
         assert_ok_or_invalid_on_the_machine_alone(proc, out)    # the shape is the subject (8-token runs: CI saw it)
-        run = next(r for r in json.loads(run_cli("runs", "--json", check=True).stdout) if r["id"] == out["run_id"])
+        run = next(r for r in json.loads(cli("runs", "--json", check=True).stdout) if r["id"] == out["run_id"])
         bench = run["conditions"]["bench"]
         return bench["warmup"], bench["measured"], [w["max_tokens"] for w in bench["workloads"]], out
 

@@ -88,10 +88,10 @@ def test_plan_on_a_cluster_offers_tp_by_node_x_pp_by_nodes():
 def _cluster_recipe(engine: str, *extra: str) -> dict:
     import json
 
-    from conftest import run_cli
+    from conftest import cli
 
-    proc = run_cli("recipe", "qwen3.6-27b", "--priority", "max-context", "--rig", "2x(1xa6000)", "--engine", engine,
-                   *extra, "--json", check=True)
+    proc = cli("recipe", "qwen3.6-27b", "--priority", "max-context", "--rig", "2x(1xa6000)", "--engine", engine,
+               *extra, "--json", check=True)
     return json.loads(proc.stdout)
 
 
@@ -124,14 +124,14 @@ def test_sglang_cluster_recipe_is_one_rank_per_node():
 
 
 def test_cluster_picks_are_recipes_not_launches_and_need_a_reachable_head():
-    from conftest import run_cli
+    from conftest import cli
 
-    up = run_cli("up", "qwen3.6-27b", "--priority", "max-context", "--rig", "2x(1xa6000)", "--engine", "vllm")
+    up = cli("up", "qwen3.6-27b", "--priority", "max-context", "--rig", "2x(1xa6000)", "--engine", "vllm")
     assert up.returncode != 0 and "spans 2 machines" in up.stderr and "Traceback" not in up.stderr
-    bad = run_cli("recipe", "qwen3.6-27b", "--priority", "max-context", "--rig", "2x(1xa6000)", "--engine", "vllm",
-                  "--head-addr", "127.0.0.1")
+    bad = cli("recipe", "qwen3.6-27b", "--priority", "max-context", "--rig", "2x(1xa6000)", "--engine", "vllm",
+              "--head-addr", "127.0.0.1")
     assert bad.returncode != 0 and "loopback" in bad.stderr and "Traceback" not in bad.stderr
     # without --head-addr the printed recipe names the placeholder and says so
-    text = run_cli("recipe", "qwen3.6-27b", "--priority", "max-context", "--rig", "2x(1xa6000)", "--engine", "sglang",
-                   check=True).stdout
+    text = cli("recipe", "qwen3.6-27b", "--priority", "max-context", "--rig", "2x(1xa6000)", "--engine", "sglang",
+               check=True).stdout
     assert "head-node:20000" in text and "replace head-node" in text

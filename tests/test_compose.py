@@ -19,7 +19,7 @@ from engineroom.engines.base import LaunchSpec
 from engineroom.errors import BadInput, NotFound
 from engineroom.launchargs import LaunchArgs
 
-from conftest import run_cli
+from conftest import cli
 
 REPO_MODEL = "Qwen/Qwen3-0.6B"      # a safetensors repo: what vLLM and SGLang serve (not downloaded here)
 
@@ -313,7 +313,7 @@ def test_up_docker_runs_compose_up_then_waits_for_health(monkeypatch, tmp_path):
 
 # --------------------------------------------------------------------------- the command line
 def test_cli_recipe_compose_json_and_out(tmp_path):
-    proc = run_cli("recipe", "smollm2-135m", "--compose", "--json", "--ctx", "1024", timeout=180)
+    proc = cli("recipe", "smollm2-135m", "--compose", "--json", "--ctx", "1024", timeout=180)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["image"] == "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434"
@@ -321,26 +321,26 @@ def test_cli_recipe_compose_json_and_out(tmp_path):
     assert yaml.safe_load(out["yaml"]) == out["compose"] and out["path"] is None
     compose.validate(out["compose"])
 
-    proc = run_cli("recipe", "smollm2-135m", "--compose", "--out", str(tmp_path), timeout=180)
+    proc = cli("recipe", "smollm2-135m", "--compose", "--out", str(tmp_path), timeout=180)
     assert proc.returncode == 0, proc.stderr
     written = tmp_path / "docker-compose.yml"
     compose.validate(yaml.safe_load(written.read_text()))
     assert f"wrote {written}" in proc.stdout
 
-    proc = run_cli("recipe", "smollm2-135m", "--compose", timeout=180)      # plain: the YAML itself
+    proc = cli("recipe", "smollm2-135m", "--compose", timeout=180)      # plain: the YAML itself
     assert proc.returncode == 0 and yaml.safe_load(proc.stdout)["services"]
 
 
 def test_cli_out_and_host_without_compose_or_docker_are_refused_in_one_sentence(tmp_path):
     for args in (["recipe", "smollm2-135m", "--out", str(tmp_path / "x.yml")], ["up", "smollm2-135m", "--host",
                                                                                    "0.0.0.0"]):
-        proc = run_cli(*args, timeout=180)
+        proc = cli(*args, timeout=180)
         assert proc.returncode != 0 and "Traceback" not in proc.stderr
         assert "go" in proc.stderr and proc.stderr.strip().count("\n") == 0, proc.stderr
 
 
 def test_cli_recipe_compose_refuses_ik_llamacpp_in_one_sentence():
-    proc = run_cli("recipe", "smollm2-135m", "--engine", "ik_llama.cpp", "--compose", timeout=180)
+    proc = cli("recipe", "smollm2-135m", "--engine", "ik_llama.cpp", "--compose", timeout=180)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "no official container image" in proc.stderr
 
@@ -349,7 +349,7 @@ def test_cli_up_docker_without_docker_says_so_with_the_install_command(tmp_path)
     """The real path: no docker or docker-compose on PATH (an empty PATH), nothing downloaded."""
     empty = tmp_path / "bin"
     empty.mkdir()
-    proc = run_cli("up", "smollm2-135m", "--docker", env={"PATH": str(empty)}, timeout=180)
+    proc = cli("up", "smollm2-135m", "--docker", env={"PATH": str(empty)}, timeout=180)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "Docker is not installed here" in proc.stderr and "get.docker.com" in proc.stderr
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
@@ -361,7 +361,7 @@ def test_cli_up_docker_with_a_client_but_no_daemon_says_so():
         pytest.skip("no docker client with compose here: the no-daemon path needs one")
     if compose.daemon_problem() is None:
         pytest.skip("a Docker daemon answers here: the no-daemon path cannot be reached")
-    proc = run_cli("up", "smollm2-135m", "--docker", timeout=180, env={"PATH": os.environ.get("PATH", "")})
+    proc = cli("up", "smollm2-135m", "--docker", timeout=180, env={"PATH": os.environ.get("PATH", "")})
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "daemon does not answer" in proc.stderr
 

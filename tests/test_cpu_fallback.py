@@ -23,7 +23,7 @@ from engineroom.engines import llamacpp
 from engineroom.errors import EngineFailed, NotFound
 from engineroom.launchargs import LaunchArgs
 
-from conftest import run_cli
+from conftest import cli
 
 SIGILL_SENTENCE = "crashed: SIGILL, illegal instruction — usually a CPU feature the binary uses but this machine lacks"
 
@@ -141,13 +141,13 @@ def test_failed_start_prints_log_lines_first_and_logs_still_shows_them(llama_ser
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    proc = run_cli("up", str(broken), "--port", "0", timeout=120)
+    proc = cli("up", str(broken), "--port", "0", timeout=120)
     assert proc.returncode != 0
     err = proc.stderr.strip().splitlines()
     assert err[-1].startswith("error: llama.cpp exited with code 1 while loading (unsupported model)"), proc.stderr
     assert "the last log lines are above" in err[-1]
     assert len(err) > 1 and "Traceback" not in proc.stderr
-    logs = run_cli("logs", "--json")
+    logs = cli("logs", "--json")
     assert logs.returncode == 0, logs.stderr
     body = json.loads(logs.stdout)
     assert body["running"] is False and body["lines"]
@@ -176,7 +176,7 @@ def test_a_binary_built_for_another_cpu_is_refused_before_launch(llama_server_bi
     (["--ctx", "100000"], "maximum of 8,192 positions"),
 ])
 def test_bad_launch_values_get_one_sentence(llama_server_binary, smollm2, args, says):
-    proc = run_cli("up", "smollm2-135m", *args, timeout=120)
+    proc = cli("up", "smollm2-135m", *args, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert says in proc.stderr and "Traceback" not in proc.stderr
     assert launch.read_state() is None
@@ -193,7 +193,7 @@ def test_ctx_above_the_maximum_is_allowed_with_rope_scaling(llama_server_binary,
 
 
 def test_port_zero_picks_a_free_port_and_says_which(llama_server_binary, smollm2):
-    proc = run_cli("up", "smollm2-135m", "--port", "0", "--ctx", "1024", "-t", "2", timeout=300)
+    proc = cli("up", "smollm2-135m", "--port", "0", "--ctx", "1024", "-t", "2", timeout=300)
     assert proc.returncode == 0, proc.stderr
     state = launch.read_state()
     assert state is not None and state.port not in (0, 8080)
@@ -201,14 +201,14 @@ def test_port_zero_picks_a_free_port_and_says_which(llama_server_binary, smollm2
 
 
 def test_switch_checks_first_and_keeps_what_was_given(llama_server_binary, smollm2):
-    up = run_cli("up", "smollm2-135m", "--port", "0", "--ctx", "1024", "-t", "2", "--", "-b", "1024", timeout=300)
+    up = cli("up", "smollm2-135m", "--port", "0", "--ctx", "1024", "-t", "2", "--", "-b", "1024", timeout=300)
     assert up.returncode == 0, up.stderr
     before = launch.read_state()
-    bad = run_cli("switch", "no-such-model.gguf", timeout=120)
+    bad = cli("switch", "no-such-model.gguf", timeout=120)
     assert bad.returncode != 0 and "does not exist" in bad.stderr
     after = launch.read_state()
     assert after is not None and after.pid == before.pid and launch.is_alive(after.pid)   # still serving
-    ok = run_cli("switch", "smollm2-135m", "--ctx", "2048", "--json", timeout=300)
+    ok = cli("switch", "smollm2-135m", "--ctx", "2048", "--json", timeout=300)
     assert ok.returncode == 0, ok.stderr
     state = json.loads(ok.stdout)
     argv = state["argv"]

@@ -68,12 +68,12 @@ def test_force_values_that_are_not_understood_are_ignored(monkeypatch):
 def test_hardware_shows_what_the_probe_found(monkeypatch):
     import json
 
-    from conftest import run_cli
+    from conftest import cli
 
-    proc = run_cli("hardware", "--json", env={cpuprobe.FORCE_ENV: "amx=trap", "ENGINEROOM_NO_BW_PROBE": "1"})
+    proc = cli("hardware", "--json", env={cpuprobe.FORCE_ENV: "amx=trap", "ENGINEROOM_NO_BW_PROBE": "1"})
     assert proc.returncode == 0, proc.stderr
     found = json.loads(proc.stdout)["cpu_instructions"]
     assert found["results"]["amx"] == "trap: forced" and found["forced"] == ["amx"]
     assert "amx_tile" not in found["usable_flags"]
-    text = run_cli("hardware", env={cpuprobe.FORCE_ENV: "amx=trap", "ENGINEROOM_NO_BW_PROBE": "1"})
+    text = cli("hardware", env={cpuprobe.FORCE_ENV: "amx=trap", "ENGINEROOM_NO_BW_PROBE": "1"})
     assert "amx trap: forced (forced)" in text.stdout

@@ -22,7 +22,7 @@ from engineroom import cpuprobe
 from engineroom.engines import build, llamacpp
 from engineroom.errors import BadInput, EngineFailed, NotFound
 
-from conftest import run_cli
+from conftest import cli
 
 
 def test_progress_lines_of_ninja_and_make():
@@ -55,7 +55,7 @@ def test_the_real_build_records_what_it_built(installed_build):
 
 def test_engines_lists_the_build_with_how_it_was_made(installed_build, tmp_path):
     data_dir = Path(installed_build["bin_dir"]).parents[4]      # <data>/engines/llama.cpp/<tag>/build/bin
-    proc = run_cli("engines", "--json", env={"ENGINEROOM_DATA_DIR": str(data_dir), llamacpp.ENV_BINARY: ""})
+    proc = cli("engines", "--json", env={"ENGINEROOM_DATA_DIR": str(data_dir), llamacpp.ENV_BINARY: ""})
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert {"llama.cpp", "ik_llama.cpp", "vllm", "sglang"} <= {r["engine"] for r in rows}
@@ -81,9 +81,9 @@ def test_source_that_is_not_llama_cpp_is_refused(tmp_path):
     (tmp_path / "CMakeLists.txt").write_text("project(x)\n")
     with pytest.raises(BadInput, match="is not a llama.cpp source tree"):
         llamacpp.install(source=tmp_path)
-    proc = run_cli("engines", "install", "llama.cpp", "--source", str(tmp_path / "missing"))
+    proc = cli("engines", "install", "llama.cpp", "--source", str(tmp_path / "missing"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run_cli("engines", "install", "no-such-engine")
+    proc = cli("engines", "install", "no-such-engine")
     assert proc.returncode == 2 and "no adapter for engine" in proc.stderr
 
 

@@ -23,7 +23,7 @@ from engineroom.errors import BadInput
 from engineroom.flows import serving, switching
 from engineroom.launchargs import LaunchArgs
 
-from conftest import invoke_cli, run_cli
+from conftest import cli, invoke_cli
 
 
 @pytest.fixture()
@@ -76,7 +76,7 @@ def test_demo_refuses_bad_bench_settings_before_pulling_or_starting_anything(arg
 
 
 def test_every_bench_suite_is_a_command_and_an_unknown_one_is_refused():
-    from engineroom.bench.suites import SUITE_SPECS
+    from engineroom.bench.suites.specs import SUITE_SPECS
     from engineroom.bench.workloads import SUITES
 
     code, text = invoke_cli("bench", "nosuch")
@@ -123,7 +123,7 @@ def test_up_with_a_bind_flag_after_the_double_dash_starts_nothing(llama_server_b
     the server while `status` said 127.0.0.1) ends in one sentence, exit 2, and no engine process."""
     env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
     before = {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == llama_server_binary.path.name}
-    proc = run_cli("up", "smollm2-135m", "--port", "0", "--", "--host", "0.0.0.0", env=env, timeout=120)
+    proc = cli("up", "smollm2-135m", "--port", "0", "--", "--host", "0.0.0.0", env=env, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "would change where the managed server listens" in proc.stderr and "--docker --host" in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
@@ -236,8 +236,8 @@ def test_the_key_variable_is_hidden_from_the_engine():
 
 # --------------------------------------------------------------------------- the real llama-server
 def _up(*args: str, env: dict | None = None) -> dict:
-    proc = run_cli("up", "smollm2-135m", "--port", "0", "--ctx", "512", "-t", "2", "--parallel", "1", "--json",
-                   *args, timeout=300, env=env)
+    proc = cli("up", "smollm2-135m", "--port", "0", "--ctx", "512", "-t", "2", "--parallel", "1", "--json",
+               *args, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -253,9 +253,9 @@ def test_switch_to_a_damaged_gguf_keeps_the_old_server_and_a_failed_start_restor
     try:
         trunc = tmp_path / "trunc50.gguf"
         trunc.write_bytes(smollm2.read_bytes()[: smollm2.stat().st_size // 2])
-        refused = run_cli("switch", str(trunc), timeout=120, env=env)
+        refused = cli("switch", str(trunc), timeout=120, env=env)
         assert refused.returncode == 2 and "is a truncated GGUF file" in refused.stderr, refused.stderr
-        st = json.loads(run_cli("status", "--json", env=env).stdout)
+        st = json.loads(cli("status", "--json", env=env).stdout)
         assert st["running"] and st["state"]["pid"] == before["pid"]          # never stopped
 
         # a file whose header is whole but which the engine refuses: the old server comes back
@@ -266,16 +266,16 @@ def test_switch_to_a_damaged_gguf_keeps_the_old_server_and_a_failed_start_restor
         data[at:at + 5] = b"llamx"
         odd = tmp_path / "unknown-arch.gguf"
         odd.write_bytes(bytes(data))
-        failed = run_cli("switch", str(odd), timeout=300, env=env)
+        failed = cli("switch", str(odd), timeout=300, env=env)
         assert failed.returncode == 3, failed.stderr
         assert "the previous server (smollm2-135m) was restarted on port" in failed.stderr, failed.stderr
         assert switching.SWITCH_FAILED_LOG in failed.stderr                    # the failed start's log is kept
-        st = json.loads(run_cli("status", "--json", env=env).stdout)
+        st = json.loads(cli("status", "--json", env=env).stdout)
         assert st["running"] and st["health"] == "ready" and st["state"]["port"] == before["port"]
         assert st["state"]["model_path"] == before["model_path"] and st["state"]["pid"] != before["pid"]
         assert any("restored after a failed switch" in n for n in st["state"]["notes"])
     finally:
-        run_cli("down", env=env)
+        cli("down", env=env)
 
 
 def test_a_damaged_state_file_is_kept_aside_and_the_server_found_by_its_process(
@@ -285,7 +285,7 @@ def test_a_damaged_state_file_is_kept_aside_and_the_server_found_by_its_process(
     server = _up(env=env)
     try:
         (state_dir / launch.STATE_FILE).write_text('{"pid": 12, "port": ')      # cut off mid-write
-        st = run_cli("status", "--json", env=env)
+        st = cli("status", "--json", env=env)
         assert st.returncode == 0, st.stderr
         found = json.loads(st.stdout)
         assert found["running"] and found["state"]["pid"] == server["pid"] and found["state"]["port"] == server["port"]
@@ -293,11 +293,11 @@ def test_a_damaged_state_file_is_kept_aside_and_the_server_found_by_its_process(
         assert any("could not be read; it was kept as" in n for n in found["state"]["notes"])
         kept = list(state_dir.glob(f"{launch.STATE_FILE}{launch.DAMAGED_SUFFIX}*"))
         assert kept and kept[0].read_text() == '{"pid": 12, "port": '       # kept, not deleted
-        down = run_cli("down", "--json", env=env)
+        down = cli("down", "--json", env=env)
         assert down.returncode == 0 and json.loads(down.stdout)["stopped"] is True
         assert not psutil.pid_exists(server["pid"]) or psutil.Process(server["pid"]).status() == psutil.STATUS_ZOMBIE
     finally:
-        run_cli("down", env=env)
+        cli("down", env=env)
 
 
 def test_a_key_from_the_environment_never_reaches_the_engines_environment(llama_server_binary, smollm2, tmp_path):
@@ -316,7 +316,7 @@ def test_a_key_from_the_environment_never_reaches_the_engines_environment(llama_
         ok = httpx.get(url, timeout=10, trust_env=False, headers={"Authorization": "Bearer k3y-from-the-env-5ecret"})
         assert ok.status_code == 200
     finally:
-        run_cli("down", env=env)
+        cli("down", env=env)
 
 
 def test_no_traceback_for_bad_numbers_through_the_console_command(tmp_path):
@@ -394,16 +394,16 @@ def test_a_model_file_changed_in_place_is_carded_with_its_new_digest(llama_serve
     env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state"), "ENGINEROOM_DATA_DIR": str(tmp_path / "data")}
 
     def card_digest() -> str:
-        up = run_cli("up", str(served), "--ctx", "1024", "--parallel", "1", "-t", "2", "--port", "0", "--json",
-                     env=env, timeout=300)
+        up = cli("up", str(served), "--ctx", "1024", "--parallel", "1", "-t", "2", "--port", "0", "--json",
+                 env=env, timeout=300)
         assert up.returncode == 0, up.stderr[-2000:]
         try:
-            bench = run_cli("bench", "--busy-ok", "--warmup", "0", "--runs", "1", "--max-tokens", "8", "--json",
-                            env=env, timeout=300)
+            bench = cli("bench", "--busy-ok", "--warmup", "0", "--runs", "1", "--max-tokens", "8", "--json",
+                        env=env, timeout=300)
             assert bench.stdout.strip(), bench.stderr[-2000:]
-            card = run_cli("report", str(json.loads(bench.stdout)["run_id"]), env=env, check=True).stdout
+            card = cli("report", str(json.loads(bench.stdout)["run_id"]), env=env, check=True).stdout
         finally:
-            run_cli("down", env=env)
+            cli("down", env=env)
         line = next(ln for ln in card.splitlines() if ln.startswith("| Model |"))
         return line.split("sha256 ")[1][:12]
 

@@ -161,21 +161,21 @@ def test_cli_hardware_shows_cpu_model_and_assumed_bandwidth():
 
     from engineroom.hardware import cpu_model_name
 
-    from conftest import run_cli
+    from conftest import cli
 
-    j = run_cli("hardware", "--json")
+    j = cli("hardware", "--json")
     assert j.returncode == 0, j.stderr
     data = _json.loads(j.stdout)
     assert data["cpu_model"] == cpu_model_name() and data["cpu_threads"] >= 1
     assert data["cpu_bandwidth_gbs"] > 0 and data["cpu_bandwidth_source"]
     if not data["gpus"]:
         assert data["cpu_bandwidth_source"].startswith("measured on this machine")
-    t = run_cli("hardware")
+    t = cli("hardware")
     assert t.returncode == 0, t.stderr
     flat = " ".join(t.stdout.split())
     assert f"CPU: {cpu_model_name()}" in flat and "CPU memory bandwidth plan assumes:" in flat
     assert f"{data['cpu_bandwidth_gbs']:g} GB/s at {data['cpu_threads']} thread(s)" in flat
-    off = run_cli("hardware", env={"ENGINEROOM_NO_BW_PROBE": "1"})
+    off = cli("hardware", env={"ENGINEROOM_NO_BW_PROBE": "1"})
     assert off.returncode == 0, off.stderr
     if not data["gpus"]:
         assert "catalog default for 'cpu' (not measured)" in " ".join(off.stdout.split())

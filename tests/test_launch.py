@@ -22,7 +22,7 @@ import pytest
 from engineroom import launch
 from engineroom.engines import llamacpp
 
-from conftest import as_in_a_terminal, console_command, run_cli
+from conftest import as_in_a_terminal, cli, console_command, run_cli
 
 
 @pytest.fixture(autouse=True)
@@ -47,32 +47,32 @@ def _hanging_engine_stand_in(tmp_path: Path) -> Path:
 
 def test_up_status_logs_down_cycle(llama_server_binary, smollm2):
     port = launch.free_port()
-    up = run_cli("up", "smollm2-135m", "--port", str(port), "--ctx", "2048", "-t", "2", "--json", timeout=300)
+    up = cli("up", "smollm2-135m", "--port", str(port), "--ctx", "2048", "-t", "2", "--json", timeout=300)
     assert up.returncode == 0, up.stderr
     state = json.loads(up.stdout)
     try:
         assert state["host"] == "127.0.0.1" and state["port"] == port
         assert "--host" in state["argv"] and state["argv"][state["argv"].index("--host") + 1] == "127.0.0.1"
-        st = json.loads(run_cli("status", "--json", check=True).stdout)
+        st = json.loads(cli("status", "--json", check=True).stdout)
         assert st["running"] and st["health"] == "ready"
-        logs = json.loads(run_cli("logs", "--json", "-n", "200", check=True).stdout)
+        logs = json.loads(cli("logs", "--json", "-n", "200", check=True).stdout)
         assert any("listening" in line or "model loaded" in line for line in logs["lines"])
         # a second `up` refuses while one runs, and names what runs
-        second = run_cli("up", "smollm2-135m", "--port", str(launch.free_port()))
+        second = cli("up", "smollm2-135m", "--port", str(launch.free_port()))
         assert second.returncode != 0 and "already running" in second.stderr
         assert "Traceback" not in second.stderr
         # switch = down + up, same port
-        sw = run_cli("switch", "smollm2-135m", "--ctx", "1024", "--json", timeout=300)
+        sw = cli("switch", "smollm2-135m", "--ctx", "1024", "--json", timeout=300)
         assert sw.returncode == 0, sw.stderr
         new_state = json.loads(sw.stdout)
         assert new_state["port"] == port and new_state["pid"] != state["pid"]
         assert _no_server_left(state["pid"])
         state = new_state
     finally:
-        down = run_cli("down", "--json")
+        down = cli("down", "--json")
     assert json.loads(down.stdout)["stopped"] is True
     assert _no_server_left(state["pid"])
-    assert run_cli("status").returncode == 1
+    assert cli("status").returncode == 1
 
 
 def test_port_in_use_refused(llama_server_binary, smollm2):
@@ -80,14 +80,14 @@ def test_port_in_use_refused(llama_server_binary, smollm2):
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        proc = run_cli("up", "smollm2-135m", "--port", str(port))
+        proc = cli("up", "smollm2-135m", "--port", str(port))
     assert proc.returncode != 0
     assert f"port {port}" in proc.stderr and "already in use" in proc.stderr
     assert launch.read_state() is None
 
 
 def test_unknown_model_reference(llama_server_binary):
-    proc = run_cli("up", "no-such-model-anywhere")
+    proc = cli("up", "no-such-model-anywhere")
     assert proc.returncode != 0
     assert "unknown model reference" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -95,7 +95,7 @@ def test_unknown_model_reference(llama_server_binary):
 def test_not_a_gguf(llama_server_binary, tmp_path):
     bogus = tmp_path / "fake.gguf"
     bogus.write_text("hello")
-    proc = run_cli("up", str(bogus))
+    proc = cli("up", str(bogus))
     assert proc.returncode != 0 and "is not a GGUF file" in proc.stderr
 
 
@@ -118,7 +118,7 @@ def test_missing_binary(smollm2, tmp_path):
 
 def test_a_flag_the_engine_does_not_take_is_refused_before_launch(llama_server_binary, smollm2):
     # the installed llama-server's own --help is asked before anything starts (issue 15 item 4)
-    proc = run_cli("up", "smollm2-135m", "--port", str(launch.free_port()), "--", "--no-such-flag-xyz")
+    proc = cli("up", "smollm2-135m", "--port", str(launch.free_port()), "--", "--no-such-flag-xyz")
     assert proc.returncode == 2, proc.stderr
     assert "no-such-flag-xyz" in proc.stderr and "nothing was started" in proc.stderr
     assert launch.read_state() is None
@@ -127,7 +127,7 @@ def test_a_flag_the_engine_does_not_take_is_refused_before_launch(llama_server_b
 def test_a_model_cut_off_after_its_header_is_refused_before_launch(llama_server_binary, smollm2, tmp_path):
     broken = tmp_path / "truncated.gguf"
     broken.write_bytes(smollm2.read_bytes()[:3_000_000])   # real header, weights cut off
-    proc = run_cli("up", str(broken), "--port", str(launch.free_port()))
+    proc = cli("up", str(broken), "--port", str(launch.free_port()))
     assert proc.returncode == 2, proc.stderr               # engineroom's check: nothing was started
     assert "is a truncated GGUF file: its header lists 272 tensors" in proc.stderr
     assert launch.read_state() is None
@@ -135,8 +135,8 @@ def test_a_model_cut_off_after_its_header_is_refused_before_launch(llama_server_
 
 def test_health_timeout_stops_everything(smollm2, tmp_path):
     stand_in = _hanging_engine_stand_in(tmp_path)
-    proc = run_cli("up", "smollm2-135m", "--engine-bin", str(stand_in), "--port", str(launch.free_port()),
-                   "--timeout", "2")
+    proc = cli("up", "smollm2-135m", "--engine-bin", str(stand_in), "--port", str(launch.free_port()),
+               "--timeout", "2")
     assert proc.returncode == 3 and "not healthy after 2 s" in proc.stderr
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(stand_in) in " ".join(p.info["cmdline"] or [])]
     assert launch.read_state() is None

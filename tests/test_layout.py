@@ -50,7 +50,7 @@ def private_imports(source: str, package: str) -> list[tuple[int, str, str]]:
 
 
 def test_the_private_import_finder_sees_every_form():
-    src = ("from engineroom.bench.suiterun import _payload, request_record\n"
+    src = ("from engineroom.bench.suites.run import _payload, request_record\n"
            "from .gguf import (\n    GGUFArray,\n    _first_sentence as first,\n)\n"
            "from .. import _hidden\n"
            "import engineroom.fit._secret\n"
@@ -58,7 +58,7 @@ def test_the_private_import_finder_sees_every_form():
            "from engineroom import __version__\n"
            "from collections import _private_stdlib\n")
     assert private_imports(src, "engineroom.arch") == [
-        (1, "engineroom.bench.suiterun", "_payload"), (2, "engineroom.arch.gguf", "_first_sentence"),
+        (1, "engineroom.bench.suites.run", "_payload"), (2, "engineroom.arch.gguf", "_first_sentence"),
         (6, "engineroom", "_hidden"), (7, "engineroom.fit", "_secret")]
 
 

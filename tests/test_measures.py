@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engineroom.bench.suitestats import cache_reuse as bench_cache_reuse
+from engineroom.bench.stats import cache_reuse as bench_cache_reuse
 from engineroom.measures import Acceptance, cache_reuse
 
 

@@ -25,7 +25,7 @@ from engineroom.hardware import Rig
 from engineroom.launchargs import LaunchArgs
 from engineroom.progress import BuildProgress, WaitProgress
 
-from conftest import run_cli
+from conftest import cli
 
 ADAPTERS = Path(__file__).resolve().parents[1] / "src" / "engineroom" / "engines"
 
@@ -116,12 +116,12 @@ def test_a_cluster_checks_the_engines_own_commands_not_the_ray_steps():
 
 def test_recipe_json_carries_the_verdict(tmp_path):
     args = ("recipe", "qwen3.6-27b", "--rig", "1x3090", "--engine", "vllm")
-    proc = run_cli(*args, "--json", env={"ENGINEROOM_DATA_DIR": str(tmp_path), vllm.ENV_PYTHON: ""})
+    proc = cli(*args, "--json", env={"ENGINEROOM_DATA_DIR": str(tmp_path), vllm.ENV_PYTHON: ""})
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["validation"]["status"] == NOT_VALIDATED and out["engine_installed"] is False
     assert out["validation"]["line"] == "not validated: vllm is not installed here (`engineroom engines install vllm`)"
-    text = run_cli(*args, env={"ENGINEROOM_DATA_DIR": str(tmp_path), vllm.ENV_PYTHON: ""}).stdout
+    text = cli(*args, env={"ENGINEROOM_DATA_DIR": str(tmp_path), vllm.ENV_PYTHON: ""}).stdout
     assert "# not validated: vllm is not installed here" in text
 
 
@@ -258,18 +258,18 @@ def test_llama_servers_own_help_accepts_the_rendered_argv_and_names_a_wrong_flag
 
 def test_recipe_and_up_ask_llama_servers_own_parser(llama_server_binary, smollm2, tmp_path):
     env = {"ENGINEROOM_STATE_DIR": str(tmp_path)}
-    out = json.loads(run_cli("recipe", "smollm2-135m", "--json", env=env).stdout)
+    out = json.loads(cli("recipe", "smollm2-135m", "--json", env=env).stdout)
     assert out["validation"]["status"] == ACCEPTED and out["engine_installed"] is True
     assert out["validation"]["binary"] == str(llama_server_binary.path)
-    bad = run_cli("recipe", "smollm2-135m", "--", "--no-such-flag", env=env)
+    bad = cli("recipe", "smollm2-135m", "--", "--no-such-flag", env=env)
     assert bad.returncode == 1                                            # a clearly marked failure
     assert bad.stdout.splitlines()[-1].startswith("# REJECTED by llama.cpp ") and "--no-such-flag" in bad.stdout
-    up = run_cli("up", "smollm2-135m", "--port", "0", "--", "--no-such-flag", env=env, timeout=120)
+    up = cli("up", "smollm2-135m", "--port", "0", "--", "--no-such-flag", env=env, timeout=120)
     assert up.returncode == 2, up.stderr
     last = up.stderr.strip().splitlines()[-1]
     assert last.startswith("error: REJECTED by llama.cpp ") and last.endswith("; nothing was started.")
     assert "Traceback" not in up.stderr
-    assert run_cli("status", env=env).returncode == 1                    # nothing runs
+    assert cli("status", env=env).returncode == 1                    # nothing runs
 
 
 def _sglang_model(tmp_path: Path) -> Path:
@@ -285,21 +285,21 @@ def test_after_engines_install_sglang_recipe_is_validated_by_its_serverargs(sgla
     data_dir = Path(sglang_binary.python).parents[5]          # DATA/engines/sglang/TAG/venv/bin/python
     env = {"ENGINEROOM_DATA_DIR": str(data_dir), sglang.ENV_BINARY: "", "ENGINEROOM_STATE_DIR": str(tmp_path)}
     model = str(_sglang_model(tmp_path))
-    proc = run_cli("recipe", model, "--engine", "sglang", "--json", env=env, timeout=900)
+    proc = cli("recipe", model, "--engine", "sglang", "--json", env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr
     verdict = json.loads(proc.stdout)["validation"]
     assert verdict["status"] == ACCEPTED and verdict["installed"] is True, verdict
     assert verdict["version"] == sglang.VERSION and verdict["line"].startswith(f"validated: sglang {sglang.VERSION}'s")
-    bad = run_cli("recipe", model, "--engine", "sglang", "--", "--no-such-flag", "1", env=env, timeout=900)
+    bad = cli("recipe", model, "--engine", "sglang", "--", "--no-such-flag", "1", env=env, timeout=900)
     assert bad.returncode == 1 and "# REJECTED by sglang" in bad.stdout and "--no-such-flag" in bad.stdout
 
 
 def test_vllms_own_parser_validates_the_recipe_once_installed(vllm_python, tmp_path):
     (tmp_path / "config.json").write_text("{}")
     env = {vllm.ENV_PYTHON: str(vllm_python.path), "ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
-    out = json.loads(run_cli("recipe", str(tmp_path), "--engine", "vllm", "--ctx", "1024", "--json", env=env,
-                             timeout=900).stdout)
+    out = json.loads(cli("recipe", str(tmp_path), "--engine", "vllm", "--ctx", "1024", "--json", env=env,
+                         timeout=900).stdout)
     assert out["validation"]["status"] == ACCEPTED, out["validation"]
-    bad = run_cli("recipe", str(tmp_path), "--engine", "vllm", "--ctx", "1024", "--", "--no-such-flag", env=env,
-                  timeout=900)
+    bad = cli("recipe", str(tmp_path), "--engine", "vllm", "--ctx", "1024", "--", "--no-such-flag", env=env,
+              timeout=900)
     assert bad.returncode == 1 and "# REJECTED by vllm" in bad.stdout

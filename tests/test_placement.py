@@ -26,7 +26,7 @@ from engineroom.engines import adapter
 from engineroom.engines.base import LaunchOptions
 from engineroom.engines.llamacpp import Binary, render
 
-from conftest import run_cli
+from conftest import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_LOGS = ROOT / "benchmarks" / "data" / "gpu_launch_memory"
@@ -251,23 +251,23 @@ REFIT = ("--", "--fit-target", "100000000")
 
 
 def test_real_launch_the_engine_refits_is_refused_and_stopped(llama_server_binary, smollm2, own_state_dir):
-    proc = run_cli("up", "smollm2-135m", "--port", "0", "-t", "2", *REFIT, timeout=300)
+    proc = cli("up", "smollm2-135m", "--port", "0", "-t", "2", *REFIT, timeout=300)
     try:
         assert proc.returncode != 0, proc.stdout
         said = " ".join(proc.stderr.split())
         assert "llama.cpp did not place this launch as planned: a cache of 4,096 tokens, not the planned 8,192" in said
         assert "its own fitting said: cannot meet free memory target of 100000000 MiB" in said
         assert "stopped it" in said and "Traceback" not in proc.stderr
-        status = json.loads(run_cli("status", "--json").stdout)
+        status = json.loads(cli("status", "--json").stdout)
         assert not status.get("running"), status
     finally:
-        run_cli("down")
+        cli("down")
 
 
 def test_real_launch_the_engine_refits_runs_with_accept_placement_and_is_recorded(llama_server_binary, smollm2,
                                                                                  own_state_dir):
-    proc = run_cli("up", "smollm2-135m", "--port", "0", "-t", "2", "--accept-placement", "--json", *REFIT,
-                   timeout=300)
+    proc = cli("up", "smollm2-135m", "--port", "0", "-t", "2", "--accept-placement", "--json", *REFIT,
+               timeout=300)
     try:
         assert proc.returncode == 0, proc.stderr
         placed = json.loads(proc.stdout)["memory"]["placement"]
@@ -276,12 +276,12 @@ def test_real_launch_the_engine_refits_runs_with_accept_placement_and_is_recorde
         assert placed["actual"]["ctx_total"] == 4096 and placed["planned"]["ctx_total"] == 8192
         assert "kept because --accept-placement was given" in placed["detail"]
     finally:
-        run_cli("down")
+        cli("down")
 
 
 def test_real_launch_as_planned_says_so(llama_server_binary, smollm2, own_state_dir):
-    proc = run_cli("up", "smollm2-135m", "--port", "0", "-t", "2", "--ctx", "1024", "--parallel", "2", "--json",
-                   timeout=300)
+    proc = cli("up", "smollm2-135m", "--port", "0", "-t", "2", "--ctx", "1024", "--parallel", "2", "--json",
+               timeout=300)
     try:
         assert proc.returncode == 0, proc.stderr
         state = json.loads(proc.stdout)
@@ -290,7 +290,7 @@ def test_real_launch_as_planned_says_so(llama_server_binary, smollm2, own_state_
         assert placed["status"] == "as_planned", placed
         assert placed["actual"]["slots"] == 2 and placed["actual"]["ctx_total"] == 2048
     finally:
-        run_cli("down")
+        cli("down")
 
 
 def test_real_slot_context_the_engine_caps_at_the_trained_length_is_refused(llama_server_binary, smollm2,
@@ -298,14 +298,14 @@ def test_real_slot_context_the_engine_caps_at_the_trained_length_is_refused(llam
     """`--rope-scaling yarn` without a factor leaves llama-server's trained length (8,192 for SmolLM2)
     in place, and b11434 caps every slot there (server-context.cpp n_ctx_slot): a launch planned at
     16,384 tokens per slot is refused after the launch, or before it where the RoPE check knows."""
-    proc = run_cli("up", "smollm2-135m", "--port", "0", "-t", "2", "--ctx", "16384", "--parallel", "1",
-                   "--", "--rope-scaling", "yarn", timeout=300)
+    proc = cli("up", "smollm2-135m", "--port", "0", "-t", "2", "--ctx", "16384", "--parallel", "1",
+               "--", "--rope-scaling", "yarn", timeout=300)
     try:
         said = " ".join(proc.stderr.split())
         assert proc.returncode != 0, proc.stdout
         assert "Traceback" not in proc.stderr
         assert ("8,192 tokens per slot, not the planned 16,384 (a request longer than 8,192 tokens fails)" in said
                 or "8,192" in said and "--rope-scale" in said), said
-        assert not json.loads(run_cli("status", "--json").stdout).get("running")
+        assert not json.loads(cli("status", "--json").stdout).get("running")
     finally:
-        run_cli("down")
+        cli("down")

@@ -20,7 +20,7 @@ from engineroom.fit import FitRequest, fit
 from engineroom.hardware import parse_rig
 from engineroom.plan import plan
 
-from conftest import engine_file
+from conftest import cli, engine_file
 
 MODEL = "qwen3.6-27b"
 ONE, TWO = "1x3090", "2x3090"
@@ -226,9 +226,8 @@ def test_cli_fit_and_hardware():
 
 def test_plan_cli_without_priority_prints_how_to_choose():
     """`engineroom plan MODEL --rig R` is the seed's "how to choose" table, computed."""
-    from conftest import run_cli
 
-    proc = run_cli("plan", "qwen3.6-27b", "--rig", "1x3090", "--json")
+    proc = cli("plan", "qwen3.6-27b", "--rig", "1x3090", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = {r["priority"]: r for r in json.loads(proc.stdout)["how_to_choose"]}
     from engineroom.catalog import load_catalog
@@ -243,17 +242,16 @@ def test_plan_cli_without_priority_prints_how_to_choose():
 
 
 def test_fit_cli_reports_max_context_and_max_concurrency():
-    from conftest import run_cli
 
-    proc = run_cli("fit", "qwen3.6-27b", "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q4_0",
-                   "--ctx", "32768", "--rig", "1x3090", "--json")
+    proc = cli("fit", "qwen3.6-27b", "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q4_0",
+               "--ctx", "32768", "--rig", "1x3090", "--json")
     assert proc.returncode == 0, proc.stderr
     f = json.loads(proc.stdout)["fit"]
     assert f["max_ctx"] == 262_144
     # eight 32K sequences hold as much KV as one 262K sequence, and the fit says so
     assert f["max_parallel"] >= 7
-    bigger = run_cli("fit", "qwen3.6-27b", "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q4_0",
-                     "--ctx", "131072", "--rig", "1x3090", "--json")
+    bigger = cli("fit", "qwen3.6-27b", "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q4_0",
+                 "--ctx", "131072", "--rig", "1x3090", "--json")
     assert json.loads(bigger.stdout)["fit"]["max_parallel"] < f["max_parallel"]
 
 
@@ -551,14 +549,13 @@ def test_cpu_vllm_max_context_follows_its_kv_space():
 
 def test_fit_cli_names_the_launch_that_matches_its_slots():
     """fit sizes exactly the slots and KV sharing it prints, as the `up` command line that launches them."""
-    from conftest import run_cli
 
-    one = json.loads(run_cli("fit", "smollm2-135m", "--engine", "llama.cpp", "--quant", "Q4_1", "--kv", "f16",
-                             "--ctx", "2048", "--rig", "cpu:16GB", "--json").stdout)
+    one = json.loads(cli("fit", "smollm2-135m", "--engine", "llama.cpp", "--quant", "Q4_1", "--kv", "f16",
+                         "--ctx", "2048", "--rig", "cpu:16GB", "--json").stdout)
     assert (one["slots"], one["kv_unified"]) == (1, False)
     assert one["launch"] == "engineroom up MODEL --ctx 2048 --parallel 1 --no-kv-unified"
-    four = json.loads(run_cli("fit", "smollm2-135m", "--engine", "llama.cpp", "--quant", "Q4_1", "--kv", "f16",
-                              "--ctx", "2048", "--parallel", "4", "--kv-unified", "--rig", "cpu:16GB", "--json").stdout)
+    four = json.loads(cli("fit", "smollm2-135m", "--engine", "llama.cpp", "--quant", "Q4_1", "--kv", "f16",
+                          "--ctx", "2048", "--parallel", "4", "--kv-unified", "--rig", "cpu:16GB", "--json").stdout)
     assert four["launch"] == "engineroom up MODEL --ctx 2048 --parallel 4 --kv-unified"   # --ctx is per slot
     assert four["fit"]["request"]["kv_unified"] is True and four["fit"]["request"]["parallel"] == 4
 

@@ -16,7 +16,7 @@ from engineroom.fit import bits_per_weight
 from engineroom.hardware import parse_rig
 from engineroom.plan import class_quality, fit_one, how_to_choose, plan, resolve_model
 
-from conftest import run_cli
+from conftest import cli, run_cli
 
 CONFIGS = Path(__file__).resolve().parent / "fixtures" / "configs"
 LLAMA = str(CONFIGS / "llama-3.1-8b.json")
@@ -188,23 +188,23 @@ def test_gguf_is_one_quant_at_its_exact_bytes(synth_gguf: Path):
 
 
 def test_cli_plan_and_fit_outside_the_catalog(synth_gguf: Path):
-    proc = run_cli("plan", LLAMA, "--rig", ONE, "--json", check=True)
+    proc = cli("plan", LLAMA, "--rig", ONE, "--json", check=True)
     data = json.loads(proc.stdout)
     assert data["model"] == LLAMA and data["model_source"] == f"config.json at {LLAMA}" and data["estimates"]
     assert any(r["pick"] for r in data["how_to_choose"])
 
-    proc = run_cli("plan", str(synth_gguf), "--rig", ONE, "--priority", "balanced", "--json", check=True)
+    proc = cli("plan", str(synth_gguf), "--rig", ONE, "--priority", "balanced", "--json", check=True)
     data = json.loads(proc.stdout)
     assert data["model_source"].startswith("GGUF header of")
     assert data["plans"] and all(p["engine"] in LLAMA_ENGINES and p["quant"] == "Q4_K_M" for p in data["plans"])
 
-    proc = run_cli("fit", str(synth_gguf), "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q8_0",
-                   "--ctx", "8192", "--rig", ONE, "--json", check=True)
+    proc = cli("fit", str(synth_gguf), "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q8_0",
+               "--ctx", "8192", "--rig", ONE, "--json", check=True)
     data = json.loads(proc.stdout)
     assert data["model_source"].startswith("GGUF header of") and data["fit"]["verdict"] == "fits"
     assert data["fit"]["request"]["weight_bytes"] == header_bytes(synth_gguf)
 
-    human = run_cli("plan", LLAMA, "--rig", ONE, "--priority", "balanced", check=True)
+    human = cli("plan", LLAMA, "--rig", ONE, "--priority", "balanced", check=True)
     assert "(not in the catalog)" in human.stdout and "no such file was checked" in human.stdout
 
 
@@ -220,11 +220,11 @@ def _one_line_error(proc, *needles: str) -> str:
 def test_cli_unreadable_files_are_one_line_errors(tmp_path: Path):
     bad = tmp_path / "config.json"
     bad.write_text('{"num_hidden_layers": 2,')
-    _one_line_error(run_cli("plan", str(bad), "--rig", ONE), "not in the catalog", "not valid JSON")
+    _one_line_error(cli("plan", str(bad), "--rig", ONE), "not in the catalog", "not valid JSON")
     fake = tmp_path / "model.gguf"
     fake.write_bytes(b"this is not a gguf file at all")
-    _one_line_error(run_cli("fit", str(fake), "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q8_0",
-                            "--ctx", "4096", "--rig", ONE), "not in the catalog", "not a GGUF file")
+    _one_line_error(cli("fit", str(fake), "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q8_0",
+                        "--ctx", "4096", "--rig", ONE), "not in the catalog", "not a GGUF file")
 
 
 @pytest.mark.parametrize("env,needle", [
@@ -232,6 +232,7 @@ def test_cli_unreadable_files_are_one_line_errors(tmp_path: Path):
     ({"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}, "cannot reach Hugging Face"),
 ])
 def test_cli_org_repo_offline_fails_fast(tmp_path: Path, env, needle):
+    """A process of its own: the hub client reads HF_HUB_OFFLINE and HF_ENDPOINT when it is imported."""
     t0 = time.monotonic()
     proc = run_cli("plan", "engineroom-tests/no-such-model", "--rig", ONE,
                    env={**env, "HF_HOME": str(tmp_path / "hf")})
@@ -243,7 +244,7 @@ def test_misspelt_catalog_id_keeps_the_catalog_error():
     with pytest.raises(BadInput) as err:
         plan("qwen3.6-72b", parse_rig(ONE))
     assert "did you mean 'qwen3.6-27b'" in str(err.value) and "cannot be read" not in str(err.value)
-    _one_line_error(run_cli("plan", "qwen3.6-72b", "--rig", ONE), "did you mean 'qwen3.6-27b'")
+    _one_line_error(cli("plan", "qwen3.6-72b", "--rig", ONE), "did you mean 'qwen3.6-27b'")
 
 
 def test_catalog_models_stay_catalog_models():

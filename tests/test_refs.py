@@ -242,16 +242,16 @@ def test_refs_imports_no_later_stage():
 
 
 def test_models_resolve_on_the_cli(tmp_path, gguf_file):
-    from conftest import run_cli
+    from conftest import cli
 
     folder = tmp_path / "both"
     g = _copy(gguf_file, folder / "m.gguf")
     (folder / "config.json").write_text("{}")
-    proc = run_cli("models", "resolve", str(folder), "--json")
+    proc = cli("models", "resolve", str(folder), "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert (data["kind"], data["path"]) == ("gguf", str(g))
-    bad = run_cli("models", "resolve", "nonsense-model")
+    bad = cli("models", "resolve", "nonsense-model")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
     assert len([ln for ln in bad.stderr.splitlines() if ln.strip()]) == 1
 
@@ -327,12 +327,12 @@ def test_pre_revision_copy_is_adopted_by_the_branch_whose_etag_it_has(gguf_file,
 def test_up_on_a_checkpoint_folder_is_refused_by_the_adapter(tmp_path, llama_server_binary):
     """models says the folder is a checkpoint; llama.cpp's adapter refuses it in one sentence,
     before anything starts."""
-    from conftest import run_cli
+    from conftest import cli
 
     ckpt = tmp_path / "ckpt"
     _copy(CONFIGS / "smollm2-135m.json", ckpt / "config.json")
     assert models.local_model(str(ckpt))[1] == ckpt
-    proc = run_cli("up", str(ckpt), "--port", "0")
+    proc = cli("up", str(ckpt), "--port", "0")
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode != 0 and len(lines) == 1 and "Traceback" not in proc.stderr
     assert "one GGUF file" in lines[0] and str(ckpt) in lines[0]

@@ -312,7 +312,7 @@ def test_redact_named_paths_and_literal_secrets():
 def test_report_command_prints_the_card_unwrapped(tmp_path):
     """`engineroom report N > card.md` is the card byte for byte: Rich must not wrap its
     long table rows at the 80 columns it assumes for a pipe."""
-    from conftest import run_cli
+    from conftest import cli
 
     store = Store(tmp_path / "results.sqlite")           # where the CLI looks with this data dir
     run_id = store.start_run("bench", CONDITIONS, label="pipe test")
@@ -322,6 +322,6 @@ def test_report_command_prints_the_card_unwrapped(tmp_path):
     card = render_card(store.get_run(run_id), store.records(run_id))
     store.close()
     assert max(len(line) for line in card.splitlines()) > 80          # there is something to wrap
-    proc = run_cli("report", str(run_id), env={"ENGINEROOM_DATA_DIR": str(tmp_path)})
+    proc = cli("report", str(run_id), env={"ENGINEROOM_DATA_DIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == card + ("" if card.endswith("\n") else "\n")

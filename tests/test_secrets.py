@@ -22,7 +22,7 @@ from engineroom.engines import llamacpp
 from engineroom.errors import BadInput
 from engineroom.redaction import MASK, redact, redact_argv, redact_data
 
-from conftest import run_cli
+from conftest import cli
 
 
 def _key() -> str:
@@ -137,8 +137,8 @@ def test_up_with_api_key_env_keeps_the_key_out_of_everything(llama_server_binary
     key = _key()
     with_key = {"ER_TEST_KEY": key}       # only the commands given it have the variable
     assert "ER_TEST_KEY" not in os.environ
-    up = run_cli("up", "smollm2-135m", "--port", "0", "--ctx", "1024", "-t", "2", "--api-key-env", "ER_TEST_KEY",
-                 "--json", timeout=300, env=with_key)
+    up = cli("up", "smollm2-135m", "--port", "0", "--ctx", "1024", "-t", "2", "--api-key-env", "ER_TEST_KEY",
+             "--json", timeout=300, env=with_key)
     assert up.returncode == 0, up.stderr
     state = json.loads(up.stdout)
     url = f"http://{state['host']}:{state['port']}"
@@ -150,19 +150,19 @@ def test_up_with_api_key_env_keeps_the_key_out_of_everything(llama_server_binary
 
         # verify and bench against the managed server: its key is found without being given again,
         # from a shell that does not have the variable
-        verify = run_cli("verify", "--json", timeout=600)
+        verify = cli("verify", "--json", timeout=600)
         out = json.loads(verify.stdout)
         assert verify.returncode == out["failed"] == 0, verify.stdout
         assert {r["name"]: r["status"] for r in out["results"]}["basic_answer"] == "PASS"
-        bench = run_cli("bench", "--url", url, "--api-key-env", "ER_TEST_KEY", "--warmup", "0", "--runs", "1",
-                        "--max-tokens", "16", "--json", timeout=600, env=with_key)
+        bench = cli("bench", "--url", url, "--api-key-env", "ER_TEST_KEY", "--warmup", "0", "--runs", "1",
+                    "--max-tokens", "16", "--json", timeout=600, env=with_key)
         assert bench.returncode == 0, bench.stderr
         bench_run = json.loads(bench.stdout)["run_id"]
 
-        status = run_cli("status", "--json", check=True).stdout
-        plain_status = run_cli("status", check=True).stdout
-        runs = run_cli("runs", "--json", check=True).stdout
-        card = run_cli("report", str(bench_run), check=True).stdout
+        status = cli("status", "--json", check=True).stdout
+        plain_status = cli("status", check=True).stdout
+        runs = cli("runs", "--json", check=True).stdout
+        card = cli("report", str(bench_run), check=True).stdout
         for shown in (up.stdout, status, plain_status, runs, card, verify.stdout, bench.stdout):
             assert key not in shown
         assert "ER_TEST_KEY" in status                   # the reference is what is kept
@@ -171,10 +171,10 @@ def test_up_with_api_key_env_keeps_the_key_out_of_everything(llama_server_binary
         assert json.loads(status)["state"]["args"]["api_key_env"] == "ER_TEST_KEY"
 
         # switch re-reads the reference: where the variable is missing it says so and stops nothing
-        refused = run_cli("switch", "smollm2-135m", "--ctx", "512", timeout=300)
+        refused = cli("switch", "smollm2-135m", "--ctx", "512", timeout=300)
         assert refused.returncode != 0 and "ER_TEST_KEY" in refused.stderr and "Traceback" not in refused.stderr
         assert _status(url, key) == 200
-        switched = run_cli("switch", "smollm2-135m", "--ctx", "512", "--json", timeout=300, env=with_key)
+        switched = cli("switch", "smollm2-135m", "--ctx", "512", "--json", timeout=300, env=with_key)
         assert switched.returncode == 0, switched.stderr
         new_state = json.loads(switched.stdout)
         assert new_state["pid"] != state["pid"]
@@ -182,7 +182,7 @@ def test_up_with_api_key_env_keeps_the_key_out_of_everything(llama_server_binary
         assert key.encode() not in Path(f"/proc/{new_state['pid']}/cmdline").read_bytes()
         assert len(list((own_dirs / "state" / "keys").iterdir())) == 1   # the old launch's file is gone
     finally:
-        down = run_cli("down")
+        down = cli("down")
     assert down.returncode == 0
     assert list((own_dirs / "state" / "keys").iterdir()) == []
     assert _files_holding(key, own_dirs / "state", own_dirs / "data") == []
@@ -191,8 +191,8 @@ def test_up_with_api_key_env_keeps_the_key_out_of_everything(llama_server_binary
 @pytest.mark.integration
 def test_a_key_after_the_double_dash_is_moved_and_switch_keeps_it(llama_server_binary, smollm2, own_dirs):
     key = _key()
-    up = run_cli("up", "smollm2-135m", "--port", "0", "--ctx", "1024", "-t", "2", "--json", "--", "--api-key", key,
-                 timeout=300)
+    up = cli("up", "smollm2-135m", "--port", "0", "--ctx", "1024", "-t", "2", "--json", "--", "--api-key", key,
+             timeout=300)
     assert up.returncode == 0, up.stderr
     state = json.loads(up.stdout)
     url = f"http://{state['host']}:{state['port']}"
@@ -200,11 +200,11 @@ def test_a_key_after_the_double_dash_is_moved_and_switch_keeps_it(llama_server_b
         assert key not in up.stdout and key not in json.dumps(state["args"])
         assert key.encode() not in Path(f"/proc/{state['pid']}/cmdline").read_bytes()
         assert _status(url) == 401 and _status(url, key) == 200
-        switched = run_cli("switch", "smollm2-135m", "--ctx", "512", "--json", timeout=300)   # no key given again
+        switched = cli("switch", "smollm2-135m", "--ctx", "512", "--json", timeout=300)   # no key given again
         assert switched.returncode == 0, switched.stderr
         assert _status(url) == 401 and _status(url, key) == 200
     finally:
-        run_cli("down")
+        cli("down")
     assert _files_holding(key, own_dirs / "state", own_dirs / "data") == []
 
 
@@ -213,10 +213,10 @@ def test_a_group_readable_key_file_is_refused_before_anything_starts(llama_serve
     path = own_dirs / "key"
     path.write_text(_key() + "\n")
     path.chmod(0o640)
-    proc = run_cli("up", "smollm2-135m", "--port", "0", "--api-key-file", str(path), timeout=300)
+    proc = cli("up", "smollm2-135m", "--port", "0", "--api-key-file", str(path), timeout=300)
     assert proc.returncode != 0
     assert f"run `chmod 600 {path}`" in proc.stderr and "Traceback" not in proc.stderr
-    assert run_cli("status").returncode == 1                 # nothing was started
+    assert cli("status").returncode == 1                 # nothing was started
 
 
 @pytest.mark.integration
@@ -231,15 +231,15 @@ def test_a_server_with_a_key_gives_one_sentence_to_a_client_without_one(llama_se
     key_file.chmod(0o600)
     with real_llama_server(llama_server_binary, smollm2, *llamacpp.api_key_file_args(key_file),
                            log_path=tmp_path / "keyed.log") as url:
-        missing = run_cli("verify", "--url", url, timeout=120)
+        missing = cli("verify", "--url", url, timeout=120)
         assert missing.returncode != 0
         assert "the server wants an API key: pass --api-key-env VAR" in missing.stderr
-        wrong = run_cli("verify", "--url", url, "--api-key", _key(), timeout=120)
+        wrong = cli("verify", "--url", url, "--api-key", _key(), timeout=120)
         assert wrong.returncode != 0 and "refused the API key" in wrong.stderr
         for out in (missing, wrong):
             assert "Traceback" not in out.stderr and key not in out.stderr
-        ok = run_cli("verify", "--url", url, "--api-key-env", "ER_TEST_KEY", "--json", timeout=600,
-                     env={"ER_TEST_KEY": key})
+        ok = cli("verify", "--url", url, "--api-key-env", "ER_TEST_KEY", "--json", timeout=600,
+                 env={"ER_TEST_KEY": key})
         out = json.loads(ok.stdout)
         assert ok.returncode == out["failed"] == 0 and out["engine"] == "llama.cpp"
         assert key not in ok.stdout

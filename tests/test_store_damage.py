@@ -19,7 +19,7 @@ from engineroom import storecare
 from engineroom.errors import BadInput
 from engineroom.store import SCHEMA_VERSION, Store
 
-from conftest import invoke_cli, run_cli
+from conftest import cli, invoke_cli
 
 
 def _filled(path: Path, runs: int = 6, records: int = 100) -> None:
@@ -171,8 +171,8 @@ def test_bench_against_the_real_engine_refuses_a_damaged_database_before_any_req
         return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("llamacpp:n_decode_total"))
 
     served_before = served()
-    proc = run_cli("bench", "--url", _url(managed_server), "--busy-ok", "--warmup", "0", "--runs", "1",
-                   "--max-tokens", "8", env=env, timeout=120)
+    proc = cli("bench", "--url", _url(managed_server), "--busy-ok", "--warmup", "0", "--runs", "1",
+               "--max-tokens", "8", env=env, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "is damaged" in proc.stderr and "runs --recover" in proc.stderr and "Traceback" not in proc.stderr
     assert (data / "results.sqlite").read_bytes() == before       # nothing written into the malformed file

@@ -9,7 +9,7 @@ import pytest
 
 from engineroom.errors import BadInput, NotFound
 
-from conftest import MACHINE_CHECKS, run_cli
+from conftest import MACHINE_CHECKS, cli
 
 
 def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary, smollm2, tmp_path, monkeypatch):
@@ -23,8 +23,8 @@ def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary
     env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state"), "ENGINEROOM_DATA_DIR": str(tmp_path / "data")}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    proc = run_cli("try", "smollm2-135m", "--engine", "llama.cpp", "--ctx", "1024", "--folder", str(files), "--json",
-                   env=env, timeout=600)
+    proc = cli("try", "smollm2-135m", "--engine", "llama.cpp", "--ctx", "1024", "--folder", str(files), "--json",
+               env=env, timeout=600)
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert (proc.returncode, out["bench_status"]) in ((0, "OK"), (1, "INVALID")), out
@@ -46,8 +46,8 @@ def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary
     conditions = run["conditions"] if isinstance(run["conditions"], dict) else json.loads(run["conditions"])
     assert conditions["try"]["quant"] == "Q4_1" and conditions["try"]["file_bytes"] == out["file_bytes"]
     # the run calibrates the next plan here (issue 19 item 2) when its bench was valid, and only then
-    again = run_cli("plan", "smollm2-135m", "--engine", "llama.cpp", "--ctx", "1024", "--priority", "balanced",
-                    "--json", env=env)
+    again = cli("plan", "smollm2-135m", "--engine", "llama.cpp", "--ctx", "1024", "--priority", "balanced",
+                "--json", env=env)
     row = json.loads(again.stdout)["plans"][0]
     assert (row["quant"], row["kv"]) == (out["pick"]["quant"], out["pick"]["kv"])
     point = out["calibrated_by"]
@@ -63,7 +63,7 @@ def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary
 
 
 def test_try_refuses_a_pick_it_cannot_write_weights_for_in_one_sentence(tmp_path):
-    proc = run_cli("try", "smollm2-135m", "--engine", "vllm", "--folder", str(tmp_path))
+    proc = cli("try", "smollm2-135m", "--engine", "vllm", "--folder", str(tmp_path))
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "try writes random-weight GGUF files, so it runs llama.cpp and ik_llama.cpp picks" in proc.stderr
     assert not list(tmp_path.iterdir())                                       # nothing written
@@ -173,8 +173,8 @@ def test_try_and_tune_a_moe_shape_on_the_real_llama_server(llama_server_binary, 
     config.parent.mkdir()
     config.write_text(json.dumps(TINY_MOE))
     files = tmp_path / "files"
-    proc = run_cli("try", str(config), "--engine", "llama.cpp", "--ctx", "1024", "--folder", str(files), "--json",
-                   env=env, timeout=600)
+    proc = cli("try", str(config), "--engine", "llama.cpp", "--ctx", "1024", "--folder", str(files), "--json",
+               env=env, timeout=600)
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert {f.split(":")[0] for f in out["bench_failed"]} <= MACHINE_CHECKS, out["bench_failed"]
@@ -183,8 +183,8 @@ def test_try_and_tune_a_moe_shape_on_the_real_llama_server(llama_server_binary, 
     for component in ("weights", "kv_cache"):
         assert abs(rows[component]["error_pct"]) < 1.0, rows[component]
     assert out["decode_tps"] > 0 and out["kept"] is None and not list(files.rglob("*.gguf"))
-    tuned = run_cli("tune", str(config), "--random", "--engine", "llama.cpp", "--ctx", "1024", "--knob", "threads",
-                    "--max-tokens", "128", "--folder", str(files), "--json", env=env, timeout=600)
+    tuned = cli("tune", str(config), "--random", "--engine", "llama.cpp", "--ctx", "1024", "--knob", "threads",
+                "--max-tokens", "128", "--folder", str(files), "--json", env=env, timeout=600)
     assert tuned.returncode == 0, tuned.stderr[-2000:]
     result = json.loads(tuned.stdout)
     [trial] = result["trials"]

@@ -16,7 +16,7 @@ from engineroom.flows import picks
 from engineroom.flows.tuning import _request_with, _write_plan, guarded_knobs, objective_of
 from engineroom.plan.request import LaunchRequest, Weights
 
-from conftest import MACHINE_CHECKS, invoke_cli, run_cli
+from conftest import MACHINE_CHECKS, cli, invoke_cli
 
 
 def test_each_priority_names_what_tune_measures_and_what_it_must_not_trade_for_it():
@@ -176,9 +176,9 @@ def test_tune_on_the_real_llama_server(llama_server_binary, smollm2, tmp_path, m
     env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state"), "ENGINEROOM_DATA_DIR": str(tmp_path / "data")}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    proc = run_cli("tune", "smollm2-135m", "--priority", "concurrent-throughput", "--engine", "llama.cpp",
-                   "--ctx", "512", "--parallel", "1", "--knob", "parallel", "--max-tokens", "48", "--warmup", "0",
-                   "--runs", "2", "--json", env=env, timeout=600)
+    proc = cli("tune", "smollm2-135m", "--priority", "concurrent-throughput", "--engine", "llama.cpp",
+               "--ctx", "512", "--parallel", "1", "--knob", "parallel", "--max-tokens", "48", "--warmup", "0",
+               "--runs", "2", "--json", env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["objective"] == "aggregate_tps" and out["pick"]["parallel"] == 1
@@ -197,7 +197,7 @@ def test_tune_on_the_real_llama_server(llama_server_binary, smollm2, tmp_path, m
         assert run["kind"] == "tune" and run["status"] == "OK"
         boots = [store.get_run(i) for i in trial["runs_a"] + trial["runs_b"]]
     assert all(b["kind"] == "bench" and "concurrency" in b["label"] for b in boots)
-    card = run_cli("report", str(out["run_id"]), env=env).stdout     # the stored run's card: the same table
+    card = cli("report", str(out["run_id"]), env=env).stdout     # the stored run's card: the same table
     assert "## Tune" in card and "| 1 | slots (-np) = 2 |" in card and f"{trial['outcome']}:" in card
     if trial["outcome"] == "kept":
         assert out["changes"] == {"parallel": 2} and out["gain"]["gain_pct"] > 0
@@ -217,7 +217,7 @@ def test_a_tuned_plan_launches_as_tuned_on_the_real_llama_server(llama_server_bi
     pick = picks.pick_from_plan("smollm2-135m", priority="balanced", engine="llama.cpp", ctx=1024)
     best = _request_with(pick, {"threads": 1, "engine_args": ("-ub", "256")})
     path = _write_plan(best, pick, tmp_path / "tuned.json", "smollm2-135m", "balanced", "decode_tps", 1, None)
-    up = run_cli("up", "--from-plan", path, "--port", "0", "--json", env=env, timeout=300)
+    up = cli("up", "--from-plan", path, "--port", "0", "--json", env=env, timeout=300)
     try:
         assert up.returncode == 0, up.stderr[-2000:]
         state = json.loads(up.stdout)
@@ -226,7 +226,7 @@ def test_a_tuned_plan_launches_as_tuned_on_the_real_llama_server(llama_server_bi
         rows = {r["component"]: r for r in state["memory"]["rows"]}
         assert abs(rows["compute"]["error_pct"]) < 1.0, rows["compute"]
     finally:
-        run_cli("down", env=env)
+        cli("down", env=env)
 
 
 def test_quant_narrows_the_plan_to_one_of_the_models_quants():

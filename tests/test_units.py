@@ -10,7 +10,7 @@ import pytest
 
 from engineroom import units
 
-from conftest import run_cli
+from conftest import cli
 
 
 @pytest.mark.parametrize("n, text", [
@@ -42,8 +42,8 @@ def test_fixed_units_and_vendor_gb():
 
 
 def test_fit_command_prints_memory_in_gib_and_capacity_in_both():
-    proc = run_cli("fit", "qwen3.6-27b", "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q4_0",
-                   "--ctx", "32768", "--rig", "1x3090")
+    proc = cli("fit", "qwen3.6-27b", "--engine", "llama.cpp", "--quant", "Q4_K_M", "--kv", "q4_0",
+               "--ctx", "32768", "--rig", "1x3090")
     assert proc.returncode in (0, 1), proc.stderr           # 1 = does not fit; the output is what counts
     out = proc.stdout
     assert "GiB" in out
@@ -56,16 +56,16 @@ def test_fit_command_prints_memory_in_gib_and_capacity_in_both():
 
 def test_models_list_and_pull_show_binary_sizes(smollm2):
     size = smollm2.stat().st_size
-    listed = run_cli("models", "list", check=True).stdout
+    listed = cli("models", "list", check=True).stdout
     assert units.mem(size) in listed and units.mem(size).endswith("MiB"), listed
-    rows = json.loads(run_cli("models", "list", "--json", check=True).stdout)
+    rows = json.loads(cli("models", "list", "--json", check=True).stdout)
     assert any(r.get("size") == size for r in rows)        # JSON keeps exact bytes
-    pulled = run_cli("models", "pull", "smollm2-135m", check=True).stdout
+    pulled = cli("models", "pull", "smollm2-135m", check=True).stdout
     assert f"({units.mem(size)})" in pulled
 
 
 def test_plan_table_is_per_device_gib():
-    proc = run_cli("plan", "qwen3.6-27b", "--rig", "2x3090", "--priority", "balanced", check=True)
+    proc = cli("plan", "qwen3.6-27b", "--rig", "2x3090", "--priority", "balanced", check=True)
     assert "GiB / device" in proc.stdout and "GB / device" not in proc.stdout.replace("GiB / device", "")
 
 

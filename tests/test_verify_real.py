@@ -21,7 +21,7 @@ import pytest
 
 from engineroom.launch import free_port
 
-from conftest import real_llama_server, run_cli
+from conftest import cli, real_llama_server
 from test_verify_suites import REAL_EXPECTED, SLOW_CPU
 
 # Gemma 3 270M is trained for 32,768 tokens, but the stress ladder's prefill is the cost on two
@@ -65,16 +65,16 @@ def test_stress_fast_on_gemma_reaches_the_engines_real_context(gemma3, llama_ser
     ladder reads n_ctx from the engine and climbs to 0.92 of it; the engine serves every rung (the
     memory ceiling is the context), the model recalls no needle (no recall ceiling)."""
     env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
-    up = run_cli("up", "gemma-3-270m-pt", "--ctx", str(GEMMA_CTX), "--parallel", "1", "--threads", "2",
-                 "--port", str(free_port()), "--json", env=env, timeout=300)
+    up = cli("up", "gemma-3-270m-pt", "--ctx", str(GEMMA_CTX), "--parallel", "1", "--threads", "2",
+             "--port", str(free_port()), "--json", env=env, timeout=300)
     assert up.returncode == 0, up.stderr[-2000:]
     pid = json.loads(up.stdout)["pid"]
     try:
         cpu0, t0 = _cpu_seconds(pid), time.perf_counter()
-        proc = run_cli("verify", "--suite", "stress", "--fast", "--json", env=env, timeout=1800)
+        proc = cli("verify", "--suite", "stress", "--fast", "--json", env=env, timeout=1800)
         wall, cpu = time.perf_counter() - t0, _cpu_seconds(pid) - cpu0
     finally:
-        run_cli("down", env=env)
+        cli("down", env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]       # exit code = FAILs
     out = json.loads(proc.stdout)
     assert (out["engine"], out["model"], out["suite"]) == ("llama.cpp", "gemma-3-270m-pt", "stress")
@@ -140,7 +140,7 @@ def test_verify_full_on_the_managed_smollm2_states_every_outcome(managed_server)
     assert out.failed == 0 and not any("forced" in r.details for r in out.results)   # no engineroom template
     assert sorted(status for status, _ in got.values()) == ["PASS"] * 14 + ["SKIP"] * 12
     assert dialect["forced_tools"] == dialect["forced_reasoning"] == "" and dialect["reasons"] is False
-    card = run_cli("report", str(out.run_id), check=True).stdout
+    card = cli("report", str(out.run_id), check=True).stdout
     assert "| check | result | seconds | reason |" in card and "| long_prompt | PASS |" in card
 
 
@@ -189,11 +189,11 @@ def test_verify_reasoning_checks_see_the_engines_own_split(think_server):
 def test_bench_records_time_to_first_content_token_apart_from_the_first_token(think_server):
     """bench standard on the think server: every streamed request is reasoning first (the
     engine's reasoning_content deltas), then content, and the records say when each began."""
-    from engineroom.bench.suitestats import reasoning
+    from engineroom.bench.stats import reasoning
     from engineroom.store import Store
 
-    proc = run_cli("bench", "standard", "--url", think_server, "--runs", "1", "--warmup", "0",
-                   "--max-tokens", "64", "--json", timeout=600)
+    proc = cli("bench", "standard", "--url", think_server, "--runs", "1", "--warmup", "0",
+               "--max-tokens", "64", "--json", timeout=600)
     assert proc.stdout.strip(), proc.stderr[-2000:]
     run_id = json.loads(proc.stdout)["run_id"]
     with Store() as store:

@@ -28,7 +28,7 @@ from engineroom.checks.suites import run_suite
 from engineroom.engines.base import Capabilities, ServerInfo
 from engineroom.records.encoding import decode_arrivals, encode_arrivals
 
-from conftest import run_cli
+from conftest import cli
 
 MiB = 1024 * 1024
 
@@ -240,8 +240,8 @@ def test_soak_cli_reads_the_engines_own_report_stores_turns_junit_card_and_basel
 
     junit = tmp_path / "soak.xml"
     with StandInServer(report_memory=True) as good:
-        first = run_cli("verify", "--url", good.url, "--suite", "soak", "--fast", "--turns", "10", "--json",
-                        "--junit", str(junit), timeout=300)
+        first = cli("verify", "--url", good.url, "--suite", "soak", "--fast", "--turns", "10", "--json",
+                    "--junit", str(junit), timeout=300)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     out = json.loads(first.stdout)
     [res] = out["results"]
@@ -256,14 +256,14 @@ def test_soak_cli_reads_the_engines_own_report_stores_turns_junit_card_and_basel
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None and suite.get("name") == "verify.soak" and suite.get("failures") == "0"
     with StandInServer("memory_leak", report_memory=True) as bad:
-        second = run_cli("verify", "--url", bad.url, "--suite", "soak", "--fast", "--turns", "10", "--baseline",
-                         str(out["run_id"]), timeout=300)
+        second = cli("verify", "--url", bad.url, "--suite", "soak", "--fast", "--turns", "10", "--baseline",
+                     str(out["run_id"]), timeout=300)
     assert second.returncode == 1, second.stdout[-3000:] + second.stderr[-2000:]
     flat = " ".join(second.stdout.split())
     assert "FAIL soak_fresh" in flat and "FAIL: memory_growth: " in flat
     assert "1 regressed (soak_fresh)" in second.stdout
     assert "soak turn 10 (session 2, arithmetic)" in " ".join(second.stderr.split())   # progress per turn
-    card = run_cli("report", str(out["run_id"] + 1), check=True).stdout
+    card = cli("report", str(out["run_id"] + 1), check=True).stdout
     assert "## Soak (fresh)" in card and "| memory_growth | FAIL | " in card
     assert f"limit {200:.1f} MiB" in card and "| turn | session | kind |" in card
     assert "| 10 | 2 | arithmetic |" in card
@@ -273,8 +273,8 @@ def test_soak_cli_reads_the_engines_own_report_stores_turns_junit_card_and_basel
 
 def test_soak_against_a_url_without_any_memory_source_is_inconclusive():
     with StandInServer() as srv:
-        proc = run_cli("verify", "--url", srv.url, "--suite", "soak", "--fast", "--turns", "10", "--json",
-                       timeout=300)
+        proc = cli("verify", "--url", srv.url, "--suite", "soak", "--fast", "--turns", "10", "--json",
+                   timeout=300)
     assert proc.returncode == 1, proc.stderr[-2000:]
     [res] = json.loads(proc.stdout)["results"]
     assert res["status"] == "FAIL" and res["details"]["verdict"] == "INCONCLUSIVE"
@@ -300,7 +300,7 @@ BAD_FLAGS = [
 
 @pytest.mark.parametrize(("flags", "sentence"), BAD_FLAGS, ids=[" ".join(f) for f, _ in BAD_FLAGS])
 def test_bad_soak_and_toolstream_flags_are_one_sentence_before_any_server_is_asked(flags, sentence):
-    proc = run_cli("verify", "--url", "http://127.0.0.1:9", *flags)      # nothing listens there
+    proc = cli("verify", "--url", "http://127.0.0.1:9", *flags)      # nothing listens there
     assert proc.returncode not in (0, 1) and sentence in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -363,15 +363,15 @@ def test_toolstream_cli_json_and_junit(tmp_path):
 
     junit = tmp_path / "ts.xml"
     with StandInServer("stream_tool_drop") as srv:
-        proc = run_cli("verify", "--url", srv.url, "--suite", "toolstream", "--tries", "4", "--json", "--junit",
-                       str(junit), timeout=120)
+        proc = cli("verify", "--url", srv.url, "--suite", "toolstream", "--tries", "4", "--json", "--junit",
+                   str(junit), timeout=120)
     assert proc.returncode == 1, proc.stderr[-2000:]
     [res] = json.loads(proc.stdout)["results"]
     assert res["reason"].startswith("2/4 PASS, 2 DROP (50%: 2 leaked)")
     case = ET.parse(junit).getroot().find("testsuite/testcase[@name='stream_tool_calls']")
     assert case is not None and case.find("failure") is not None
     assert case.findtext("system-out") == "2 PASS, 2 DROP of 4 streamed tool calls"
-    card = run_cli("report", str(json.loads(proc.stdout)["run_id"]), check=True).stdout
+    card = cli("report", str(json.loads(proc.stdout)["run_id"]), check=True).stdout
     assert "## Stream tool-call probe" in card and "**2/4 PASS, 2 DROP** (drop rate 50%: 2 leaked)" in card
 
 
@@ -386,7 +386,7 @@ LOAD_RULES = {"slow_turn", "ttft_growth", "decode_drift"}
 @pytest.mark.parametrize("mode", ["fresh", "continuous"])
 def test_quick_soak_on_real_smollm2_reads_uss_from_the_managed_servers_process_tree(managed_server, mode):
     t0 = time.perf_counter()
-    proc = run_cli("verify", "--suite", "soak", "--mode", mode, "--fast", "--turns", "10", "--json", timeout=900)
+    proc = cli("verify", "--suite", "soak", "--mode", mode, "--fast", "--turns", "10", "--json", timeout=900)
     took = time.perf_counter() - t0
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     [res] = json.loads(proc.stdout)["results"]
@@ -618,8 +618,8 @@ def test_quick_soak_through_url_on_a_real_unmanaged_llama_server_reads_uss_by_it
     port = int(plain_server.rsplit(":", 1)[1].split("/")[0])
     t0 = time.perf_counter()
     # 6 turns: the first session (the baseline at its end) and one turn after it, the fewest that judge memory
-    proc = run_cli("verify", "--url", plain_server, "--suite", "soak", "--fast", "--turns", "6", "--json",
-                   timeout=900)
+    proc = cli("verify", "--url", plain_server, "--suite", "soak", "--fast", "--turns", "6", "--json",
+               timeout=900)
     took = time.perf_counter() - t0
     assert proc.returncode in (0, 1) and proc.stdout.startswith("{"), proc.stderr[-3000:]
     [res] = json.loads(proc.stdout)["results"]

@@ -19,7 +19,7 @@ from engineroom.checks.suites import run_suite
 from engineroom.client import OpenAIClient, StreamResult, ToolCallAssembler, _sse_events
 from engineroom.engines.base import Capabilities, EngineTimings, ServerInfo
 
-from conftest import fuzz_examples
+from conftest import cli, fuzz_examples
 
 FULL_NAMES = [name for name, _ in FULL_CHECKS]
 THINKING_TEMPLATE = "{% if enable_thinking %}<think>{% endif %}{{ messages }}"   # the stand-in's declared template
@@ -200,12 +200,11 @@ def test_stream_chat_over_http_returns_a_result_for_any_body(data):
 def test_verify_full_cli_stores_checks_writes_junit_and_flags_regressions_since_a_baseline(tmp_path):
     import xml.etree.ElementTree as ET
 
-    from conftest import run_cli
 
     junit = tmp_path / "verify.xml"
     with StandInServer() as good:
-        first = run_cli("verify", "--url", good.url, "--suite", "full", "--repeat", "2", "--fast",
-                        "--junit", str(junit), "--json", timeout=300)
+        first = cli("verify", "--url", good.url, "--suite", "full", "--repeat", "2", "--fast",
+                    "--junit", str(junit), "--json", timeout=300)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     out = json.loads(first.stdout)
     assert [r["name"] for r in out["results"]] == FULL_NAMES
@@ -217,25 +216,24 @@ def test_verify_full_cli_stores_checks_writes_junit_and_flags_regressions_since_
     assert suite is not None and suite.get("tests") == str(len(FULL_NAMES)) and suite.get("failures") == "0"
     assert suite.get("skipped") == "5" and suite.find("testcase[@name='stop_sequence']") is not None
     with StandInServer("ignore_stop") as bad:
-        second = run_cli("verify", "--url", bad.url, "--suite", "full", "--fast", "--baseline",
-                         str(out["run_id"]), timeout=300)
+        second = cli("verify", "--url", bad.url, "--suite", "full", "--fast", "--baseline",
+                     str(out["run_id"]), timeout=300)
     assert second.returncode == 1, second.stdout[-3000:]
     assert "FAIL stop_sequence" in " ".join(second.stdout.split())
     assert "1 regressed (stop_sequence)" in second.stdout
     run_id = out["run_id"] + 1
-    card = run_cli("report", str(run_id), check=True).stdout
+    card = cli("report", str(run_id), check=True).stdout
     assert f"## Since run {out['run_id']}" in card and "- regressed: stop_sequence: PASS -> FAIL" in card
-    first_card = run_cli("report", str(out["run_id"]), check=True).stdout
+    first_card = cli("report", str(out["run_id"]), check=True).stdout
     assert "| check | result | passed | seconds | reason |" in first_card and "| stop_sequence | PASS | 2/2 |" \
         in first_card
 
 
 def test_unknown_suite_and_bad_repeat_are_one_sentence_errors():
-    from conftest import run_cli
 
     with StandInServer() as srv:
-        unknown = run_cli("verify", "--url", srv.url, "--suite", "nope")
-        repeat = run_cli("verify", "--url", srv.url, "--suite", "full", "--repeat", "0")
+        unknown = cli("verify", "--url", srv.url, "--suite", "nope")
+        repeat = cli("verify", "--url", srv.url, "--suite", "full", "--repeat", "0")
     assert unknown.returncode != 0 and "unknown verify suite 'nope'" in unknown.stderr
     assert repeat.returncode != 0 and "--repeat must be at least 1, not 0." in repeat.stderr
     assert "Traceback" not in unknown.stderr + repeat.stderr

@@ -208,7 +208,7 @@ def _sse_events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
 
 class SSEFeed:
     """Incremental SSE framing for bytes that arrive in pieces (one event loop reading many streams,
-    ``bench.aiostreams``): every complete event's lines go through ``_sse_events``, so the framing
+    ``bench.suites.streams``): every complete event's lines go through ``_sse_events``, so the framing
     rules are the same as ``stream_chat``'s; a partial line or event waits for the next piece."""
 
     def __init__(self) -> None:

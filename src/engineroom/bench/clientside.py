@@ -11,7 +11,7 @@ recomputed from the record (``encode_kinds``: run-length, ``[["r", 120], ["c", 4
 wake every ``interval_s`` (how late each wake-up was, integer µs). A client that saturates its
 core or its interpreter shows both: its CPU share near one core and wake-ups tens of
 milliseconds late — and then its timestamps are late too. Where the streams run on one event
-loop (``aiostreams``), the loop's own lag is recorded too (``loop_lags_us``). The raw lags are
+loop (``suites.streams``), the loop's own lag is recorded too (``loop_lags_us``). The raw lags are
 stored (a ``client_load`` record); ``integrity`` judges them.
 """
 
@@ -92,7 +92,7 @@ class ClientMonitor:
         self.schedstat_every_s = schedstat_every_s
         self.lags_us: list[int] = []
         # how late the multi-stream event loop ran a callback it asked for every LOOP_PROBE_S
-        # (``aiostreams.StreamDriver`` appends here while it runs): a late loop reads every stream late
+        # (``suites.streams.StreamDriver`` appends here while it runs): a late loop reads every stream late
         self.loop_lags_us: list[int] = []
         self.loop_interval_s = 0.005
         self._stop = threading.Event()

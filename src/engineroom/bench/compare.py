@@ -22,8 +22,8 @@ import statistics as _st
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engineroom.bench.suitestats import group_label, kept
-from engineroom.bench.suitesummary import is_suite_run, round_figures
+from engineroom.bench.stats import group_label, kept
+from engineroom.bench.suites.summary import is_suite_run, round_figures
 from engineroom.records import statistics as st
 from engineroom.records.encoding import ttft_s
 

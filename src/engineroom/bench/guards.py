@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engineroom.bench.integrity import check_row, checklist, is_valid
-from engineroom.bench.suitestats import CLIENT_LOAD_KIND, client_load, kept, records_of
+from engineroom.bench.stats import CLIENT_LOAD_KIND, client_load, kept, records_of
 from engineroom.bench.watchdog import ABORT_KIND
 from engineroom.records import statistics as st
 from engineroom.records.encoding import gaps_us

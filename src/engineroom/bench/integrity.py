@@ -14,7 +14,7 @@ the card says which check failed and why). The checks, each recomputed from raw 
   and spec repeat their prompts by design, so there it is SKIP);
 - ``client_not_bottleneck``: the client's CPU share of one core under ``CLIENT_CPU_LIMIT`` and
   its wake-up lag p99 under ``CLIENT_LAG_LIMIT_MS``, the lag p99 of the event loop that reads the
-  streams (concurrency, sweep, rate: ``aiostreams``) under ``CLIENT_LOOP_LAG_LIMIT_MS``, and its
+  streams (concurrency, sweep, rate: ``suites.streams``) under ``CLIENT_LOOP_LAG_LIMIT_MS``, and its
   threads' mean run-queue wait per run under ``CLIENT_RUNQ_LIMIT_MS`` (``clientside.ClientMonitor``);
 - ``no_cpu_fallback``: the engine placed the launch as its plan did (``placement.check_record`` on the
   check stored with the launch: no layer, weights or KV on the host that the plan put on a GPU; a
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engineroom.bench.suitestats import (
+from engineroom.bench.stats import (
     CLIENT_CPU_LIMIT,
     CLIENT_LAG_LIMIT_MS,
     CLIENT_LOOP_LAG_LIMIT_MS,

@@ -10,8 +10,9 @@ from __future__ import annotations
 from ..arch import ModelArch
 from ..errors import BadInput
 from .convert import arch_from_block, block_from_arch
+from .engine_schema import Engine, KvDtype
 from .load import CATALOG_DIR, catalog_from_raw, find_engine, find_model, find_priority, load_catalog, read_raw
-from .schema import Catalog, Drafter, Engine, HardwareClass, KvDtype, Model, Priority, Quant
+from .schema import Catalog, Drafter, HardwareClass, Model, Priority, Quant
 
 __all__ = [
     "arch_from_block", "arch_from_catalog", "block_from_arch", "Catalog", "CATALOG_DIR", "catalog_from_raw",

@@ -33,7 +33,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import BadInput
-from .schema import Catalog, Drafter, Engine, HardwareClass, Model, Priority, Tables
+from .engine_schema import Engine
+from .schema import Catalog, Drafter, HardwareClass, Model, Priority, Tables
 
 CATALOG_DIR = Path(__file__).resolve().parent
 ENTRY_FOLDERS = ("models", "engines", "hardware")      # one entry (or a list of them) per file

@@ -4,7 +4,7 @@ Every number that a plan cites lives in a catalog YAML file validated by these m
 every such number carries a ``source`` (where it was published or measured) so a reason line
 can say where it came from. Unknown keys are errors (with a "did you mean" hint from
 ``load.py``), because a misspelt key would otherwise silently drop a fact. The engines'
-schema lives in ``engine_schema.py`` (re-exported here), the shared base in ``base.py``.
+schema lives in ``engine_schema.py`` (import its names from there), the shared base in ``base.py``.
 """
 
 from __future__ import annotations
@@ -16,22 +16,11 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from ..units import GB  # decimal GB: the catalog's sizes (re-exported for plan)
 from .base import QuantFormat, Strict, Vendor
-from .engine_schema import (  # noqa: F401 - re-exported: callers import the engine schema from here
-    Backend,
-    Band,
-    Concurrency,
-    DecodeModel,
-    Engine,
-    KvBlockRule,
-    KvCacheSpace,
-    KvDtype,
-    MemoryModel,
-    MultiGpu,
-    Range,
-    Sourced,
-    TypeEfficiency,
-    TypeRate,
-)
+from .engine_schema import Band, Engine, Sourced
+
+# DecodeModel and KvDtype are not used here: plan/speed.py and plan/candidates.py still import them from
+# this module (plan is another change's); once they import them from ``engine_schema``, this goes.
+from .engine_schema import DecodeModel, KvDtype  # noqa: F401  isort: skip
 
 # ---- models ---------------------------------------------------------------------------
 

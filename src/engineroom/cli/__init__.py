@@ -63,7 +63,7 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        _run()
+        run()
     finally:
         # The process ends here. Its last garbage collections would walk and free every object
         # the run made (modules, the catalog, pydantic's schemas: ~30 ms of a 0.3 s `plan`) for
@@ -72,11 +72,14 @@ def main() -> None:
         gc.freeze()
 
 
-def _run() -> None:
-    """The command line's command, its user errors as one sentence each and an exit code."""
+def run(argv: list[str] | None = None) -> None:
+    """The command line's command (``argv``, default ``sys.argv[1:]``), its user errors as one sentence
+    each and an exit code: always ends in ``SystemExit`` (the tests run commands in-process through it)."""
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
         # standalone_mode=False: click hands back typer.Exit codes instead of exiting itself.
-        rc = app_for(_command_in(sys.argv[1:]))(standalone_mode=False)
+        rc = app_for(_command_in(args))(args=args, prog_name="engineroom" if argv is not None else None,
+                                        standalone_mode=False)
         if rc == 130:  # typer turns Ctrl-C into Exit(130) after our cleanup handlers ran
             raise KeyboardInterrupt
         sys.exit(rc if isinstance(rc, int) else 0)

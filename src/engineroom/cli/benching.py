@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from .. import views
-from ..bench.suites import SUITE_SPECS
+from ..bench.suites.specs import SUITE_SPECS
 from ..output import err_console, print_json, print_text
 from .base import BusyOkOpt, ClientKeyEnvOpt, ClientKeyOpt, JsonOpt, QuietWaitOpt, app, check_at_least, check_seconds
 

@@ -307,7 +307,7 @@ def bench(info: ServerInfo, store: Store, plan: BenchPlan, *, run_id: int | None
     from ..bench import bench_conditions, run_bench
     from ..bench.clientside import ClientMonitor
     from ..bench.guards import PREFLIGHT_KIND, SLOT_SAMPLES_KIND, summarize_bench
-    from ..bench.suitestats import CLIENT_LOAD_KIND
+    from ..bench.stats import CLIENT_LOAD_KIND
     from ..bench.watchdog import ABORT_KIND
     from ..client import OpenAIClient
 
@@ -436,11 +436,11 @@ def bench_suite(info: ServerInfo, store: Store, name: str, *, streams: int | Non
     storing each request as it finishes, with the engine's tokenizer, counters and slot count
     through its adapter. ``depths`` are the sweep's prompt sizes for ``sweep``; ``duration_s`` /
     ``requests`` bound the rate schedule (one given alone replaces the suite's default)."""
-    from ..bench.agentic import ToolKindClient
+    from ..bench.agentic.session import ToolKindClient
     from ..bench.clientside import KindClient
-    from ..bench.suiteplan import SuiteContext, suite_conditions
-    from ..bench.suiterun import run_suite
-    from ..bench.suites import load_prompt_file, suite_spec
+    from ..bench.suites.context import SuiteContext, suite_conditions
+    from ..bench.suites.run import run_suite
+    from ..bench.suites.specs import load_prompt_file, suite_spec
 
     spec = suite_spec(name)
     if spec is None:
@@ -491,7 +491,7 @@ def bench_suite(info: ServerInfo, store: Store, name: str, *, streams: int | Non
     ctx.emit = lambda kind, payload: store.add_record(run_id, kind, payload)
     with closing_run(store, run_id), sampling_resources(info, store, run_id, proc):
         result = run_suite(spec, ctx)
-    from ..bench.suitesummary import summarize_suite
+    from ..bench.suites.summary import summarize_suite
 
     summary = summarize_suite(store.records(run_id), store.get_run(run_id)["conditions"])
     store.finish_run(run_id, summary["status"], summary)

@@ -360,8 +360,8 @@ class _Trials:
         from ..bench import BenchPlan, default_workloads
         from ..bench.compare import samples
         from ..bench.guards import failed_checks
-        from ..bench.suitestats import kept
-        from ..bench.suitesummary import round_figures
+        from ..bench.stats import kept
+        from ..bench.suites.summary import round_figures
         from ..records import statistics as st
 
         log = StageLog()

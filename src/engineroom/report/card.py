@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from engineroom.bench.guards import summarize_bench
-from engineroom.bench.suitesummary import is_suite_run as _is_suite_run
+from engineroom.bench.suites.summary import is_suite_run as _is_suite_run
 from engineroom.bench.watchdog import ABORT_KIND
 from engineroom.records import statistics
 from engineroom.redaction import redact

@@ -1,6 +1,6 @@
 """Card sections for the longer bench suites and the A/B comparison, recomputed from records.
 
-Everything printed comes from ``bench.suitesummary.summarize_suite`` over the run's raw
+Everything printed comes from ``bench.suites.summary.summarize_suite`` over the run's raw
 records (and ``bench.compare.compare_runs`` for ``engineroom compare``); nothing stored is trusted.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engineroom.bench.suitesummary import summarize_suite
+from engineroom.bench.suites.summary import summarize_suite
 from engineroom.report.cells import integrity_lines
 
 __all__ = ["compare_text", "suite_section"]

@@ -1,5 +1,5 @@
 """One request of a suite, sent and recorded: what every kind of suite shares, the sequential ones
-(``suiterun``) and the multi-stream ones on one event loop (``aiostreams``).
+(``suites.run``) and the multi-stream ones on one event loop (``suites.streams``).
 
 ``suite_payload`` builds the body (the engine's full-length fields, the suite's sampler, a turn's
 messages and tools) and what the record keeps of it; ``request_record`` turns a client result (or the
@@ -17,9 +17,9 @@ from typing import Any
 
 from engineroom.bench.clientside import encode_kinds
 from engineroom.bench.runner import StreamingClient, measure_request
-from engineroom.bench.suiteplan import SuiteContext
-from engineroom.bench.suites import SuiteSpec
-from engineroom.bench.suitestats import counters_delta
+from engineroom.bench.stats import counters_delta
+from engineroom.bench.suites.context import SuiteContext
+from engineroom.bench.suites.specs import SuiteSpec
 from engineroom.bench.watchdog import stream
 from engineroom.bench.workloads import Workload
 from engineroom.records.request import BenchRequest
@@ -72,7 +72,7 @@ def _request(spec: SuiteSpec, ctx: SuiteContext, client: StreamingClient, worklo
 def request_record(spec: SuiteSpec, ctx: SuiteContext, workload: Workload, *, index: int, warmup: bool,
                    extra: Mapping[str, Any], sent: dict[str, Any], sent_unix: float, t0: float, t_done: float,
                    result: Any, error: BaseException | None, t_scheduled: float | None) -> dict[str, Any]:
-    """The stored record of one sent request (``aiostreams`` makes its records here too)."""
+    """The stored record of one sent request (``suites.streams`` makes its records here too)."""
     rec: dict[str, Any] | None = None
     t_request = t0
     if error is None:
@@ -96,6 +96,11 @@ def request_record(spec: SuiteSpec, ctx: SuiteContext, workload: Workload, *, in
     if t_scheduled is not None:
         rec["scheduled_lag_us"] = round((t_request - t_scheduled) * 1e6)
     return rec
+
+
+def phases(spec: SuiteSpec) -> list[tuple[bool, int]]:
+    """(warm-up?, index) of each request a sequential suite sends per group: warm-ups, then measured."""
+    return [(True, i) for i in range(spec.warmup)] + [(False, i) for i in range(spec.measured)]
 
 
 def ctx_stream(client: StreamingClient, payload: dict[str, Any], timeout: float, stall_s: float | None = None) -> Any:

@@ -1,22 +1,20 @@
 """The longer bench suites, as data: what each sends, sized from the context the engine reports.
 
 ``engineroom bench SUITE``, SUITE one of standard, depth, concurrency, spec, agentic, sweep, rate
-(``bench`` alone, the quick suite, and ``bench long`` are ``workloads``'). The agentic
-conversation is ``agentic``'s data, the sweep's cells and knee
-``sweep``'s, the Poisson schedule and goodput ``arrivals``'. Every suite is a ``SuiteSpec``:
-which kind of run (``suiterun`` executes it), its prompts, lengths, repetitions and sampler. Nothing here talks
-to an engine; ``plan_depths`` (and ``agentic.plan_turns``) turn a spec into concrete sizes for
-one server (its context per slot); ``suiterun`` resolves its slot count.
+(``bench`` alone, the quick suite, and ``bench long`` are ``workloads``'). Each kind has a folder
+of its own under ``bench/``: the agentic conversation is ``agentic.session``'s data, the sweep's
+cells and knee ``sweep.knee``'s, the Poisson schedule and goodput ``rate.arrivals``', the depths
+``depth.sizes``'. Every suite is a ``SuiteSpec``: which kind of run (``suites.run`` executes it),
+its prompts, lengths, repetitions and sampler. Nothing here talks to an engine;
+``depth.sizes.plan_depths`` (and ``agentic.session.plan_turns``) turn a spec into concrete sizes
+for one server (its context per slot); ``suites.context`` resolves its slot count.
 
 Prompt sources:
 
 - ``narrative`` / ``code``: the two essays of ``workloads`` (the same text, so figures compare);
-- haystacks (``haystack``): filler prose, deterministic per *salt*, with the salt at the very
-  start, so no two haystacks share a prefix an engine's prefix cache could reuse. A fresh salt
-  is drawn for every request (``fresh_salt``). Sized in real tokens through the engine's own
-  tokenizer where its adapter exposes one (``Engine.count_tokens``), else by a
-  4-characters-per-token estimate (the record says which: ``sized_by``);
-- ``agentic``: a recorded coding-agent session (``agentic.SCRIPT``): realistic tool outputs,
+- haystacks (``suites.haystack``): filler prose, salted per request so no two share a prefix an
+  engine's prefix cache could reuse, sized by the engine's tokenizer where it has one;
+- ``agentic``: a recorded coding-agent session (``agentic.session.SCRIPT``): realistic tool outputs,
   salted per session, sized by the engine's tokenizer;
 - ``repeat``: a prompt that repeats itself, so a draft-free n-gram speculator has something
   to look up (spec-decode acceptance);
@@ -31,27 +29,15 @@ figures) and the quick suite's sampler for standard.
 from __future__ import annotations
 
 import json
-import random
-import secrets
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from engineroom.bench.depth.sizes import DEPTHS
 from engineroom.bench.runner import Sampler
 from engineroom.bench.workloads import CODE, NARRATIVE, Workload
 from engineroom.errors import BadInput, NotFound
 
-__all__ = ["CHARS_PER_TOKEN_ESTIMATE", "DEPTHS", "SUITE_SPECS", "REPEAT_PROMPT", "SizedPrompt", "SuiteSpec",
-           "TokenCounter", "fresh_salt", "haystack", "load_prompt_file", "plan_depths", "suite_spec"]
-
-TokenCounter = Callable[[str], "int | None"]    # text -> the engine's token count (None: it cannot say)
-
-# The depths the spec asks for (tokens already in context when decoding starts).
-DEPTHS = (1024, 10240, 32768, 92160)
-# Headroom a depth request keeps below the context per slot: the chat template's tokens,
-# the generated tokens, and the sizing tolerance.
-DEPTH_HEADROOM = 256
-CHARS_PER_TOKEN_ESTIMATE = 4.0     # only where the engine has no tokenizer endpoint
+__all__ = ["GREEDY", "REPEAT_PROMPT", "SUITE_SPECS", "SuiteSpec", "load_prompt_file", "suite_spec"]
 
 GREEDY = Sampler(temperature=0.0, top_p=1.0, top_k=1, min_p=0.0, seed=1234)
 
@@ -61,77 +47,10 @@ REPEAT_PROMPT = (
     + " ".join(str(i) for i in range(1, 41)) + "\n"
 )
 
-_FILLER = (
-    "The archive room kept its ledgers in rows of grey boxes, each labelled by year and shelf.",
-    "A courier crossed the river twice a week, carrying seed catalogues and letters about the weather.",
-    "The lighthouse keeper logged wind speed, visibility and the names of ships that passed at dusk.",
-    "In the market square the clock ran four minutes slow, and nobody had corrected it in a decade.",
-    "The survey team measured the glacier's edge with stakes, tape and a notebook kept dry in oilcloth.",
-    "Bakers on the north street started at three, and the smell of rye reached the station by five.",
-    "The library's map drawer held coastal charts, railway plans and a sketch of a garden long gone.",
-    "Every spring the orchard was pruned by hand, and the cuttings were stacked to dry for kindling.",
-    "The observatory's logbook noted cloud cover, seeing conditions and the temperature of the dome.",
-    "A ferry timetable from an old summer listed crossings at seven, eleven, three and half past six.",
-    "The engineer checked the pump house gauges at noon and wrote the pressures on a chalk board.",
-    "Along the canal the lock keeper's cottage had a blue door, a bench and a row of potted herbs.",
-)
-
-
-def fresh_salt() -> str:
-    """A new salt: 12 hex digits from the OS's randomness, never reused within a run."""
-    return secrets.token_hex(6)
-
-
-@dataclass(frozen=True)
-class SizedPrompt:
-    text: str
-    salt: str
-    target_tokens: int
-    counted_tokens: int | None       # the engine's count of ``text`` (None: estimated)
-    sized_by: str                    # "engine tokenizer" | "estimate (4 chars/token)"
-
-
-def _filler(salt: str, n_chars: int) -> str:
-    rng = random.Random(salt)
-    parts: list[str] = [f"Record {salt}. Read the notes below; a question about them follows.\n"]
-    size = len(parts[0])
-    i = 0
-    while size < n_chars:
-        sentence = f"({salt[:4]}-{i}) " + rng.choice(_FILLER)
-        parts.append(sentence)
-        size += len(sentence) + 1
-        i += 1
-    return " ".join(parts)
-
-
-def haystack(salt: str, tokens: int, count: TokenCounter | None = None,
-             question: str = "In one sentence, what is the record about?") -> SizedPrompt:
-    """A salted haystack of about ``tokens`` tokens (the engine's tokenizer when ``count`` gives
-    a number: the text is grown or cut until its count is within 2% below the target)."""
-    if tokens < 16:
-        raise BadInput(f"a haystack needs at least 16 tokens, not {tokens}.")
-    tail = f"\n\n{question}"
-    ratio = CHARS_PER_TOKEN_ESTIMATE
-    text = _filler(salt, int(tokens * ratio)) + tail
-    if count is None:
-        return SizedPrompt(text, salt, tokens, None, f"estimate ({CHARS_PER_TOKEN_ESTIMATE:g} chars/token)")
-    counted = count(text)
-    if counted is None:
-        return SizedPrompt(text, salt, tokens, None, f"estimate ({CHARS_PER_TOKEN_ESTIMATE:g} chars/token)")
-    for _ in range(4):      # rescale by the measured ratio; a few rounds land within 2%
-        if 0.98 * tokens <= counted <= tokens:
-            break
-        ratio = len(text) / max(counted, 1)
-        text = _filler(salt, int(len(text) * tokens / max(counted, 1) * 0.995)) + tail
-        counted = count(text)
-        if counted is None:
-            return SizedPrompt(text, salt, tokens, None, f"estimate ({ratio:.2f} chars/token)")
-    return SizedPrompt(text, salt, tokens, counted, "engine tokenizer")
-
 
 @dataclass(frozen=True)
 class SuiteSpec:
-    """One named suite: a kind of run and its sizes (``suiterun`` executes it)."""
+    """One named suite: a kind of run and its sizes (``suites.run`` executes it)."""
 
     name: str
     kind: str            # "standard" | "depth" | "concurrency" | "spec" | "agentic" | "sweep" | "rate"
@@ -212,25 +131,6 @@ SUITE_SPECS: dict[str, SuiteSpec] = {
 def suite_spec(name: str) -> SuiteSpec | None:
     """The named longer suite, or None (``workloads.suite`` knows quick and long)."""
     return SUITE_SPECS.get(name.strip().lower())
-
-
-def plan_depths(spec_depths: tuple[int, ...], n_ctx: int | None, max_tokens: int, near_end: bool = True) -> list[int]:
-    """The depths that fit ``n_ctx`` (the context per slot the engine reports) with room for the
-    template and ``max_tokens``; when the largest standard depth that fits is well below the
-    context (a small CI model), one more near its end. BadInput when the context is unknown."""
-    if not n_ctx:
-        raise BadInput("the engine does not report its context size, so depths cannot be sized; "
-                       "engineroom will not guess it.")
-    room = n_ctx - max_tokens - DEPTH_HEADROOM
-    fit = [d for d in spec_depths if d <= room]
-    end = (room // 256) * 256
-    if near_end and end >= 512 and (not fit or end >= 1.5 * fit[-1]) and end < max(spec_depths):
-        fit.append(end)
-    if not fit:
-        raise BadInput(f"the engine's context per slot ({n_ctx} tokens) holds no depth to measure with "
-                       f"{max_tokens} tokens out.")
-    return fit
-
 
 def load_prompt_file(path: Path, default_max_tokens: int) -> tuple[Workload, ...]:
     """User prompts, one JSON object per line (``prompt`` required; ``name``, ``system``,

@@ -9,7 +9,7 @@ late (every sender busy) or the engine queued is late by that much, as a user wo
 
 Per request (``request_latency``), on the client clock:
 
-- ``ttft_s``: scheduled send -> first token chunk (``suitestats.latency_from_schedule_s``);
+- ``ttft_s``: scheduled send -> first token chunk (``stats.latency_from_schedule_s``);
 - ``tpot_s``: (last token - first token) / (tokens - 1), the mean time per output token after the
   first (``vllm bench serve``'s TPOT); ``itl_p95_s``: the 95th percentile of the request's own gaps;
 - ``e2e_s``: scheduled send -> end of stream.
@@ -27,7 +27,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engineroom.bench.suitestats import is_silent, latency_from_schedule_s
+from engineroom.bench.stats import is_silent, latency_from_schedule_s
 from engineroom.records import statistics as st
 from engineroom.records.encoding import arrivals_us, gaps_us, wall_s
 

@@ -39,7 +39,7 @@ CLIENT_LOAD_KIND = "client_load"
 # its probe thread woke this late at the 99th percentile (its timestamps are then as late).
 CLIENT_CPU_LIMIT = 0.9
 CLIENT_LAG_LIMIT_MS = 20.0
-# ... or the event loop that reads every stream (``aiostreams``) ran its probe this late at the 99th percentile
+# ... or the event loop that reads every stream (``suites.streams``) ran its probe this late at the 99th percentile
 CLIENT_LOOP_LAG_LIMIT_MS = 20.0
 # a client thread that was ready waited this long for a CPU, on average, each time it ran: its
 # tokens were read that late (the probe thread alone can still wake on time)

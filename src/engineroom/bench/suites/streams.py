@@ -1,10 +1,14 @@
 """Every stream of a multi-stream suite (``concurrency``, ``sweep``, ``rate``) on one event loop.
 
+Each of those suites' folder holds its own run (``concurrency.run``, ``sweep.run``, ``rate.run``);
+they share the ``StreamDriver``, ``submit`` (one request, its record made when it is answered) and
+``run_round`` (N simultaneous streams on salted prompts, one scheduled send).
+
 Why: with one thread and one ``httpx.Client`` per stream, 256 streams on one core spent their time
 in thread wake-ups and GIL hand-offs (about two context switches per token), so tokens were read
 hundreds of milliseconds after they arrived (``benchmarks/client_ceiling.md``). Here one asyncio
 loop, in a thread of its own, reads every stream; the calling thread only sizes prompts, submits
-requests and turns results into records (``suiterequest.request_record``, the same records as the
+requests and turns results into records (``suites.request.request_record``, the same records as the
 sequential suites store: ``runner.measure_request`` with the engine's timings normalised by its
 adapter, ``arrivals_us``, ``arrival_kinds``, ``scheduled_lag_us``).
 
@@ -33,20 +37,19 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from engineroom import net
-from engineroom.bench import sweep
-from engineroom.bench.arrivals import poisson_schedule
 from engineroom.bench.clientside import ClientMonitor
 from engineroom.bench.runner import StreamingClient
-from engineroom.bench.suiteplan import SuiteContext, concurrency_prompt_tokens, stream_count, sweep_contexts
-from engineroom.bench.suiterequest import request_record, sequential_request, suite_payload
-from engineroom.bench.suites import SuiteSpec, haystack
+from engineroom.bench.suites.context import SuiteContext
+from engineroom.bench.suites.haystack import haystack
+from engineroom.bench.suites.request import request_record, suite_payload
+from engineroom.bench.suites.specs import SuiteSpec
 from engineroom.bench.workloads import Workload
 from engineroom.client import (
     OpenAIClient,
@@ -59,7 +62,7 @@ from engineroom.client import (
     take_event,
 )
 
-__all__ = ["LOOP_PROBE_S", "Sent", "StreamDriver", "run_concurrency", "run_rate", "run_sweep"]
+__all__ = ["LOOP_PROBE_S", "SCHEDULE_AHEAD_S", "Sent", "StreamDriver", "run_round", "submit"]
 
 SCHEDULE_AHEAD_S = 0.05      # a round's streams are scheduled this far ahead, so every stream is waiting
 LOOP_PROBE_S = 0.005
@@ -230,10 +233,10 @@ class StreamDriver:
         self.close()
 
 
-# -- the suites' multi-stream runs --------------------------------------------------------------
+# -- what the multi-stream suites share: one request submitted, one round of N streams ---------------
 
 
-def _submit(spec: SuiteSpec, ctx: SuiteContext, driver: StreamDriver, workload: Workload, *, index: int,
+def submit(spec: SuiteSpec, ctx: SuiteContext, driver: StreamDriver, workload: Workload, *, index: int,
             warmup: bool, extra: Mapping[str, Any],
             t_scheduled: float) -> tuple[Future[Sent], Callable[[], dict[str, Any]]]:
     """Send one request; returns its future and what waits for it and makes its record."""
@@ -248,13 +251,13 @@ def _submit(spec: SuiteSpec, ctx: SuiteContext, driver: StreamDriver, workload: 
     return fut, record
 
 
-def _round(spec: SuiteSpec, ctx: SuiteContext, driver: StreamDriver, n: int, tokens: int, *, round_no: int,
+def run_round(spec: SuiteSpec, ctx: SuiteContext, driver: StreamDriver, n: int, tokens: int, *, round_no: int,
            index: int, warmup: bool, group: Mapping[str, Any]) -> None:
     """One round of ``n`` simultaneous streams on salted ``tokens``-token prompts, one scheduled send."""
     prompts = [haystack(ctx.salts(), tokens, ctx.count_tokens) for _ in range(n)]   # sized before the clock
     driver.stall_s = ctx.stall_limit(tokens * n)      # n prompts share the engine's prefill
     t_sched = time.perf_counter() + SCHEDULE_AHEAD_S
-    waits = [_submit(spec, ctx, driver, Workload(f"{spec.kind} N={n}", prompts[i].text, spec.max_tokens),
+    waits = [submit(spec, ctx, driver, Workload(f"{spec.kind} N={n}", prompts[i].text, spec.max_tokens),
                      index=index, warmup=warmup, t_scheduled=t_sched,
                      extra={"group": dict(group), "round": round_no, "stream": i, "salt": prompts[i].salt,
                             "target_tokens": tokens, "counted_tokens": prompts[i].counted_tokens,
@@ -262,86 +265,3 @@ def _round(spec: SuiteSpec, ctx: SuiteContext, driver: StreamDriver, n: int, tok
              for i in range(n)]
     for _, wait in waits:
         ctx.store("bench_request", wait())
-
-
-def run_concurrency(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], None],
-                    monitor: ClientMonitor | None = None) -> None:
-    n = stream_count(spec, ctx)
-    tokens = concurrency_prompt_tokens(spec, ctx.server)
-    rounds = [(True, i) for i in range(spec.warmup)] + [(False, i) for i in range(spec.rounds)]
-    with StreamDriver(ctx.new_client, n, ctx.timeout_s, monitor) as driver:
-        for round_no, (warmup, index) in enumerate(rounds):
-            _round(spec, ctx, driver, n, tokens, round_no=round_no, index=index, warmup=warmup,
-                   group={"streams": n})
-            tick(f"N={n} {'warm-up' if warmup else 'round'} {index + 1}")
-
-
-def run_sweep(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], None],
-              monitor: ClientMonitor | None = None) -> None:
-    """Cells (prompt size x N), each ``rounds`` rounds, none started that its estimate says would
-    overrun ``budget_s``; warm-ups are single requests before the first cell."""
-    max_n = stream_count(spec, ctx)
-    contexts = sweep_contexts(spec, ctx.server)
-    counts = sweep.stream_counts(max_n)
-    start = time.perf_counter()
-    done: list[dict[str, Any]] = []
-    round_no = 0
-    with StreamDriver(ctx.new_client, max_n, ctx.timeout_s, monitor) as driver:
-        for i in range(spec.warmup):
-            _round(spec, ctx, driver, 1, contexts[0], round_no=round_no, index=i, warmup=True,
-                   group={"streams": 1, "ctx": contexts[0]})
-            round_no += 1
-            tick(f"warm-up {i + 1}")
-        for c in contexts:
-            for n in counts:
-                elapsed = time.perf_counter() - start
-                estimate = sweep.estimate_cell_s(c, n, spec.rounds, done)
-                cell = {"ctx": c, "streams": n, "estimate_s": estimate, "elapsed_s": elapsed,
-                        "budget_s": spec.budget_s}
-                if estimate is not None and elapsed + estimate > spec.budget_s:
-                    ctx.store(sweep.SWEEP_CELL_KIND, {**cell, "status": "skipped"})
-                    tick(f"ctx {c} N={n} skipped (budget)")
-                    continue
-                slowest = 0.0
-                for r in range(spec.rounds):
-                    t0 = time.perf_counter()
-                    _round(spec, ctx, driver, n, c, round_no=round_no, index=r, warmup=False,
-                           group={"streams": n, "ctx": c})
-                    round_no += 1
-                    slowest = max(slowest, time.perf_counter() - t0)
-                done.append({"ctx": c, "streams": n, "round_s": slowest})
-                ctx.store(sweep.SWEEP_CELL_KIND, {**cell, "status": "run", "round_s": slowest,
-                                                  "took_s": time.perf_counter() - start - elapsed})
-                tick(f"ctx {c} N={n}")
-
-
-def run_rate(spec: SuiteSpec, ctx: SuiteContext, tick: Callable[[str], None],
-             monitor: ClientMonitor | None = None) -> None:
-    """Warm-ups one at a time, then every arrival of the schedule sent at its time once one of
-    ``max_inflight`` streams is free (a later send counts in its ``scheduled_lag_us``)."""
-    schedule = poisson_schedule(spec.rate, spec.arrival_seed, duration_s=spec.duration_s, count=spec.requests)
-    tokens = concurrency_prompt_tokens(spec, ctx.server)
-    group = {"rate": spec.rate}
-    client = ctx.new_client()
-    for i in range(spec.warmup):
-        prompt = haystack(ctx.salts(), tokens, ctx.count_tokens)
-        rec = sequential_request(spec, ctx, client, Workload(f"rate {spec.rate:g}/s", prompt.text, spec.max_tokens),
-                                 index=i, warmup=True,
-                                 extra={"group": group, "salt": prompt.salt, "target_tokens": tokens,
-                                        "counted_tokens": prompt.counted_tokens, "sized_by": prompt.sized_by})
-        ctx.store("bench_request", rec)
-        tick(f"warm-up {i + 1}")
-    prompts = [haystack(ctx.salts(), tokens, ctx.count_tokens) for _ in schedule]     # sized before the clock
-    workers = max(1, min(spec.max_inflight, len(schedule)))
-    with StreamDriver(ctx.new_client, workers, ctx.timeout_s, monitor) as driver:   # Ctrl-C: the rest is dropped
-        driver.stall_s = ctx.stall_limit(tokens * workers)
-        t0 = time.perf_counter() + SCHEDULE_AHEAD_S
-        waits = dict(_submit(spec, ctx, driver, Workload(f"rate {spec.rate:g}/s", prompts[i].text, spec.max_tokens),
-                             index=i, warmup=False, t_scheduled=t0 + off,
-                             extra={"group": group, "arrival": i, "scheduled_s": off, "salt": prompts[i].salt,
-                                    "target_tokens": tokens, "counted_tokens": prompts[i].counted_tokens,
-                                    "sized_by": prompts[i].sized_by})
-                     for i, off in enumerate(schedule))
-        for n, fut in enumerate(as_completed(waits), 1):
-            ctx.store("bench_request", waits[fut]())
-            tick(f"arrival {n} of {len(schedule)} answered")

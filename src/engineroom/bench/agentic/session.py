@@ -15,7 +15,7 @@ Why it is honest about the prefix cache:
   between sessions or runs beyond the chat template's first few tokens; turn 1 of a session
   that reused more is contamination, and the checklist fails it;
 - within a session each turn's prompt extends the previous one, so reusing it from the cache is
-  the point: each record keeps the engine's cached-token count (``suitestats.cache_reuse``) and
+  the point: each record keeps the engine's cached-token count (``stats.cache_reuse``) and
   the card sets it beside the previous turn's prompt.
 
 Sizes: ``SCRIPT``'s outputs add up to about 48K tokens by turn 12 (about 50K with the system

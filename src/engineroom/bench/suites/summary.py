@@ -5,7 +5,7 @@ figures}, "speculative", "client_load", "integrity": [checks], "valid", "warning
 is one depth, one stream count, or one workload. Per group:
 
 - ``decode_tps`` / ``ttft_s`` / ``inter_token_ms`` / ``agreement``: ``statistics``' own rules
-  over the kept measured requests (``suitestats.kept``: no warm-ups, no sample the prefix-cache
+  over the kept measured requests (``stats.kept``: no warm-ups, no sample the prefix-cache
   guard discarded, no request whose thinking used the whole budget);
 - ``prefill_tps``: prompt tokens / TTFT on the client clock; ``engine_prompt_tps`` the engine's;
 - ``depth``: the measured context at mid-decode (prompt tokens + half the generated ones);
@@ -28,11 +28,11 @@ over the sessions, one sweep cell, or the one request rate):
   decode), totals, tool calls made, sessions stopped short of the context, and the TTFT-growth
   verdict; its checklist replaces two checks: ``prefix_cache`` judges turn 1 of each session
   only (later turns reuse their own session's prompt by design) and ``client_vs_engine``
-  compares the turns streamed one token per chunk (``agentic.content_only``);
+  compares the turns streamed one token per chunk (``agentic.session.content_only``);
 - ``sweep`` (``sweep_figures``): per cell the rounds' median aggregate rate, per-stream decode,
   TTFT from the schedule p50 / p95, TPOT p95; the knee per prompt size and the recommended slot
   count (``bench.sweep``); the cells the budget skipped;
-- ``rate`` (``arrivals.goodput``): goodput, throughput, TTFT / TPOT / e2e percentiles from the
+- ``rate`` (``rate.arrivals.goodput``): goodput, throughput, TTFT / TPOT / e2e percentiles from the
   scheduled send, errors and silent-empty streams.
 """
 
@@ -42,14 +42,14 @@ import statistics as _st
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from engineroom.bench.agentic import STOP_KIND as AGENTIC_STOP_KIND
-from engineroom.bench.agentic import content_only, ttft_verdict
-from engineroom.bench.arrivals import goodput, request_latency
+from engineroom.bench.agentic.session import STOP_KIND as AGENTIC_STOP_KIND
+from engineroom.bench.agentic.session import content_only, ttft_verdict
 from engineroom.bench.guards import STATUS_INVALID, extra_checks, failed_requests
 from engineroom.bench.integrity import check_row, checklist, is_valid
+from engineroom.bench.rate.arrivals import goodput, request_latency
 from engineroom.bench.roofline import roofline
-from engineroom.bench.speculative import acceptance
-from engineroom.bench.suitestats import (
+from engineroom.bench.speculative.acceptance import acceptance
+from engineroom.bench.stats import (
     CLIENT_LOAD_KIND,
     cache_reuse,
     client_load,
@@ -60,7 +60,7 @@ from engineroom.bench.suitestats import (
     reasoning,
     records_of,
 )
-from engineroom.bench.sweep import SWEEP_CELL_KIND, knee, recommend
+from engineroom.bench.sweep.knee import SWEEP_CELL_KIND, knee, recommend
 from engineroom.records import statistics as st
 from engineroom.records.encoding import arrivals_us, gaps_us, ttft_s, wall_s
 

@@ -1,6 +1,6 @@
 """What a suite run is given (``SuiteContext``), what it returns (``SuiteResult``), and what it
 resolves for this server before any request: the stream count, the prompt and context sizes, the
-workloads, and the run's ``bench`` conditions (``suite_conditions``). ``suiterun`` runs them."""
+workloads, and the run's ``bench`` conditions (``suite_conditions``). ``suites.run`` runs them."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engineroom.bench import agentic, sweep
-from engineroom.bench.arrivals import poisson_schedule
+from engineroom.bench.agentic import session as agentic
+from engineroom.bench.depth.sizes import DEPTH_HEADROOM, plan_depths
+from engineroom.bench.rate.arrivals import poisson_schedule
 from engineroom.bench.runner import StreamingClient
-from engineroom.bench.suites import DEPTH_HEADROOM, SuiteSpec, TokenCounter, fresh_salt, plan_depths
+from engineroom.bench.suites.haystack import TokenCounter, fresh_salt
+from engineroom.bench.suites.specs import SuiteSpec
+from engineroom.bench.sweep import knee as sweep
 from engineroom.bench.watchdog import STALL_FLOOR_S, Watchdog
 from engineroom.bench.workloads import Workload
 from engineroom.engines.base import ServerInfo
@@ -38,7 +41,7 @@ class SuiteContext:
     timeout_s: float = 600.0
     stall_floor_s: float = STALL_FLOOR_S        # the watchdog's floor (``bench.watchdog``)
     records: list[dict[str, Any]] = field(default_factory=list)
-    watchdog: Watchdog | None = None            # made by ``suiterun.run_suite`` from the two above
+    watchdog: Watchdog | None = None            # made by ``suites.run.run_suite`` from the two above
 
     def store(self, kind: str, payload: dict[str, Any]) -> None:
         """Keep one record (and emit it); a finished request then goes to the watchdog, which may
