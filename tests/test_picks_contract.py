@@ -153,7 +153,7 @@ def test_every_feature_a_priority_promises_is_on_in_argv():
 def test_the_fork_gets_its_tested_flags_and_its_own_help_knows_every_flag():
     known = parse_help(IK_HELP.read_text())
     seen = 0
-    for (model_id, _rig, prio, engine, p, _pick), prepared in _rendered():
+    for (model_id, rig, prio, engine, p, _pick), prepared in _rendered():
         if engine != "ik_llama.cpp":
             continue
         seen += 1
@@ -162,7 +162,10 @@ def test_the_fork_gets_its_tested_flags_and_its_own_help_knows_every_flag():
         # -a (the served name): the 0.1.5 fork's parser takes it though its --help does not list it
         # (flags.check_flags asks the binary itself for such a flag; the real ik runs pass it)
         # -sm (a layer split over several GPUs): a flag of the fork's GPU builds; the fixture is its CPU build's
-        gpu_build = {"-sm"} if p.tp > 1 else set()
+        # -ngl (every layer on the GPU: the fork offloads none unless asked): its GPU builds' --help lists it
+        nvidia = parse_rig(rig).vendor == "nvidia"
+        assert ("-ngl" in argv) == nvidia, (model_id, rig, argv)
+        gpu_build = ({"-sm"} if p.tp > 1 else set()) | ({"-ngl"} if nvidia else set())
         assert set(flags) - {"-a"} - gpu_build <= known, (model_id, prio, sorted(set(flags) - known))
         assert "--merge-qkv" in argv
         assert ("-khad" in argv and "-vhad" in argv) == (p.kv_dtype not in ("f16", "bf16", "f32")), argv

@@ -14,13 +14,9 @@ from typing import Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from ..units import GB  # decimal GB: the catalog's sizes (re-exported for plan)
+from ..units import GB  # decimal GB: the catalog's sizes
 from .base import QuantFormat, Strict, Vendor
 from .engine_schema import Band, Engine, Sourced
-
-# DecodeModel and KvDtype are not used here: plan/speed.py and plan/candidates.py still import them from
-# this module (plan is another change's); once they import them from ``engine_schema``, this goes.
-from .engine_schema import DecodeModel, KvDtype  # noqa: F401  isort: skip
 
 # ---- models ---------------------------------------------------------------------------
 

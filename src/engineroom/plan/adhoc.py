@@ -18,9 +18,11 @@ from ..arch import (
     count_active_params,  # arch.params: the one counter
 )
 from ..catalog import Catalog, Model, Quant, block_from_arch, find_model, load_catalog
+from ..catalog.base import QuantFormat
 from ..catalog.load import closest_model
-from ..catalog.schema import GB, ArchBlock, Quality, QuantFormat
+from ..catalog.schema import ArchBlock, Quality
 from ..errors import BadInput, EngineroomError, NotFound
+from ..units import GB
 
 if TYPE_CHECKING:
     from ..refs import ModelRef

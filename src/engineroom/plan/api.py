@@ -11,10 +11,10 @@ from typing import Any
 
 from ..arch import ModelArch
 from ..catalog import Catalog, Model, arch_from_catalog, find_engine, find_priority, load_catalog
-from ..catalog.schema import GB
 from ..errors import BadInput, NotFound
 from ..fit import Fit, FitMemo, FitRequest, Verdict, fit, kv_dtype_spec, kv_refusal, max_concurrency, max_context
 from ..hardware import Rig
+from ..units import GB
 from .adhoc import ResolvedModel, resolve_model
 from .calibration import Calibration
 from .candidates import Candidate, held_on_cpu, quant_runs_on, rule_cpu_flags

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field, replace
 
 from ..arch import ModelArch
 from ..catalog import Drafter, Engine, Quant
-from ..catalog.schema import GB, KvDtype
+from ..catalog.engine_schema import KvDtype
 from ..fit import Fit, FitRequest, usable_ram
 from ..hardware import Rig
+from ..units import GB
 from .speed import SpeedBand
 
 

@@ -10,10 +10,11 @@ from dataclasses import replace
 from .. import units
 from ..arch import ModelArch
 from ..catalog import Catalog, Drafter, Engine, Model, Priority, Quant, find_engine
-from ..catalog.schema import GB, RankKey
+from ..catalog.schema import RankKey
 from ..errors import BadInput
 from ..fit import Fit, FitMemo, FitRequest, check_ctx, kv_refusal
 from ..hardware import Rig
+from ..units import GB
 from .calibration import NO_POINT_HERE, UNCALIBRATED, Calibration, SpeedFactor, shape_class
 from .candidates import (
     MAX_PARALLEL,

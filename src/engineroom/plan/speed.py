@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from ..arch import ModelArch
 from ..catalog import Model, Quant
-from ..catalog.schema import GB, DecodeModel, KvDtype
+from ..catalog.engine_schema import DecodeModel, KvDtype
 from ..fit import kv_bytes
+from ..units import GB
 
 SPEED_DEPTH = 4096          # decode speed is quoted at this KV depth (tokens already in context)
 
