@@ -99,7 +99,8 @@ def _err(pred: float, measured: float) -> float:
 
 def main() -> None:
     pts = points()
-    print("Points:\n\n| # | shape | class | measured t/s | plan middle then | error | source |\n|---:|---|---|---:|---:|---:|---|")
+    print("Points:\n\n| # | shape | class | measured t/s | plan middle then | error | source |")
+    print("|---:|---|---|---:|---:|---:|---|")
     for source, p in pts:
         print(f"| {p.run_id} | {SHAPE_OF[p.model]} | {p.shape} | {p.measured_tps:.1f} | {p.planned_mid_tps:.1f} | "
               f"{_err(p.planned_mid_tps, p.measured_tps):+.1f}% | {source} |")

@@ -1,5 +1,6 @@
 """engineroom try: the plan's pick measured on this machine on a random-weight file of the model's
-exact architecture and quant, before any download (issue 19, first part: the llama.cpp family)."""
+exact architecture and quant, before any download (issue 19): the llama.cpp family on the file's weights,
+vLLM on weights it makes itself (its dummy loading) from the file's shape and tokenizer."""
 
 from __future__ import annotations
 
@@ -62,11 +63,44 @@ def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary
     assert row["decode_tps_uncalibrated"] == out["decode_band"]
 
 
-def test_try_refuses_a_pick_it_cannot_write_weights_for_in_one_sentence(tmp_path):
-    proc = cli("try", "smollm2-135m", "--engine", "vllm", "--folder", str(tmp_path))
-    assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "try writes random-weight GGUF files, so it runs llama.cpp and ik_llama.cpp picks" in proc.stderr
+def test_try_refuses_a_pick_it_cannot_make_random_weights_for_in_one_sentence(tmp_path, monkeypatch):
+    """vLLM's dummy loading makes 16-bit weights; a quantized vLLM pick (the H200's autoround-int4 of the 27B: this
+    machine plans no quantized vLLM pick, so the H200's plan feeds try) would be measured at another size."""
+    from engineroom.flows import picks, trying
+
+    real = picks.pick_from_plan
+    monkeypatch.setattr(trying, "pick_from_plan", lambda model, **kw: real(model, **{**kw, "rig": "h200"}))
+    with pytest.raises(BadInput, match=r"vllm autoround-int4 \(autoround weights\).*--quant bf16 for vLLM"):
+        trying.try_model(None, "qwen3.6-27b", engine="vllm", folder=tmp_path)    # type: ignore[arg-type]
     assert not list(tmp_path.iterdir())                                       # nothing written
+    from engineroom import engines
+
+    assert engines.adapter("vllm").random_weights_loading("autoround") is None
+    assert "--load-format dummy" in (engines.adapter("vllm").random_weights_loading("bf16") or "")
+    assert engines.adapter("llama.cpp").random_weights_loading("bf16") is None     # it serves the file's own
+
+
+def test_a_shape_only_file_says_it_is_random_and_vllm_serves_it_with_its_own_weights(tmp_path):
+    """synth marks every file it writes; without tensors it is the shape and tokenizer alone. vLLM's folder of such a
+    file says dummy weights, and its command line asks vLLM to make them (a converted folder's does not)."""
+    from engineroom.arch.gguf import read_gguf_header_local
+    from engineroom.catalog import arch_from_catalog, load_catalog
+    from engineroom.engines import vllm
+    from engineroom.engines.base import LaunchOptions
+    from engineroom.engines.vllm.convert import SOURCE_FILE
+    from engineroom.synth import RANDOM_WEIGHTS_KEY, write_synthetic_gguf
+
+    arch = arch_from_catalog(load_catalog().model("smollm2-135m"))
+    shape = read_gguf_header_local(write_synthetic_gguf(arch, "F16", tmp_path / "s.gguf", tensors=False))
+    full = read_gguf_header_local(write_synthetic_gguf(arch, "Q4_1", tmp_path / "f.gguf"))
+    assert shape.kv[RANDOM_WEIGHTS_KEY] is True and full.kv[RANDOM_WEIGHTS_KEY] is True
+    assert not shape.tensors and full.tensors and shape.kv["llama.vocab_size"] == arch.vocab_size
+    for weights, dummy in (("dummy", True), ("converted", False)):
+        folder = tmp_path / weights
+        folder.mkdir()
+        (folder / SOURCE_FILE).write_text(json.dumps({"dtype": "float16", "weights": weights}))
+        argv = list(vllm.render(vllm.placeholder_binary(), LaunchOptions(model_path=folder, ctx=1024)).argv)
+        assert ("--load-format" in argv and argv[argv.index("--load-format") + 1] == "dummy") is dummy, argv
 
 
 def test_try_checks_the_disk_before_writing(tmp_path, monkeypatch):
@@ -193,3 +227,32 @@ def test_try_and_tune_a_moe_shape_on_the_real_llama_server(llama_server_binary, 
     if trial["outcome"] != "not measured":
         assert len(trial["runs_a"]) == len(trial["runs_b"]) == 2 and trial["a_mean"] > 0 and trial["b_mean"] > 0
     assert not list(files.rglob("*.gguf"))
+
+
+@pytest.mark.integration
+def test_try_of_a_vllm_pick_serves_vllms_own_random_weights(vllm_python, smollm2, tmp_path, monkeypatch):
+    """The real vLLM (CPU build) on SmolLM2's shape: try writes the shape and tokenizer alone (a few MB, not the
+    weights), vLLM serves it with --load-format dummy, fit's KV pool against vLLM's own, placement as planned, a
+    decode measured, the file deleted."""
+    from engineroom.store import Store
+
+    files = tmp_path / "files"
+    env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
+    monkeypatch.setenv("ENGINEROOM_STATE_DIR", env["ENGINEROOM_STATE_DIR"])
+    proc = cli("try", "smollm2-135m", "--engine", "vllm", "--ctx", "2048", "--folder", str(files), "--busy-ok",
+               "--json", env=env, timeout=900)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert (proc.returncode, out["bench_status"]) in ((0, "OK"), (1, "INVALID")), out
+    assert {f.split(":")[0] for f in out["bench_failed"]} <= MACHINE_CHECKS, out["bench_failed"]
+    assert (out["pick"]["engine"], out["pick"]["quant"]) == ("vllm", "bf16")
+    assert out["file_bytes"] < 20 * 2**20, out["file_bytes"]                  # the shape and tokenizer, no weights
+    assert "shape and tokenizer" in proc.stderr and "--load-format dummy" in proc.stderr
+    rows = {r["component"]: r for r in out["memory_rows"]}
+    assert rows["kv_pool"]["measured_bytes"] and abs(rows["kv_pool"]["error_pct"]) < 1.0, rows["kv_pool"]
+    assert out["placement"]["status"] == "as_planned", out["placement"]
+    assert out["decode_tps"] > 0 and not list(files.rglob("*.gguf"))
+    with Store() as store:
+        launch = [r for r in store.runs(20, kind="launch") if r.get("status") == "OK"]
+    argv = launch[0]["conditions"]["argv"] if launch else []
+    assert "--load-format" in argv and argv[argv.index("--load-format") + 1] == "dummy", argv

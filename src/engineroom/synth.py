@@ -274,10 +274,16 @@ def _file_type(qt: str) -> int:
     return ft.get(qt, 7)
 
 
+RANDOM_WEIGHTS_KEY = "engineroom.random_weights"   # in every file written here: its weights mean nothing
+
+
 def write_synthetic_gguf(arch: ModelArch, quant: str, path: str | os.PathLike, *, seed: int = 0,
-                         tokenizer_gguf: Path | None = None, block_scale: float | None = None) -> Path:
+                         tokenizer_gguf: Path | None = None, block_scale: float | None = None,
+                         tensors: bool = True) -> Path:
     """Write a random-weight GGUF of ``arch`` at ``quant`` to ``path`` and return the path
-    (``block_scale``: one f16 scale for every quantized block instead of BLOCK_SCALES')."""
+    (``block_scale``: one f16 scale for every quantized block instead of BLOCK_SCALES'). Every such file
+    says so (``RANDOM_WEIGHTS_KEY``). ``tensors`` False: the metadata alone (the shape and the tokenizer),
+    for an engine that initialises random weights itself (vLLM's dummy loading)."""
     if gguf is None:
         raise BadInput("The gguf package is needed to write GGUF files (pip install gguf).")
     a = gguf_arch_name(arch)
@@ -290,6 +296,7 @@ def write_synthetic_gguf(arch: ModelArch, quant: str, path: str | os.PathLike, *
     w.add_type("model")
     w.add_file_type(_file_type(qt))
     w.add_quantization_version(2)
+    w.add_bool(RANDOM_WEIGHTS_KEY, True)
     w.add_context_length(arch.max_position or 131072)
     w.add_embedding_length(arch.hidden_size)
     w.add_block_count(arch.n_layers)
@@ -370,7 +377,7 @@ def write_synthetic_gguf(arch: ModelArch, quant: str, path: str | os.PathLike, *
     # random weights never picks one, and every stream carries text
     projection = "token_embd.weight" if arch.tie_embeddings else "output.weight"
     silent = silent_tokens(tok)
-    for spec in tensor_layout(arch, quant):
+    for spec in tensor_layout(arch, quant) if tensors else ():
         data = _tensor_data(spec, rng, block_scale)
         if spec.name == projection and silent:
             data[np.asarray(silent)] = 0

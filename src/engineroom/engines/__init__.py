@@ -346,6 +346,16 @@ class Engine:
         impl = self.impl
         return Path(impl.serving_model(path, progress)) if isinstance(impl, base.ConvertsModel) else path
 
+    def random_weights_loading(self, quant_format: str) -> str | None:
+        """How the engine serves random weights of a model's shape in ``quant_format`` without a file of them
+        (a sentence), or None: it needs a file that has them (a random-weight GGUF). ``try`` of a pick in
+        another format writes the shape and tokenizer alone for an engine that can."""
+        impl = self.impl
+        if not isinstance(impl, base.MakesRandomWeights):
+            return None
+        found = impl.random_weights_loading(quant_format)
+        return None if found is None else str(found)
+
     def catalog_dir(self) -> Path | None:
         """A folder of catalog YAML the adapter's package ships (engines/, models/, ...), or None."""
         impl = self.impl

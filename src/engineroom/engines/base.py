@@ -392,6 +392,11 @@ class ConvertsModel(Protocol):           # default: the path itself
 
 
 @runtime_checkable
+class MakesRandomWeights(Protocol):     # default: None (serves random weights only from a file that has them)
+    def random_weights_loading(self, quant_format: str) -> str | None: ...
+
+
+@runtime_checkable
 class ShipsCatalog(Protocol):            # default: None (no catalog YAML of its own)
     def catalog_dir(self) -> Path | None: ...
 

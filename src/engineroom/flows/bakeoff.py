@@ -260,8 +260,10 @@ def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, con
         if str(pick.plan.get("quant_format") or "") != GGUF_FORMAT:
             return {**cell, "status": NOT_RUN,
                     "why": f"random weights are a GGUF file and {engine}'s pick is {pick.plan.get('quant')} "
-                           f"({pick.plan.get('quant_format')} weights); its dummy-weight loading is not done yet.",
-                    "fix": f"engineroom bakeoff {model} --engines {engine} (with the real weights)"}
+                           f"({pick.plan.get('quant_format')} weights); a bakeoff does not run an engine's own "
+                           "random weights yet.",
+                    "fix": f"engineroom try {model} --engine {engine} (its own random weights, where it makes "
+                           f"them), or engineroom bakeoff {model} --engines {engine} (the real weights)"}
         if files.quant is not None and pick.request.weights.quant != files.quant:    # one file, one quant for all
             try:
                 pick = pick_from_plan(model, priority=priority, engine=engine, ctx=conditions.get("ctx"),

@@ -10,8 +10,9 @@ whose conditions carry ``try``: `engineroom report RUN` shows it).
 
 What random weights make meaningless is said, not measured: the answers, a drafter's acceptance
 (spec-decode is left off), a MoE router's balance (random routers spread tokens near evenly). The
-file carries no projector, so a pick with vision is tried text-only. The llama.cpp family only:
-vLLM and SGLang would need their dummy-weight loading (not done yet).
+file carries no projector, so a pick with vision is tried text-only. An engine that makes random
+weights itself (vLLM's dummy loading, for 16-bit picks) gets a file of the shape and tokenizer alone
+and serves weights of its own making; SGLang's dummy loading is not wired (it cannot serve here).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ NOT_MEANINGFUL = (
     "MoE routing balance: a random router spreads tokens near evenly, a trained one does not",
 )
 DISK_MARGIN = 1.10          # free space the file needs beside it: its size + 10%
+SHAPE_ONLY_QUANT = "F16"    # the file type a shape-and-tokenizer file says it is (it holds no weight)
 
 
 @dataclass
@@ -106,19 +108,20 @@ def random_weights_pick(pick: Pick) -> tuple[Pick, list[str]]:
 
 @contextmanager
 def random_weights(model: str, pick: Pick, log: StageLog, *, folder: Path | None = None, keep: bool = False,
-                   command: str = "try") -> Iterator[tuple[Path, int]]:
+                   command: str = "try", tensors: bool = True) -> Iterator[tuple[Path, int]]:
     """The random-weight GGUF of ``pick``'s quant of ``model`` for the block: (its path, its bytes), in a
     scratch folder of its own that is removed after the block unless ``keep``. Before writing: the disk's
     free space (the file + 10%), and the pick's engine (a missing one is said before minutes of writing
-    a file nothing would serve)."""
+    a file nothing would serve). ``tensors`` False: the shape and tokenizer alone, for an engine that makes
+    the weights itself (``engines.Engine.random_weights_loading``)."""
     from ..catalog import arch_from_catalog
     from ..plan import resolve_model
     from ..synth import arch_with_tensors, write_synthetic_gguf
 
-    quant = str(pick.plan["quant"])
+    quant = str(pick.plan["quant"]) if tensors else SHAPE_ONLY_QUANT
     subject = resolve_model(model)
     arch = subject.arch or arch_from_catalog(subject.model)
-    size = sum((arch_with_tensors(arch, quant).tensor_bytes or {}).values())
+    size = sum((arch_with_tensors(arch, quant).tensor_bytes or {}).values()) if tensors else 0
     where = Path(folder) if folder is not None else Path(tempfile.gettempdir())
     where.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(where).free
@@ -133,9 +136,10 @@ def random_weights(model: str, pick: Pick, log: StageLog, *, folder: Path | None
     scratch = Path(tempfile.mkdtemp(prefix=f"engineroom-{command}-", dir=where))
     path = scratch / random_file_name(subject.model.id, quant)
     try:
-        with log.stage("write", f"write {path.name}: random weights, {gib(size, 2)}"):
-            write_synthetic_gguf(arch, quant, path)
-        yield path, size
+        with log.stage("write", f"write {path.name}: random weights, {gib(size, 2)}" if tensors
+                       else f"write {path.name}: the shape and tokenizer ({pick.engine} makes the weights)"):
+            write_synthetic_gguf(arch, quant, path, tensors=tensors)
+        yield path, path.stat().st_size if not tensors else size
     finally:
         if not keep:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -159,13 +163,18 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
     with log.stage("plan", f"plan {model} for this machine"):
         pick = pick_from_plan(model, priority=priority, engine=engine, ctx=ctx, parallel=parallel, quant=quant)
     fmt = str(pick.plan.get("quant_format") or "")
-    if fmt != GGUF_FORMAT:
-        raise BadInput(f"the plan's pick is {pick.engine} {pick.plan.get('quant')} ({fmt} weights); try writes "
-                       "random-weight GGUF files, so it runs llama.cpp and ik_llama.cpp picks: give --engine "
-                       "llama.cpp (vLLM's and SGLang's dummy-weight loading is not done yet).")
+    loading = None if fmt == GGUF_FORMAT else engines.adapter(pick.engine).random_weights_loading(fmt)
+    if fmt != GGUF_FORMAT and loading is None:
+        raise BadInput(f"the plan's pick is {pick.engine} {pick.plan.get('quant')} ({fmt} weights); try serves a "
+                       "random-weight GGUF (llama.cpp, ik_llama.cpp) or an engine's own random weights of 16-bit "
+                       f"picks (vLLM), and {pick.engine} {fmt} is neither: give --engine llama.cpp, or --quant "
+                       "bf16 for vLLM.")
     pick, left_out = random_weights_pick(pick)
     quant = str(pick.plan["quant"])
-    with random_weights(model, pick, log, folder=folder, keep=keep, command="try") as (path, size):
+    if loading:
+        say(f"weights: {loading}")
+    with random_weights(model, pick, log, folder=folder, keep=keep, command="try",
+                        tensors=loading is None) as (path, size):
         r = pick.request
         plan = BenchPlan(workloads=default_workloads(max_tokens)[:1], warmup=warmup, measured=measured,
                          full_length=True)

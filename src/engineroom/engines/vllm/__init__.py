@@ -37,7 +37,7 @@ from .command import (
     validate_many,
     vllm_kv_dtype,
 )
-from .convert import converted_dir, serving_model
+from .convert import converted_dir, random_weights_loading, serving_model
 from .discovery import (
     ENGINE,
     ENV_PYTHON,
@@ -93,7 +93,8 @@ __all__ = ["AOT_COMPILE_ENV", "RELEASE",
            "health_state", "install", "installed", "kv_capacity", "kv_name", "kvcache_space_gib", "launch_settings",
            "loads_refusal", "memory_report", "normalise_metrics", "placeholder_binary", "placement_report", "probe",
            "render",
-           "render_cluster", "server_args", "serving_model", "validate_argv", "validate_many", "vllm_kv_dtype",
+           "random_weights_loading", "render_cluster", "server_args", "serving_model", "validate_argv",
+           "validate_many", "vllm_kv_dtype",
            "wait_hint"]
 
 

@@ -13,7 +13,7 @@ from ...catalog import Engine, find_engine, load_catalog
 from ...errors import BadInput, NotFound
 from ..argv import flag_value, has_flag
 from ..base import LaunchOptions, LaunchSpec, Settled
-from .convert import converted_dtype
+from .convert import converted_dtype, dummy_weights
 from .discovery import ENGINE, SERVER_MODULE, Binary
 from .dtype import DTYPE_FLAG, cpu_changes, fit_kv, fit_quant, launched_dtype
 
@@ -206,6 +206,8 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     dtype = converted_dtype(model_path)
     if dtype and not has_flag(extra, DTYPE_FLAG) and not any(DTYPE_FLAG in c.args for c in changes):
         argv += [DTYPE_FLAG, dtype]
+    if dummy_weights(model_path) and not has_flag(extra, LOAD_FORMAT_FLAG):
+        argv += [LOAD_FORMAT_FLAG, "dummy"]        # a random-weight file's folder: vLLM makes the weights
     kv = vllm_kv_dtype(o.kv_dtype, cpu=cpu)
     if kv and kv != "auto" and not has_flag(extra, "--kv-cache-dtype"):
         argv += ["--kv-cache-dtype", kv]

@@ -27,6 +27,42 @@ DTYPE = "float16"                        # what the folder is saved as, and what
 SOURCE_FILE = "engineroom-source.json"   # written into a converted folder: where it came from, its dtype
 
 
+# the formats whose random weights vLLM's dummy loading makes as the pick would load them: 16-bit ones (the
+# folder says float16, as a converted one does); a quantized format would need its quantization_config
+DUMMY_FORMATS = ("bf16", "f16", "fp16")
+
+
+def random_weights_loading(quant_format: str) -> str | None:
+    """How vLLM serves random weights of a pick in ``quant_format``: a random-weight GGUF's shape and
+    tokenizer as a folder, with weights vLLM initialises itself (``--load-format dummy``); None for a
+    quantized format (its dummy weights would be 16-bit, not the pick's)."""
+    if quant_format.lower() not in DUMMY_FORMATS:
+        return None
+    return (f"vLLM's dummy loading (--load-format dummy) at {DTYPE}: the model's shape and tokenizer from "
+            "engineroom's random-weight file, weights vLLM initialises itself")
+
+
+def dummy_weights(folder: Path) -> bool:
+    """Whether ``folder`` is engineroom's folder of a random-weight file: its config and tokenizer, no
+    weights (vLLM initialises random ones itself: ``--load-format dummy``)."""
+    try:
+        return json.loads((Path(folder) / SOURCE_FILE).read_text()).get("weights") == "dummy"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _random_weights(path: Path) -> bool:
+    """A GGUF engineroom wrote with random weights (``synth.RANDOM_WEIGHTS_KEY``)."""
+    from ...arch.gguf import read_gguf_header_local
+    from ...errors import BadInput
+    from ...synth import RANDOM_WEIGHTS_KEY
+
+    try:
+        return bool(read_gguf_header_local(path).kv.get(RANDOM_WEIGHTS_KEY))
+    except (BadInput, OSError):
+        return False
+
+
 def converted_dtype(folder: Path) -> str | None:
     """The dtype engineroom converted ``folder`` at (None: not a folder engineroom made)."""
     try:
@@ -57,6 +93,22 @@ cfg.pop("quantization_config", None)
 (out / "config.json").write_text(json.dumps(cfg, indent=2))
 print("OK", sum(p.numel() for p in model.parameters()))
 """
+# a random-weight GGUF: its shape and tokenizer only; vLLM's dummy loading makes the weights
+_CONFIG_ONLY = r"""
+import json, sys
+from pathlib import Path
+from transformers import AutoConfig, AutoTokenizer
+gguf, out = Path(sys.argv[1]), Path(sys.argv[2])
+tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+cfg.torch_dtype = "float16"
+cfg.save_pretrained(str(out))
+tok.save_pretrained(str(out))
+data = json.loads((out / "config.json").read_text())
+data.pop("quantization_config", None)
+(out / "config.json").write_text(json.dumps(data, indent=2))
+print("OK", data.get("model_type"), len(tok))
+"""
 
 
 def _key(path: Path) -> str:
@@ -72,31 +124,34 @@ def _key(path: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def converted_dir(path: Path) -> Path:
-    return paths.cache_dir() / "vllm-models" / f"{path.stem}-{_key(path)}-{DTYPE}"
+def converted_dir(path: Path, *, dummy: bool = False) -> Path:
+    return paths.cache_dir() / "vllm-models" / f"{path.stem}-{_key(path)}-{'dummy' if dummy else DTYPE}"
 
 
 def serving_model(path: Path, progress: Callable[[float | None, str], None] | None = None) -> Path:
-    """The folder vLLM serves for ``path``: a folder as it is; a GGUF converted once (cached)."""
+    """The folder vLLM serves for ``path``: a folder as it is; a GGUF converted once (cached); a random-weight
+    GGUF (engineroom's) as its config and tokenizer alone, which vLLM serves with weights of its own making."""
     path = Path(path)
     if path.is_dir() or not path.is_file():
         return path
     with open(path, "rb") as fh:
         if fh.read(4) != b"GGUF":
             return path
-    out = converted_dir(path)
-    if (out / "config.json").is_file() and any(out.glob("*.safetensors")):
+    dummy = _random_weights(path)
+    out = converted_dir(path, dummy=dummy)
+    if (out / "config.json").is_file() and (dummy or any(out.glob("*.safetensors"))):
         return out
     binary = find_binary()
     say = progress or (lambda _f, _m: None)
-    say(None, f"converting {path.name} to a safetensors folder for vLLM (once; cached in {out})")
+    say(None, f"reading {path.name}'s shape and tokenizer for vLLM's own random weights (cached in {out})" if dummy
+        else f"converting {path.name} to a safetensors folder for vLLM (once; cached in {out})")
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     try:
-        proc = subprocess.run([str(binary.path), "-c", _CONVERT, str(path.resolve()), str(tmp)], capture_output=True,
-                              text=True, timeout=1800, env=env)
+        proc = subprocess.run([str(binary.path), "-c", _CONFIG_ONLY if dummy else _CONVERT, str(path.resolve()),
+                               str(tmp)], capture_output=True, text=True, timeout=1800, env=env)
     except subprocess.TimeoutExpired:
         shutil.rmtree(tmp, ignore_errors=True)
         raise EngineFailed(f"converting {path.name} for vLLM took over 30 minutes; stopped it.") from None
@@ -105,7 +160,8 @@ def serving_model(path: Path, progress: Callable[[float | None, str], None] | No
         last = [line for line in proc.stderr.strip().splitlines() if line.strip()][-8:]
         raise EngineFailed(f"transformers could not convert {path.name} to a safetensors folder for vLLM "
                            f"({(last or ['no output'])[-1][:200]}).", detail="\n".join(last))
-    (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(path), "size": path.stat().st_size, "dtype": DTYPE}))
+    (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(path), "size": path.stat().st_size, "dtype": DTYPE,
+                                               "weights": "dummy" if dummy else "converted"}))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
