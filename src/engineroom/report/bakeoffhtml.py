@@ -64,7 +64,8 @@ def plots(page: Mapping[str, Any]) -> dict[str, str]:
         out["depth"] = _svg(fig)
     conc = [(c, _with_single(c)) for c in cells if c["figures"].get("concurrency")]
     if conc:
-        fig, ax = _figure("Aggregate throughput by concurrency", "simultaneous streams", "aggregate tok/s")
+        fig, ax = _figure("Aggregate decode by concurrency", "simultaneous streams",
+                          "aggregate decode tok/s (all streams decoding)")
         for c, pts in conc:
             ax.errorbar([p["streams"] for p in pts], [p["aggregate"] for p in pts],
                         yerr=[p.get("std") or 0 for p in pts], marker="o", capsize=3, label=_label(c),

@@ -110,11 +110,12 @@ def all_decoding(rs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     arrival after its request's send, plus the send's lag behind the round's schedule), the window
     from the last stream's first token to the first stream's last token, and the tokens of all
     streams that arrived in it (a chunk counts as its stream's tokens per chunk) over its length.
-    ``{"tps", "window_s", "tokens", "why"}``; ``tps`` None with ``why`` where there is no window."""
+    ``{"tps", "window_s", "tokens", "why"}``; ``tps`` None with ``why`` where there is no window. A round of one
+    stream: that stream's own decode (from its first token to its last), as ``tune`` counts one slot."""
     none: dict[str, Any] = {"tps": None, "window_s": None, "tokens": None}
     ok = [r for r in rs if st.is_ok(r)]
-    if len(ok) < 2 or len(ok) < len(rs):
-        return {**none, "why": "a round with a failed stream, or fewer than 2 streams"}
+    if not ok or len(ok) < len(rs):
+        return {**none, "why": "a round with a failed stream"}
     streams: list[tuple[list[float], float]] = []        # (arrivals on the round clock, tokens per chunk)
     for r in ok:
         offsets, tokens = arrivals_us(r), r.get("completion_tokens")
