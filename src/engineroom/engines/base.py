@@ -1,15 +1,8 @@
-"""The engine adapter seam.
-
-CONTRACT used by launch, checks, bench and flows:
-
-- ``LaunchSpec``: everything needed to start an engine (argv, env, port, log path).
-- ``ServerInfo``: what a running OpenAI-compatible server told us about itself (engine,
-  version, model id, declared capabilities). Checks and bench receive a ServerInfo; they
-  never import an adapter or the launcher.
-- ``Capabilities``: declared by the server itself (llama.cpp: ``/props``
-  chat_template_caps). ``None`` means "the server does not say"; ``False`` means it
-  declares the feature absent (the only case in which a check may SKIP).
-"""
+"""The engine adapter seam, used by launch, checks, bench and flows: ``LaunchSpec`` (everything needed to
+start an engine: argv, env, port, log path); ``ServerInfo`` (what a running OpenAI-compatible server told us
+about itself; checks and bench receive one and never import an adapter or the launcher); ``Capabilities``
+(declared by the server itself, e.g. llama.cpp's ``/props`` chat_template_caps: ``None`` "the server does not
+say", ``False`` "declared absent", the only case in which a check may SKIP); the optional hooks."""
 
 from __future__ import annotations
 
