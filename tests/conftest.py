@@ -383,21 +383,6 @@ def console_command() -> list[str]:
     return [str(script)]
 
 
-def invoke_cli(*args: str, env: dict | None = None) -> tuple[int, str]:
-    """The command in-process (Typer's runner): a user error's exit code and sentence as `engineroom`
-    prints them, else the exit code and the output."""
-    from typer.testing import CliRunner
-
-    from engineroom.cli import app_for
-    from engineroom.errors import EngineroomError
-
-    result = CliRunner().invoke(app_for(), list(args), env=env)
-    if isinstance(result.exception, EngineroomError):
-        return result.exception.exit_code, str(result.exception)
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    return result.exit_code, result.output
-
-
 def run_cli(*args: str, timeout: float = 600, env: dict | None = None,
             check: bool = False) -> subprocess.CompletedProcess:
     """Run the real `engineroom` console command in a subprocess (as a user would): for the tests of

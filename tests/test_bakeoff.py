@@ -21,7 +21,7 @@ from test_vllm import NO_PARSER, TOOL_CHECKS
 from engineroom.errors import BadInput
 from engineroom.flows.bakeoff import DEFAULT_SUITES, SUITES, check_suites
 
-from conftest import cli, console_command, invoke_cli, run_cli
+from conftest import cli, console_command, run_cli
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / ".ci-work" / "artifacts"
 SHORT = ("--suites", "verify-full,bench-quick,concurrency", "--short", "--ctx", "2048", "--busy-ok")
@@ -33,20 +33,20 @@ def test_suites_and_settings_are_refused_in_one_sentence_before_anything_runs():
     with pytest.raises(BadInput, match="no bakeoff suite named warp"):
         check_suites(["verify-full", "warp"])
     assert check_suites(["depth", "depth", "stress"]) == ("depth", "stress")
-    code, said = invoke_cli("bakeoff")
-    assert code == 2 and "give MODEL for a new bakeoff, or --resume ID" in said
-    code, said = invoke_cli("bakeoff", "--resume", "3", "--short")
-    assert code == 2 and "give no other settings with it" in said
-    code, said = invoke_cli("bakeoff", "smollm2-135m", "--engine-args", "-O0")
-    assert code == 2 and "ENGINE=ARGS" in said
-    code, said = invoke_cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,foo")      # not a cell "not installed"
-    assert code == 2 and "no engine named 'foo'" in said, said
-    code, said = invoke_cli("bakeoff", "smollm2-135m", "--engine-args", "vlm=-O0")
-    assert code == 2 and "no engine named 'vlm'" in said, said
-    code, said = invoke_cli("report")
-    assert code == 2 and "give one of RUN, --bakeoff ID or --runs IDS" in said
-    code, said = invoke_cli("report", "--runs", "a,b")
-    assert code == 2 and "--runs takes run ids" in said
+    said = cli("bakeoff")
+    assert said.returncode == 2 and "give MODEL for a new bakeoff, or --resume ID" in said.stderr, said.stderr
+    said = cli("bakeoff", "--resume", "3", "--short")
+    assert said.returncode == 2 and "give no other settings with it" in said.stderr, said.stderr
+    said = cli("bakeoff", "smollm2-135m", "--engine-args", "-O0")
+    assert said.returncode == 2 and "ENGINE=ARGS" in said.stderr, said.stderr
+    said = cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,foo")      # not a cell "not installed"
+    assert said.returncode == 2 and "no engine named 'foo'" in said.stderr, said.stderr
+    said = cli("bakeoff", "smollm2-135m", "--engine-args", "vlm=-O0")
+    assert said.returncode == 2 and "no engine named 'vlm'" in said.stderr, said.stderr
+    said = cli("report")
+    assert said.returncode == 2 and "give one of RUN, --bakeoff ID or --runs IDS" in said.stderr, said.stderr
+    said = cli("report", "--runs", "a,b")
+    assert said.returncode == 2 and "--runs takes run ids" in said.stderr, said.stderr
 
 
 def _env(tmp: Path) -> dict[str, str]:

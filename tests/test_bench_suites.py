@@ -295,7 +295,7 @@ def test_compare_judges_stored_runs_one_each_or_boots_as_ab_does(tmp_path, monke
     ab's verdict (pairings and the boot band); a run that is not a bench run is one sentence."""
     from engineroom.store import Store
 
-    from conftest import invoke_cli
+    from conftest import cli
 
     monkeypatch.setenv("ENGINEROOM_DATA_DIR", str(tmp_path))
     with Store() as store:
@@ -308,17 +308,17 @@ def test_compare_judges_stored_runs_one_each_or_boots_as_ab_does(tmp_path, monke
             store.finish_run(run_id, "OK", {})
             ids.append(run_id)
         other = store.start_run("verify", {})
-    code, out = invoke_cli("compare", str(ids[0]), str(ids[1]), "--json")
-    one = json.loads(out)
-    assert code == 0 and (one["run_a"], one["run_b"]) == (ids[0], ids[1])
+    done = cli("compare", str(ids[0]), str(ids[1]), "--json")
+    one = json.loads(done.stdout)
+    assert done.returncode == 0 and (one["run_a"], one["run_b"]) == (ids[0], ids[1])
     assert next(r for r in one["rows"] if r["metric"] == "decode_tps")["verdict"] == "real"
-    code, out = invoke_cli("compare", f"{ids[0]},{ids[2]}", f"{ids[1]},{ids[3]}", "--json")
-    boots = json.loads(out)
-    assert code == 0 and boots["runs_a"] == [ids[0], ids[2]] and boots["runs_b"] == [ids[1], ids[3]]
+    done = cli("compare", f"{ids[0]},{ids[2]}", f"{ids[1]},{ids[3]}", "--json")
+    boots = json.loads(done.stdout)
+    assert done.returncode == 0 and boots["runs_a"] == [ids[0], ids[2]] and boots["runs_b"] == [ids[1], ids[3]]
     row = next(r for r in boots["rows"] if r["metric"] == "decode_tps")
     assert row["verdict"] == "real" and len(row["boots_a"]) == 2 and row["why"].startswith("beyond the noise band"), row
-    code, text = invoke_cli("compare", str(ids[0]), str(other))
-    assert code == 2 and text == f"run #{other} is a verify run, not a bench run."
+    done = cli("compare", str(ids[0]), str(other))
+    assert done.returncode == 2 and done.stderr == f"error: run #{other} is a verify run, not a bench run.\n"
 
 
 def test_summary_recomputes_identically_from_the_store(tmp_path):

@@ -83,13 +83,13 @@ def test_main_runs_a_command_with_only_its_module_imported(tmp_path):
 def test_recipe_is_up_dry_run_with_one_option_list():
     """`recipe` is `up --dry-run` (issue 18 item 3): the same options, the same callback; an option that only
     prints (--compose, --out, --head-addr) given to a launch is refused with where it goes."""
-    from conftest import invoke_cli
+    from conftest import cli
 
     root = typer.main.get_command(app)
     up, recipe = root.commands["up"], root.commands["recipe"]
     callbacks = {info.name: info.callback for info in app.registered_commands}
     assert callbacks["up"] is callbacks["recipe"]
     assert [p.opts for p in up.params] == [p.opts for p in recipe.params]
-    code, text = invoke_cli("up", "smollm2-135m", "--compose", "--head-addr", "10.0.0.1")
-    assert code == 2 and text == ("--compose, --head-addr print what would run: add --dry-run "
-                                  "(or use `engineroom recipe`).")
+    done = cli("up", "smollm2-135m", "--compose", "--head-addr", "10.0.0.1")
+    assert done.returncode == 2 and done.stderr == ("error: --compose, --head-addr print what would run: add "
+                                                    "--dry-run (or use `engineroom recipe`).\n")

@@ -122,7 +122,7 @@ def test_every_name_of_an_engine_resolves_alike_in_fit_plan_recipe_and_up():
 def test_the_commands_take_an_alias_as_the_id(tmp_path, monkeypatch):
     """`fit`, `plan`, `recipe` and `up --dry-run` with --engine llamacpp (an alias) each answer for
     llama.cpp, as they do given its id (fit's table title repeats the name as typed: its JSON here)."""
-    from conftest import invoke_cli
+    from conftest import cli
 
     monkeypatch.setenv("ENGINEROOM_DATA_DIR", str(tmp_path))          # no engine installed: nothing to ask
     for args in (("fit", "smollm2-135m", "--quant", "Q4_1", "--kv", "f16", "--ctx", "2048", "--rig", "cpu:16GB",
@@ -130,10 +130,11 @@ def test_the_commands_take_an_alias_as_the_id(tmp_path, monkeypatch):
                  ("plan", "smollm2-135m", "--rig", "cpu:16GB"),
                  ("recipe", "smollm2-135m", "--rig", "cpu:16GB"),
                  ("up", "smollm2-135m", "--rig", "cpu:16GB", "--dry-run")):
-        by_alias = invoke_cli(*args, "--engine", "llamacpp")
-        by_id = invoke_cli(*args, "--engine", "llama.cpp")
-        assert by_alias[0] == 0, (args, by_alias[1][-2000:])
-        assert by_alias == by_id, args
+        by_alias = cli(*args, "--engine", "llamacpp")
+        by_id = cli(*args, "--engine", "llama.cpp")
+        assert by_alias.returncode == 0, (args, by_alias.stderr[-2000:])
+        assert (by_alias.returncode, by_alias.stdout, by_alias.stderr) == (by_id.returncode, by_id.stdout,
+                                                                           by_id.stderr), args
 
 
 # --------------------------------------------------------------------------- KV cache types

@@ -23,7 +23,7 @@ from engineroom.errors import BadInput
 from engineroom.flows import serving, switching
 from engineroom.launchargs import LaunchArgs
 
-from conftest import cli, invoke_cli
+from conftest import cli
 
 
 @pytest.fixture()
@@ -37,21 +37,22 @@ def own_state(tmp_path, monkeypatch) -> Path:
 # --------------------------------------------------------------------------- numbers at the CLI
 @pytest.mark.parametrize("value", ["-1", "0", "nan", "inf"])
 def test_up_timeout_must_be_a_positive_finite_number(value, own_state):
-    code, text = invoke_cli("up", "smollm2-135m", "--timeout", value)
-    assert code == 2 and text.startswith("--timeout must be a positive number of seconds"), text
+    done = cli("up", "smollm2-135m", "--timeout", value)
+    assert done.returncode == 2 and done.stderr.startswith("error: --timeout must be a positive number of seconds"), \
+        done.stderr
     assert launch.read_state() is None           # nothing started
 
 
 def test_logs_lines_cannot_be_negative(own_state):
-    code, text = invoke_cli("logs", "-n", "-5")
-    assert code == 2 and text == "--lines must be 0 or more, not -5.", text
+    done = cli("logs", "-n", "-5")
+    assert done.returncode == 2 and done.stderr == "error: --lines must be 0 or more, not -5.\n", done.stderr
 
 
 @pytest.mark.parametrize("value", ["0", "-1"])
 def test_runs_limit_must_be_at_least_one(value, tmp_path, monkeypatch):
     monkeypatch.setenv("ENGINEROOM_DATA_DIR", str(tmp_path / "data"))
-    code, text = invoke_cli("runs", "-n", value)
-    assert code == 2 and text == f"--limit must be at least 1, not {value}.", text
+    done = cli("runs", "-n", value)
+    assert done.returncode == 2 and done.stderr == f"error: --limit must be at least 1, not {value}.\n", done.stderr
 
 
 @pytest.mark.parametrize(("args", "sentence"), [
@@ -65,8 +66,8 @@ def test_demo_refuses_bad_bench_settings_before_pulling_or_starting_anything(arg
     """Checked before the model is pulled or an engine started: no state file, no model file, no run."""
     for var in ("ENGINEROOM_DATA_DIR", "ENGINEROOM_STATE_DIR", "ENGINEROOM_CACHE_DIR"):
         monkeypatch.setenv(var, str(tmp_path / var))
-    code, text = invoke_cli("demo", *args)
-    assert code == 2 and sentence in text, text
+    done = cli("demo", *args)
+    assert done.returncode == 2 and sentence in done.stderr, done.stderr
     assert not list((tmp_path / "ENGINEROOM_CACHE_DIR").rglob("*.gguf"))       # nothing pulled
     assert not (tmp_path / "ENGINEROOM_STATE_DIR" / "server.json").exists()   # nothing started
     from engineroom.store import Store
@@ -79,22 +80,23 @@ def test_every_bench_suite_is_a_command_and_an_unknown_one_is_refused():
     from engineroom.bench.suites.specs import SUITE_SPECS
     from engineroom.bench.workloads import SUITES
 
-    code, text = invoke_cli("bench", "nosuch")
-    assert code == 2 and "No such command 'nosuch'" in text
-    code, text = invoke_cli("bench", "--help")
-    assert code == 0
+    done = cli("bench", "nosuch")
+    assert done.returncode == 2 and "No such command 'nosuch'" in done.stderr
+    done = cli("bench", "--help")
+    assert done.returncode == 0
     for name in (*SUITES, *SUITE_SPECS):
-        assert name in text, name
+        assert name in done.stdout, name
     for name in (*[n for n in SUITES if n != "quick"], *SUITE_SPECS):     # quick is `bench` itself
-        code, text = invoke_cli("bench", name, "--help")
-        assert code == 0 and f"engineroom bench {name}" in text, (name, text[:300])
+        done = cli("bench", name, "--help")
+        assert done.returncode == 0 and f"engineroom bench {name}" in done.stdout, (name, done.stdout[:300])
 
 
 def test_parallel_beyond_the_engines_limit_is_refused_before_launch(own_state):
     limit = engines.adapter("llama.cpp").max_parallel
     assert limit == 256                              # LLAMA_MAX_SEQ of llama.cpp
-    code, text = invoke_cli("up", "smollm2-135m", "--parallel", "3000")
-    assert code == 2 and text == "--parallel 3000 is more sequences than llama.cpp serves at once; give at most 256."
+    done = cli("up", "smollm2-135m", "--parallel", "3000")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == "error: --parallel 3000 is more sequences than llama.cpp serves at once; give at most 256.\n"
     assert launch.read_state() is None
 
 

@@ -120,9 +120,10 @@ def test_physical_cores_counts_thread_sibling_sets(tmp_path):
     assert physical_cores(str(tmp_path / "none")) is None
 
 
-def test_copy_probe_measures_and_is_cached_per_machine(monkeypatch):
+def test_copy_probe_measures_and_is_cached_per_machine(monkeypatch, tmp_path):
     from engineroom import hardware
 
+    monkeypatch.setenv("ENGINEROOM_CACHE_DIR", str(tmp_path))      # not the last session's figures
     assert hardware.probe_copy_bandwidth(1, mib=8, reps=1) > 0
     calls = []
     monkeypatch.setattr(hardware, "probe_copy_bandwidth", lambda t, **k: calls.append(t) or 10.0 * t)

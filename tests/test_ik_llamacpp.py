@@ -23,7 +23,7 @@ from engineroom.engines import llamacpp
 from engineroom.engines.base import UNKNOWN_FAILURE, DecodeWindow, LaunchOptions, Settled
 from engineroom.errors import BadInput, NotFound
 
-from conftest import assert_ok_or_invalid_on_the_machine_alone, run_cli
+from conftest import assert_ok_or_invalid_on_the_machine_alone, cli
 
 FIX = Path(__file__).parent / "fixtures" / "ik_llamacpp"
 
@@ -82,7 +82,7 @@ def test_a_gpu_build_is_told_to_put_every_layer_on_the_gpu(tmp_path):
     own = list(ik.render(ik.placeholder_binary(vendor="nvidia"), LaunchOptions(
         model_path=_model(tmp_path), extra_args=("-ngl", "20"))).argv)
     assert own.count("-ngl") == 1 and own[own.index("-ngl") + 1] == "20"
-    recipe = run_cli("recipe", "qwen3.6-27b", "--engine", "ik_llama.cpp", "--rig", "h200")
+    recipe = cli("recipe", "qwen3.6-27b", "--engine", "ik_llama.cpp", "--rig", "h200")
     assert recipe.returncode == 0 and " -ngl 999 " in recipe.stdout, recipe.stdout + recipe.stderr
 
 
@@ -198,7 +198,7 @@ def ik_managed(ik_binary, smollm2, tmp_path_factory):
 
     env = {"ENGINEROOM_STATE_DIR": str(tmp_path_factory.mktemp("ik-state")), ik.ENV_BINARY: str(ik_binary.path)}
     t0 = time.monotonic()
-    proc = run_cli("up", "smollm2-135m", "--engine", "ik_llama.cpp", "--ctx", "2048", "--parallel", "1",
+    proc = cli("up", "smollm2-135m", "--engine", "ik_llama.cpp", "--ctx", "2048", "--parallel", "1",
                    "--threads", "2", "--port", str(free_port()), "--json", env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     state = json.loads(proc.stdout)
@@ -211,7 +211,7 @@ def ik_managed(ik_binary, smollm2, tmp_path_factory):
     httpx.post(f"{state['_url']}/v1/chat/completions", timeout=60,
                json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
     yield state
-    run_cli("down", env=env)
+    cli("down", env=env)
 
 
 def test_the_install_records_what_it_built(ik_install, ik_binary):
@@ -253,7 +253,7 @@ def test_up_detects_the_fork_and_records_memory(ik_managed):
 
 
 def test_verify_passes_on_the_real_fork(ik_managed):
-    proc = run_cli("verify", "--json", env=ik_managed["_env"], timeout=600)
+    proc = cli("verify", "--json", env=ik_managed["_env"], timeout=600)
     out = json.loads(proc.stdout)
     checks = {r["name"]: r for r in out["results"]}
     assert out["engine"] == "ik_llama.cpp"
@@ -263,7 +263,7 @@ def test_verify_passes_on_the_real_fork(ik_managed):
 
 
 def test_bench_stores_the_forks_run(ik_managed):
-    proc = run_cli("bench", "--warmup", "1", "--runs", "2", "--max-tokens", "24", "--json",
+    proc = cli("bench", "--warmup", "1", "--runs", "2", "--max-tokens", "24", "--json",
                    env=ik_managed["_env"], timeout=600)
     out = json.loads(proc.stdout)
     assert_ok_or_invalid_on_the_machine_alone(proc, out)      # storage is the subject (2 requests of 24 tokens)
@@ -274,7 +274,7 @@ def test_bench_stores_the_forks_run(ik_managed):
         snaps = db.execute("select count(*) from records where run_id = ? and kind = 'engine_metrics'",
                            (run_id,)).fetchone()[0]
     assert n == 2 * (1 + 2) and snaps == 2
-    card = run_cli("report", str(run_id), env=ik_managed["_env"], check=True).stdout
+    card = cli("report", str(run_id), env=ik_managed["_env"], check=True).stdout
     assert "ik_llama.cpp" in card and "smollm2-135m" in card
 
 
@@ -287,7 +287,7 @@ def test_a_picks_fork_flags_launch_on_the_real_fork_and_it_answers(ik_binary, sm
     from engineroom.launch import free_port
 
     env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state"), ik.ENV_BINARY: str(ik_binary.path)}
-    proc = run_cli("up", "smollm2-135m", "--engine", "ik_llama.cpp", "--priority", "max-context", "--ctx", "2048",
+    proc = cli("up", "smollm2-135m", "--engine", "ik_llama.cpp", "--priority", "max-context", "--ctx", "2048",
                    "--parallel", "1", "--threads", "2", "--port", str(free_port()), "--json", env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     try:
@@ -304,18 +304,18 @@ def test_a_picks_fork_flags_launch_on_the_real_fork_and_it_answers(ik_binary, sm
             assert reply.status_code == 200, reply.text
         assert reply.json()["choices"][0]["message"]["content"].strip()
         # a switch to the same model keeps the plan's request (the fork's flags) with the new context
-        switched = run_cli("switch", "smollm2-135m", "--ctx", "1024", "--json", env=env, timeout=300)
+        switched = cli("switch", "smollm2-135m", "--ctx", "1024", "--json", env=env, timeout=300)
         assert switched.returncode == 0, switched.stderr[-2000:]
         argv = json.loads(switched.stdout)["argv"]
         assert all(flag in argv for flag in ("-khad", "-vhad", "--merge-qkv")), argv
         assert argv[argv.index("-ctk") + 1] == "q4_0" and argv[argv.index("-c") + 1] == "1024"
     finally:
-        run_cli("down", env=env)
+        cli("down", env=env)
 
 
 # --------------------------------------------------------------------------- verify suites on the same start
 def _verify(state: dict, *args: str, timeout: float = 900) -> dict:
-    proc = run_cli("verify", *args, "--json", env=state["_env"], timeout=timeout)
+    proc = cli("verify", *args, "--json", env=state["_env"], timeout=timeout)
     assert proc.stdout.strip(), proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert proc.returncode == out["failed"], proc.stderr[-2000:]           # exit code = FAILs

@@ -31,6 +31,15 @@ def gguf_file(tmp_path_factory) -> Path:
                                     tmp_path_factory.mktemp("gguf") / "dense-s-Q4_0.gguf")
 
 
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch) -> Path:
+    """A model cache of each test's own: the hub copies, legacy layouts and pulls written here would
+    otherwise be found by the next session that shares ENGINEROOM_CACHE_DIR (a pre-revision copy
+    already moved, a revision already pulled)."""
+    monkeypatch.setenv("ENGINEROOM_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
 def _copy(src: Path, dst: Path) -> Path:
     dst.parent.mkdir(parents=True, exist_ok=True)
     dst.write_bytes(src.read_bytes())

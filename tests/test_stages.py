@@ -94,7 +94,7 @@ def test_up_runs_on_the_stage_runner_plan_then_launch_recorded_with_its_launch(m
 
     from engineroom import flows
 
-    from conftest import invoke_cli
+    from conftest import cli
 
     got: dict = {}
 
@@ -104,9 +104,9 @@ def test_up_runs_on_the_stage_runner_plan_then_launch_recorded_with_its_launch(m
 
     monkeypatch.setattr(stages, "start", start)
     extra = ["--priority", "balanced", "--engine", "llama.cpp"] if planned else []
-    code, out = invoke_cli("up", "smollm2-135m", "--json", *extra)
-    assert code == 0, out
-    state = json.loads(out[out.index("{"):])
+    done = cli("up", "smollm2-135m", "--json", *extra)
+    assert done.returncode == 0, done.stderr
+    state = json.loads(done.stdout)
     assert _stored_stages(state["launch_run_id"]) == ([("plan", "done")] if planned else []) + [("launch", "done")]
     if planned:
         plan = flows.pick_from_plan("smollm2-135m", priority="balanced", engine="llama.cpp")

@@ -19,7 +19,7 @@ from engineroom import storecare
 from engineroom.errors import BadInput
 from engineroom.store import SCHEMA_VERSION, Store
 
-from conftest import cli, invoke_cli
+from conftest import cli
 
 
 def _filled(path: Path, runs: int = 6, records: int = 100) -> None:
@@ -84,12 +84,13 @@ def test_a_zero_byte_database_is_refused_then_recovered_from_the_backup(db):
     for suffix in ("-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     db.write_bytes(b"")                          # truncated to 0 bytes
-    code, text = invoke_cli("runs")
-    assert code == 2 and "is damaged (it is empty: 0 bytes)" in text and "engineroom runs --recover" in text
+    done = cli("runs")
+    assert done.returncode == 2 and "is damaged (it is empty: 0 bytes)" in done.stderr
+    assert "engineroom runs --recover" in done.stderr
     assert db.stat().st_size == 0               # nothing was written into it
-    code, text = invoke_cli("runs", "--recover")
-    assert code == 0, text
-    assert "600 records only the backup" in text
+    done = cli("runs", "--recover")
+    assert done.returncode == 0, done.stderr
+    assert "600 records only the backup" in done.stdout
     aside = list(db.parent.glob(f"{db.name}{storecare.DAMAGED}*"))
     assert aside and aside[0].stat().st_size == 0           # the damaged file is kept, not deleted
     with Store(db) as store:
@@ -115,14 +116,14 @@ def test_corrupt_pages_are_refused_and_the_readable_runs_salvaged(db):
     with pytest.raises(BadInput, match=r"is damaged \(.*\); nothing was written to it"):
         Store(db)
     before = db.read_bytes()
-    code, text = invoke_cli("runs", "-n", "5")
-    assert code == 2 and "runs --recover" in text
+    done = cli("runs", "-n", "5")
+    assert done.returncode == 2 and "runs --recover" in done.stderr
     assert db.read_bytes() == before             # refused: no write into the malformed file
-    code, text = invoke_cli("runs", "--recover", "--json")
-    assert code == 0, text
+    done = cli("runs", "--recover", "--json")
+    assert done.returncode == 0, done.stderr
     import json
 
-    out = json.loads(text)
+    out = json.loads(done.stdout)
     assert out["kept_as"] and Path(out["kept_as"]).read_bytes() == before
     assert out["runs_salvaged"] >= 1 and out["records_salvaged"] >= 60   # most of it came back
     with Store(db) as store:                     # the new file passes the check and takes writes

@@ -16,7 +16,7 @@ from engineroom.flows import picks
 from engineroom.flows.tuning import _request_with, _write_plan, guarded_knobs, objective_of
 from engineroom.plan.request import LaunchRequest, Weights
 
-from conftest import MACHINE_CHECKS, cli, invoke_cli
+from conftest import MACHINE_CHECKS, cli
 
 
 def test_each_priority_names_what_tune_measures_and_what_it_must_not_trade_for_it():
@@ -27,8 +27,9 @@ def test_each_priority_names_what_tune_measures_and_what_it_must_not_trade_for_i
     assert objective_of("leanest-vram") == ("decode_tps", ("gpu_bytes",))
     with pytest.raises(BadInput, match="ranks by max_ctx, .* which `engineroom plan` sizes from memory"):
         objective_of("max-context")
-    code, said = invoke_cli("tune", "smollm2-135m", "--priority", "max-context")
-    assert code == 2 and "max-context ranks by max_ctx" in said and "\n" not in said.strip()
+    said = cli("tune", "smollm2-135m", "--priority", "max-context")
+    assert said.returncode == 2 and "max-context ranks by max_ctx" in said.stderr
+    assert said.stderr.startswith("error: ") and "\n" not in said.stderr.strip(), said.stderr
 
 
 def test_a_priority_keeps_what_it_ranks_above_speed_out_of_the_search():
@@ -151,20 +152,22 @@ def test_the_tuned_plan_file_renders_exactly_the_settings_tune_measured(tmp_path
     assert again.request == best.request and again.request.threads == 1
     doc = json.loads(path.read_text())
     assert doc["plans"][0]["tuned"]["gain"]["gain_pct"] == 10.0 and doc["plans"][0]["tuned"]["run"] == 7
-    code, out = invoke_cli("recipe", "--from-plan", str(path), "--json")
-    assert code == 0, out
-    argv = json.loads(out)["argv"]
+    done = cli("recipe", "--from-plan", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    argv = json.loads(done.stdout)["argv"]
     assert argv[argv.index("-t") + 1] == "1" and argv[argv.index("-ub") + 1] == "256"
     assert argv[argv.index("-c") + 1] == str(1024 * (pick.request.parallel or 1))
 
 
 def test_bad_tune_input_is_one_sentence_before_anything_runs():
-    code, said = invoke_cli("tune", "smollm2-135m", "--boots", "1")
-    assert code == 2 and said == "--boots must be at least 2 for tune, not 1."
-    code, said = invoke_cli("tune", "smollm2-135m", "--engine", "llama.cpp", "--knob", "flash", "--ctx", "1024")
-    assert code == 2 and said.startswith("llama.cpp has no knob flash to tune for decode_tps here; it has ")
-    code, said = invoke_cli("tune", "smollm2-135m", "--budget-min", "0")
-    assert code == 2 and "--budget-min must be positive" in said
+    said = cli("tune", "smollm2-135m", "--boots", "1")
+    assert said.returncode == 2 and said.stderr == "error: --boots must be at least 2 for tune, not 1.\n"
+    said = cli("tune", "smollm2-135m", "--engine", "llama.cpp", "--knob", "flash", "--ctx", "1024")
+    assert said.returncode == 2
+    last = said.stderr.splitlines()[-1]         # after the plan stage's progress line
+    assert last.startswith("error: llama.cpp has no knob flash to tune for decode_tps here; it has "), said.stderr
+    said = cli("tune", "smollm2-135m", "--budget-min", "0")
+    assert said.returncode == 2 and "--budget-min must be positive" in said.stderr
 
 
 def test_tune_on_the_real_llama_server(llama_server_binary, smollm2, tmp_path, monkeypatch):
@@ -235,10 +238,11 @@ def test_quant_narrows_the_plan_to_one_of_the_models_quants():
     pick = picks.pick_from_plan("qwen3.6-27b", rig="1xH200", priority="concurrent-throughput", engine="llama.cpp",
                                 parallel=32, quant="q4_k_m")
     assert pick.request.weights.quant == "Q4_K_M" and pick.request.parallel == 32
-    code, said = invoke_cli("plan", "qwen3.6-27b", "--priority", "balanced", "--quant", "Q9")
-    assert code == 2 and said.startswith("Qwen3.6-27B has no quant 'Q9'; known: ")
-    code, said = invoke_cli("plan", "qwen3.6-27b", "--quant", "Q4_K_M")
-    assert code == 2 and said == "--quant goes with --priority (a how-to-choose table compares every quant)."
+    said = cli("plan", "qwen3.6-27b", "--priority", "balanced", "--quant", "Q9")
+    assert said.returncode == 2 and said.stderr.startswith("error: Qwen3.6-27B has no quant 'Q9'; known: ")
+    said = cli("plan", "qwen3.6-27b", "--quant", "Q4_K_M")
+    assert said.returncode == 2
+    assert said.stderr == "error: --quant goes with --priority (a how-to-choose table compares every quant).\n"
 
 
 def test_the_engines_own_arguments_add_up_over_the_knobs_kept():
@@ -276,10 +280,10 @@ def test_up_dry_run_prints_what_recipe_prints_and_starts_nothing(tmp_path, monke
 
     monkeypatch.setenv("ENGINEROOM_STATE_DIR", str(tmp_path / "state"))
     args = ("smollm2-135m", "--priority", "balanced", "--engine", "llama.cpp", "--ctx", "1024", "--json")
-    code, dry = invoke_cli("up", *args, "--dry-run")
-    assert code == 0, dry
-    code, recipe = invoke_cli("recipe", *args)
-    assert code == 0 and json.loads(dry) == json.loads(recipe)
+    dry = cli("up", *args, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    recipe = cli("recipe", *args)
+    assert recipe.returncode == 0 and json.loads(dry.stdout) == json.loads(recipe.stdout)
     assert launch.read_state() is None                                  # nothing was started
-    code, compose = invoke_cli("up", "smollm2-135m", "--dry-run", "--docker", "--json")
-    assert code == 0 and "services" in json.loads(compose)["compose"], compose
+    compose = cli("up", "smollm2-135m", "--dry-run", "--docker", "--json")
+    assert compose.returncode == 0 and "services" in json.loads(compose.stdout)["compose"], compose.stderr

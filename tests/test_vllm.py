@@ -24,7 +24,7 @@ from engineroom.engines.base import UNKNOWN_FAILURE, LaunchChange, LaunchOptions
 from engineroom.engines.vllm.convert import SOURCE_FILE
 from engineroom.errors import BadInput
 
-from conftest import assert_ok_or_invalid_on_the_machine_alone, run_cli
+from conftest import assert_ok_or_invalid_on_the_machine_alone, cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 
@@ -449,7 +449,7 @@ def vllm_managed(vllm_python, smollm2, request, tmp_path_factory):
            "ENGINEROOM_STATE_DIR": str(tmp_path_factory.mktemp("vllm-state"))}
     port = free_port()
     t0 = time.monotonic()
-    up = run_cli("up", "smollm2-135m", "--engine", "vllm", "--ctx", str(VLLM_CTX), "--parallel", "2",
+    up = cli("up", "smollm2-135m", "--engine", "vllm", "--ctx", str(VLLM_CTX), "--parallel", "2",
                  "--port", str(port), "--json", "--", *EAGER, timeout=1200, env=env)
     started = time.monotonic() - t0
     try:
@@ -458,7 +458,7 @@ def vllm_managed(vllm_python, smollm2, request, tmp_path_factory):
         state["_env"], state["_port"], state["_up_seconds"] = env, port, started
         yield state
     finally:
-        run_cli("down", timeout=120, env=env)
+        cli("down", timeout=120, env=env)
 
 
 def test_up_verify_bench_on_the_real_vllm(vllm_managed):
@@ -484,14 +484,14 @@ def test_up_verify_bench_on_the_real_vllm(vllm_managed):
     assert abs(rows["total"]["error_pct"]) < 1.0, rows["total"]
     assert rows["process"]["predicted_bytes"] > rows["total"]["predicted_bytes"]     # the runtime counted
     assert abs(rows["process"]["error_pct"]) < 10.0, rows["process"]
-    ver = run_cli("verify", "--json", timeout=900, env=env)
+    ver = cli("verify", "--json", timeout=900, env=env)
     out = json.loads(ver.stdout)
     checks = {r["name"]: r for r in out["results"]}
     assert out["engine"] == "vllm"
     assert checks["reachable"]["status"] == "PASS"
     assert checks["basic_answer"]["status"] == "PASS", checks["basic_answer"]
     assert checks["streaming"]["status"] == "PASS", checks["streaming"]
-    bench = run_cli("bench", "--warmup", "1", "--runs", "2", "--max-tokens", "24", "--json", timeout=900, env=env)
+    bench = cli("bench", "--warmup", "1", "--runs", "2", "--max-tokens", "24", "--json", timeout=900, env=env)
     assert bench.stdout.strip(), bench.stderr[-3000:]
     bench_out = json.loads(bench.stdout)
     assert_ok_or_invalid_on_the_machine_alone(bench, bench_out)   # storage is the subject (CI saw INVALID)
@@ -508,7 +508,7 @@ def test_up_verify_bench_on_the_real_vllm(vllm_managed):
 # -- verify --suite full / stress / soak / toolstream on the same boot ----------------------------------
 
 def _verify(state: dict, *args: str, timeout: float = 900) -> dict:
-    proc = run_cli("verify", *args, "--json", timeout=timeout, env=state["_env"])
+    proc = cli("verify", *args, "--json", timeout=timeout, env=state["_env"])
     assert proc.stdout.strip(), proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert proc.returncode == out["failed"], proc.stderr[-2000:]          # exit code = FAILs
