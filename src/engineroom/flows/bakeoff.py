@@ -150,6 +150,7 @@ class _RandomFile:
         self.stack, self.folder = stack, folder
         self.path: Path | None = None
         self.quant: str | None = None       # the file's quant, once written: every later pick is planned at it
+        self.shape: Path | None = None      # the shape-and-tokenizer file, for engines that make the weights
 
     def get(self, model: str, pick: Pick, log: StageLog) -> Path:
         path = self.path
@@ -158,6 +159,15 @@ class _RandomFile:
                                                                   command="bakeoff"))
             self.path, self.quant = path, pick.request.weights.quant
         return path
+
+    def shape_only(self, model: str, pick: Pick, log: StageLog) -> Path:
+        """The model's shape and tokenizer alone (written once), for an engine that makes its random weights
+        itself (``engines.Engine.random_weights_loading``): the same shape as the GGUF every other engine
+        serves, weights of that engine's own making at its pick's format."""
+        if self.shape is None:
+            self.shape, _size = self.stack.enter_context(random_weights(model, pick, log, folder=self.folder,
+                                                                        command="bakeoff", tensors=False))
+        return self.shape
 
 
 def _stop_leftover(grid: _Grid, say: Callable[[str], None]) -> None:
@@ -211,9 +221,9 @@ def bakeoff(store: Store, model: str, *, engine_names: Sequence[str] = (), prior
     t0, spent, left = time.monotonic(), list[float](), list[str]()
     stack = ExitStack()
     files = _RandomFile(stack, folder) if conditions.get("random") else None
-    if files is not None:        # a resumed bakeoff's file is written again at the quant its cells ran
-        files.quant = next((str(c["pick"]["quant"]) for c in grid.done.values() if (c.get("pick") or {}).get("quant")),
-                           None)
+    if files is not None:        # a resumed bakeoff's file is written again at the quant its GGUF cells ran
+        files.quant = next((str(c["pick"]["quant"]) for c in grid.done.values()
+                            if (c.get("pick") or {}).get("quant_format") == GGUF_FORMAT), None)
     try:
         for i, (engine, priority) in enumerate(todo, 1):
             key = cell_key(engine, priority)
@@ -256,14 +266,18 @@ def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, con
                 "fix": f"engineroom plan {model} --engine {engine} --priority {priority} (the plan's closest miss)"}
     log = StageLog(lambda line: say(f"{engine}: {line}"))
     served_model, notes = model, list[str]()
-    if files is not None:
-        if str(pick.plan.get("quant_format") or "") != GGUF_FORMAT:
+    fmt = str(pick.plan.get("quant_format") or "")
+    own = engines.adapter(engine).random_weights_loading(fmt) if files is not None and fmt != GGUF_FORMAT else None
+    if files is not None and own is not None:         # the engine makes the weights: the same shape, its format
+        pick, notes = random_weights_pick(pick)
+        served_model = str(files.shape_only(model, pick, log))
+        notes.append(f"random weights: {own} ({Path(served_model).name}: the shape the other engines' file has)")
+    elif files is not None:
+        if fmt != GGUF_FORMAT:
             return {**cell, "status": NOT_RUN,
                     "why": f"random weights are a GGUF file and {engine}'s pick is {pick.plan.get('quant')} "
-                           f"({pick.plan.get('quant_format')} weights); a bakeoff does not run an engine's own "
-                           "random weights yet.",
-                    "fix": f"engineroom try {model} --engine {engine} (its own random weights, where it makes "
-                           f"them), or engineroom bakeoff {model} --engines {engine} (the real weights)"}
+                           f"({fmt} weights), which {engine} makes no random weights of itself.",
+                    "fix": f"engineroom bakeoff {model} --engines {engine} (the real weights)"}
         if files.quant is not None and pick.request.weights.quant != files.quant:    # one file, one quant for all
             try:
                 pick = pick_from_plan(model, priority=priority, engine=engine, ctx=conditions.get("ctx"),
