@@ -266,19 +266,15 @@ def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, con
                 "fix": f"engineroom plan {model} --engine {engine} --priority {priority} (the plan's closest miss)"}
     log = StageLog(lambda line: say(f"{engine}: {line}"))
     served_model, notes = model, list[str]()
-    fmt = str(pick.plan.get("quant_format") or "")
-    own = engines.adapter(engine).random_weights_loading(fmt) if files is not None and fmt != GGUF_FORMAT else None
-    if files is not None and own is not None:         # the engine makes the weights: the same shape, its format
-        pick, notes = random_weights_pick(pick)
-        served_model = str(files.shape_only(model, pick, log))
-        notes.append(f"random weights: {own} ({Path(served_model).name}: the shape the other engines' file has)")
-    elif files is not None:
-        if fmt != GGUF_FORMAT:
+    if files is not None:
+        fmt = str(pick.plan.get("quant_format") or "")
+        own = engines.adapter(engine).random_weights_loading(fmt) if fmt != GGUF_FORMAT else None
+        if fmt != GGUF_FORMAT and own is None:
             return {**cell, "status": NOT_RUN,
                     "why": f"random weights are a GGUF file and {engine}'s pick is {pick.plan.get('quant')} "
                            f"({fmt} weights), which {engine} makes no random weights of itself.",
                     "fix": f"engineroom bakeoff {model} --engines {engine} (the real weights)"}
-        if files.quant is not None and pick.request.weights.quant != files.quant:    # one file, one quant for all
+        if own is None and files.quant is not None and pick.request.weights.quant != files.quant:  # one file, one quant
             try:
                 pick = pick_from_plan(model, priority=priority, engine=engine, ctx=conditions.get("ctx"),
                                       quant=files.quant)
@@ -286,8 +282,12 @@ def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, con
                 return {**cell, "status": NOT_RUN, "why": f"the random-weight file is {files.quant}: {exc}",
                         "fix": f"engineroom bakeoff {model} --random --quant QUANT (one every engine loads)"}
         pick, notes = random_weights_pick(pick)
-        served_model = str(files.get(model, pick, log))
-        notes.append(f"random weights: {Path(served_model).name}, the same file for every engine")
+        if own is not None:          # the engine makes the weights: a file of the same shape, the engine's format
+            served_model = str(files.shape_only(model, pick, log))
+            notes.append(f"random weights: {own} ({Path(served_model).name}: the shape the other engines' file has)")
+        else:
+            served_model = str(files.get(model, pick, log))
+            notes.append(f"random weights: {Path(served_model).name}, the same file for every engine")
     elif pick.model_ref != model:
         notes.append(f"served {model} (the same file for every engine that loads it), not the pick's own "
                      f"weights {pick.model_ref}")
