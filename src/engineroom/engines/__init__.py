@@ -340,11 +340,15 @@ class Engine:
             raise NotFound(f"{self.name} has no multi-node recipe in engineroom (vLLM and SGLang have one).")
         return list(impl.render_cluster(binary, options, **cluster))
 
-    def serving_model(self, path: Path, progress: Callable[[float | None, str], None] | None = None) -> Path:
+    def serving_model(self, path: Path, progress: Callable[[float | None, str], None] | None = None, *,
+                      weights_format: str = "") -> Path:
         """The model path the engine loads for ``path`` (an adapter may convert a file it cannot
-        read, e.g. a GGUF into a safetensors folder); by default ``path`` itself."""
+        read, e.g. a GGUF into a safetensors folder; ``weights_format``: the pick's quantization method, for
+        an engine that makes a random-weight file's weights itself); by default ``path`` itself."""
         impl = self.impl
-        return Path(impl.serving_model(path, progress)) if isinstance(impl, base.ConvertsModel) else path
+        if not isinstance(impl, base.ConvertsModel):
+            return path
+        return Path(impl.serving_model(path, progress, weights_format=weights_format))
 
     def random_weights_loading(self, quant_format: str) -> str | None:
         """How the engine serves random weights of a model's shape in ``quant_format`` without a file of them

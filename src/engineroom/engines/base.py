@@ -380,8 +380,8 @@ class RendersCluster(Protocol[BinaryT_contra]):   # default: NotFound (no multi-
 
 @runtime_checkable
 class ConvertsModel(Protocol):           # default: the path itself
-    def serving_model(self, path: Path,
-                      progress: Callable[[float | None, str], None] | None = None) -> Path: ...
+    def serving_model(self, path: Path, progress: Callable[[float | None, str], None] | None = None, *,
+                      weights_format: str = "") -> Path: ...
 
 
 @runtime_checkable

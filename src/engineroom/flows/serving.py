@@ -154,7 +154,8 @@ def prepare(
         check_ctx(ctx, arch, extra_args, adapter)
     # what the engine serves for that file (an engine that serves folders converts a GGUF once;
     # a recipe converts nothing)
-    serve_path = adapter.serving_model(path, (lambda _f, m: say(m)) if say else None) if download else path
+    serve_path = (adapter.serving_model(path, (lambda _f, m: say(m)) if say else None,
+                                        weights_format=request.weights.format) if download else path)
     template = chat_template or (Path(request.chat_template) if request.chat_template else None)
     if tools_template:
         if template is not None:

@@ -13,7 +13,7 @@ from ...catalog import Engine, find_engine, load_catalog
 from ...errors import BadInput, NotFound
 from ..argv import flag_value, has_flag
 from ..base import LaunchOptions, LaunchSpec, Settled
-from .convert import converted_dtype, dummy_weights
+from .convert import converted_dtype, dummy_weights, int4_quant
 from .discovery import ENGINE, SERVER_MODULE, Binary
 from .dtype import DTYPE_FLAG, cpu_changes, fit_kv, fit_quant, launched_dtype
 
@@ -202,7 +202,9 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         argv += ["--tensor-parallel-size", str(o.tp)]
     # the dtype vLLM computes at (dtype.py): the user's after `--`, else this CPU's (cpu_adjustments,
     # one of the changes added below; the CPU build only), else a converted folder's own
-    changes = cpu_changes(o.changes, cpu=cpu)
+    # (not for 4-bit packed weights: vLLM computes those at float16 or bfloat16 only, "torch.float32 is not
+    # supported for quantization method awq", so they keep the folder's float16)
+    changes = cpu_changes(o.changes, cpu=cpu and int4_quant(o.quant_format) is None)
     dtype = converted_dtype(model_path)
     if dtype and not has_flag(extra, DTYPE_FLAG) and not any(DTYPE_FLAG in c.args for c in changes):
         argv += [DTYPE_FLAG, dtype]
@@ -251,11 +253,11 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> S
     """What vLLM runs with for ``options``, in fit's words: ctx (its default: the model's
     trained context), its max-num-seqs default (256 on CPU, capped by what is launched), the
     weights at the dtype it computes at (``dtype.launched_dtype``: float32 takes 4 bytes a
-    weight, and its KV ``auto`` 4 bytes an element), the KV type, and the fixed KV space of the
-    CPU build."""
+    weight, and its KV ``auto`` 4 bytes an element) or, for a 4-bit method, as packed (``int4_quant``),
+    the KV type, and the fixed KV space of the CPU build."""
     ctx = options.ctx if options.ctx is not None else trained_ctx
     kv = kv_name(options.kv_dtype or "auto")
-    quant = fit_quant(launched_dtype(options))
+    quant = int4_quant(options.quant_format) or fit_quant(launched_dtype(options))
     util = flag_value(options.extra_args, UTILIZATION_FLAG, last=True)
     try:
         mem_fraction = float(util) if util is not None else None

@@ -28,15 +28,43 @@ SOURCE_FILE = "engineroom-source.json"   # written into a converted folder: wher
 
 
 # the formats whose random weights vLLM's dummy loading makes as the pick would load them: 16-bit ones (the
-# folder says float16, as a converted one does); a quantized format would need its quantization_config
+# folder says float16, as a converted one does) and the 4-bit weight-only methods, whose quantization_config the
+# folder then carries (vLLM builds that method's packed layers and its kernels: the memory and speed of the pick)
 DUMMY_FORMATS = ("bf16", "f16", "fp16")
+INT4_GROUP = 128                 # the group size of the int4 checkpoints the catalog names (AWQ, GPTQ, AutoRound)
+_INT4_CONFIGS: dict[str, dict[str, object]] = {
+    "awq": {"quant_method": "awq", "bits": 4, "zero_point": True, "version": "gemm"},
+    "gptq": {"quant_method": "gptq", "bits": 4, "desc_act": False, "sym": True},
+    "autoround": {"quant_method": "auto-round", "bits": 4, "sym": True, "data_type": "int",
+                  "packing_format": "auto_round:auto_gptq"},
+}
+
+
+def quantization_config(quant_format: str) -> dict[str, object] | None:
+    """The quantization_config a folder of ``quant_format`` random weights carries (its group size: INT4_GROUP,
+    or the largest power of two down to 32 that divides the shape's dims, set when the folder is written);
+    None for a 16-bit format."""
+    found = _INT4_CONFIGS.get(quant_format.lower())
+    return {**found, "group_size": INT4_GROUP} if found is not None else None
+
+
+def int4_quant(quant_format: str | None) -> str | None:
+    """fit's quant id for weights of a 4-bit method vLLM loads packed (``awq`` -> ``awq-int4``, the catalog's
+    ids), None for any other format: vLLM holds those at the dtype it computes at."""
+    fmt = (quant_format or "").lower()
+    return f"{fmt}-int4" if fmt in _INT4_CONFIGS else None
 
 
 def random_weights_loading(quant_format: str) -> str | None:
     """How vLLM serves random weights of a pick in ``quant_format``: a random-weight GGUF's shape and
-    tokenizer as a folder, with weights vLLM initialises itself (``--load-format dummy``); None for a
-    quantized format (its dummy weights would be 16-bit, not the pick's)."""
-    if quant_format.lower() not in DUMMY_FORMATS:
+    tokenizer as a folder, with weights vLLM initialises itself (``--load-format dummy``); for a 4-bit
+    method, the folder's config names it, so vLLM builds its packed layers; None for any other format."""
+    fmt = quant_format.lower()
+    if fmt in _INT4_CONFIGS:
+        return (f"vLLM's dummy loading (--load-format dummy) of {fmt} 4-bit weights (the folder's "
+                f"quantization_config: group size {INT4_GROUP} where the shape allows): the model's shape and "
+                "tokenizer from engineroom's random-weight file, packed weights vLLM initialises itself")
+    if fmt not in DUMMY_FORMATS:
         return None
     return (f"vLLM's dummy loading (--load-format dummy) at {DTYPE}: the model's shape and tokenizer from "
             "engineroom's random-weight file, weights vLLM initialises itself")
@@ -98,7 +126,7 @@ _CONFIG_ONLY = r"""
 import json, sys
 from pathlib import Path
 from transformers import AutoConfig, AutoTokenizer
-gguf, out = Path(sys.argv[1]), Path(sys.argv[2])
+gguf, out, quant = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3] or "null")
 tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 cfg.torch_dtype = "float16"
@@ -106,8 +134,18 @@ cfg.save_pretrained(str(out))
 tok.save_pretrained(str(out))
 data = json.loads((out / "config.json").read_text())
 data.pop("quantization_config", None)
+if quant:      # every linear layer's input dim a multiple of the group: the largest of group, group/2 ... 32
+    c = data.get("text_config") or data
+    heads = c.get("num_attention_heads") or 1
+    dims = [c.get(k) for k in ("hidden_size", "intermediate_size", "moe_intermediate_size",
+                               "shared_expert_intermediate_size")]
+    dims.append(heads * (c.get("head_dim") or (c.get("hidden_size") or heads) // heads))
+    g = quant["group_size"]
+    while g > 32 and any(d and d % g for d in dims):
+        g //= 2
+    data["quantization_config"] = {**quant, "group_size": g}
 (out / "config.json").write_text(json.dumps(data, indent=2))
-print("OK", data.get("model_type"), len(tok))
+print("OK", data.get("model_type"), len(tok), json.dumps(data.get("quantization_config")))
 """
 
 
@@ -124,13 +162,16 @@ def _key(path: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def converted_dir(path: Path, *, dummy: bool = False) -> Path:
-    return paths.cache_dir() / "vllm-models" / f"{path.stem}-{_key(path)}-{'dummy' if dummy else DTYPE}"
+def converted_dir(path: Path, *, dummy: bool = False, quant_format: str = "") -> Path:
+    kind = (f"dummy-{quant_format.lower()}" if quantization_config(quant_format) else "dummy") if dummy else DTYPE
+    return paths.cache_dir() / "vllm-models" / f"{path.stem}-{_key(path)}-{kind}"
 
 
-def serving_model(path: Path, progress: Callable[[float | None, str], None] | None = None) -> Path:
+def serving_model(path: Path, progress: Callable[[float | None, str], None] | None = None, *,
+                  weights_format: str = "") -> Path:
     """The folder vLLM serves for ``path``: a folder as it is; a GGUF converted once (cached); a random-weight
-    GGUF (engineroom's) as its config and tokenizer alone, which vLLM serves with weights of its own making."""
+    GGUF (engineroom's) as its config and tokenizer alone, which vLLM serves with weights of its own making
+    (of ``weights_format``, the pick's quantization method, where it is a 4-bit one: ``quantization_config``)."""
     path = Path(path)
     if path.is_dir() or not path.is_file():
         return path
@@ -138,7 +179,8 @@ def serving_model(path: Path, progress: Callable[[float | None, str], None] | No
         if fh.read(4) != b"GGUF":
             return path
     dummy = _random_weights(path)
-    out = converted_dir(path, dummy=dummy)
+    quant = quantization_config(weights_format) if dummy else None
+    out = converted_dir(path, dummy=dummy, quant_format=weights_format if quant else "")
     if (out / "config.json").is_file() and (dummy or any(out.glob("*.safetensors"))):
         return out
     binary = find_binary()
@@ -149,9 +191,10 @@ def serving_model(path: Path, progress: Callable[[float | None, str], None] | No
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    script = [_CONFIG_ONLY, str(path.resolve()), str(tmp), json.dumps(quant) if quant else ""] if dummy else \
+        [_CONVERT, str(path.resolve()), str(tmp)]
     try:
-        proc = subprocess.run([str(binary.path), "-c", _CONFIG_ONLY if dummy else _CONVERT, str(path.resolve()),
-                               str(tmp)], capture_output=True, text=True, timeout=1800, env=env)
+        proc = subprocess.run([str(binary.path), "-c", *script], capture_output=True, text=True, timeout=1800, env=env)
     except subprocess.TimeoutExpired:
         shutil.rmtree(tmp, ignore_errors=True)
         raise EngineFailed(f"converting {path.name} for vLLM took over 30 minutes; stopped it.") from None
@@ -161,7 +204,8 @@ def serving_model(path: Path, progress: Callable[[float | None, str], None] | No
         raise EngineFailed(f"transformers could not convert {path.name} to a safetensors folder for vLLM "
                            f"({(last or ['no output'])[-1][:200]}).", detail="\n".join(last))
     (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(path), "size": path.stat().st_size, "dtype": DTYPE,
-                                               "weights": "dummy" if dummy else "converted"}))
+                                               "weights": "dummy" if dummy else "converted",
+                                               **({"quant_format": weights_format.lower()} if quant else {})}))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
