@@ -37,6 +37,49 @@ def test_the_factor_is_the_median_of_the_engines_points_of_that_shape_else_of_it
     assert Calibration.of("x", []).factor("llama.cpp", "dense") is None
 
 
+def test_weight_families_never_calibrate_each_other_and_an_old_point_counts_for_every_family():
+    """vLLM's CPU build runs a 4-bit AWQ pick at float16 through its packed-int4 kernel and a 16-bit pick at float32:
+    its try of SmolLM2's shape at awq-int4 decoded at 0.35x the catalog's band, which would have put its bf16 pick
+    at a third of its speed. bf16, f16 and f32 are one family; a point stored without a family counts for each."""
+    from engineroom.plan import weight_family
+
+    assert [weight_family(f) for f in ("bf16", "F16", "fp32", "awq", "gguf", "", None)] == \
+        ["16-bit", "16-bit", "16-bit", "awq", "gguf", "", ""]
+    awq = SpeedPoint(run_id=1, engine="vllm", shape="dense", model="m", measured_tps=35, planned_mid_tps=100,
+                     family="awq")
+    cal = Calibration.of("cpu", [awq])
+    assert cal.factor("vllm", "dense", "16-bit") is None and cal.factor("vllm", "dense", "awq").factor == 0.35  # type: ignore[union-attr]
+    assert cal.factor("vllm", "moe", "awq").same_shape is False                    # type: ignore[union-attr]
+    old = _point(2, "vllm", "dense", 70)
+    both = Calibration.of("cpu", [awq, old])
+    assert both.factor("vllm", "dense", "16-bit").runs == (2,)                     # type: ignore[union-attr]
+    assert both.factor("vllm", "dense", "awq").runs == (1, 2)                      # type: ignore[union-attr]
+    assert SpeedPoint.from_dict(awq.to_dict()) == awq and SpeedPoint.from_dict(old.to_dict()) == old
+
+
+def test_the_plan_calibrates_each_weight_family_from_its_own_points_only():
+    """On this machine's rig: an AWQ point of vLLM corrects vLLM's awq-int4 pick of SmolLM2's config and leaves its
+    bf16 pick uncalibrated, said so."""
+    from pathlib import Path
+
+    from engineroom.hardware import detect_rig
+
+    rig = detect_rig()
+    config = Path(__file__).parent / "fixtures" / "configs" / "smollm2-135m.json"
+    cal = Calibration.of(device_of(host_summary(rig)), [
+        SpeedPoint(run_id=9, engine="vllm", shape="dense", model="m", measured_tps=20, planned_mid_tps=100,
+                   family="awq")])
+
+    def row(quant: str) -> dict:
+        p = plan(str(config), rig, priority="balanced", engine="vllm", quant=quant, calibration=cal)
+        return plans_as_rows(p)[0]
+
+    awq, bf16 = row("awq-int4"), row("bf16")
+    assert awq["speed_basis"].startswith("calibrated x0.20") and "#9" in awq["speed_basis"], awq["speed_basis"]
+    assert awq["decode_tps"][1] == pytest.approx(awq["decode_tps_uncalibrated"][1] * 0.2, rel=0.02)
+    assert bf16["speed_basis"] == NO_POINT_HERE and "weight family" in bf16["speed_basis"]
+
+
 def test_a_damaged_point_is_no_point():
     good = _point(7, "llama.cpp", "dense", 50.0).to_dict()
     assert SpeedPoint.from_dict(good) == _point(7, "llama.cpp", "dense", 50.0)
@@ -49,7 +92,8 @@ def test_a_bench_summary_makes_a_point_only_when_valid_and_the_row_has_a_band():
     row = {"engine": "llama.cpp", "model": "m", "shape_class": "dense", "decode_tps_uncalibrated": [20.0, 30.0]}
     ok = {"status": "OK", "workloads": {"a": {"decode_tps": {"mean": 40.0}}, "b": {"decode_tps": {"mean": 60.0}}}}
     assert point_from(row, ok) == {"run_id": 0, "engine": "llama.cpp", "shape": "dense", "model": "m",
-                                   "measured_tps": 50.0, "planned_mid_tps": 25.0}
+                                   "measured_tps": 50.0, "planned_mid_tps": 25.0, "family": ""}
+    assert point_from({**row, "quant_format": "BF16"}, ok)["family"] == "16-bit"       # type: ignore[index]
     assert point_from(row, {**ok, "status": "INVALID"}) is None
     assert point_from({**row, "decode_tps_uncalibrated": None}, ok) is None
     assert point_from({**row, "shape_class": None}, ok) is None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import EngineroomError
 from .hardware import Rig, host_summary
-from .plan import Calibration, SpeedPoint
+from .plan import Calibration, SpeedPoint, weight_family
 
 if TYPE_CHECKING:
     from .store import Store
@@ -60,7 +60,8 @@ def point_from(row: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, 
         return None
     point = SpeedPoint(run_id=0, engine=str(row.get("engine")), shape=str(row["shape_class"]),
                        model=str(row.get("model") or ""), measured_tps=measured,
-                       planned_mid_tps=(float(planned[0]) + float(planned[1])) / 2)
+                       planned_mid_tps=(float(planned[0]) + float(planned[1])) / 2,
+                       family=weight_family(row.get("quant_format")))
     return point.to_dict() if point.planned_mid_tps > 0 else None
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .adhoc import ResolvedModel, class_quality, model_from_arch, resolve_model
 from .api import Choice, NothingFits, Plan, fit_one, how_to_choose, plan, plans_as_rows
-from .calibration import UNCALIBRATED, Calibration, SpeedPoint, shape_class
+from .calibration import UNCALIBRATED, Calibration, SpeedPoint, shape_class, weight_family
 from .candidates import quality_cmp, quality_value
 from .ranking import STATIC_METRICS
 from .reasons import COMPUTE_CAVEAT_SEQS
@@ -30,4 +30,5 @@ __all__ = [
     "how_to_choose", "kv_bytes_per_token", "model_from_arch", "plan", "plans_as_rows", "quality_cmp",
     "quality_value", "request_for", "resolve_model", "Weights", "drafter_miss", "launch_miss",
     "weight_type_mix", "weights_read_per_token", "Calibration", "SpeedPoint", "UNCALIBRATED", "shape_class",
+    "weight_family",
 ]

@@ -7,11 +7,14 @@ is how far the catalog's model is off for this device and engine. ``flows`` read
 from the store (``try`` runs record both numbers) and hands them to ``plan``; this module holds
 no store access and no machine detection.
 
-The factor a candidate gets: the median ratio of the points of its engine and shape class
-(dense, MoE, hybrid MoE, hybrid, MLA, sliding window), else of its engine over every shape measured (said:
-"from other shapes"), else none ("uncalibrated: the catalog's efficiency"). Engines never
-borrow each other's points. The same factor scales the single-stream band and the concurrent
-estimate (no concurrent point calibrates the batch model yet).
+The factor a candidate gets: the median ratio of the points of its engine, weight family and shape class
+(dense, MoE, hybrid MoE, hybrid, MLA, sliding window), else of its engine and weight family over every shape
+measured (said: "from other shapes"), else none ("uncalibrated: the catalog's efficiency"). Engines never
+borrow each other's points, nor weight families (``weight_family``): one engine runs them through other
+kernels (vLLM's CPU build decoded SmolLM2's shape at 0.35x the catalog's band with AWQ weights at float16,
+and its 16-bit picks there run at float32). A point stored before the family was recorded counts for every
+family of its engine. The same factor scales the single-stream band and the concurrent estimate (no
+concurrent point calibrates the batch model yet).
 """
 
 from __future__ import annotations
@@ -22,10 +25,19 @@ from typing import Any
 
 from ..arch import LayerKind, ModelArch
 
-__all__ = ["NO_POINT_HERE", "Calibration", "SpeedFactor", "SpeedPoint", "UNCALIBRATED", "shape_class"]
+__all__ = ["NO_POINT_HERE", "Calibration", "SpeedFactor", "SpeedPoint", "UNCALIBRATED", "shape_class",
+           "weight_family"]
 
 UNCALIBRATED = "uncalibrated: the catalog's efficiency"
-NO_POINT_HERE = f"{UNCALIBRATED} (no run of this engine measured on this machine yet)"
+NO_POINT_HERE = f"{UNCALIBRATED} (no run of this engine and weight family measured on this machine yet)"
+_SIXTEEN_BIT = frozenset({"bf16", "f16", "fp16", "f32", "fp32"})
+
+
+def weight_family(quant_format: str | None) -> str:
+    """The family whose decode one calibration point speaks for: the weights' format (gguf, awq, gptq, fp8 ...),
+    the 16-bit and 32-bit checkpoints one family ("16-bit"); "" where no format is known (any family)."""
+    fmt = (quant_format or "").lower()
+    return "16-bit" if fmt in _SIXTEEN_BIT else fmt
 
 
 def shape_class(arch: ModelArch) -> str:
@@ -54,6 +66,7 @@ class SpeedPoint:
     model: str                  # what was measured (for the provenance line)
     measured_tps: float
     planned_mid_tps: float      # the middle of the plan's uncalibrated band for that launch
+    family: str = ""            # weight_family of the weights measured ("": recorded before families were)
 
     @property
     def ratio(self) -> float:
@@ -61,14 +74,16 @@ class SpeedPoint:
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "engine": self.engine, "shape": self.shape, "model": self.model,
-                "measured_tps": round(self.measured_tps, 2), "planned_mid_tps": round(self.planned_mid_tps, 2)}
+                "measured_tps": round(self.measured_tps, 2), "planned_mid_tps": round(self.planned_mid_tps, 2),
+                "family": self.family}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SpeedPoint | None:
         """A point from what ``to_dict`` wrote; None for anything that cannot be one (a damaged record)."""
         try:
             p = cls(run_id=int(d["run_id"]), engine=str(d["engine"]), shape=str(d["shape"]), model=str(d["model"]),
-                    measured_tps=float(d["measured_tps"]), planned_mid_tps=float(d["planned_mid_tps"]))
+                    measured_tps=float(d["measured_tps"]), planned_mid_tps=float(d["planned_mid_tps"]),
+                    family=str(d.get("family") or ""))
         except (KeyError, TypeError, ValueError):
             return None
         return p if p.measured_tps > 0 and p.planned_mid_tps > 0 else None
@@ -101,9 +116,10 @@ class Calibration:
     def of(cls, device: str, points: Iterable[SpeedPoint]) -> Calibration:
         return cls(device, tuple(points))
 
-    def factor(self, engine: str, shape: str) -> SpeedFactor | None:
-        """The correction for ``engine`` on a model of class ``shape``; None without a point of that engine."""
-        mine = [p for p in self.points if p.engine == engine]
+    def factor(self, engine: str, shape: str, family: str = "") -> SpeedFactor | None:
+        """The correction for ``engine`` on a model of class ``shape`` with weights of ``family``
+        (``weight_family``); None without a point of that engine and family."""
+        mine = [p for p in self.points if p.engine == engine and (not p.family or not family or p.family == family)]
         same = [p for p in mine if p.shape == shape]
         use = same or mine
         if not use:

@@ -15,7 +15,7 @@ from ..errors import BadInput
 from ..fit import Fit, FitMemo, FitRequest, check_ctx, kv_refusal
 from ..hardware import Rig
 from ..units import GB
-from .calibration import NO_POINT_HERE, UNCALIBRATED, Calibration, SpeedFactor, shape_class
+from .calibration import NO_POINT_HERE, UNCALIBRATED, Calibration, SpeedFactor, shape_class, weight_family
 from .candidates import (
     MAX_PARALLEL,
     Candidate,
@@ -76,7 +76,7 @@ class Planner:
         self.launchable = launchable  # False: the sizing model alone (configurations engineroom cannot launch too)
         self.calibration = calibration   # this machine's measured speed points (None: a rig by spec, or none)
         self.shape = shape_class(arch)
-        self._factors: dict[str, SpeedFactor | None] = {}
+        self._factors: dict[tuple[str, str], SpeedFactor | None] = {}
         self.rejected: list[str] = []
         self.layout_misses: dict[tuple, str] = {}   # (engine, quant, kv, tp, instances) -> why not
         self.pool: list[Candidate] = []
@@ -333,7 +333,7 @@ class Planner:
         else:
             per_inst = c.decode.mid
         c.aggregate = per_inst * c.instances
-        found = self._speed_factor(e.id)
+        found = self._speed_factor(e.id, c.quant.format)
         if found is None:      # a rig by spec is never calibrated by this machine's runs
             c.decode = replace(c.decode, basis=UNCALIBRATED if self.calibration is None else NO_POINT_HERE,
                                shape=self.shape)
@@ -343,13 +343,15 @@ class Planner:
                                uncalibrated=(c.decode.low, c.decode.high), shape=self.shape)
             c.aggregate *= k
 
-    def _speed_factor(self, engine: str) -> SpeedFactor | None:
-        """This machine's correction for ``engine`` (one per engine: every candidate of it shares it)."""
+    def _speed_factor(self, engine: str, quant_format: str) -> SpeedFactor | None:
+        """This machine's correction for ``engine`` with weights in ``quant_format`` (one per engine and weight
+        family: every such candidate shares it)."""
         if self.calibration is None:
             return None
-        if engine not in self._factors:
-            self._factors[engine] = self.calibration.factor(engine, self.shape)
-        return self._factors[engine]
+        key = (engine, weight_family(quant_format))
+        if key not in self._factors:
+            self._factors[key] = self.calibration.factor(engine, self.shape, key[1])
+        return self._factors[key]
 
     # -- metrics and ranking -------------------------------------------------------------
     def static_metrics(self, c: Candidate) -> None:
