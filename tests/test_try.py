@@ -290,3 +290,15 @@ def test_try_of_a_vllm_awq_pick_serves_vllms_own_packed_random_weights(vllm_pyth
         launch = [r for r in store.runs(20, kind="launch") if r.get("status") == "OK"]
     argv = launch[0]["conditions"]["argv"] if launch else []
     assert argv[argv.index("--load-format") + 1] == "dummy" and argv[argv.index("--dtype") + 1] == "float16", argv
+    if out["bench_status"] == "OK":           # a valid run is a speed point of AWQ weights, for AWQ picks alone
+        assert (out["calibrated_by"]["engine"], out["calibrated_by"]["family"]) == ("vllm", "awq"), out["calibrated_by"]
+
+
+def test_the_try_card_says_where_the_decode_fell_and_which_weights_its_point_calibrates():
+    from engineroom.report.trying import try_text
+
+    point = {"engine": "vllm", "shape": "dense", "family": "awq", "measured_tps": 31.8, "planned_mid_tps": 91.15}
+    text = try_text({"model": "m", "pick": {"engine": "vllm", "quant": "awq-int4"}, "decode_band": [37.9, 144.4],
+                     "decode_tps": 31.8, "speed_basis": "uncalibrated", "calibrated_by": point, "bench_status": "OK"})
+    assert "decode: 31.8 tok/s measured, below the plan's band 37.9-144.4 tok/s" in text
+    assert "speed point for vllm (dense shapes, awq weights) on this machine: measured / planned middle = 0.35" in text

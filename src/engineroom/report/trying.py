@@ -42,7 +42,9 @@ def try_text(result: Mapping[str, Any]) -> str:
     point = result.get("calibrated_by")
     if point:
         ratio = point["measured_tps"] / point["planned_mid_tps"]
-        lines.append(f"calibration: this run is a speed point for {point.get('engine')} ({point.get('shape')} shapes) "
+        family = f", {point['family']} weights" if point.get("family") else ""
+        lines.append(f"calibration: this run is a speed point for {point.get('engine')} ({point.get('shape')} shapes"
+                     f"{family}) "
                      f"on this machine: measured / planned middle = {ratio:.2f}; `engineroom plan` here uses it "
                      "from now on")
     failed = "; ".join(result.get("bench_failed") or [])
