@@ -32,6 +32,27 @@ def test_progress_lines_of_ninja_and_make():
     assert build.parse_progress("-- Configuring done") is None
 
 
+def test_a_build_folder_configured_from_another_copy_of_the_source_is_configured_afresh(tmp_path):
+    """The sdist is unpacked under the cache folder and built in the install folder: with another cache folder (a
+    test session's, or a cleared cache) the same build folder meets another copy of the source, which CMake refuses
+    ("does not match the source ... used to generate cache": the fork tier's install failed so on 2026-12-05).
+    A real CMake project, configured and built from one copy, then from another into the same folder."""
+    build_dir, log, said = tmp_path / "build", tmp_path / "build.log", []
+    for name in ("a", "b"):
+        src = tmp_path / name / "src"
+        src.mkdir(parents=True)
+        (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.16)\nproject(t C)\n"
+                                            "add_executable(hello hello.c)\n")
+        (src / "hello.c").write_text("int main(void) { return 0; }\n")
+        build.cmake_build(src, build_dir, ["-DCMAKE_BUILD_TYPE=Release"], ["hello"], jobs=1, log_path=log,
+                          progress=lambda _f, m: said.append(m))
+        assert build.configured_from(build_dir) == src.resolve() and (build_dir / "hello").is_file()
+    assert [m for m in said if "configured from another source copy" in m] == [
+        f"the build folder was configured from another source copy ({(tmp_path / 'a' / 'src').resolve()}): "
+        "configuring afresh"]
+    assert build.configured_from(tmp_path / "nothing") is None
+
+
 def test_the_build_makes_only_what_engineroom_runs():
     """llama-bench is for the benchmarks (they build it in the kept build folder): ~1 CPU-minute of
     every install, CI's included, went to a binary engineroom never runs."""

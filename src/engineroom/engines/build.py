@@ -131,13 +131,31 @@ def run_logged(cmd: Sequence[str], log: TextIO, *, cwd: Path | None = None, env:
                            f"full log: {log.name}", detail="\n".join(last))
 
 
+def configured_from(build: Path) -> Path | None:
+    """The source tree ``build`` was configured from (its CMakeCache.txt's CMAKE_HOME_DIRECTORY), or None."""
+    try:
+        text = (build / "CMakeCache.txt").read_text(errors="replace")
+    except OSError:
+        return None
+    found = re.search(r"^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$", text, re.M)
+    return Path(found.group(1).strip()) if found else None
+
+
 def cmake_build(src: Path, build: Path, options: Sequence[str], targets: Sequence[str], *, jobs: int,
                 log_path: Path, progress: Progress | None = None) -> float:
-    """Configure and build ``targets``; returns the seconds it took."""
+    """Configure and build ``targets``; returns the seconds it took. A build folder configured from another
+    copy of the source (the sdist unpacked under another cache folder: CMake refuses such a folder, "does not
+    match the source used to generate cache") is configured afresh."""
     cmake = find_cmake()
     ninja = find_ninja()
     gen = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"] if ninja else []
     build.mkdir(parents=True, exist_ok=True)
+    before = configured_from(build)
+    if before is not None and before.resolve() != Path(src).resolve():
+        (build / "CMakeCache.txt").unlink(missing_ok=True)
+        shutil.rmtree(build / "CMakeFiles", ignore_errors=True)
+        if progress:
+            progress(0.0, f"the build folder was configured from another source copy ({before}): configuring afresh")
     t0 = time.monotonic()
     with open(log_path, "w") as log:
         if progress:
@@ -149,4 +167,5 @@ def cmake_build(src: Path, build: Path, options: Sequence[str], targets: Sequenc
     return time.monotonic() - t0
 
 
-__all__ = ["Progress", "Source", "cmake_build", "fetch_sdist", "fetch_source", "find_cmake", "parse_progress", "unpack"]
+__all__ = ["Progress", "Source", "cmake_build", "configured_from", "fetch_sdist", "fetch_source", "find_cmake",
+           "parse_progress", "unpack"]
