@@ -129,6 +129,30 @@ def test_a_gguf_file_or_a_folder_without_config_is_refused(tmp_path):
     assert sglang.render(PY, LaunchOptions(model_path=Path("Qwen/Qwen3-8B"))).argv[4] == "Qwen/Qwen3-8B"
 
 
+def test_a_random_weight_folder_is_served_with_dummy_loading_and_a_real_gguf_stays_refused(tmp_path):
+    """serving_model turns only engineroom's random-weight GGUF into a folder (a real GGUF is left for render to
+    refuse); a folder engineroom wrote of random weights is launched with --load-format dummy, unless the user
+    gave a load format."""
+    from engineroom.engines.hffolder import SOURCE_FILE
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 60)
+    assert sglang.serving_model(gguf, weights_format="awq") == gguf
+    from engineroom.catalog import arch_from_catalog, load_catalog
+    from engineroom.synth import write_synthetic_gguf
+
+    shape = write_synthetic_gguf(arch_from_catalog(load_catalog().model("smollm2-135m")), "F16",
+                                 tmp_path / "shape.gguf", tensors=False)
+    assert sglang.loads_refusal(shape) is None and "is a GGUF file" in (sglang.loads_refusal(gguf) or "")
+    assert engines.adapter("sglang").serving_model(tmp_path) == tmp_path
+    folder = _model_dir(tmp_path / "dummy")
+    (folder / SOURCE_FILE).write_text(json.dumps({"dtype": "float16", "weights": "dummy"}))
+    assert _value(sglang.render(PY, LaunchOptions(model_path=folder)).argv, "--load-format") == "dummy"
+    mine = sglang.render(PY, LaunchOptions(model_path=folder, extra_args=("--load-format", "auto"))).argv
+    assert list(mine).count("--load-format") == 1 and _value(mine, "--load-format") == "auto"
+    assert "--load-format" not in sglang.render(PY, _opts(tmp_path / "real")).argv
+
+
 def test_bad_host_mem_fraction_and_template_are_refused(tmp_path):
     with pytest.raises(BadInput, match="binds engines to 127.0.0.1, not 0.0.0.0"):
         sglang.render(PY, _opts(tmp_path / "a", host="0.0.0.0"))
@@ -293,6 +317,19 @@ SPEC_METHODS = [("mtp", None), ("eagle", "org/eagle"), ("eagle3", "org/eagle3"),
                 ("ngram", None)]
 
 
+def _random_folder(binary: sglang.Binary, tmp: Path) -> Path:
+    """The folder SGLang serves for a random-weight file of SmolLM2's shape at awq-int4 (``serving_model``: its
+    config and tokenizer, written by transformers in SGLang's own environment, with AWQ's quantization_config)."""
+    from engineroom.catalog import arch_from_catalog, load_catalog
+    from engineroom.synth import write_synthetic_gguf
+
+    arch = arch_from_catalog(load_catalog().model("smollm2-135m"))
+    shape = write_synthetic_gguf(arch, "F16", tmp / "shape" / "smollm2-F16-random.gguf", tensors=False)
+    with pytest.MonkeyPatch.context() as mp:      # serving_model finds SGLang as a launch does: here, this one
+        mp.setenv(sglang.ENV_BINARY, str(binary.python))
+        return sglang.serving_model(shape, weights_format="awq")
+
+
 @pytest.fixture(scope="module")
 def parser_reports(sglang_binary, tmp_path_factory) -> dict[str, list[dict]]:
     """SGLang's own parser on every command line the tests below ask about, in ONE interpreter
@@ -316,6 +353,8 @@ def parser_reports(sglang_binary, tmp_path_factory) -> dict[str, list[dict]]:
         "speculative": [sglang.render(sglang_binary, _full_options(tmp / m, spec_method=m, spec_tokens=3,
                                                                    draft_model=d)).argv for m, d in SPEC_METHODS],
         "cluster": [s.argv for specs in layouts for s in specs] + [broken],
+        "random weights": [sglang.render(sglang_binary, LaunchOptions(
+            model_path=_random_folder(sglang_binary, tmp), ctx=2048, quant_format="awq")).argv],
     }
     t0 = time.monotonic()
     reports = _reports(sglang_binary, [argv for argvs in batches.values() for argv in argvs])
@@ -372,3 +411,22 @@ def test_sglangs_parser_accepts_every_node_of_a_cluster_and_the_key_shim(parser_
 
 def test_the_installed_version_is_the_pinned_one(sglang_binary):
     assert sglang.binary_version(sglang_binary) == sglang.VERSION
+
+
+def test_sglang_serves_a_random_weight_file_as_a_folder_it_makes_the_weights_of(parser_reports):
+    """try / bakeoff --random on SGLang: the shape-only file's folder (written in SGLang's env) carries AWQ's
+    quantization_config at the group SmolLM2's 576 allows, and SGLang's own parser takes --load-format dummy."""
+    from engineroom.engines.hffolder import SOURCE_FILE
+
+    [report] = parser_reports["random weights"]
+    assert report["parsed"] and report["constructed"], report
+    v = report["values"]
+    assert v["load_format"] == "dummy", v
+    folder = Path(v["model_path"])
+    config = json.loads((folder / "config.json").read_text())["quantization_config"]
+    assert (config["quant_method"], config["bits"], config["group_size"]) == ("awq", 4, 64), config
+    assert json.loads((folder / SOURCE_FILE).read_text())["weights"] == "dummy"
+    assert (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
+    assert "--load-format dummy" in (sglang.random_weights_loading("awq") or "")
+    assert sglang.random_weights_loading("fp8") is None
+    assert sglang.launch_settings(LaunchOptions(model_path=folder, quant_format="awq")).quant == "awq-int4"

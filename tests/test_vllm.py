@@ -21,7 +21,7 @@ from engineroom import engines
 from engineroom.cpuprobe import FEATURES, CpuProbe
 from engineroom.engines import vllm
 from engineroom.engines.base import UNKNOWN_FAILURE, LaunchChange, LaunchOptions
-from engineroom.engines.vllm.convert import SOURCE_FILE
+from engineroom.engines.hffolder import SOURCE_FILE
 from engineroom.errors import BadInput
 
 from conftest import assert_ok_or_invalid_on_the_machine_alone, cli
@@ -259,7 +259,7 @@ def test_4_bit_packed_weights_keep_float16_on_a_cpu_without_it_and_are_sized_pac
 
 
 def test_vllm_makes_random_weights_of_16_bit_and_4_bit_picks_and_says_which():
-    from engineroom.engines.vllm.convert import INT4_GROUP, int4_quant, quantization_config
+    from engineroom.engines.hffolder import INT4_GROUP, int4_quant, quantization_config
 
     assert "at float16" in (vllm.random_weights_loading("bf16") or "")
     for fmt in ("awq", "gptq", "autoround"):

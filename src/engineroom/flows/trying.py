@@ -11,9 +11,8 @@ whose conditions carry ``try``: `engineroom report RUN` shows it).
 What random weights make meaningless is said, not measured: the answers, a drafter's acceptance
 (spec-decode is left off), a MoE router's balance (random routers spread tokens near evenly). The
 file carries no projector, so a pick with vision is tried text-only. An engine that makes random
-weights itself (vLLM's dummy loading, for 16-bit picks and the 4-bit AWQ, GPTQ and AutoRound ones) gets a
-file of the shape and tokenizer alone and serves weights of its own making; SGLang's dummy loading is not
-wired (it cannot serve here).
+weights itself (vLLM's and SGLang's dummy loading, for 16-bit picks and the 4-bit AWQ, GPTQ and AutoRound
+ones: ``engines.hffolder``) gets a file of the shape and tokenizer alone and serves weights of its own making.
 """
 
 from __future__ import annotations
@@ -167,8 +166,8 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
     loading = None if fmt == GGUF_FORMAT else engines.adapter(pick.engine).random_weights_loading(fmt)
     if fmt != GGUF_FORMAT and loading is None:
         raise BadInput(f"the plan's pick is {pick.engine} {pick.plan.get('quant')} ({fmt} weights); try serves a "
-                       "random-weight GGUF (llama.cpp, ik_llama.cpp) or an engine's own random weights (vLLM: "
-                       f"16-bit, AWQ, GPTQ and AutoRound picks), and {pick.engine} {fmt} is neither: give "
+                       "random-weight GGUF (llama.cpp, ik_llama.cpp) or an engine's own random weights (vLLM, "
+                       f"SGLang: 16-bit, AWQ, GPTQ and AutoRound picks), and {pick.engine} {fmt} is neither: give "
                        "--engine llama.cpp, or --quant awq-int4 (or bf16) for vLLM.")
     pick, left_out = random_weights_pick(pick)
     quant = str(pick.plan["quant"])

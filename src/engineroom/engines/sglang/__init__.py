@@ -27,9 +27,11 @@ from .command import (
                       kv_cache_dtype,
                       launch_settings,
                       loads_refusal,
+                      random_weights_loading,
                       render,
                       render_cluster,
                       server_args,
+                      serving_model,
                       spec_algorithm,
                       spec_args,
                       split_api_key,
@@ -79,9 +81,9 @@ OWN_NAMES = ("sglang.launch_server", "--model-path", "--context-length", "--max-
              *METRIC_NAMES, *METRIC_MEANS)
 
 # how engineroom exercises it (README's engine table; `engineroom engines` shows it)
-TESTED = ("parser-validated: every rendered command line (one node, each spec method, each node of a cluster) "
-          "parsed by SGLang 0.5.23's own ServerArgs (tests/test_sglang.py); no server run (its CPU engine "
-          "needs a CPU sgl_kernel)")
+TESTED = ("parser-validated: every rendered command line (one node, each spec method, each node of a cluster, a "
+          "random-weight folder's --load-format dummy) parsed by SGLang 0.5.23's own ServerArgs, that folder written "
+          "in SGLang's environment (tests/test_sglang.py); no server run (its CPU engine needs a CPU sgl_kernel)")
 
 __all__ = ["RELEASE",
            "API_KEY_FILE_FLAG", "API_KEY_FLAG", "CPU_TORCH_INDEX", "DEFAULT_PORT", "DIST_PORT", "ENGINE", "ENV_BINARY",
@@ -90,7 +92,7 @@ __all__ = ["RELEASE",
            "MODEL_INFO_PATH", "MODULE", "OWN_NAMES", "PACKAGE", "SERVER_INFO_PATH", "SGLANG_KV_DTYPES",
            "SPEC_ALGORITHMS", "VERSION", "Binary", "api_key_file_in", "binary_version", "classify_failure",
            "find_binary", "health_state", "install", "installed", "kv_cache_dtype", "launch_settings",
-           "loads_refusal", "memory_report",
+           "loads_refusal", "memory_report", "random_weights_loading", "serving_model",
            "normalise_metrics", "placeholder_binary", "probe", "render", "render_cluster",
            "server_args", "server_info", "spec_algorithm", "spec_args", "split_api_key", "validate_argv",
            "validate_many", "validation_report", "validation_reports"]
@@ -105,7 +107,8 @@ if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and 
     class _Implements(_base.EngineAdapter[Binary], _base.SplitsApiKey, _base.FindsApiKeyFile, _base.RefusesModels,
                       _base.SettlesLaunch, _base.NormalisesMetrics, _base.ListsInstalls, _base.Installs,
                       _base.HasPlaceholderBinary[Binary], _base.TellsBinaryVersion[Binary],
-                      _base.ValidatesArgv[Binary], _base.RendersCluster[Binary], _base.ReportsMemory, Protocol):
+                      _base.ValidatesArgv[Binary], _base.RendersCluster[Binary], _base.ReportsMemory,
+                      _base.ConvertsModel, _base.MakesRandomWeights, Protocol):
         """The protocol and the hooks this adapter implements (engines/base.py)."""
 
     _conforms: _Implements = _self

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +19,8 @@ from ... import apikey
 from ...errors import BadInput
 from ..argv import flag_value, has_flag, take_flags
 from ..base import LaunchOptions, LaunchSpec, Settled
-from .discovery import ENGINE, MODULE, Binary
+from ..hffolder import dummy_loading, dummy_weights, folder_of, int4_quant, is_gguf, random_weights_file
+from .discovery import ENGINE, MODULE, Binary, find_binary
 
 DEFAULT_PORT = 30000          # SGLang's own default; engineroom always passes --port
 DIST_PORT = 20000             # the head's rendezvous port in SGLang's multi-node examples
@@ -153,6 +154,8 @@ def loads_refusal(path: Path) -> str | None:
                 magic = fh.read(4)
         except OSError as exc:
             return f"cannot read {path} ({exc.strerror})."
+        if magic == b"GGUF" and random_weights_file(path):
+            return None                 # engineroom's random-weight file: serving_model makes its folder
         if magic == b"GGUF":
             return (f"{path} is a GGUF file; SGLang serves a Hugging Face model folder (config.json + safetensors): "
                     "use the model's safetensors repo with SGLang, or serve the GGUF with llama.cpp.")
@@ -160,6 +163,24 @@ def loads_refusal(path: Path) -> str | None:
     if path.is_dir() and not (path / "config.json").is_file():
         return f"{path} has no config.json; SGLang serves a Hugging Face model folder (config.json + safetensors)."
     return None
+
+
+def random_weights_loading(quant_format: str) -> str | None:
+    """How SGLang serves random weights of a pick in ``quant_format`` (``hffolder.dummy_loading``: its 16-bit and
+    4-bit packed picks; SGLang 0.5.23 reads awq, gptq and auto-round configs), or None."""
+    return dummy_loading("SGLang", quant_format)
+
+
+def serving_model(path: Path, progress: Callable[[float | None, str], None] | None = None, *,
+                  weights_format: str = "") -> Path:
+    """The folder SGLang serves for ``path``: a random-weight GGUF (engineroom's) as its config and tokenizer
+    alone, written once in SGLang's environment, which SGLang serves with weights of its own making; anything
+    else as it is (a real GGUF is refused at render: ``loads_refusal``)."""
+    path = Path(path)
+    if not path.is_file() or not is_gguf(path) or not random_weights_file(path):
+        return path
+    return folder_of(path, engine=ENGINE, python=lambda: find_binary().python, progress=progress,
+                     weights_format=weights_format)
 
 
 def _check_host(host: str) -> None:
@@ -193,6 +214,8 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         if not _has_flag(extra, flag):
             args.extend((flag, *values))
 
+    if dummy_weights(model_path):
+        add(LOAD_FORMAT_FLAG, "dummy")             # a random-weight file's folder: SGLang makes the weights
     if o.model_name:
         add(NAME_FLAG, o.model_name)           # /v1/models id = the user's name, not a home path
     if o.ctx:
@@ -279,7 +302,8 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> S
     return Settled(ctx=ctx, parallel=int(seqs_arg) if seqs_arg and seqs_arg.isdigit() else (options.parallel or 1),
                    kv_unified=True, kv_dtype="auto" if kv == "f16" else kv,
                    tp=int(tp_arg) if tp_arg and tp_arg.isdigit() else max(1, options.tp),
-                   mem_fraction=float(mem_arg) if mem_arg else options.mem_fraction)
+                   mem_fraction=float(mem_arg) if mem_arg else options.mem_fraction,
+                   quant=int4_quant(options.quant_format))
 
 
 # --------------------------------------------------------------------------- multi-node

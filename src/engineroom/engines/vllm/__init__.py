@@ -37,7 +37,7 @@ from .command import (
     validate_many,
     vllm_kv_dtype,
 )
-from .convert import converted_dir, random_weights_loading, serving_model
+from .convert import random_weights_loading, serving_model
 from .discovery import (
     ENGINE,
     ENV_PYTHON,
@@ -88,7 +88,7 @@ __all__ = ["AOT_COMPILE_ENV", "RELEASE",
            "FAILURE_PATTERNS", "FLAGS", "FULL_LENGTH_BODY", "KVCACHE_SPACE_ENV", "METRIC_NAMES", "OWN_NAMES",
            "PACKAGE", "SERVER_MODULE", "SPEC_METHODS", "START_TIMEOUT_S", "TESTED", "VERSION", "VLLM_KV_DTYPES",
            "KEY_SHIM", "Binary", "api_key_file_in", "binary_version",
-           "check_spec_config", "cpu_kv_dtypes", "classify_failure", "converted_dir", "cpu_adjustments", "cpu_dtype",
+           "check_spec_config", "cpu_kv_dtypes", "classify_failure", "cpu_adjustments", "cpu_dtype",
            "find_binary",
            "health_state", "install", "installed", "kv_capacity", "kv_name", "kvcache_space_gib", "launch_settings",
            "loads_refusal", "memory_report", "normalise_metrics", "placeholder_binary", "placement_report", "probe",

@@ -13,7 +13,7 @@ from ...catalog import Engine, find_engine, load_catalog
 from ...errors import BadInput, NotFound
 from ..argv import flag_value, has_flag
 from ..base import LaunchOptions, LaunchSpec, Settled
-from .convert import converted_dtype, dummy_weights, int4_quant
+from ..hffolder import converted_dtype, dummy_weights, int4_quant
 from .discovery import ENGINE, SERVER_MODULE, Binary
 from .dtype import DTYPE_FLAG, cpu_changes, fit_kv, fit_quant, launched_dtype
 

@@ -33,7 +33,7 @@ from ...catalog.engine_schema import ComputeDtype
 from ...cpuprobe import CpuProbe
 from ..argv import flag_value
 from ..base import LaunchChange, LaunchOptions
-from .convert import converted_dtype
+from ..hffolder import converted_dtype
 
 DTYPE_FLAG = "--dtype"
 SOURCE = "cpu probe"

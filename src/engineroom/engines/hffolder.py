@@ -1,0 +1,216 @@
+"""A GGUF file as the Hugging Face folder an engine that serves folders loads (vLLM, SGLang), written by
+transformers in the engine's own environment.
+
+Two kinds: a real GGUF converted whole (its weights dequantized to float16 safetensors, with its tokenizer);
+and a random-weight GGUF engineroom wrote (``synth.RANDOM_WEIGHTS_KEY``) as its config and tokenizer alone,
+which the engine serves with weights of its own making (``--load-format dummy``): at 16 bits, or packed at
+4 bits when the folder's config carries the pick's ``quantization_config`` (the checkpoint convention AWQ,
+GPTQ and AutoRound write, which both engines read), so the engine builds that method's layers and kernels.
+Which formats an engine makes random weights of is its adapter's to say. Each folder says where it came
+from (``SOURCE_FILE``) and is cached under engineroom's cache, per engine, keyed by the file's name, size and
+the sha256 of its first and last MiB, so a second launch reuses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import paths
+from ..errors import BadInput, EngineFailed
+
+DTYPE = "float16"                        # what a folder is saved as
+SOURCE_FILE = "engineroom-source.json"   # written into each folder: where it came from, its dtype, its weights
+SIXTEEN_BIT = ("bf16", "f16", "fp16")   # the formats a folder of random weights holds at DTYPE, as the pick would
+INT4_GROUP = 128                 # the group size of the int4 checkpoints the catalog names (AWQ, GPTQ, AutoRound)
+_INT4_CONFIGS: dict[str, dict[str, object]] = {
+    "awq": {"quant_method": "awq", "bits": 4, "zero_point": True, "version": "gemm"},
+    "gptq": {"quant_method": "gptq", "bits": 4, "desc_act": False, "sym": True},
+    "autoround": {"quant_method": "auto-round", "bits": 4, "sym": True, "data_type": "int",
+                  "packing_format": "auto_round:auto_gptq"},
+}
+Progress = Callable[[float | None, str], None]
+
+
+def quantization_config(quant_format: str | None) -> dict[str, object] | None:
+    """The quantization_config a folder of ``quant_format`` random weights carries (its group size: INT4_GROUP,
+    or the largest power of two down to 32 that divides the shape's dims, set when the folder is written);
+    None for a format that is not a 4-bit packed one."""
+    found = _INT4_CONFIGS.get((quant_format or "").lower())
+    return {**found, "group_size": INT4_GROUP} if found is not None else None
+
+
+def int4_quant(quant_format: str | None) -> str | None:
+    """fit's quant id for weights of a 4-bit packed method (``awq`` -> ``awq-int4``, the catalog's ids), None for
+    any other format."""
+    fmt = (quant_format or "").lower()
+    return f"{fmt}-int4" if fmt in _INT4_CONFIGS else None
+
+
+def dummy_loading(engine: str, quant_format: str) -> str | None:
+    """How an engine that loads random weights itself (``--load-format dummy``: vLLM, SGLang) serves a pick in
+    ``quant_format`` from a random-weight file's folder (a sentence), or None: a format whose weights it would
+    not make as the pick loads them (fp8, nvfp4, GGUF ...)."""
+    fmt = quant_format.lower()
+    if quantization_config(fmt) is not None:
+        return (f"{engine}'s dummy loading (--load-format dummy) of {fmt} 4-bit weights (the folder's "
+                f"quantization_config: group size {INT4_GROUP} where the shape allows): the model's shape and "
+                f"tokenizer from engineroom's random-weight file, packed weights {engine} initialises itself")
+    if fmt not in SIXTEEN_BIT:
+        return None
+    return (f"{engine}'s dummy loading (--load-format dummy) at {DTYPE}: the model's shape and tokenizer from "
+            f"engineroom's random-weight file, weights {engine} initialises itself")
+
+
+def is_gguf(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+def random_weights_file(path: Path) -> bool:
+    """A GGUF engineroom wrote with random weights (``synth.RANDOM_WEIGHTS_KEY``)."""
+    from ..arch.gguf import read_gguf_header_local
+    from ..synth import RANDOM_WEIGHTS_KEY
+
+    try:
+        return bool(read_gguf_header_local(path).kv.get(RANDOM_WEIGHTS_KEY))
+    except (BadInput, OSError):
+        return False
+
+
+def source_of(folder: Path) -> dict[str, Any]:
+    """What a folder engineroom wrote says of itself ({}: not one of engineroom's)."""
+    try:
+        found = json.loads((Path(folder) / SOURCE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def converted_dtype(folder: Path) -> str | None:
+    """The dtype engineroom wrote ``folder`` at (None: not a folder engineroom made)."""
+    return str(source_of(folder).get("dtype") or "") or None
+
+
+def dummy_weights(folder: Path) -> bool:
+    """Whether ``folder`` is the config and tokenizer of a random-weight file, with no weights: the engine makes
+    them (``--load-format dummy``)."""
+    return source_of(folder).get("weights") == "dummy"
+
+
+_CONVERT = r"""
+import json, sys, torch
+from pathlib import Path
+from transformers import AutoModelForCausalLM, AutoTokenizer
+gguf, out = Path(sys.argv[1]), Path(sys.argv[2])
+tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float16)
+for attr in ("hf_quantizer", "quantization_method"):
+    if hasattr(model, attr):
+        try:
+            delattr(model, attr)
+        except AttributeError:
+            setattr(model, attr, None)
+if hasattr(model.config, "quantization_config"):
+    del model.config.quantization_config
+model.config.torch_dtype = torch.float16
+model.save_pretrained(str(out), safe_serialization=True)
+tok.save_pretrained(str(out))
+cfg = json.loads((out / "config.json").read_text())
+cfg.pop("quantization_config", None)
+(out / "config.json").write_text(json.dumps(cfg, indent=2))
+print("OK", sum(p.numel() for p in model.parameters()))
+"""
+# a random-weight GGUF: its shape and tokenizer only (and a 4-bit pick's quantization_config); the engine makes
+# the weights
+_CONFIG_ONLY = r"""
+import json, sys
+from pathlib import Path
+from transformers import AutoConfig, AutoTokenizer
+gguf, out, quant = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3] or "null")
+tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+cfg.torch_dtype = "float16"
+cfg.save_pretrained(str(out))
+tok.save_pretrained(str(out))
+data = json.loads((out / "config.json").read_text())
+data.pop("quantization_config", None)
+if quant:      # every linear layer's input dim a multiple of the group: the largest of group, group/2 ... 32
+    c = data.get("text_config") or data
+    heads = c.get("num_attention_heads") or 1
+    dims = [c.get(k) for k in ("hidden_size", "intermediate_size", "moe_intermediate_size",
+                               "shared_expert_intermediate_size")]
+    dims.append(heads * (c.get("head_dim") or (c.get("hidden_size") or heads) // heads))
+    g = quant["group_size"]
+    while g > 32 and any(d and d % g for d in dims):
+        g //= 2
+    data["quantization_config"] = {**quant, "group_size": g}
+(out / "config.json").write_text(json.dumps(data, indent=2))
+print("OK", data.get("model_type"), len(tok), json.dumps(data.get("quantization_config")))
+"""
+
+
+def _key(path: Path) -> str:
+    """Size + name + sha256 of the first and last MiB: a different file gets another folder,
+    without hashing gigabytes on every launch."""
+    size = path.stat().st_size
+    h = hashlib.sha256(f"{path.name}:{size}".encode())
+    with open(path, "rb") as fh:
+        h.update(fh.read(1 << 20))
+        if size > 1 << 20:
+            fh.seek(max(size - (1 << 20), 0))
+            h.update(fh.read(1 << 20))
+    return h.hexdigest()[:16]
+
+
+def folder_of(path: Path, *, engine: str, python: Callable[[], Path], progress: Progress | None = None,
+              weights_format: str = "") -> Path:
+    """The folder ``engine`` serves for the GGUF ``path``, written once in ``python`` (the engine's interpreter,
+    asked for only when the folder must be written): a random-weight file's config and tokenizer (with
+    ``weights_format``'s quantization_config where it is a 4-bit packed one), any other GGUF converted whole."""
+    path = Path(path)
+    dummy = random_weights_file(path)
+    quant = quantization_config(weights_format) if dummy else None
+    kind = (f"dummy-{weights_format.lower()}" if quant else "dummy") if dummy else DTYPE
+    out = paths.cache_dir() / f"{engine}-models" / f"{path.stem}-{_key(path)}-{kind}"
+    if (out / "config.json").is_file() and (dummy or any(out.glob("*.safetensors"))):
+        return out
+    interpreter = python()
+    say = progress or (lambda _f, _m: None)
+    say(None, f"reading {path.name}'s shape and tokenizer for {engine}'s own random weights (cached in {out})" if dummy
+        else f"converting {path.name} to a safetensors folder for {engine} (once; cached in {out})")
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    script = [_CONFIG_ONLY, str(path.resolve()), str(tmp), json.dumps(quant) if quant else ""] if dummy else \
+        [_CONVERT, str(path.resolve()), str(tmp)]
+    try:
+        proc = subprocess.run([str(interpreter), "-c", *script], capture_output=True, text=True, timeout=1800, env=env)
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise EngineFailed(f"converting {path.name} for {engine} took over 30 minutes; stopped it.") from None
+    if proc.returncode != 0 or not proc.stdout.strip().splitlines()[-1:][0].startswith("OK"):
+        shutil.rmtree(tmp, ignore_errors=True)
+        last = [line for line in proc.stderr.strip().splitlines() if line.strip()][-8:]
+        raise EngineFailed(f"transformers could not convert {path.name} to a safetensors folder for {engine} "
+                           f"({(last or ['no output'])[-1][:200]}).", detail="\n".join(last))
+    (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(path), "size": path.stat().st_size, "dtype": DTYPE,
+                                               "weights": "dummy" if dummy else "converted",
+                                               **({"quant_format": weights_format.lower()} if quant else {})}))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+__all__ = ["DTYPE", "INT4_GROUP", "SIXTEEN_BIT", "SOURCE_FILE", "converted_dtype", "dummy_loading", "dummy_weights",
+           "folder_of", "int4_quant", "is_gguf", "quantization_config", "random_weights_file", "source_of"]
