@@ -90,7 +90,7 @@ def test_a_shape_only_file_says_it_is_random_and_vllm_serves_it_with_its_own_wei
     from engineroom.catalog import arch_from_catalog, load_catalog
     from engineroom.engines import vllm
     from engineroom.engines.base import LaunchOptions
-    from engineroom.engines.vllm.convert import SOURCE_FILE
+    from engineroom.engines.hffolder import SOURCE_FILE
     from engineroom.synth import RANDOM_WEIGHTS_KEY, write_synthetic_gguf
 
     arch = arch_from_catalog(load_catalog().model("smollm2-135m"))
@@ -233,39 +233,13 @@ def test_try_and_tune_a_moe_shape_on_the_real_llama_server(llama_server_binary, 
 
 
 @pytest.mark.integration
-def test_try_of_a_vllm_pick_serves_vllms_own_random_weights(vllm_python, smollm2, tmp_path, monkeypatch):
-    """The real vLLM (CPU build) on SmolLM2's shape: try writes the shape and tokenizer alone (a few MB, not the
-    weights), vLLM serves it with --load-format dummy, fit's KV pool against vLLM's own, placement as planned, a
-    decode measured, the file deleted."""
-    from engineroom.store import Store
-
-    files = tmp_path / "files"
-    env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state")}
-    monkeypatch.setenv("ENGINEROOM_STATE_DIR", env["ENGINEROOM_STATE_DIR"])
-    proc = cli("try", "smollm2-135m", "--engine", "vllm", "--ctx", "2048", "--folder", str(files), "--busy-ok",
-               "--json", env=env, timeout=900)
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    out = json.loads(proc.stdout)
-    assert (proc.returncode, out["bench_status"]) in ((0, "OK"), (1, "INVALID")), out
-    assert {f.split(":")[0] for f in out["bench_failed"]} <= MACHINE_CHECKS, out["bench_failed"]
-    assert (out["pick"]["engine"], out["pick"]["quant"]) == ("vllm", "bf16")
-    assert out["file_bytes"] < 20 * 2**20, out["file_bytes"]                  # the shape and tokenizer, no weights
-    assert "shape and tokenizer" in proc.stderr and "--load-format dummy" in proc.stderr
-    rows = {r["component"]: r for r in out["memory_rows"]}
-    assert rows["kv_pool"]["measured_bytes"] and abs(rows["kv_pool"]["error_pct"]) < 1.0, rows["kv_pool"]
-    assert out["placement"]["status"] == "as_planned", out["placement"]
-    assert out["decode_tps"] > 0 and not list(files.rglob("*.gguf"))
-    with Store() as store:
-        launch = [r for r in store.runs(20, kind="launch") if r.get("status") == "OK"]
-    argv = launch[0]["conditions"]["argv"] if launch else []
-    assert "--load-format" in argv and argv[argv.index("--load-format") + 1] == "dummy", argv
-
-
 def test_try_of_a_vllm_awq_pick_serves_vllms_own_packed_random_weights(vllm_python, smollm2, tmp_path, monkeypatch):
-    """The real vLLM (CPU build) on SmolLM2's shape given by its config.json, planned at awq-int4: the folder's
-    quantization_config names AWQ at the largest group that divides the shape (576 = 9 x 64), vLLM builds its packed
-    layers and makes their weights (--load-format dummy) at float16 (it refuses float32 for AWQ), fit sizes the
-    weights packed, a decode is measured, the file deleted."""
+    """The real vLLM (CPU build) on SmolLM2's shape given by its config.json, planned at awq-int4: try writes the
+    shape and tokenizer alone (a few MB, not the weights); the folder's quantization_config names AWQ at the largest
+    group that divides the shape (576 = 9 x 64); vLLM builds its packed layers and makes their weights
+    (--load-format dummy) at float16 (it refuses float32 for AWQ); fit sizes the weights packed and its KV pool
+    against vLLM's own, placement as planned, a decode measured, the file deleted. (vLLM's 16-bit random weights
+    run in tests/test_bakeoff.py's --random bakeoff.)"""
     from engineroom import paths
     from engineroom.store import Store
 
@@ -280,8 +254,10 @@ def test_try_of_a_vllm_awq_pick_serves_vllms_own_packed_random_weights(vllm_pyth
     assert {f.split(":")[0] for f in out["bench_failed"]} <= MACHINE_CHECKS, out["bench_failed"]
     assert (out["pick"]["engine"], out["pick"]["quant"]) == ("vllm", "awq-int4")
     assert "awq 4-bit weights" in proc.stderr and out["decode_tps"] > 0 and not list(files.rglob("*.gguf"))
+    assert out["file_bytes"] < 20 * 2**20 and "shape and tokenizer" in proc.stderr, out["file_bytes"]
     rows = {r["component"]: r for r in out["memory_rows"]}
     assert rows["weights"]["predicted_bytes"] < 0.4 * 134_515_008 * 2, rows["weights"]     # packed, not 16-bit
+    assert rows["kv_pool"]["measured_bytes"] and abs(rows["kv_pool"]["error_pct"]) < 1.0, rows["kv_pool"]
     assert out["placement"]["status"] == "as_planned", out["placement"]
     folders = sorted((paths.cache_dir() / "vllm-models").glob("*-dummy-awq"), key=lambda f: f.stat().st_mtime)
     config = json.loads((folders[-1] / "config.json").read_text())["quantization_config"]
