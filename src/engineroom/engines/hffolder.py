@@ -69,6 +69,7 @@ def dummy_loading(engine: str, quant_format: str) -> str | None:
 
 
 def is_gguf(path: Path) -> bool:
+    """Whether ``path`` starts with the GGUF magic (False for a file that cannot be read)."""
     try:
         with open(path, "rb") as fh:
             return fh.read(4) == b"GGUF"

@@ -13,7 +13,7 @@ from ...catalog import Engine, find_engine, load_catalog
 from ...errors import BadInput, NotFound
 from ..argv import flag_value, has_flag
 from ..base import LaunchOptions, LaunchSpec, Settled
-from ..hffolder import converted_dtype, dummy_weights, int4_quant
+from ..hffolder import converted_dtype, dummy_weights, int4_quant, is_gguf
 from .discovery import ENGINE, SERVER_MODULE, Binary
 from .dtype import DTYPE_FLAG, cpu_changes, fit_kv, fit_quant, launched_dtype
 
@@ -148,11 +148,6 @@ def kvcache_space_gib(env: dict[str, str] | None = None) -> int:
     return value
 
 
-def _magic(path: Path) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read(4)
-
-
 def loads_refusal(path: Path) -> str | None:
     """vLLM serves a Hugging Face folder (config.json + safetensors); a GGUF is converted first
     (``serving_model``), so only a path that is neither is refused here."""
@@ -160,7 +155,7 @@ def loads_refusal(path: Path) -> str | None:
         return None if (path / "config.json").is_file() else f"{path} has no config.json; vLLM serves a Hugging " \
                                                             "Face model folder."
     if path.is_file():
-        if _magic(path) == b"GGUF":
+        if is_gguf(path):
             return None          # converted to a folder before launch (serving_model)
         return f"{path} is neither a GGUF file nor a model folder; vLLM serves a Hugging Face model folder."
     return f"{path} does not exist."
@@ -181,7 +176,7 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
     model_path = Path(o.model_path)
     extra = list(o.extra_args)
     cpu = is_cpu_build(binary)
-    if model_path.suffix.lower() == ".gguf" or (model_path.is_file() and _magic(model_path) == b"GGUF"):
+    if model_path.suffix.lower() == ".gguf" or (model_path.is_file() and is_gguf(model_path)):
         raise BadInput(f"{model_path} is a GGUF file; vLLM here serves safetensors folders (engineroom converts "
                        "a packaged GGUF first: `engineroom up MODEL --engine vllm`), or name a Hugging Face folder.")
     if has_flag(extra, "--api-key"):

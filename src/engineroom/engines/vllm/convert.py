@@ -29,7 +29,7 @@ def serving_model(path: Path, progress: Callable[[float | None, str], None] | No
     GGUF (engineroom's) as its config and tokenizer alone, which vLLM serves with weights of its own making
     (of ``weights_format``, the pick's quantization method, where it is a 4-bit one: ``quantization_config``)."""
     path = Path(path)
-    if path.is_dir() or not path.is_file() or not is_gguf(path):
+    if not path.is_file() or not is_gguf(path):
         return path
     return folder_of(path, engine=ENGINE, python=lambda: find_binary().path, progress=progress,
                      weights_format=weights_format)
