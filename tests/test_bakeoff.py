@@ -18,6 +18,7 @@ import psutil
 import pytest
 from test_vllm import NO_PARSER, TOOL_CHECKS
 
+from engineroom.engines import ikllamacpp as ik
 from engineroom.errors import BadInput
 from engineroom.flows.bakeoff import DEFAULT_SUITES, SUITES, check_suites
 
@@ -55,11 +56,11 @@ def _env(tmp: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def four_engines(llama_server_binary, smollm2, vllm_python, tmp_path_factory):
+def four_engines(llama_server_binary, ik_binary, smollm2, vllm_python, tmp_path_factory):
     """One real bakeoff of SmolLM2-135M over the four engines, short suites (the full verify suite at --fast):
-    llama.cpp and vLLM run (vLLM at -O0, as every vLLM test boot here); ik_llama.cpp (not installed in this
-    store's data folder) and SGLang (no accelerator) get a row that says why."""
-    env = _env(tmp_path_factory.mktemp("bakeoff"))
+    llama.cpp, vLLM (at -O0, as every vLLM test boot here) and ik_llama.cpp (its server on the wheel's kernels,
+    `engines install ik_llama.cpp --prebuilt`) run; SGLang (no accelerator) gets a row that says why."""
+    env = {**_env(tmp_path_factory.mktemp("bakeoff")), ik.ENV_BINARY: str(ik_binary.path)}
     t0 = time.monotonic()
     proc = cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,vllm,ik_llama.cpp,sglang", *SHORT,
                "--engine-args", "vllm=-O0", "--json", env=env, timeout=1500)
@@ -73,7 +74,7 @@ def test_a_real_bakeoff_compares_the_engines_that_run_and_says_why_the_others_do
     page = four_engines
     cells = {c["engine"]: c for c in page["cells"]}
     assert list(cells) == ["llama.cpp", "vllm", "ik_llama.cpp", "sglang"]        # grid order, one engine at a time
-    for engine in ("llama.cpp", "vllm"):
+    for engine in ("llama.cpp", "vllm", "ik_llama.cpp"):
         c = cells[engine]
         assert c["status"] == "done", c
         assert set(c["runs"]) == {"verify-full", "bench-quick", "concurrency"}, c
@@ -104,19 +105,24 @@ def test_a_real_bakeoff_compares_the_engines_that_run_and_says_why_the_others_do
     assert "-O0" in cells["vllm"]["command"]                    # --engine-args reached vLLM's argv alone
     assert "-O0" not in cells["llama.cpp"]["command"]
     assert cells["llama.cpp"]["model_file"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert cells["ik_llama.cpp"]["model_file"] == cells["llama.cpp"]["model_file"]      # the same file
     assert cells["vllm"]["model_file"].startswith("SmolLM2-135M-Instruct.Q4_1")   # the same file, converted
-    ik, sg = cells["ik_llama.cpp"], cells["sglang"]
-    assert ik["status"] == "not run here" and ik["fix"] == "engineroom engines install ik_llama.cpp", ik
+    # the fork runs its own pick: its server, with its defaults spelt out where they differ from mainline's
+    assert cells["ik_llama.cpp"]["argv"][0].endswith(f"/v{ik.SOURCE_VERSION}-prebuilt/build/bin/llama-server")
+    assert cells["ik_llama.cpp"]["command"] != cells["llama.cpp"]["command"]
+    sg = cells["sglang"]
     assert sg["status"] == "not run here" and "cannot serve on this machine" in sg["why"], sg
     uses = {r["use"]: r for r in page["choose"]}
     fastest = uses["one user, fastest replies"]
-    assert fastest["pick"] in ("llama.cpp (balanced)", "vllm (balanced)") and fastest["runner_up"]
+    assert fastest["pick"] in ("llama.cpp (balanced)", "vllm (balanced)", "ik_llama.cpp (balanced)")
+    assert fastest["runner_up"] and fastest["runner_up"] != fastest["pick"]
     assert fastest["verdict"] in ("real difference", "within noise"), fastest
     md = page["markdown"]
     assert "| engine | priority | status |" in md and "## How to choose" in md and "## Not measured" in md
-    assert "To run it: `engineroom engines install ik_llama.cpp`" in md
+    assert "To run it: `engineroom bakeoff MODEL --engines sglang, on a machine with the GPU it names`" in md
     assert "(short sizes: a first look, not figures to publish)" in md
-    for line in ("cell 1/4: llama.cpp / balanced", "llama.cpp: verify-full", "cell 2/4: vllm / balanced"):
+    for line in ("cell 1/4: llama.cpp / balanced", "llama.cpp: verify-full", "cell 2/4: vllm / balanced",
+                 "cell 3/4: ik_llama.cpp / balanced"):
         assert line in page["_stderr"], page["_stderr"][-2000:]
     print(f"bakeoff of four engines took {page['_seconds']:.0f} s")
 
@@ -267,22 +273,19 @@ def test_a_crash_is_its_cells_result_and_a_bakeoff_killed_outright_resumes_where
     assert "## What changed" in out["markdown"]
 
 
-def test_the_fork_and_mainline_in_one_bakeoff(llama_server_binary, ik_binary, smollm2, tmp_path):
-    """The fork tier (`pytest -m fork`: ik_llama.cpp's build keeps it out of CI): ik_llama.cpp runs its own pick
-    beside llama.cpp's on the same file, with the fork's flags in its command, and the page compares the two."""
-    from engineroom.engines import ikllamacpp as ik
-
-    env = {**_env(tmp_path), ik.ENV_BINARY: str(ik_binary.path)}
-    proc = cli("bakeoff", "smollm2-135m", "--engines", "llama.cpp,ik_llama.cpp", "--suites",
-               "verify-smoke,bench-quick", "--short", "--ctx", "2048", "--busy-ok", "--json", env=env, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def test_an_engine_not_installed_gets_a_row_with_the_command_that_installs_it(smollm2, tmp_path, monkeypatch):
+    """A data folder without the fork's build (and no $ENGINEROOM_IK_LLAMA_SERVER): its cell is not run, in one
+    sentence, with the command that installs it; nothing is launched."""
+    monkeypatch.delenv(ik.ENV_BINARY, raising=False)
+    proc = cli("bakeoff", "smollm2-135m", "--engines", "ik_llama.cpp", "--suites", "bench-quick", "--short",
+               "--busy-ok", "--json", env=_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
     page = json.loads(proc.stdout)
-    cells = {c["engine"]: c for c in page["cells"]}
-    assert [c["status"] for c in cells.values()] == ["done", "done"], page["cells"]
-    assert cells["ik_llama.cpp"]["model_file"] == cells["llama.cpp"]["model_file"]       # the same file
-    assert cells["ik_llama.cpp"]["figures"]["single_stream"]["mean"] > 0
-    fastest = next(r for r in page["choose"] if r["use"] == "one user, fastest replies")
-    assert fastest["verdict"] in ("real difference", "within noise"), fastest
+    [cell] = page["cells"]
+    assert (cell["status"], cell["why"], cell["fix"]) == (
+        "not run here", "ik_llama.cpp is not installed here.", "engineroom engines install ik_llama.cpp"), cell
+    assert "To run it: `engineroom engines install ik_llama.cpp`" in page["markdown"]
+    assert "launch" not in [s["stage"] for s in cell.get("stages") or []]
 
 
 def test_a_random_weight_bakeoff_serves_one_file_and_says_what_random_weights_make_meaningless(

@@ -141,6 +141,73 @@ def test_source_that_is_not_ik_llama_cpp_is_refused(tmp_path):
 
 
 # --------------------------------------------------------------------------- what the real fork said
+# ik-llama-cpp-python 0.1.5's files on PyPI (its JSON API, 2026-12-05): the sdist and 16 wheels
+RELEASE_WHEELS = [f"ik_llama_cpp_python-0.1.5-cp3{m}-cp3{m}-{plat}.whl" for m in (10, 11, 12, 13)
+                  for plat in ("manylinux_2_28_x86_64", "manylinux_2_28_aarch64", "macosx_11_0_arm64", "win_amd64")]
+
+
+def test_the_wheel_for_this_machine_is_picked_by_its_tags():
+    import platform
+    import sys
+
+    from engineroom import pypi
+
+    if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
+        pytest.skip(f"the expected order is written for Linux x86_64; this is {sys.platform} {platform.machine()}")
+    order = pypi.fitting_wheels([*RELEASE_WHEELS, "not-a-wheel.tar.gz"])
+    ours = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    assert order and all(name.endswith("manylinux_2_28_x86_64.whl") for name in order), order
+    assert len(order) == 4 and order[0] == f"ik_llama_cpp_python-0.1.5-{ours}-{ours}-manylinux_2_28_x86_64.whl"
+
+
+def test_prebuilt_kernels_are_refused_in_one_sentence_where_they_cannot_apply(tmp_path, monkeypatch):
+    from engineroom import cpuprobe
+    from engineroom.engines.ikllamacpp import prebuilt
+
+    said = cli("engines", "install", "llama.cpp", "--prebuilt")
+    assert said.returncode == 2
+    assert "llama.cpp has no prebuilt kernels to build against; drop --prebuilt." in said.stderr
+    said = cli("engines", "install", "ik_llama.cpp", "--prebuilt", "--source", str(tmp_path))
+    assert said.returncode == 2 and "--prebuilt builds the package's own release" in said.stderr, said.stderr
+    said = cli("engines", "install", "ik_llama.cpp", "--prebuilt", "--cuda")
+    assert said.returncode == 2 and "builds no CUDA" in said.stderr and "Traceback" not in said.stderr
+    with pytest.raises(BadInput, match="builds no CUDA"):
+        prebuilt.cmake_options(cuda_arch="90")
+    # a CPU without AVX2 is told so before anything is downloaded
+    old = cpuprobe.CpuProbe(model="Old Xeon", arch="x86_64", flags=frozenset({"sse4_2", "avx"}))
+    monkeypatch.setattr(cpuprobe, "probe_cpu", lambda refresh=False: old)
+    monkeypatch.setattr(prebuilt.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(prebuilt.sys, "platform", "linux")
+    monkeypatch.setattr(prebuilt, "source_tree", lambda *a, **k: pytest.fail("downloaded before refusing"))
+    with pytest.raises(BadInput, match=r"need avx2, f16c, fma, which this CPU \(Old Xeon\) does not run"):
+        prebuilt.install_prebuilt()
+    monkeypatch.setattr(prebuilt.sys, "platform", "darwin")
+    with pytest.raises(BadInput, match="on darwin x86_64 build them here: drop --prebuilt"):
+        prebuilt.install_prebuilt()
+
+
+def test_only_the_wheels_kernels_and_what_they_load_are_copied(tmp_path):
+    import zipfile
+
+    from engineroom.engines.ikllamacpp import prebuilt
+
+    wheel = tmp_path / "ik_llama_cpp_python-0.1.5-cp311-cp311-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:      # the layout of the real wheel (auditwheel's *.libs folder)
+        for name in ("ik_llama_cpp_python.libs/libggml-0b5e5db1.so",
+                     "ik_llama_cpp_python.libs/libgomp-24e2ab19.so.1.0.0",
+                     "ik_llama_cpp_python.libs/libllama-43a2e278.so", "ik_llama_cpp/lib/libggml.so",
+                     "ik_llama_cpp/_ctypes_api.py"):
+            zf.writestr(name, name)
+    ggml = prebuilt.kernel_libraries(wheel, tmp_path / "lib")
+    assert ggml.name == "libggml-0b5e5db1.so" and ggml.read_text() == "ik_llama_cpp_python.libs/libggml-0b5e5db1.so"
+    assert sorted(p.name for p in (tmp_path / "lib").iterdir()) == ["libggml-0b5e5db1.so", "libgomp-24e2ab19.so.1.0.0"]
+    bare = tmp_path / "bare.whl"
+    with zipfile.ZipFile(bare, "w") as zf:
+        zf.writestr("ik_llama_cpp/lib/libggml.so", "x")
+    with pytest.raises(NotFound, match="carries no ggml library under"):
+        prebuilt.kernel_libraries(bare, tmp_path / "lib2")
+
+
 def test_help_of_the_real_build_parses_to_its_flags():
     flags = ik.parse_help(_fix("help.txt"))
     for f in ("-np", "--parallel", "-ctk", "--jinja", "--metrics", "-fa", "-khad", "--spec-type",
@@ -215,12 +282,33 @@ def ik_managed(ik_binary, smollm2, tmp_path_factory):
 
 
 def test_the_install_records_what_it_built(ik_install, ik_binary):
+    """`engines install ik_llama.cpp --prebuilt`: the server compiled from the sdist, linked to the ggml of the
+    same release's wheel, which it loads from beside the build (no environment needed), and the manifest says
+    which kernels and what they need of the CPU."""
+    import subprocess
+
+    from engineroom.cpuprobe import probe_cpu
+    from engineroom.engines.ikllamacpp import prebuilt
+
     m = ik_install
     assert m["engine"] == "ik_llama.cpp" and m["origin"]["package"] == ik.SOURCE_PACKAGE
     assert m["origin"]["version"] == ik.SOURCE_VERSION and len(m["origin"]["sha256"]) == 64
-    assert m["targets"] == ["llama-server"] and "-DGGML_NATIVE=ON" in m["cmake_options"]
+    assert m["tag"] == f"v{ik.SOURCE_VERSION}-prebuilt" and m["targets"] == ["llama-server"]
+    assert "-DGGML_NATIVE=ON" not in m["cmake_options"] and "-DLLAMA_ALL_WARNINGS=OFF" in m["cmake_options"]
+    kernels = m["kernels"]
+    assert kernels["from"].startswith(f"ik_llama_cpp_python-{ik.SOURCE_VERSION}-") and kernels["from"].endswith(".whl")
+    assert len(kernels["sha256"]) == 64 and kernels["sha256"] != m["origin"]["sha256"]
+    lib = Path(m["bin_dir"]).parent.parent / "lib"
+    assert [p.name for p in lib.glob("libggml*.so*")] and not list(lib.glob("libllama*"))
+    ldd = subprocess.run(["ldd", str(ik_binary.path)], capture_output=True, text=True, timeout=30).stdout
+    ggml_line = next(line for line in ldd.splitlines() if "libggml" in line)
+    assert str(lib) in str(Path(ggml_line.split("=>")[1].split("(")[0].strip()).resolve()), ldd
+    assert "not found" not in ldd, ldd
+    assert set(m["built_for_cpu"]["usable_flags"]) <= set(probe_cpu().usable)
+    checked = ik.check_binary_cpu(ik_binary, probe_cpu())
+    assert checked["how"] == m["built_for_cpu"]["how"] == prebuilt.HOW
     assert Path(m["build_log"]).is_file()
-    assert ik.binary_version(ik_binary).startswith(m["tag"])     # e.g. v0.1.5 [0 (ik-llama-cpp-python-0.1.5)]
+    assert ik.binary_version(ik_binary).startswith(m["tag"])     # v0.1.5-prebuilt [0 (ik-llama-cpp-python-0.1.5)]
 
 
 def test_validation_refuses_a_misspelt_flag_with_the_nearest(ik_binary, tmp_path):

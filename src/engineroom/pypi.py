@@ -30,9 +30,34 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def release_file(package: str, version: str | None, packagetype: str, *, timeout: float = 60.0) -> dict:
+def fitting_wheels(filenames: list[str]) -> list[str]:
+    """The wheels among ``filenames`` this machine can install, best first: those tagged for this very
+    interpreter, then those whose platform alone fits (a wheel whose compiled part is a library it loads
+    through ctypes runs under any Python). Tags are read the way pip reads them (``packaging``)."""
+    from packaging.tags import sys_tags
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    ours = list(sys_tags())
+    rank = {tag: i for i, tag in enumerate(ours)}
+    platforms = {tag.platform for tag in ours}
+    scored: list[tuple[int, str]] = []
+    for name in filenames:
+        try:
+            tags = parse_wheel_filename(name)[3]
+        except InvalidWheelFilename:
+            continue
+        exact = [rank[t] for t in tags if t in rank]
+        if exact:
+            scored.append((min(exact), name))
+        elif any(t.platform in platforms for t in tags):
+            scored.append((len(ours), name))
+    return [name for _score, name in sorted(scored)]
+
+
+def release_file(package: str, version: str | None, packagetype: str, *, timeout: float = 60.0,
+                 for_this_machine: bool = False) -> dict:
     """PyPI's record of one file (``sdist`` or ``bdist_wheel``) of ``package==version`` (None: latest),
-    with its absolute ``url``."""
+    with its absolute ``url``; ``for_this_machine``: the wheel built for this platform (``fitting_wheels``)."""
     url = PYPI_JSON.format(package=package)
     try:
         meta = httpx.get(url, timeout=timeout, follow_redirects=True)
@@ -52,7 +77,16 @@ def release_file(package: str, version: str | None, packagetype: str, *, timeout
         recent = ", ".join(list(releases)[-3:])
         raise NotFound(f"PyPI has no {package} {version} (recent releases: {recent}).")
     files = [u for u in releases[version] if isinstance(u, dict) and u.get("packagetype") == packagetype]
-    if packagetype == "bdist_wheel":   # a pure-Python wheel serves every machine; prefer it
+    if packagetype == "bdist_wheel" and for_this_machine:
+        import sys
+        import sysconfig
+
+        order = fitting_wheels([str(u.get("filename", "")) for u in files])
+        if files and not order:
+            raise NotFound(f"{package} {version} has no wheel on PyPI for this machine ({sys.platform}, "
+                           f"{sysconfig.get_platform()}).")
+        files = sorted((u for u in files if u.get("filename") in order), key=lambda u: order.index(u["filename"]))
+    elif packagetype == "bdist_wheel":   # a pure-Python wheel serves every machine; prefer it
         files.sort(key=lambda u: not str(u.get("filename", "")).endswith("-none-any.whl"))
     if not files:
         raise NotFound(f"{package} {version} has no {packagetype} file on PyPI.")
@@ -63,10 +97,10 @@ def release_file(package: str, version: str | None, packagetype: str, *, timeout
 
 
 def download(package: str, version: str | None, packagetype: str, into: Path,
-             progress: Progress | None = None, *, timeout: float = 60.0) -> Path:
+             progress: Progress | None = None, *, timeout: float = 60.0, for_this_machine: bool = False) -> Path:
     """Download one file of ``package==version`` into ``into`` (kept when already there and intact)."""
     say = progress or (lambda _f, _m: None)
-    info = release_file(package, version, packagetype, timeout=timeout)
+    info = release_file(package, version, packagetype, timeout=timeout, for_this_machine=for_this_machine)
     sha, size, name = info["digests"]["sha256"], int(info.get("size") or 0), info["filename"]
     target = into / name
     if target.is_file() and sha256_file(target) == sha:
@@ -98,4 +132,4 @@ def download(package: str, version: str | None, packagetype: str, into: Path,
     return target
 
 
-__all__ = ["PYPI_JSON", "download", "release_file", "sha256_file"]
+__all__ = ["PYPI_JSON", "download", "fitting_wheels", "release_file", "sha256_file"]

@@ -13,7 +13,8 @@ def ab_cmd(
     model: str = typer.Argument(..., help="Model reference (as for `engineroom up`)."),
     arm_a: str = typer.Option(..., "--a", help="Arm A's launch settings: KEY=VALUE[;KEY=VALUE], KEY one of "
                                                 "threads, ctx, parallel, tp, kv, kv_unified, extra (engine "
-                                                "arguments, e.g. 'extra=-nr')."),
+                                                "arguments, e.g. 'extra=-nr'), bin (the engine's program: two "
+                                                "builds of one engine)."),
     arm_b: str = typer.Option(..., "--b", help="Arm B's launch settings (same form)."),
     boots: int = typer.Option(2, "--boots", help="Boots per arm, interleaved A B B A ... (at least 2 for a verdict)."),
     max_boots: int | None = typer.Option(None, "--max-boots",
@@ -27,6 +28,8 @@ def ab_cmd(
     ctx: int | None = typer.Option(None, "--ctx", "-c", help="Context per slot for both arms (an arm may override)."),
     threads: int | None = typer.Option(None, "--threads", "-t",
                                        help="CPU threads for both arms (an arm may override)."),
+    engine: str | None = typer.Option(None, "--engine", "-e", help="Engine of both arms (default: llama.cpp, or "
+                                                                   "the plan's pick)."),
     json_out: bool = JsonOpt,
 ) -> None:
     """Boot two launch settings in turn (A B B A ...), bench each boot, and say per metric whether
@@ -41,7 +44,7 @@ def ab_cmd(
     a, b = parse_arm(arm_a, "A"), parse_arm(arm_b, "B")
     from ..launchargs import LaunchArgs
 
-    base = LaunchArgs(port=0, ctx=ctx, threads=threads)
+    base = LaunchArgs(port=0, ctx=ctx, threads=threads, engine=engine)
     plan = BenchPlan(workloads=default_workloads(max_tokens)[:1], warmup=warmup, measured=runs, full_length=True)
     def say(line: str) -> None:          # progress goes to stderr, with --json too
         err_console.print(line)

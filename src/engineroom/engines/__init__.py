@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 
 from .. import net, plugins
-from ..errors import EngineFailed, NotFound
+from ..errors import BadInput, EngineFailed, NotFound
 from ..plugins import GROUP, Problem
 from . import argvcheck, base
 from .argvcheck import ArgvCheck
@@ -254,12 +254,23 @@ class Engine:
         return list(impl.installed()) if isinstance(impl, base.ListsInstalls) else []
 
     def install(self, *, version: str | None = None, source: Path | None = None, jobs: int | None = None,
-                cuda: bool | None = None,
+                cuda: bool | None = None, prebuilt: bool = False,
                 progress: Callable[[float | None, str], None] | None = None) -> dict[str, Any]:
+        """Build or install the engine; ``prebuilt``: the server alone, against the compute kernels the engine's
+        package ships compiled (an adapter with ``install_prebuilt``; BadInput for any other, or with
+        ``source`` or ``cuda``)."""
         impl = self.impl
         if not isinstance(impl, base.Installs):
             raise NotFound(f"engineroom cannot install {self.name}; install it yourself and pass --engine-bin.")
-        return impl.install(version=version, source=source, jobs=jobs, cuda=cuda, progress=progress)
+        if not prebuilt:
+            return impl.install(version=version, source=source, jobs=jobs, cuda=cuda, progress=progress)
+        if not isinstance(impl, base.InstallsPrebuilt):
+            raise BadInput(f"{self.name} has no prebuilt kernels to build against; drop --prebuilt.")
+        if source is not None:
+            raise BadInput("--prebuilt builds the package's own release; drop --source or --prebuilt.")
+        if cuda:
+            raise BadInput("--prebuilt takes CPU kernels and builds no CUDA; drop --cuda or --prebuilt.")
+        return impl.install_prebuilt(version=version, jobs=jobs, progress=progress)
 
     @property
     def tested(self) -> str:

@@ -63,8 +63,7 @@ class LaunchOptions:
     ``None`` leaves a setting to the engine's own default, except where the adapter always
     passes it explicitly so that what runs is what was sized (llama.cpp's slots and unified
     KV). A plan's pick is a ``plan.LaunchRequest``; ``flows.picks.launch_options`` turns it into
-    these; CLI flags replace its fields, so the plan and the user speak one vocabulary.
-    """
+    these; CLI flags replace its fields, so the plan and the user speak one vocabulary."""
 
     model_path: Path
     model_name: str = ""               # served model id (/v1/models), the user's name for it
@@ -122,11 +121,8 @@ class MemoryReport:
 
 
 class HealthState(StrEnum):
-    """What one answer of the engine's health endpoint means (``health_state``).
-
-    A StrEnum: each member equals its string, so states stored or compared as text
-    ("ready", ...) keep working.
-    """
+    """What one answer of the engine's health endpoint means (``health_state``). A StrEnum: each member
+    equals its string, so states stored or compared as text ("ready", ...) keep working."""
 
     STARTING = "starting"     # nothing answers yet
     LOADING = "loading"       # the server answers but is still loading the model
@@ -343,8 +339,14 @@ class ListsInstalls(Protocol):           # default: []
 @runtime_checkable
 class Installs(Protocol):                # default: NotFound ("install it yourself")
     def install(self, *, version: str | None = None, source: Path | None = None, jobs: int | None = None,
-                cuda: bool | None = None,
-                progress: Callable[[float | None, str], None] | None = None) -> dict[str, Any]: ...
+                cuda: bool | None = None, progress: Callable[[float | None, str], None] | None = None
+                ) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class InstallsPrebuilt(Protocol):   # default: BadInput; the server alone, on kernels its package ships compiled
+    def install_prebuilt(self, *, version: str | None = None, jobs: int | None = None,
+                         progress: Callable[[float | None, str], None] | None = None) -> dict[str, Any]: ...
 
 
 @runtime_checkable

@@ -1,6 +1,7 @@
 """A/B of two launch settings: interleaved boots, one bench run per boot, compared over boots.
 
-``engineroom ab MODEL --a threads=1 --b threads=2 --boots 2``: the arms boot in the order
+``engineroom ab MODEL --a threads=1 --b threads=2 --boots 2`` (or two builds of one engine: ``--engine
+ik_llama.cpp --a bin=PATH --b bin=PATH``): the arms boot in the order
 A B B A (then A B, B A ... for more boots), so a slow drift of the machine (heat, a neighbour's
 load) falls on both arms alike; each boot is a stored bench run labelled with its arm, and
 ``bench.compare.compare_arms`` says, per metric, whether the difference is real: beyond the
@@ -28,6 +29,7 @@ ARM_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "threads": ("threads", int), "ctx": ("ctx", int), "parallel": ("parallel", int), "tp": ("tp", int),
     "kv": ("kv_dtype", str), "kv_unified": ("kv_unified", lambda v: _bool(v)),
     "extra": ("extra_args", lambda v: tuple(shlex.split(v))),
+    "bin": ("engine_bin", str),       # the engine's program: two builds of one engine (native vs prebuilt kernels)
 }
 
 

@@ -60,6 +60,7 @@ from .discovery import (
     write_build_info,
 )
 from .flags import known_flags, parse_help, validate_argv
+from .prebuilt import EXPECTED_PREBUILT, install_prebuilt
 from .server import (
     FAILURE_PATTERNS,
     METRIC_NAMES,
@@ -79,17 +80,18 @@ OWN_NAMES = (HADAMARD_K, HADAMARD_V, "--k-cache-hadamard", "--v-cache-hadamard",
              "n_past", "llamacpp:kv_cache_usage_ratio", "llamacpp:kv_cache_tokens")
 
 # how engineroom exercises it (README's engine table; `engineroom engines` shows it)
-TESTED = ("real: up -> verify -> bench on its CPU build from the ik-llama-cpp-python 0.1.5 sdist "
-          "(tests/test_ik_llamacpp.py, "
-          "SmolLM2-135M); flags checked against the binary's own --help; CUDA build not compiled")
+TESTED = ("real: up -> verify -> bench on its CPU build from the ik-llama-cpp-python 0.1.5 sdist, in CI on the "
+          "wheel's kernels (--prebuilt; tests/test_ik_llamacpp.py, tests/test_bakeoff.py, SmolLM2-135M); flags "
+          "checked against the binary's own --help; CUDA build not compiled")
 
-__all__ = ["BINARY", "BUILD_TARGETS", "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "FAILURE_PATTERNS",
+__all__ = ["BINARY", "BUILD_TARGETS", "ENGINE", "ENV_BINARY", "EXPECTED_BUILD", "EXPECTED_PREBUILT", "FAILURE_PATTERNS",
            "FAMILY", "HADAMARD_K", "HADAMARD_V", "JINJA", "KV_CACHE_TYPES", "MANIFEST", "MERGE_QKV", "METRIC_NAMES",
            "OWN_NAMES", "ENGINE_OPTIONS", "LEGACY_DRAFT_MAX", "LEGACY_MTP",
            "RUN_TIME_REPACK", "SOURCE_PACKAGE", "SOURCE_VERSION", "SPEC_TYPE", "SPLIT_MODES",
            "TIMINGS_FIELD", "Binary",
            "api_key_file_args", "api_key_file_in", "binary_version", "check_binary_cpu", "classify_failure",
-           "cmake_options", "find_binary", "host_cache_change", "health_state", "install", "install_root", "installed",
+           "cmake_options", "find_binary", "host_cache_change", "health_state", "install", "install_prebuilt",
+           "install_root", "installed",
            "known_flags",
            "launch_settings", "loads_refusal", "memory_report", "normalise_metrics", "normalise_timings",
            "placement_report",
@@ -108,6 +110,7 @@ if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and 
                       _base.RefusesModels,
                       _base.ReportsMemory, _base.ReportsPlacement, _base.SettlesLaunch, _base.NormalisesMetrics,
                       _base.NormalisesTimings, _base.ListsInstalls, _base.Installs,
+                      _base.InstallsPrebuilt,
                       _base.HasPlaceholderBinary[Binary], _base.TellsBinaryVersion[Binary],
                       _base.ValidatesArgv[Binary], Protocol):
         """The protocol and the hooks this adapter implements (engines/base.py)."""

@@ -185,8 +185,9 @@ def loads_refusal(path: Path) -> str | None:
 
 
 def check_binary_cpu(binary: Binary, probe: CpuProbe) -> dict[str, object]:
-    """Refuse a build of the fork made (-march=native) on a CPU with instructions this one lacks,
-    from the manifest `engines install` wrote beside it; a binary without one is not checked."""
+    """Refuse a build of the fork made (-march=native) on a CPU with instructions this one lacks, or one on the
+    wheel's kernels (``--prebuilt``) where the CPU lacks what they use, from the manifest `engines install` wrote
+    beside it; a binary without one is not checked."""
     built_for = built_for_cpu(binary)
     if not built_for or not probe.flags:
         return {"compiled_features": [], "how": "no install manifest beside the binary"}
@@ -196,7 +197,8 @@ def check_binary_cpu(binary: Binary, probe: CpuProbe) -> dict[str, object]:
         raise NotFound(f"{binary.path} was compiled for {', '.join(missing)}, which this CPU ({probe.model}) does "
                        "not run (a build copied from another machine?); rebuild it here with "
                        "`engineroom engines install ik_llama.cpp`.")
-    return {"compiled_features": sorted(isa), "how": "the install manifest's build CPU (-march=native)"}
+    return {"compiled_features": sorted(isa),
+            "how": built_for.get("how") or "the install manifest's build CPU (-march=native)"}
 
 
 def tune_knobs(objective: str, *, kv_dtype: str | None, parallel: int, cpu_cores: int | None,

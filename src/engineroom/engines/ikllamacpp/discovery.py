@@ -97,20 +97,13 @@ def write_build_info(tree: Path, version: str) -> Path | None:
     return target
 
 
-def install(*, version: str | None = None, source: Path | None = None, jobs: int | None = None,
-            cuda: bool | None = None, progress: Callable[[float | None, str], None] | None = None) -> dict:
-    """Build ik_llama.cpp's llama-server for this machine; returns the manifest it records (install.json).
-
-    Source: ``source`` (an ik_llama.cpp tree, an unpacked ik-llama-cpp-python sdist or its .tar.gz)
-    or the ``ik-llama-cpp-python`` sdist from PyPI. A second call for the same source reuses the
-    build folder (CMake/Ninja rebuild only what changed).
-    """
+def source_tree(version: str, source: Path | None, say: Callable[[float | None, str], None]
+                ) -> tuple[Path, dict[str, object], str]:
+    """The fork's tree to build (``source``, or the ``ik-llama-cpp-python`` sdist of ``version`` from PyPI,
+    unpacked once into the cache), the origin the manifest records, and the install folder's tag."""
     from .. import build
 
-    say = progress or (lambda _f, _m: None)
-    version = version or SOURCE_VERSION
     where, origin, tag = build.fetch_source(source, SOURCE_PACKAGE, version, sdist_tag=f"v{version}", progress=say)
-    dest = install_root() / tag
     if where.is_file():
         unpacked = paths.cache_dir() / "build" / f"{ENGINE}-{tag}" / "src"
         stamp = unpacked / ".engineroom-unpacked"
@@ -123,18 +116,38 @@ def install(*, version: str | None = None, source: Path | None = None, jobs: int
     else:
         tree = _tree_of(where)
     write_build_info(tree, version)
-    manifest = build_server(tree, dest, engine=ENGINE, version=version, tag=tag, origin=origin,
-                            options_for=cmake_options, cuda=cuda, jobs=jobs, progress=say, guard=_build_lock(dest))
+    return tree, origin, tag
+
+
+def record(dest: Path, manifest: dict) -> dict:
+    """Write ``dest``'s install.json; a rebuild that found everything built keeps what the full build took."""
     previous = read_manifest(dest / MANIFEST)
     if previous.get("first_build_seconds") or previous.get("build_seconds"):
-        # a rebuild that found everything built: keep what the full build took
         manifest["first_build_seconds"] = previous.get("first_build_seconds") or previous["build_seconds"]
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return manifest
 
 
+def install(*, version: str | None = None, source: Path | None = None, jobs: int | None = None,
+            cuda: bool | None = None, progress: Callable[[float | None, str], None] | None = None) -> dict:
+    """Build ik_llama.cpp's llama-server for this machine; returns the manifest it records (install.json).
+
+    Source: ``source`` (an ik_llama.cpp tree, an unpacked ik-llama-cpp-python sdist or its .tar.gz)
+    or the ``ik-llama-cpp-python`` sdist from PyPI. A second call for the same source reuses the
+    build folder (CMake/Ninja rebuild only what changed). ``install_prebuilt`` (prebuilt.py) builds the
+    server alone against the kernels of the package's wheel.
+    """
+    say = progress or (lambda _f, _m: None)
+    version = version or SOURCE_VERSION
+    tree, origin, tag = source_tree(version, source, say)
+    dest = install_root() / tag
+    manifest = build_server(tree, dest, engine=ENGINE, version=version, tag=tag, origin=origin,
+                            options_for=cmake_options, cuda=cuda, jobs=jobs, progress=say, guard=build_lock(dest))
+    return record(dest, manifest)
+
+
 @contextmanager
-def _build_lock(dest: Path) -> Iterator[None]:
+def build_lock(dest: Path) -> Iterator[None]:
     """One build per install folder at a time: a second `engines install` would rebuild the same
     objects under the first one's feet (and truncate its log)."""
     import fcntl
