@@ -231,3 +231,14 @@ def test_models_views():
     assert cells(views.cached_models([cached], "/cache")) == [["m", "llama", "Q4_1", "135M", "?", "1.5 KiB"]]
     assert views.cached_models([], "/cache").plain == "no models cached; try `engineroom models pull smollm2-135m`."
     assert views.pulled_line("hf:o/r/[x].gguf", "/p", 512).plain == "ok hf:o/r/[x].gguf -> /p (512 B)"
+
+
+def test_an_install_says_how_it_was_made_and_on_whose_kernels():
+    native = {"build_seconds": 486.1, "built_at": "2026-12-05T08:41:00Z", "backend": "cpu", "jobs": 2}
+    assert views.install_summary(native) == "built 2026-12-05T08:41:00Z in 486 s (cpu, -j2)"
+    prebuilt = {**native, "build_seconds": 189.1,
+                "kernels": {"from": "ik_llama_cpp_python-0.1.5-cp311-cp311-manylinux_2_28_x86_64.whl"}}
+    assert views.install_summary(prebuilt) == ("built 2026-12-05T08:41:00Z in 189 s (cpu, -j2, kernels from "
+                                               "ik_llama_cpp_python-0.1.5-cp311-cp311-manylinux_2_28_x86_64.whl)")
+    pip = {"install_seconds": 230.5, "installed_at": "2026-12-05T06:15:18Z", "installer": "venv + pip"}
+    assert views.install_summary(pip) == "installed 2026-12-05T06:15:18Z in 230 s (venv + pip)"

@@ -52,8 +52,10 @@ def install_summary(manifest: Mapping[str, Any]) -> str:
     """One phrase for an install manifest: a source build (seconds, backend, jobs) or an
     environment pip/uv made (seconds, installer)."""
     if "build_seconds" in manifest:
+        kernels = manifest.get("kernels") or {}     # `--prebuilt`: the server on the kernels of a package's wheel
+        on = f", kernels from {kernels['from']}" if kernels.get("from") else ""
         return (f"built {manifest.get('built_at', '?')} in {manifest['build_seconds']:.0f} s "
-                f"({manifest.get('backend', '?')}, -j{manifest.get('jobs', '?')})")
+                f"({manifest.get('backend', '?')}, -j{manifest.get('jobs', '?')}{on})")
     if "install_seconds" in manifest:
         return (f"installed {manifest.get('installed_at', '?')} in {manifest['install_seconds']:.0f} s "
                 f"({manifest.get('installer', '?')})")
