@@ -21,6 +21,7 @@ from test_vllm import NO_PARSER, TOOL_CHECKS
 from engineroom.engines import ikllamacpp as ik
 from engineroom.errors import BadInput
 from engineroom.flows.bakeoff import DEFAULT_SUITES, SUITES, check_suites
+from engineroom.report.bakeoff import machine_line
 
 from conftest import cli, console_command, run_cli
 
@@ -286,6 +287,67 @@ def test_an_engine_not_installed_gets_a_row_with_the_command_that_installs_it(sm
         "not run here", "ik_llama.cpp is not installed here.", "engineroom engines install ik_llama.cpp"), cell
     assert "To run it: `engineroom engines install ik_llama.cpp`" in page["markdown"]
     assert "launch" not in [s["stage"] for s in cell.get("stages") or []]
+    # `--resume ID --engines`: an engine added to the stored bakeoff, as it was asked; the cell not run here is
+    # tried again (its reason may be gone) and the page holds each cell once, in the grid's order
+    assert cli("bakeoff", "--resume", str(page["bakeoff"]), "--engines", "sglang", "--ctx", "1024",
+               env=_env(tmp_path)).returncode == 2
+    proc = cli("bakeoff", "--resume", str(page["bakeoff"]), "--engines", "sglang,ik_llama.cpp", "--json",
+               env=_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"resuming bakeoff {page['bakeoff']}: 0 cell(s) done are kept; engines added: sglang" in proc.stderr
+    assert "cell 1/2: ik_llama.cpp / balanced" in proc.stderr, proc.stderr
+    grown = json.loads(proc.stdout)
+    assert [(c["engine"], c["status"]) for c in grown["cells"]] == [
+        ("ik_llama.cpp", "not run here"), ("sglang", "not run here")], grown["cells"]
+    assert len({c["machine_key"] for c in grown["cells"]}) == 1 and grown["markdown"].count("2 machines") == 0
+    with sqlite3.connect(tmp_path / "data" / "results.sqlite") as con:
+        (stored,) = con.execute("select conditions from runs where id = ?", (page["bakeoff"],)).fetchone()
+    assert json.loads(stored)["engines"] == ["ik_llama.cpp", "sglang"]
+
+
+def test_the_h200_bakeoff_resumed_on_another_lease_says_so_on_its_page(tmp_path):
+    """The 27B bakeoff of benchmarks/h200_bakeoff.md as stored (llama.cpp's cell from one lease, ik_llama.cpp's
+    added by `--resume 1 --engines ik_llama.cpp` on another): the page names both machines, says the two random
+    files differ in bytes, sets both aggregates on the one basis both runs have (llama.cpp's run predates the
+    every-stream-decoding window), and draws the fork's INVALID depth run dashed, saying so."""
+    import gzip
+    import tarfile
+
+    from engineroom.report.bakeoff import bakeoff_page
+    from engineroom.report.bakeoffhtml import plots
+    from engineroom.store import Store
+
+    raw = Path(__file__).resolve().parent.parent / "benchmarks/data/h200_visit/2026-12-05-ik/h200b_poll-1083.tgz"
+    with tarfile.open(raw) as tar:
+        packed = tar.extractfile("./store.sqlite.gz")
+        assert packed is not None
+        (tmp_path / "results.sqlite").write_bytes(gzip.decompress(packed.read()))
+    with Store(tmp_path / "results.sqlite") as store:
+        page = bakeoff_page(store, 1)
+    assert [(c["engine"], c["status"]) for c in page["cells"]] == [("llama.cpp", "done"), ("ik_llama.cpp", "done")]
+    assert [m["engines"] for m in page["machines"]] == [["llama.cpp"], ["ik_llama.cpp"]]
+    assert machine_line(page).startswith("2 machines, the figures compare across them: ")
+    assert page["files_note"] == ("Not one file: qwen3.6-27b-Q4_K_M-random.gguf was sha256 70ff7d403ab0 (llama.cpp), "
+                                  "sha256 b7cdde2dd1db (ik_llama.cpp). The same name, not the same bytes: the "
+                                  "figures compare different files.")
+    aggregates = {c["engine"]: c["figures"]["aggregate"] for c in page["cells"]}
+    assert {a["basis"] for a in aggregates.values()} == {"round wall time"}, aggregates
+    assert round(aggregates["ik_llama.cpp"]["aggregate"], 1) == 30.7          # not its 79.7 while decoding
+    [many] = [r for r in page["choose"] if r["use"] == "many users, most throughput"]
+    assert many["metric"] == "aggregate decode tok/s (round wall time)" and many["runner_up"], many
+    assert "ik_llama.cpp (balanced): INVALID (run 18)" in plots(page)["depth"]
+
+
+def test_a_page_whose_cells_ran_on_two_machines_says_so_with_each_machines_engines():
+    """A bakeoff resumed on another machine (even one of the same description): the machine line names each
+    machine with its engines and says the figures compare across them."""
+    h200 = {"cpu": "Xeon", "cpu_cores": 16, "ram_bytes": 126 * 2**30, "gpus": [{"name": "NVIDIA H200"}]}
+    one = {"machine": h200, "machines": [{"host": h200, "engines": ["llama.cpp", "vllm"]}]}
+    assert machine_line(one) == "Xeon, 16 cores, 126 GiB RAM, NVIDIA H200"
+    two = {**one, "machines": [*one["machines"], {"host": h200, "engines": ["ik_llama.cpp"]}]}
+    assert machine_line(two) == ("2 machines, the figures compare across them: Xeon, 16 cores, 126 GiB RAM, "
+                                 "NVIDIA H200 (llama.cpp, vllm); Xeon, 16 cores, 126 GiB RAM, NVIDIA H200 "
+                                 "(ik_llama.cpp)")
 
 
 def test_a_random_weight_bakeoff_serves_one_file_and_says_what_random_weights_make_meaningless(

@@ -340,10 +340,7 @@ class Store:
     # -- runs -----------------------------------------------------------------------
 
     def start_run(self, kind: str, conditions: Mapping[str, Any], label: str = "") -> int:
-        """Open a run and return its id; its status is ``running`` until ``finish_run``.
-
-        The calling process is recorded as the run's owner (see the module docstring).
-        """
+        """Open a run and return its id, ``running`` until ``finish_run``, owned by this process (module doc)."""
         if not kind:
             raise BadInput("A run needs a kind (for example 'verify' or 'bench').")
         conditions = _plain(conditions)
@@ -373,14 +370,16 @@ class Store:
             except sqlite3.OperationalError as exc:
                 raise self._full(exc) from None
 
-    def reopen_run(self, run_id: int) -> None:
-        """A run that ended short of its work (a bakeoff stopped part way) open again, owned by this process."""
+    def reopen_run(self, run_id: int, conditions: Mapping[str, Any] | None = None) -> None:
+        """A run that ended short of its work (a bakeoff stopped part way) open again, owned by this process;
+        ``conditions``: what it asks now, when that grew (a bakeoff given more engines)."""
         pid, started, host = _this_process()
         with self._lock:
-            run_id = self._require_run(run_id)["id"]
+            run = self._require_run(run_id)
+            cond = _plain(conditions) if conditions is not None else json.loads(run["conditions"])
             self._db.execute("UPDATE runs SET status = ?, finished = NULL, end_reason = NULL, owner_pid = ?, "
-                             "owner_started = ?, owner_host = ? WHERE id = ?", (STATUS_RUNNING, pid, started, host,
-                                                                                 run_id))
+                             "owner_started = ?, owner_host = ?, conditions = ?, fingerprint = ? WHERE id = ?",
+                             (STATUS_RUNNING, pid, started, host, _dumps(cond), fingerprint(cond), run["id"]))
 
     def runs(self, limit: int = 50, *, kind: str | None = None) -> list[dict[str, Any]]:
         """The newest runs first."""

@@ -46,7 +46,8 @@ def bakeoff_cmd(
                                                   "not with --resume."),
     engines_: str | None = typer.Option(None, "--engines", help="Comma-separated engines (default: every engine "
                                                                 "engineroom knows; those that cannot run here "
-                                                                "get a row that says why)."),
+                                                                "get a row that says why). With --resume: "
+                                                                "engines to add to the stopped bakeoff."),
     priority: list[str] | None = _PRIORITIES,
     suites: str | None = typer.Option(None, "--suites", help=_SUITES_HELP),
     short: bool = typer.Option(False, "--short", help="Each suite at its smallest sizes: a first look in minutes, "
@@ -62,7 +63,8 @@ def bakeoff_cmd(
                                                                 "MODEL's exact shape (as `try` writes it), deleted "
                                                                 "at the end: speed and memory before any download."),
     folder: Path | None = _FOLDER,
-    resume: int | None = typer.Option(None, "--resume", help="Run the cells a stopped bakeoff ID has not done."),
+    resume: int | None = typer.Option(None, "--resume", help="Run the cells a stopped bakeoff ID has not done "
+                                                            "(and those of the --engines it lacks)."),
     quiet_wait: float = QuietWaitOpt,
     busy_ok: bool = BusyOkOpt,
     json_out: bool = JsonOpt,
@@ -74,9 +76,9 @@ def bakeoff_cmd(
 
     if (model is None) == (resume is None):
         raise BadInput("give MODEL for a new bakeoff, or --resume ID for a stopped one (not both).")
-    if resume is not None and (engines_ or priority or suites or short or ctx or quant or engine_args
-                                  or random_weights):
-        raise BadInput("--resume runs the stopped bakeoff as it was asked; give no other settings with it.")
+    if resume is not None and (priority or suites or short or ctx or quant or engine_args or random_weights):
+        raise BadInput("--resume runs the stopped bakeoff as it was asked; give no other settings with it "
+                       "(but --engines, to add engines to it).")
     with Store() as store:
         if resume is not None:
             model = str(store.get_run(resume)["conditions"].get("model"))

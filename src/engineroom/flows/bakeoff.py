@@ -16,6 +16,8 @@ why, and the command that would make it run. An engine that crashes is that cell
 
 from __future__ import annotations
 
+import hashlib
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
@@ -115,9 +117,13 @@ class _Grid:
 
     def __init__(self, store: Store, run_id: int) -> None:
         self.store, self.run_id = store, run_id
-        self.done: dict[str, dict[str, Any]] = {}
+        self.done: dict[str, dict[str, Any]] = {}   # a cell not run here is tried again: its reason may be gone
         for rec in store.records(run_id, CELL_KIND):
-            self.done[cell_key(rec["payload"]["engine"], rec["payload"]["priority"])] = rec["payload"]
+            key = cell_key(rec["payload"]["engine"], rec["payload"]["priority"])
+            if rec["payload"]["status"] == NOT_RUN:
+                self.done.pop(key, None)
+            else:
+                self.done[key] = rec["payload"]
         self.pids = {int(r["payload"]["pid"]) for r in store.records(run_id, SERVER_KIND)}
         # per cell not ended: the suites that did end, with the pick they measured
         self.kept: dict[str, dict[str, dict[str, Any]]] = {}
@@ -180,17 +186,28 @@ def _stop_leftover(grid: _Grid, say: Callable[[str], None]) -> None:
         stop()
 
 
-def _start_or_resume(store: Store, resume: int | None, conditions: dict[str, Any],
-                     label: str) -> tuple[int, dict[str, Any]]:
+def machine_key() -> str:
+    """This machine in this boot (host name and boot time, hashed: no name is stored): the cells of a bakeoff
+    resumed on another machine, even one of the same description, are told apart on its page."""
+    return hashlib.sha256(f"{socket.gethostname()} {psutil.boot_time():.0f}".encode()).hexdigest()[:12]
+
+
+def _start_or_resume(store: Store, resume: int | None, conditions: dict[str, Any], label: str,
+                     engines_given: Sequence[str] = ()) -> tuple[int, dict[str, Any], list[str]]:
+    """A new bakeoff's run, or the stopped ``resume`` open again with the engines given that it lacks added to
+    its grid (their cells as the bakeoff asked: its other settings stay); and the engines added."""
     if resume is None:
-        return store.start_run(BAKEOFF_KIND, conditions, label=label), conditions
+        return store.start_run(BAKEOFF_KIND, conditions, label=label), conditions, []
     run = store.get_run(resume)
     if run["kind"] != BAKEOFF_KIND:
         raise BadInput(f"run {resume} is a {run['kind']} run, not a bakeoff.")
     if run["status"] == "running":
         raise BadInput(f"bakeoff {resume} is still running (pid {run['owner_pid']}); stop it first.")
-    store.reopen_run(resume)
-    return resume, run["conditions"]
+    had = list(run["conditions"].get("engines") or [])
+    added = [e for e in dict.fromkeys(engines_given) if e not in had]
+    conditions = {**run["conditions"], "engines": had + added}
+    store.reopen_run(resume, conditions)
+    return resume, conditions, added
 
 
 def bakeoff(store: Store, model: str, *, engine_names: Sequence[str] = (), priorities: Sequence[str] = (),
@@ -212,10 +229,12 @@ def bakeoff(store: Store, model: str, *, engine_names: Sequence[str] = (), prior
                                   "suites": list(check_suites(suites)), "short": short, "ctx": ctx, "random": random,
                                   "quant": quant,
                                   "engine_args": {k: list(v) for k, v in _engine_args(engine_args or {}).items()}}
-    run_id, conditions = _start_or_resume(store, resume, conditions, f"bakeoff {model}")
+    run_id, conditions, added = _start_or_resume(store, resume, conditions, f"bakeoff {model}",
+                                                 [_engine(e) for e in engine_names])
     grid = _Grid(store, run_id)
     if resume is not None:
-        say(f"resuming bakeoff {run_id}: {len(grid.done)} cell(s) done are kept")
+        say(f"resuming bakeoff {run_id}: {len(grid.done)} cell(s) done are kept"
+            + (f"; engines added: {', '.join(added)}" if added else ""))
         _stop_leftover(grid, say)
     todo = [(str(e), str(p)) for e in conditions["engines"] for p in conditions["priorities"]]
     t0, spent, left = time.monotonic(), list[float](), list[str]()
@@ -254,7 +273,8 @@ def bakeoff(store: Store, model: str, *, engine_names: Sequence[str] = (), prior
 def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, conditions: Mapping[str, Any],
           files: _RandomFile | None, quiet_wait: float, busy_ok: bool, say: Callable[[str], None]) -> dict[str, Any]:
     """One cell, run to its end: its record (done, failed at a stage, or not run here and why)."""
-    cell: dict[str, Any] = {"engine": engine, "priority": priority, "runs": {}, "suites": {}}
+    cell: dict[str, Any] = {"engine": engine, "priority": priority, "runs": {}, "suites": {},
+                            "machine_key": machine_key()}
     refused = _runnable(engine)
     if refused is not None:
         return {**cell, "status": NOT_RUN, "why": refused[0], "fix": refused[1]}

@@ -26,6 +26,7 @@ __all__ = ["BAKEOFF_KIND", "CELL_KIND", "FEATURES", "MATRIX_HEAD", "bakeoff_page
 
 BAKEOFF_KIND = "bakeoff"           # the stored run of a bakeoff (flows.bakeoff)
 CELL_KIND = "bakeoff_cell"         # one record per cell that ended: done, failed, or could not run here
+EVERY_STREAM, ROUND_WALL = "every stream decoding", "round wall time"   # the bases of an aggregate decode rate
 
 # feature -> the verify checks that show it, by suite (full first)
 FEATURES: dict[str, tuple[str, ...]] = {
@@ -72,7 +73,7 @@ def _depth_curve(run: Mapping[str, Any]) -> list[dict[str, Any]]:
         d = g.get("decode_tps") or {}
         if label.startswith("depth ") and d.get("mean") is not None:
             out.append({"depth": g.get("depth") or int(label.split()[1]), "decode": d["mean"], "std": d.get("std"),
-                        "ttft_s": (g.get("ttft_s") or {}).get("mean"), "run": run["id"]})
+                        "ttft_s": (g.get("ttft_s") or {}).get("mean"), "run": run["id"], "status": run.get("status")})
     return sorted(out, key=lambda p: p["depth"])
 
 
@@ -88,12 +89,28 @@ def _concurrency_points(run: Mapping[str, Any]) -> list[dict[str, Any]]:
         key, fig = ("all_decoding_tps", steady) if steady.get("mean") is not None else \
             ("aggregate_tps", g.get("aggregate_tps") or {})
         if rounds and fig.get("mean") is not None:
+            wall = g.get("aggregate_tps") or {}
             out.append({"streams": max(int(r.get("streams") or 1) for r in rounds), "aggregate": fig["mean"],
                         "std": fig.get("std"), "samples": [r[key] for r in rounds if r.get(key) is not None],
-                        "basis": "every stream decoding" if key == "all_decoding_tps" else "round wall time",
+                        "basis": EVERY_STREAM if key == "all_decoding_tps" else ROUND_WALL,
+                        "wall": {"aggregate": wall["mean"], "std": wall.get("std"), "basis": ROUND_WALL,
+                                 "samples": [r["aggregate_tps"] for r in rounds if r.get("aggregate_tps") is not None]}
+                        if wall.get("mean") is not None else None,
                         "ttft_p95_s": (g.get("ttft_from_schedule_s") or {}).get("p95"), "group": label,
                         "run": run["id"]})
     return sorted(out, key=lambda p: p["streams"])
+
+
+def _one_basis(cells: Sequence[dict[str, Any]]) -> None:
+    """Every cell's aggregate on one basis: where one cell's run predates the every-stream-decoding window, all
+    of them on the round's wall time (which every run has), so the page never sets one basis against the other."""
+    measured = [c for c in cells if c.get("status") == "done" and (c.get("figures") or {}).get("concurrency")]
+    if all(p["basis"] == EVERY_STREAM for c in measured for p in c["figures"]["concurrency"]):
+        return
+    for c in measured:
+        pts = [{**p, **p["wall"]} for p in c["figures"]["concurrency"] if p.get("wall")]
+        c["figures"]["concurrency"] = pts
+        c["figures"]["aggregate"] = max(pts, key=lambda p: p["aggregate"]) if pts else None
 
 
 def _checks(store: Store, run_id: int) -> dict[str, dict[str, Any]]:
@@ -190,9 +207,12 @@ def bakeoff_page(store: Store, bakeoff_id: int) -> dict[str, Any]:
 
         raise BadInput(f"run {bakeoff_id} is a {run['kind']} run, not a bakeoff (`engineroom runs --kind bakeoff`).")
     cond = run["conditions"]
+    latest = {(r["payload"]["engine"], r["payload"]["priority"]): r["payload"]     # a cell tried again: its last
+              for r in store.records(bakeoff_id, CELL_KIND)}
+    grid = [(e, p) for e in cond.get("engines") or () for p in cond.get("priorities") or ()]
     cells = []
-    for rec in store.records(bakeoff_id, CELL_KIND):
-        cell = dict(rec["payload"])
+    for key in sorted(latest, key=lambda k: grid.index(k) if k in grid else len(grid)):
+        cell = dict(latest[key])
         runs = [store.get_run(i) for i in cell.get("runs", {}).values()]
         cell.update(_described(cell, runs), figures=_cell_figures(store, cell, runs))
         cells.append(cell)
@@ -252,9 +272,19 @@ def _choose(store: Store, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any
                                                                                                match["verdict"]),
                            band_pct=match.get("band_pct"))
         out.append(row)
-    agg = ranked(lambda c: (c["figures"].get("aggregate") or {}).get("aggregate"))
+    # one basis per comparison: a run stored before the all-streams-decoding window counts prefill in its rate
+    bases = {(c["figures"].get("aggregate") or {}).get("basis") for c in done} - {None}
+    basis = EVERY_STREAM if EVERY_STREAM in bases or not bases else ROUND_WALL
+    agg = ranked(lambda c: a.get("aggregate") if (a := c["figures"].get("aggregate") or {}).get("basis") == basis
+                 else None)
+    other = [f"{c['engine']} ({c['priority']})" for c in done
+             if (c["figures"].get("aggregate") or {}).get("basis") not in (None, basis)]
     if agg:
-        row = _use_case("many users, most throughput", "aggregate decode tok/s (all streams decoding)", agg)
+        row = _use_case("many users, most throughput", f"aggregate decode tok/s ({basis})"
+                        + (f"; not compared: {', '.join(other)}, measured over the round's wall time" if other
+                           else ""), agg)
+        if other and len(agg) < 2:
+            row["verdict"] = "only one engine on this basis"
         if len(agg) > 1:
             va, vb = agg[0][1]["figures"]["aggregate"], agg[1][1]["figures"]["aggregate"]
             v = _verdict(vb["samples"], va["samples"])
@@ -287,9 +317,30 @@ def _use_case(use: str, metric: str, ranked: Sequence[tuple[float, dict[str, Any
 
 
 def _page(store: Store, head: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any]:
+    _one_basis(cells)
     host = next((c.get("host") for c in cells if c.get("host")), None)
+    machines: dict[str | None, dict[str, Any]] = {}
+    for c in cells:
+        if c.get("host"):
+            machines.setdefault(c.get("machine_key"), {"host": c["host"], "engines": []})["engines"].append(c["engine"])
     choose = [r for r in _choose(store, cells) if not (head.get("random") and r["use"] == "agents and tools")]
-    return {**head, "machine": host, "cells": cells, "choose": choose}
+    return {**head, "machine": host, "machines": list(machines.values()), "cells": cells, "choose": choose,
+            "files_note": _files_note(cells)}
+
+
+def _files_note(cells: Sequence[Mapping[str, Any]]) -> str | None:
+    """Cells that served files of one name, not the same bytes (a random file a resume wrote again): said."""
+    by_name: dict[str, dict[str, list[str]]] = {}
+    for c in cells:
+        if c.get("status") == "done" and c.get("model_file") and c.get("model_sha256"):
+            by_name.setdefault(str(c["model_file"]), {}).setdefault(str(c["model_sha256"]), []).append(c["engine"])
+    differ = {name: shas for name, shas in by_name.items() if len(shas) > 1}
+    if not differ:
+        return None
+    said = ["{} was {}".format(name, ", ".join(f"sha256 {sha} ({', '.join(e)})" for sha, e in shas.items()))
+            for name, shas in differ.items()]
+    return (f"Not one file: {'; '.join(said)}. The same name, not the same bytes: the figures compare different "
+            "files.")
 
 
 # --------------------------------------------------------------------------- compare two pages
@@ -365,7 +416,7 @@ def matrix_rows(page: Mapping[str, Any]) -> list[list[str]]:
             f"{_fmt(s.get('mean'))} ± {_fmt(s.get('std'))}" if s else "—",
             f"{_fmt(s.get('ttft_s'), 3)}" if s else "—",
             f"{_fmt(a.get('aggregate'))} @ {a.get('streams')}"
-            + (f" ({a['basis']})" if a and a.get("basis") not in (None, "every stream decoding") else "") if a else "—",
+            + (f" ({a['basis']})" if a and a.get("basis") not in (None, EVERY_STREAM) else "") if a else "—",
             f"{ctx['tokens']:,}" if ctx.get("tokens") else ("—" if not ctx else str(ctx.get("status"))),
             *_features_cells(f, bool(page.get("random"))),
             "n/a" if page.get("random") else (f"{api['pass']}/{api['of']}" if api else "—"),
@@ -388,10 +439,17 @@ def _md_cell(text: str) -> str:
 
 
 def machine_line(page: Mapping[str, Any]) -> str:
-    m = page.get("machine") or {}
-    gpus = ", ".join(g.get("name", "?") for g in m.get("gpus") or ()) or "no GPU"
-    ram = (m.get("ram_bytes") or 0) / 2**30
-    return f"{m.get('cpu', '?')}, {m.get('cpu_cores', '?')} cores, {ram:.0f} GiB RAM, {gpus}"
+    """The machine the cells ran on; where they ran on several (a bakeoff resumed elsewhere), each with its
+    engines: their figures compare across machines, even machines of one description."""
+    def described(m: Mapping[str, Any]) -> str:
+        gpus = ", ".join(g.get("name", "?") for g in m.get("gpus") or ()) or "no GPU"
+        return f"{m.get('cpu', '?')}, {m.get('cpu_cores', '?')} cores, {(m.get('ram_bytes') or 0) / 2**30:.0f} GiB " \
+               f"RAM, {gpus}"
+    machines = page.get("machines") or []
+    if len(machines) < 2:
+        return described(page.get("machine") or {})
+    return f"{len(machines)} machines, the figures compare across them: " + "; ".join(
+        f"{described(m['host'])} ({', '.join(m['engines'])})" for m in machines)
 
 
 def page_markdown(page: Mapping[str, Any], compared: Sequence[Mapping[str, Any]] | None = None) -> str:
@@ -399,6 +457,7 @@ def page_markdown(page: Mapping[str, Any], compared: Sequence[Mapping[str, Any]]
              f"Machine: {machine_line(page)}. Suites: {', '.join(page.get('suites') or [])}"
              + (" (short sizes: a first look, not figures to publish)." if page.get("short") else "."), "",
              *([RANDOM_NOTE, ""] if page.get("random") else []),
+             *([str(page["files_note"]), ""] if page.get("files_note") else []),
              *([f"Status {page.get('status')}: not run yet: {', '.join(page['left'])} "
                 f"(`engineroom bakeoff --resume {page.get('bakeoff')}`).", ""] if page.get("left") else []),
              "## Engines", "", "| " + " | ".join(MATRIX_HEAD) + " |", "|" + "---|" * len(MATRIX_HEAD)]

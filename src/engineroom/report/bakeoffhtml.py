@@ -57,9 +57,11 @@ def plots(page: Mapping[str, Any]) -> dict[str, str]:
     depth = [(c, c["figures"]["depth"]) for c in cells if c["figures"].get("depth")]
     if depth:
         fig, ax = _figure("Decode speed by context depth", "context depth (tokens)", "decode tok/s (one stream)")
-        for c, pts in depth:
+        for c, pts in depth:      # a run its checks marked INVALID is drawn dashed and says so
+            bad = next((str(p["status"]) for p in pts if p.get("status") not in (None, "OK")), None)
             ax.errorbar([p["depth"] for p in pts], [p["decode"] for p in pts], yerr=[p["std"] or 0 for p in pts],
-                        marker="o", capsize=3, label=_label(c), color=colour[_label(c)])
+                        marker="o", capsize=3, color=colour[_label(c)], linestyle="--" if bad else "-",
+                        label=_label(c) + (f": {bad} (run {pts[0]['run']})" if bad else ""))
         ax.legend(fontsize=8)
         out["depth"] = _svg(fig)
     conc = [(c, _with_single(c)) for c in cells if c["figures"].get("concurrency")]
@@ -129,6 +131,7 @@ td.SKIP { background: #f6f1dc; } .plots { display: flex; flex-wrap: wrap; gap: 1
 <p class="note">{{ page.title }} · {{ machine }} · suites: {{ (page.suites or [])|join(", ") }}
 {% if page.short %}(short sizes: a first look, not figures to publish){% endif %}</p>
 {% if page.random %}<p id="random">{{ random_note }}</p>{% endif %}
+{% if page.files_note %}<p id="files">{{ page.files_note }}</p>{% endif %}
 {% if page.left %}<p id="left">Status {{ page.status }}: not run yet: {{ page.left|join(", ") }}
 (<code>engineroom bakeoff --resume {{ page.bakeoff }}</code>).</p>{% endif %}
 <h2>Engines</h2>
