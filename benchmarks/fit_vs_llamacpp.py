@@ -30,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from engineroom.cpuprobe import probe_cpu  # noqa: E402
+from engineroom.engines import llamacpp  # noqa: E402
 from engineroom.fit import FitRequest, engine_defaults, fit, kv_refusal  # noqa: E402
 from engineroom.hardware import GpuSpec, Rig  # noqa: E402
 from engineroom.synth import arch_with_tensors, write_synthetic_gguf  # noqa: E402
@@ -155,6 +157,8 @@ def measure(server: str, gguf: Path, ctx: int, kv: str, parallel: int | None = 1
         cmd += ["-ub", str(ubatch), "-b", str(max(ubatch, 2048))]
     if device == "cuda":
         cmd += ["-ngl", "999", "--fit", "off"]
+    elif _amx_traps() and "-nr" not in cmd:      # as engineroom launches it here
+        cmd.append("-nr")
     env = dict(os.environ)
     libdir = str(Path(server).resolve().parent)
     env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
@@ -214,6 +218,12 @@ def this_cpu_features() -> tuple[frozenset[str], str]:
         return frozenset(f for f in flags if not f.startswith("amx")), "/proc/cpuinfo flags without amx_*"
 
 
+def _amx_traps() -> bool:
+    """AMX does not run here (the probe's answer, or a crash remembered): engineroom launches llama-server with
+    --no-repack (llamacpp.cpu_adjustments) and plans it so; this benchmark measures and predicts the same."""
+    return any(c.args == ("-nr",) for c in llamacpp.cpu_adjustments(probe_cpu()))
+
+
 def fit_request(ctx: int, kv: str, parallel: int | None, ubatch: int, launch: str) -> FitRequest:
     """The FitRequest of one case: a default launch gets the catalog's slots / unified setting and
     ctx = -c / slots per sequence; explicit -np the given ones."""
@@ -225,7 +235,7 @@ def fit_request(ctx: int, kv: str, parallel: int | None, ubatch: int, launch: st
         n, unified, per_seq = parallel or 1, base == "np-kvu", ctx
     feats = this_cpu_features()[0]
     return FitRequest(engine="llama.cpp", ctx=per_seq, kv_dtype=kv, parallel=n, ubatch=ubatch, kv_unified=unified,
-                      cpu_features=feats, repack=not launch.endswith("+nr"))
+                      cpu_features=feats, repack=not launch.endswith("+nr") and not _amx_traps())
 
 
 def predict(name: str, ctx: int, kv: str, parallel: int | None = 1, ubatch: int = 512, device: str = "cpu",

@@ -489,14 +489,26 @@ def real_llama_server(binary, model: Path, *extra: str, log_path: Path, ctx: int
                                                  chat_template=template, model_name="smollm2-135m",
                                                  extra_args=tuple(extra), log_path=log_path))
     argv = [a for a in spec.argv if a not in without]      # e.g. a server without --metrics
-    with open(log_path, "wb") as log:   # a file, not a pipe: an unread pipe would stall the server
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, **spec.env}, start_new_session=True)
+
+    def start(argv: list[str]) -> subprocess.Popen:
+        with open(log_path, "wb") as log:   # a file, not a pipe: an unread pipe would stall the server
+            return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **spec.env},
+                                    start_new_session=True)
+
+    proc = start(argv)
+    relaunched = False
     try:
         deadline = time.time() + timeout
         while launch.probe_health(spec.url, "/health") != 200:
             if proc.poll() is not None:
-                pytest.fail(f"llama-server exited {proc.returncode}: " + "\n".join(launch.tail(log_path)))
+                # killed by a signal while loading: the one relaunch engineroom's own launch makes (its adapter's
+                # crash_fallback: --no-repack where the AMX kernel traps, which it then remembers for this boot)
+                change = None if relaunched else llamacpp.crash_fallback(argv, proc.returncode)
+                if change is None:
+                    pytest.fail(f"llama-server exited {proc.returncode}: " + "\n".join(launch.tail(log_path)))
+                argv, relaunched = [*argv, *change.args], True
+                proc = start(argv)
+                continue
             if time.time() > deadline:
                 pytest.fail(f"llama-server did not become healthy in {timeout:.0f} s")
             time.sleep(0.25)

@@ -198,6 +198,8 @@ classify_failure = llamacpp.classify_failure
 memory_report = llamacpp.memory_report
 launch_settings = llamacpp.launch_settings
 loads_refusal = llamacpp.loads_refusal
+cpu_adjustments = llamacpp.cpu_adjustments      # llama-server's needs on this CPU (--no-repack where AMX traps)
+crash_fallback = llamacpp.crash_fallback
 
 
 def render(binary, options):

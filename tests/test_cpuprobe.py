@@ -77,3 +77,28 @@ def test_hardware_shows_what_the_probe_found(monkeypatch):
     assert "amx_tile" not in found["usable_flags"]
     text = cli("hardware", env={cpuprobe.FORCE_ENV: "amx=trap", "ENGINEROOM_NO_BW_PROBE": "1"})
     assert "amx trap: forced (forced)" in text.stdout
+
+
+def test_an_engine_that_dies_in_its_amx_kernel_teaches_the_probe_for_this_boot(monkeypatch):
+    """Seen on an AMX VM: the probe's AMX instructions run, llama.cpp's AMX kernel still dies by SIGILL at every
+    warm-up. The crash's fallback (--no-repack) remembers the trap in the probe's cache for this machine and boot,
+    so later plans and launches leave AMX out from the start; a CPU that does not list AMX is not marked."""
+    import signal
+
+    from engineroom.engines.llamacpp import cpu_adjustments, crash_fallback
+
+    model, flags = cpuprobe._cpuinfo()
+    monkeypatch.setattr(cpuprobe, "_cpuinfo", lambda: (model, flags - {"amx_tile"}))
+    assert cpuprobe.remember_trap("amx", "the engine said so") is False
+    monkeypatch.setattr(cpuprobe, "_run_one", lambda feature: "ok")          # the probe's instructions run
+    monkeypatch.setattr(cpuprobe, "_cpuinfo", lambda: (model, flags | {"amx_tile", "amx_int8"}))
+    assert "amx" not in cpuprobe.probe_cpu(refresh=True).traps and not cpu_adjustments(cpuprobe.probe_cpu())
+    change = crash_fallback(["/x/llama-server", "-m", "m.gguf"], -signal.SIGILL)
+    assert change is not None and change.args == ("-nr",)
+    probe = cpuprobe.probe_cpu()
+    assert probe.cached and "amx" in probe.traps, probe.results
+    assert probe.results["amx"].startswith("trap: llama-server died by SIGILL at warm-up"), probe.results
+    assert not {"amx_tile", "amx_int8"} & probe.usable
+    [adjust] = cpu_adjustments(probe)
+    assert adjust.args == ("-nr",) and "llama-server died by SIGILL" in adjust.why
+    assert crash_fallback(["/x/llama-server", "-nr"], -signal.SIGILL) is None      # nothing left to try

@@ -105,15 +105,17 @@ def host_cache_change(spare_bytes: int, extra_args: Sequence[str] = ()) -> Launc
 
 
 def crash_fallback(argv: Sequence[str], returncode: int) -> LaunchChange | None:
-    """What to change after the server died by a signal while loading, or None (nothing left to try).
-
-    A SIGILL or SIGSEGV at warm-up on the CPU is the signature of a repacked kernel using an
-    instruction the machine traps (AMX under some hypervisors): relaunch once without repacking.
-    """
+    """What to change after the server died by a signal while loading, or None (nothing left to try). A SIGILL
+    or SIGSEGV at warm-up on the CPU is the signature of a repacked kernel using an instruction the machine
+    traps (AMX under some hypervisors): relaunch once without repacking."""
     import signal as _signal
 
     if returncode not in (-_signal.SIGILL, -_signal.SIGSEGV) or repack_disabled(argv):
         return None
+    if returncode == -_signal.SIGILL:     # the probe said AMX runs; this machine says otherwise: remembered
+        from ...cpuprobe import remember_trap
+        remember_trap("amx", "llama-server died by SIGILL at warm-up with its repacked (AMX) kernels although the "
+                             "probe's AMX instructions ran")
     name = _signal.Signals(-returncode).name
     return LaunchChange((NO_REPACK,), f"the first start crashed with {name} while loading; relaunched with "
                         "--no-repack (llama.cpp's repacked CPU kernels, AMX among them, are the usual cause)",
