@@ -102,3 +102,7 @@ def test_an_engine_that_dies_in_its_amx_kernel_teaches_the_probe_for_this_boot(m
     [adjust] = cpu_adjustments(probe)
     assert adjust.args == ("-nr",) and "llama-server died by SIGILL" in adjust.why
     assert crash_fallback(["/x/llama-server", "-nr"], -signal.SIGILL) is None      # nothing left to try
+    monkeypatch.setenv(cpuprobe.FORCE_ENV, "amx=ok")        # a forced answer is never remembered over
+    assert cpuprobe.remember_trap("amx", "again") is False
+    monkeypatch.delenv(cpuprobe.FORCE_ENV)
+    assert cpuprobe.probe_cpu().results["amx"].startswith("trap: llama-server died by SIGILL")

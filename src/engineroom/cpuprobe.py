@@ -219,21 +219,23 @@ def remember_trap(feature: str, why: str) -> bool:
     """An engine died by SIGILL in its ``feature`` kernels although the probe ran them: the feature traps on this
     machine after all (seen: an AMX VM where ``ldtilecfg``/``tilezero``/``tdpbssd`` run in the probe's child and
     llama.cpp's AMX kernel still dies at ``tilezero`` on every warm-up). Kept in the probe's cache for this machine
-    and boot, so every later plan and launch leaves it out from the start. False when the CPU does not list it
-    or it is known to trap already."""
+    and boot, so every later plan and launch leaves it out from the start. False when the CPU does not list it,
+    it is known to trap already, or ENGINEROOM_CPU_PROBE_FORCE decides it (a forced answer is never written)."""
     model, flags = _cpuinfo()
     if feature not in FEATURES or not all(n in flags for n in FEATURES[feature][0]):
         return False
-    probe = probe_cpu()
-    if feature in probe.traps:
+    probe = probe_cpu()                   # probed and cached when it was not yet
+    if feature in probe.traps or feature in probe.forced:
         return False
-    results = {**probe.results, feature: f"trap: {why}"}
     cache = paths.cache_dir() / "cpuprobe" / f"{_cache_key(model, flags)}.json"
+    try:
+        results = dict(json.loads(cache.read_text())["results"]) if cache.is_file() else dict(probe.results)
+    except (OSError, ValueError, KeyError, TypeError):
+        results = dict(probe.results)
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"model": model, "results": {f: r for f, r in results.items()
-                                                               if f not in probe.forced}}))
+        tmp.write_text(json.dumps({"model": model, "results": {**results, feature: f"trap: {why}"}}))
         os.replace(tmp, cache)
     except OSError:
         return False
