@@ -187,7 +187,7 @@ def compare_boot_samples(per_a: BootSamples, per_b: BootSamples) -> dict[str, An
         for metric in metrics:
             boots_a = [list(s[group][metric]) for s in per_a]
             boots_b = [list(s[group][metric]) for s in per_b]
-            if not all(boots_a) or not all(boots_b):
+            if not boots_a or not boots_b or not all(boots_a) or not all(boots_b):   # an arm with no valid boot
                 continue
             a = [x for boot in boots_a for x in boot]
             b = [x for boot in boots_b for x in boot]
