@@ -185,7 +185,7 @@ def probe_cpu(refresh: bool = False) -> CpuProbe:
     arch = platform.machine()
     forced = _forced()
     results: dict[str, str] = {}
-    cache = paths.cache_dir() / "cpuprobe" / f"{_cache_key(model, flags)}.json"
+    cache = _cache_path(model, flags)
     cached = False
     if not refresh and cache.is_file():
         try:
@@ -201,13 +201,7 @@ def probe_cpu(refresh: bool = False) -> CpuProbe:
                 results[feature] = "not listed"
             else:
                 results[feature] = _run_one(feature)
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"model": model, "results": results}))
-            os.replace(tmp, cache)
-        except OSError:
-            pass   # an unwritable cache only costs a re-probe next time
+        _write_cache(cache, model, results)   # unwritable: it only costs a re-probe next time
     for feature, result in forced.items():
         if all(n in flags for n in FEATURES[feature][0]) or result.startswith("trap"):
             results[feature] = result
@@ -227,15 +221,23 @@ def remember_trap(feature: str, why: str) -> bool:
     probe = probe_cpu()                   # probed and cached when it was not yet
     if feature in probe.traps or feature in probe.forced:
         return False
-    cache = paths.cache_dir() / "cpuprobe" / f"{_cache_key(model, flags)}.json"
+    cache = _cache_path(model, flags)
     try:
         results = dict(json.loads(cache.read_text())["results"]) if cache.is_file() else dict(probe.results)
     except (OSError, ValueError, KeyError, TypeError):
         results = dict(probe.results)
+    return _write_cache(cache, model, {**results, feature: f"trap: {why}"})
+
+
+def _cache_path(model: str, flags: frozenset[str]) -> Path:
+    return paths.cache_dir() / "cpuprobe" / f"{_cache_key(model, flags)}.json"
+
+
+def _write_cache(cache: Path, model: str, results: dict[str, str]) -> bool:
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"model": model, "results": {**results, feature: f"trap: {why}"}}))
+        tmp.write_text(json.dumps({"model": model, "results": results}))
         os.replace(tmp, cache)
     except OSError:
         return False

@@ -272,19 +272,10 @@ def _choose(store: Store, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any
                                                                                                match["verdict"]),
                            band_pct=match.get("band_pct"))
         out.append(row)
-    # one basis per comparison: a run stored before the all-streams-decoding window counts prefill in its rate
-    bases = {(c["figures"].get("aggregate") or {}).get("basis") for c in done} - {None}
-    basis = EVERY_STREAM if EVERY_STREAM in bases or not bases else ROUND_WALL
-    agg = ranked(lambda c: a.get("aggregate") if (a := c["figures"].get("aggregate") or {}).get("basis") == basis
-                 else None)
-    other = [f"{c['engine']} ({c['priority']})" for c in done
-             if (c["figures"].get("aggregate") or {}).get("basis") not in (None, basis)]
+    agg = ranked(lambda c: (c["figures"].get("aggregate") or {}).get("aggregate"))   # one basis: _one_basis
     if agg:
-        row = _use_case("many users, most throughput", f"aggregate decode tok/s ({basis})"
-                        + (f"; not compared: {', '.join(other)}, measured over the round's wall time" if other
-                           else ""), agg)
-        if other and len(agg) < 2:
-            row["verdict"] = "only one engine on this basis"
+        basis = agg[0][1]["figures"]["aggregate"]["basis"]
+        row = _use_case("many users, most throughput", f"aggregate decode tok/s ({basis})", agg)
         if len(agg) > 1:
             va, vb = agg[0][1]["figures"]["aggregate"], agg[1][1]["figures"]["aggregate"]
             v = _verdict(vb["samples"], va["samples"])
