@@ -331,7 +331,8 @@ def test_tables_load_with_the_values_the_planner_used_to_hard_code(cat):
     t = cat.tables
     assert [t.status_rank(s) for s in ("validated", "mainline", "fork", "retest-pending")] == [3, 2, 1, 0]
     assert [(u.id, u.format) for u in t.usual_quants] == [("Q8_0", "gguf"), ("Q4_K_M", "gguf"), ("fp8", "fp8"),
-                                                          ("awq-int4", "awq")]
+                                                          ("awq-int4", "awq"), ("gptq-int4", "gptq"),
+                                                          ("autoround-int4", "autoround")]
     assert t.published_formats["gptq-int4"] == "gptq" and t.loaded_as["float32"] == "f16"
     assert [(c.tier, c.label) for c in (t.quant_class("bf16"), t.quant_class("Q5_K_M"), t.quant_class("IQ1_S"))] \
         == [(6, "16-bit"), (5, "6/5-bit"), (2, "2-bit or below")]

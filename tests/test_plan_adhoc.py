@@ -51,7 +51,7 @@ def test_config_json_plans_with_estimated_quants():
     subject = resolve_model(LLAMA)
     assert not subject.in_catalog and subject.source == f"config.json at {LLAMA}"
     quants = {q.id: q for q in subject.model.quants}
-    assert list(quants) == ["bf16", "Q8_0", "Q4_K_M", "fp8", "awq-int4"]
+    assert list(quants) == ["bf16", "Q8_0", "Q4_K_M", "fp8", "awq-int4", "gptq-int4", "autoround-int4"]
     assert quants["Q4_K_M"].weight_bytes == pytest.approx(LLAMA_PARAMS * 4.85 / 8, rel=0.005)
     assert quants["bf16"].weight_bytes == pytest.approx(LLAMA_PARAMS * 2, rel=0.005)
     for q in quants.values():
@@ -59,8 +59,11 @@ def test_config_json_plans_with_estimated_quants():
         assert q.size_bytes is None and q.hf_repo is None      # a local file: no repo to name
         assert "no KLD known" in q.quality.source
     assert set(quants["Q4_K_M"].engines) == set(quants["Q8_0"].engines) == set(LLAMA_ENGINES)
-    assert {frozenset(quants[q].engines) for q in ("bf16", "fp8", "awq-int4")} == {frozenset({"vllm", "sglang"})}
-    assert {q: quants[q].quality.tier for q in quants} == {"bf16": 6, "Q8_0": 5, "Q4_K_M": 4, "fp8": 5, "awq-int4": 4}
+    assert {frozenset(quants[q].engines) for q in ("bf16", "fp8", "awq-int4", "gptq-int4", "autoround-int4")} \
+        == {frozenset({"vllm", "sglang"})}
+    assert {q: quants[q].quality.tier for q in quants} == {"bf16": 6, "Q8_0": 5, "Q4_K_M": 4, "fp8": 5, "awq-int4": 4,
+                                                           "gptq-int4": 4, "autoround-int4": 4}
+    assert quants["gptq-int4"].weight_bytes == pytest.approx(LLAMA_PARAMS * 4.85 / 8, rel=0.005)
     assert subject.model.features == ()                        # nothing the config does not prove
     assert any("no such file was checked" in e for e in subject.estimates)
 

@@ -66,6 +66,34 @@ def test_try_measures_the_plans_pick_on_a_random_weight_file(llama_server_binary
     assert row["decode_tps_uncalibrated"] == out["decode_band"]
 
 
+@pytest.mark.integration
+def test_engine_arguments_after_the_double_dash_reach_the_engine_and_make_no_speed_point(
+        llama_server_binary, smollm2, tmp_path, monkeypatch):
+    """`try MODEL -- ARGS` launches the pick with the engine's own ARGS after its own (vLLM on the H200 needed
+    `--gdn-prefill-backend triton` where FlashInfer was not installed), records them, and, since the launch is
+    no longer the pick's, stores no speed point: the next plan stays uncalibrated and says so."""
+    from engineroom.store import Store
+
+    env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state"), "ENGINEROOM_DATA_DIR": str(tmp_path / "data")}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    proc = cli("try", "smollm2-135m", "--engine", "llama.cpp", "--ctx", "1024", "--folder", str(tmp_path / "files"),
+               "--runs", "1", "--json", "--", "-ub", "256", env=env, timeout=600)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["pick"]["engine_args"] == ["-ub", "256"] and out["calibrated_by"] is None, out
+    assert "calibration: none from this run (engine arguments typed after --: -ub 256)" in out["left_out"]
+    with Store() as store:
+        launch = store.runs(5, kind="launch")[0]["conditions"]
+        conditions = store.get_run(out["run_id"])["conditions"]
+    argv = launch["argv"]
+    assert argv[len(argv) - 1 - argv[::-1].index("-ub") + 1] == "256", argv     # the last -ub: the one typed
+    assert conditions["try"]["engine_args"] == ["-ub", "256"] and launch["plan"]["typed"] == ["engine_args"]
+    again = json.loads(cli("plan", "smollm2-135m", "--engine", "llama.cpp", "--ctx", "1024", "--priority",
+                           "balanced", "--json", env=env).stdout)["plans"][0]
+    assert again["speed_basis"].startswith("uncalibrated"), again["speed_basis"]
+
+
 def test_try_refuses_a_pick_it_cannot_make_random_weights_for_in_one_sentence(tmp_path, monkeypatch):
     """vLLM's dummy loading makes 16-bit and 4-bit packed (AWQ, GPTQ, AutoRound) weights; an fp8 vLLM pick (the H200's
     plan: this machine's vLLM build runs no fp8) would be measured at another size, so it is refused."""
@@ -278,3 +306,28 @@ def test_the_try_card_says_where_the_decode_fell_and_which_weights_its_point_cal
                      "decode_tps": 31.8, "speed_basis": "uncalibrated", "calibrated_by": point, "bench_status": "OK"})
     assert "decode: 31.8 tok/s measured, below the plan's band 37.9-144.4 tok/s" in text
     assert "speed point for vllm (dense shapes, awq weights) on this machine: measured / planned middle = 0.35" in text
+
+
+@pytest.mark.integration
+def test_the_folder_vllm_makes_random_weights_from_keeps_an_untied_head_untied(vllm_python, tmp_path, monkeypatch):
+    """A file of the metadata alone has no output.weight, so transformers read it as a tied head: Qwen3.6-27B's
+    dummy folder was tied, and vLLM would have made 2.5 GB less of weights (its 248,320 x 5,120 head) and read
+    them less per token than the model it stands for. The file says whether the head is tied
+    (synth.TIED_KEY), and the folder written in vLLM's own environment says it as the model does, with the pick's
+    packed quantization_config."""
+    from engineroom.arch.config import arch_from_config
+    from engineroom.engines import hffolder
+    from engineroom.synth import write_synthetic_gguf
+
+    monkeypatch.setenv("ENGINEROOM_CACHE_DIR", str(tmp_path / "cache"))
+    root = Path(__file__).parent / "fixtures" / "configs"
+    for name, fmt, tied in (("qwen3.6-27b.json", "gptq", False), ("smollm2-135m.json", "autoround", True)):
+        arch = arch_from_config(root / name)
+        assert arch.tie_embeddings is tied
+        gguf = write_synthetic_gguf(arch, "F16", tmp_path / f"{name}-F16-random.gguf", tensors=False)
+        folder = hffolder.folder_of(gguf, engine="vllm", python=lambda: vllm_python.path, weights_format=fmt)
+        config = json.loads((folder / "config.json").read_text())
+        assert config["tie_word_embeddings"] is tied, (name, config["tie_word_embeddings"])
+        assert config["vocab_size"] == arch.vocab_size and config["num_hidden_layers"] == arch.n_layers
+        assert config["quantization_config"]["quant_method"] == {"gptq": "gptq", "autoround": "auto-round"}[fmt]
+        assert hffolder.dummy_weights(folder) and hffolder.source_of(folder)["quant_format"] == fmt

@@ -275,6 +275,9 @@ def _file_type(qt: str) -> int:
 
 
 RANDOM_WEIGHTS_KEY = "engineroom.random_weights"   # in every file written here: its weights mean nothing
+# whether the output head is the embedding matrix: a GGUF says so by having no output.weight, which a file of the
+# metadata alone cannot (it has no tensors), so every file says it here (read by ``engines.hffolder``)
+TIED_KEY = "engineroom.tie_word_embeddings"
 
 
 def write_synthetic_gguf(arch: ModelArch, quant: str, path: str | os.PathLike, *, seed: int = 0,
@@ -297,6 +300,7 @@ def write_synthetic_gguf(arch: ModelArch, quant: str, path: str | os.PathLike, *
     w.add_file_type(_file_type(qt))
     w.add_quantization_version(2)
     w.add_bool(RANDOM_WEIGHTS_KEY, True)
+    w.add_bool(TIED_KEY, bool(arch.tie_embeddings))
     w.add_context_length(arch.max_position or 131072)
     w.add_embedding_length(arch.hidden_size)
     w.add_block_count(arch.n_layers)

@@ -99,7 +99,8 @@ def fit_cmd(
     engine: str = typer.Option(..., "--engine", "-e", help="llama.cpp, ik_llama.cpp, vllm or sglang."),
     quant: str = typer.Option(..., "--quant", "-q", help="Catalog quant id (e.g. Q4_K_M, autoround-int4); "
                               "for a model not in the catalog: a .gguf's own type (e.g. Q4_K_M), or for a "
-                              "config.json its dtype (bf16, fp8), Q8_0, Q4_K_M, fp8 or awq-int4."),
+                              "config.json its dtype (bf16, fp8), Q8_0, Q4_K_M, fp8, awq-int4, gptq-int4 or "
+                              "autoround-int4."),
     kv: str = typer.Option(..., "--kv", help="KV cache type as the engine names it (q4_0, fp8, ...)."),
     ctx: int = typer.Option(..., "--ctx", help="Context length (tokens)."),
     parallel: int = typer.Option(1, "--parallel",

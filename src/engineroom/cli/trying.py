@@ -17,11 +17,13 @@ _KNOB = typer.Option(None, "--knob", help="Only this knob (repeatable): kv_dtype
 _TUNED_PLAN = typer.Option(None, "--out", help="Where to write the tuned plan (default: data folder's tune/).")
 
 
-@app.command("try")
+@app.command("try", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def try_cmd(
+    ctx_: typer.Context,
     model: str = typer.Argument(..., help="A catalog model id, a .gguf file (its header) or a config.json."),
     priority: str | None = typer.Option(None, "--priority", help="The plan's priority (default: balanced)."),
-    engine: str | None = typer.Option(None, "--engine", "-e", help="Only this engine (llama.cpp, ik_llama.cpp)."),
+    engine: str | None = typer.Option(None, "--engine", "-e",
+                                      help="Only this engine (llama.cpp, ik_llama.cpp, vllm, sglang)."),
     quant: str | None = _QUANT,
     ctx: int | None = typer.Option(None, "--ctx", "-c", help="Context per slot (default: the priority's)."),
     parallel: int | None = typer.Option(None, "--parallel", help="Server slots (default: the priority's)."),
@@ -36,7 +38,9 @@ def try_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Plan MODEL for this machine, write a random-weight file of its exact architecture and quant,
-    launch the pick on it, bench it, and set measured memory and decode beside the plan's."""
+    launch the pick on it, bench it, and set measured memory and decode beside the plan's.
+
+    Arguments after `--` go to the engine as typed, after the pick's own (as for `up`), and the run records them."""
     from dataclasses import asdict
 
     from ..flows.trying import try_model
@@ -54,7 +58,7 @@ def try_cmd(
     with Store() as store:
         outcome = try_model(
             store, model, priority=priority, engine=engine, quant=quant, ctx=ctx, parallel=parallel, threads=threads,
-            keep=keep, folder=folder, max_tokens=max_tokens, warmup=warmup, measured=runs,
+            keep=keep, folder=folder, engine_args=tuple(ctx_.args), max_tokens=max_tokens, warmup=warmup, measured=runs,
             quiet_wait=quiet_wait, busy_ok=busy_ok, say=err_console.print, on_wait=on_wait,
             progress=lambda done, total, label: err_console.print(f"bench {done}/{total}: {label}"))
     result = asdict(outcome)

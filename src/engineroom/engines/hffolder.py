@@ -79,13 +79,19 @@ def is_gguf(path: Path) -> bool:
 
 def random_weights_file(path: Path) -> bool:
     """A GGUF engineroom wrote with random weights (``synth.RANDOM_WEIGHTS_KEY``)."""
+    return _random_weights_kv(path) is not None
+
+
+def _random_weights_kv(path: Path) -> dict[str, Any] | None:
+    """The header of a GGUF engineroom wrote with random weights (None: any other file)."""
     from ..arch.gguf import read_gguf_header_local
     from ..synth import RANDOM_WEIGHTS_KEY
 
     try:
-        return bool(read_gguf_header_local(path).kv.get(RANDOM_WEIGHTS_KEY))
+        kv = read_gguf_header_local(path).kv
     except (BadInput, OSError):
-        return False
+        return None
+    return dict(kv) if kv.get(RANDOM_WEIGHTS_KEY) else None
 
 
 def source_of(folder: Path) -> dict[str, Any]:
@@ -138,6 +144,7 @@ import json, sys
 from pathlib import Path
 from transformers import AutoConfig, AutoTokenizer
 gguf, out, quant = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3] or "null")
+tied = json.loads(sys.argv[4] or "null")
 tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 cfg.torch_dtype = "float16"
@@ -145,6 +152,9 @@ cfg.save_pretrained(str(out))
 tok.save_pretrained(str(out))
 data = json.loads((out / "config.json").read_text())
 data.pop("quantization_config", None)
+if tied is not None:   # a GGUF of the metadata alone has no output.weight to say the head is untied
+    for c in (data, data.get("text_config") or {}):
+        c["tie_word_embeddings"] = tied
 if quant:      # every linear layer's input dim a multiple of the group: the largest of group, group/2 ... 32
     c = data.get("text_config") or data
     heads = c.get("num_attention_heads") or 1
@@ -178,9 +188,13 @@ def folder_of(path: Path, *, engine: str, python: Callable[[], Path], progress: 
     """The folder ``engine`` serves for the GGUF ``path``, written once in ``python`` (the engine's interpreter,
     asked for only when the folder must be written): a random-weight file's config and tokenizer (with
     ``weights_format``'s quantization_config where it is a 4-bit packed one), any other GGUF converted whole."""
+    from ..synth import TIED_KEY
+
     path = Path(path)
-    dummy = random_weights_file(path)
+    header = _random_weights_kv(path)
+    dummy = header is not None
     quant = quantization_config(weights_format) if dummy else None
+    tied = header.get(TIED_KEY) if header is not None else None
     kind = (f"dummy-{weights_format.lower()}" if quant else "dummy") if dummy else DTYPE
     out = paths.cache_dir() / f"{engine}-models" / f"{path.stem}-{_key(path)}-{kind}"
     if (out / "config.json").is_file() and (dummy or any(out.glob("*.safetensors"))):
@@ -193,7 +207,8 @@ def folder_of(path: Path, *, engine: str, python: Callable[[], Path], progress: 
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    script = [_CONFIG_ONLY, str(path.resolve()), str(tmp), json.dumps(quant) if quant else ""] if dummy else \
+    script = [_CONFIG_ONLY, str(path.resolve()), str(tmp), json.dumps(quant) if quant else "",
+              json.dumps(bool(tied)) if tied is not None else ""] if dummy else \
         [_CONVERT, str(path.resolve()), str(tmp)]
     try:
         proc = subprocess.run([str(interpreter), "-c", *script], capture_output=True, text=True, timeout=1800, env=env)

@@ -214,11 +214,12 @@ def prepare(
     return Prepared(spec, args, prediction, pick, found, key=key, cluster=cluster, request=request)
 
 
-def _typed_over(pick: Pick, request: LaunchRequest | None) -> list[str]:
-    """The request fields the user typed with a value other than the pick's."""
-    if request is None:
-        return []
-    return [f for f in request.given if getattr(request, f, None) != getattr(pick.request, f, None)]
+def _typed_over(pick: Pick, request: LaunchRequest | None, extra_args: Sequence[str] = ()) -> list[str]:
+    """The request fields the user typed with a value other than the pick's, and "engine_args" where engine
+    arguments were typed after `--` (either way the launch is not the pick's, nor are its speeds)."""
+    typed = [] if request is None else [f for f in request.given
+                                        if getattr(request, f, None) != getattr(pick.request, f, None)]
+    return typed + (["engine_args"] if extra_args else [])
 
 
 def with_template_parser(request: LaunchRequest, calls: str | None) -> LaunchRequest:
@@ -338,7 +339,7 @@ def record_launch(state: launch.ServerState, prepared: Prepared, *,
                           "notes": list(prepared.pick.notes),
                           # the fields typed over the plan's with another value: the row's speeds are not
                           # this launch's then
-                          "typed": _typed_over(prepared.pick, prepared.request)}
+                          "typed": _typed_over(prepared.pick, prepared.request, prepared.args.extra_args)}
     state = launch.update_state(state, memory=memory)
     try:
         with Store() as store:

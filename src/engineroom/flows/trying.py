@@ -147,11 +147,13 @@ def random_weights(model: str, pick: Pick, log: StageLog, *, folder: Path | None
 
 def try_model(store: Store, model: str, *, priority: str | None = None, engine: str | None = None,
               quant: str | None = None, ctx: int | None = None, parallel: int | None = None, threads: int | None = None,
-              keep: bool = False, folder: Path | None = None, max_tokens: int = 128, warmup: int = 1,
+              keep: bool = False, folder: Path | None = None, engine_args: tuple[str, ...] = (),
+              max_tokens: int = 128, warmup: int = 1,
               measured: int = 3, quiet_wait: float = 60.0, busy_ok: bool = False,
               say: Callable[[str], None] | None = None, on_wait: Callable[[str, float], None] | None = None,
               progress: Callable[[int, int, str], None] | None = None) -> TryOutcome:
-    """Plan ``model`` here, write its random-weight file, launch the pick on it, bench, compare, clean up."""
+    """Plan ``model`` here, write its random-weight file, launch the pick on it, bench, compare, clean up.
+    ``engine_args``: the engine's own arguments, after the pick's (a user's override, recorded with the run)."""
     from ..bench import BenchPlan, default_workloads
     from ..bench.guards import failed_checks
 
@@ -170,6 +172,8 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
                        f"SGLang: 16-bit, AWQ, GPTQ and AutoRound picks), and {pick.engine} {fmt} is neither: give "
                        "--engine llama.cpp, or --quant awq-int4 (or bf16) for vLLM.")
     pick, left_out = random_weights_pick(pick)
+    if engine_args:
+        left_out.append(f"calibration: none from this run (engine arguments typed after --: {' '.join(engine_args)})")
     quant = str(pick.plan["quant"])
     if loading:
         say(f"weights: {loading}")
@@ -178,10 +182,12 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
         r = pick.request
         plan = BenchPlan(workloads=default_workloads(max_tokens)[:1], warmup=warmup, measured=measured,
                          full_length=True)
-        with served(str(path), LaunchArgs(port=0, threads=threads), log, pick=pick, on_wait=on_wait,
-                    what=f"launch {r.engine} {quant} KV {r.kv_dtype} at {r.ctx} tokens x {r.parallel}") as s:
+        what = f"launch {r.engine} {quant} KV {r.kv_dtype} at {r.ctx} tokens x {r.parallel}"
+        with served(str(path), LaunchArgs(port=0, threads=threads, extra_args=engine_args), log, pick=pick,
+                    on_wait=on_wait, what=what) as s:
             tried = {"model": model, "quant": quant, "file_bytes": size, "source": pick.source,
-                     "left_out": left_out, "not_meaningful": list(NOT_MEANINGFUL)}
+                     "left_out": left_out, "not_meaningful": list(NOT_MEANINGFUL),
+                     **({"engine_args": list(engine_args)} if engine_args else {})}
             run_id = open_run(store, "bench", s, plan, f"try {model} {r.engine} {quant} (random weights)",
                               {"try": tried})
             with log.stage("bench"):
@@ -197,7 +203,7 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
     return TryOutcome(
         run_id=run_id, model=model,
         pick={"engine": pick.engine, "quant": quant, "kv": pick.request.kv_dtype, "ctx": pick.request.ctx,
-              "parallel": pick.request.parallel, "source": pick.source},
+              "parallel": pick.request.parallel, "source": pick.source, "engine_args": list(engine_args)},
         file_bytes=size, kept=str(path) if keep else None, memory_rows=list(memory.get("rows") or []),
         placement=dict(memory.get("placement") or {}), decode_band=band,
         decode_tps=measured_tps, speed_basis=str(pick.plan.get("speed_basis") or ""),

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# On the lent GPU machine, after `device.sh install` in the same lease (issue 19): `engineroom try` of a
+# Qwen3.6-27B 4-bit vLLM pick on the weights vLLM makes itself (--load-format dummy, packed int4 from the
+# folder's quantization_config), one device call each:
+#   bash benchmarks/vllm_gpu/try_int4.sh autoround [SECONDS]   # the catalog's autoround-int4 (the H200's balanced pick)
+#   bash benchmarks/vllm_gpu/try_int4.sh gptq [SECONDS]        # gptq-int4 of the same layout, from its config.json
+#                                                              # (the catalog names no gptq repo: not launchable)
+# Steps: `plan` before, `try` (its own fit, launch, bench, memory rows and placement), `plan` after, vLLM's own
+# memory lines from the server log (models.py figures). The shape file's tokenizer is SmolLM2's, copied from
+# .ci-work/device/tiny-gpu.gguf (carried once; 5.5 MB) instead of the 93 MB GGUF.
+# `-- --gdn-prefill-backend triton`: FlashInfer is not carried (README.md), and vLLM's SM90 default for the
+# linear-attention prefill is FlashInfer's; the engine args make the run no calibration point (try says so).
+# Everything lands in $OUT/vllm_try_<q>.tgz.
+set -uo pipefail
+q=${1:?autoround | gptq}
+budget=${2:-540}
+start=$(date +%s)
+STORE=${VLLM_GPU_STORE:-/root/vllm_gpu}
+OUT=${OUT:-/tmp/vllm-gpu-out}
+VENV=$STORE/venv
+R=$STORE/runs/try-$q
+mkdir -p "$R" "$OUT" "$STORE/models"
+exec > >(tee -a "$R/run.log") 2>&1
+[ -f "$STORE/installed" ] || { echo "vLLM is not installed on this machine: run device.sh install first, in the same lease"; exit 2; }
+tok=$STORE/models/tiny-gpu.gguf
+[ -f "$tok" ] || cp .ci-work/device/tiny-gpu.gguf "$tok" || { echo "no tokenizer source: carry .ci-work/device/tiny-gpu.gguf"; exit 2; }
+export ENGINEROOM_HOME=$STORE/home-try ENGINEROOM_VLLM_PYTHON=$VENV/bin/python PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 \
+       VLLM_NO_USAGE_STATS=1 VLLM_USE_FLASHINFER_SAMPLER=0 ENGINEROOM_TOKENIZER_GGUF=$tok
+ER=$VENV/bin/engineroom
+case "$q" in
+  autoround) model=qwen3.6-27b; quant=autoround-int4 ;;
+  gptq) model=tests/fixtures/configs/qwen3.6-27b.json; quant=gptq-int4 ;;
+  *) echo "unknown quant $q"; exit 2 ;;
+esac
+left() { echo $(( start + budget - $(date +%s) )); }
+collect() {
+  log=$(ls -t "$ENGINEROOM_HOME"/state/*.log 2>/dev/null | head -1)
+  [ -n "$log" ] && cp "$log" "$R/server.log" && "$VENV/bin/python" benchmarks/vllm_gpu/models.py figures "$R/server.log" > "$R/vllm_figures.json"
+  nvidia-smi --query-gpu=memory.used,memory.total --format=csv > "$R/nvidia-smi.csv" 2>&1
+  [ -f "$ENGINEROOM_HOME/data/results.sqlite" ] && gzip -c "$ENGINEROOM_HOME/data/results.sqlite" > "$R/store.sqlite.gz"
+  "$ER" down --json > "$R/down.json" 2>&1
+  tar -czf "$OUT/vllm_try_$q.tgz" -C "$STORE/runs" "try-$q"
+}
+trap collect EXIT
+bash benchmarks/vllm_gpu/device.sh engineroom > /dev/null || exit 3     # this call's engineroom
+plan() { "$ER" plan "$model" --engine vllm --priority balanced --quant "$quant" --ctx 32768 --json > "$R/plan-$1.json" 2> "$R/plan-$1.err"; echo "plan $1: rc $?"; }
+plan before
+t0=$(date +%s)
+timeout "$(( $(left) - 25 ))" "$ER" try "$model" --engine vllm --quant "$quant" --ctx 32768 --folder "$STORE/files" \
+    --json -- --gdn-prefill-backend triton > "$R/try.json" 2> "$R/try.err"
+echo "try $model $quant: rc $? in $(( $(date +%s) - t0 )) s"; tail -25 "$R/try.err"
+plan after
+echo "== try-$q done in $(( $(date +%s) - start )) s"
