@@ -14,7 +14,7 @@ from engineroom.bench.compare import compare_boot_samples
 from engineroom.errors import BadInput
 from engineroom.flows.ab import boot_order, describe_settings, parse_arm
 
-from conftest import cli
+from conftest import MACHINE_CHECKS, cli
 
 
 def _boots(*means_and_noise: tuple[float, float]) -> list[dict]:
@@ -123,7 +123,15 @@ def _ab(tmp_path, a: str, b: str, *more: str) -> dict:
     assert len(out["runs_a"]) + len(out["runs_b"]) + len(out["invalid_boots"]) >= 8
     assert "boot 1/8: arm A" in proc.stderr                              # progress, on stderr with --json too
     assert not os.path.exists(tmp_path / "state" / "server.json")      # every boot was stopped
-    (decode,) = [r for r in out["comparison"]["rows"] if r["metric"] == "decode_tps"]
+    rows = [r for r in out["comparison"]["rows"] if r["metric"] == "decode_tps"]
+    if not rows:
+        # every boot of one arm stayed INVALID, each booted again (seen in CI on a busy 2-core VM, 2026-12-05):
+        # ab compares nothing then, and says why per boot; only the machine's own checks may be the why
+        assert not out["runs_a"] or not out["runs_b"], json.dumps(out["comparison"])
+        reasons = [b["why"] for b in out["invalid_boots"]]
+        assert all({w.split(":")[0].strip() for w in why.split("; ")} <= MACHINE_CHECKS for why in reasons), reasons
+        pytest.skip(f"not measured: this machine left every boot of an arm INVALID ({reasons[-1]})")
+    (decode,) = rows
     decode["invalid_boots"] = out["invalid_boots"]
     return decode
 
