@@ -6,6 +6,7 @@
     python models.py folder NAME OUT --tokenizer DIR   # config.json + tokenizer for --load-format dummy
     python models.py figures LOG                   # vLLM's own memory lines from a server log, as JSON
     python models.py gguf NAME OUT [QUANT]         # the same layout as a random-weight GGUF (llama.cpp's visit)
+    python models.py variants OUT                  # config.json of each shape moe_shapes.sh tries
 
 Folders (NAME): ``tiny`` (a 2-layer Llama on SmolLM2's tokenizer: the install smoke test),
 ``qwen36-27b`` (tests/fixtures/configs/qwen3.6-27b.json: the Qwen3.6-27B layout, 48 Gated-DeltaNet
@@ -154,6 +155,31 @@ def gguf(name: str, out: Path, quant: str = "Q4_K_M") -> int:
     return 0
 
 
+def variants(out: Path) -> int:
+    """config.json files of the shapes moe_shapes.sh tries, each from a fixture with some fields changed."""
+    out.mkdir(parents=True, exist_ok=True)
+    moe30 = json.loads((CONFIGS / "qwen3-30b-a3b.json").read_text())
+    moe35 = json.loads((CONFIGS / "qwen3.5-35b-a3b.json").read_text())
+    dense27 = json.loads((CONFIGS / "qwen3.6-27b.json").read_text())
+    dense = {k: v for k, v in moe30.items() if k not in ("moe_intermediate_size", "num_experts", "num_experts_per_tok",
+                                                          "decoder_sparse_step", "mlp_only_layers", "norm_topk_prob",
+                                                          "output_router_logits", "router_aux_loss_coef")}
+    dense.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3")
+    hybrid = json.loads(json.dumps(dense27))
+    t35, th = moe35["text_config"], hybrid["text_config"]
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"):
+        th[key] = t35[key]
+    th["intermediate_size"] = 6144
+    th["layer_types"] = t35.get("layer_types") or th["layer_types"][: t35["num_hidden_layers"]]
+    shapes = {"moe30": moe30, "moe30-24": {**moe30, "num_hidden_layers": 24, "max_window_layers": 24},
+              "dense2048": dense, "hybrid2048": hybrid, "moe35": moe35}
+    for name, config in shapes.items():
+        (out / f"{name}.json").write_text(json.dumps(config, indent=1))
+    print(json.dumps(sorted(shapes)))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
@@ -169,6 +195,8 @@ def main(argv: list[str]) -> int:
         return figures(Path(args[0]))
     if cmd == "gguf":
         return gguf(args[0], Path(args[1]), *args[2:3])
+    if cmd == "variants":
+        return variants(Path(args[0]))
     print(f"unknown command {cmd!r}", file=sys.stderr)
     return 2
 
