@@ -442,7 +442,7 @@ def catalog_model():
 
 
 def report(res: dict) -> str:
-    from engineroom.plan import decode_rates
+    from engineroom.plan import DecodeShape, decode_rates
 
     dm = catalog_model()
     rows = summary(res)
@@ -460,7 +460,8 @@ def report(res: dict) -> str:
               "| load avg before each call | plan band t/s (middle) | best in band? | best vs middle |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in rows:
-        low, mid, high = decode_rates(dm, s["bytes_read"], s["layers"], s["bw_gbs"], s["threads"], tuple(s["mix"]))
+        low, mid, high = decode_rates(dm, s["bytes_read"], DecodeShape(s["layers"]), s["bw_gbs"], s["threads"],
+                                      tuple(s["mix"]))
         inb = "yes" if low <= s["best"] <= high else ("below" if s["best"] < low else "above")
         lines.append(f"| {s['file']} | {s['set']} | {s['size'] / GB:.3f} | {s['bytes_read'] / 1e6:.0f} MB "
                      f"| {s['layers']} | {s['threads']} | "

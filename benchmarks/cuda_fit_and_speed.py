@@ -226,7 +226,7 @@ def speed_band(layers: int, depth: int, kv: str = "f16", bandwidth_gbs: float | 
     plan.weights_read_per_token does, + KV at depth) over a share of the bandwidth, plus the
     fixed per-layer and per-token costs. ``roofline_tps`` is bandwidth / bytes alone."""
     from engineroom.catalog import find_engine, load_catalog
-    from engineroom.plan import decode_rates
+    from engineroom.plan import DecodeShape, decode_rates
     cat = load_catalog()
     dm = find_engine(cat, "llama.cpp").decode
     bw = bandwidth_gbs or H200.gpus[0].bandwidth_gbs
@@ -235,7 +235,7 @@ def speed_band(layers: int, depth: int, kv: str = "f16", bandwidth_gbs: float | 
     n_full = sum(1 for k in a.layer_kinds if k.value == "full")
     kvb = int(n_full * a.n_kv_heads * a.head_dim * 2 * KV_BPE[kv] * depth)
     roof = bw * GB / (w + kvb)
-    low, mid, high = decode_rates(dm, w + kvb, a.n_layers, bw)
+    low, mid, high = decode_rates(dm, w + kvb, DecodeShape.of(a), bw)
     return {"bandwidth_gbs": bw, "weights_read": w, "kv_read": kvb, "roofline_tps": roof,
             "low": low, "mid": mid, "high": high}
 

@@ -86,11 +86,12 @@ class TypeEfficiency(Strict):
 
 class DecodeModel(Strict):
     """Single-stream decode time per token = bytes read / (bandwidth_efficiency x datasheet
-    bandwidth) + per_token_ms + layers x per_layer_ms. The bandwidth term is the roofline;
-    the fixed terms are what a batch-1 step costs beyond streaming the bytes (kernel
-    launches, norms, sampling), which is why small and shallow models fall further below
-    their roofline than big ones. The band's slow end pairs the low efficiency with the
-    high per-layer cost.
+    bandwidth) + per_token_ms + layers x per_layer_ms (x width / per_layer_width where that is
+    set) + linear-attention layers x per_linear_layer_ms + MoE layers x per_moe_layer_ms. The
+    bandwidth term is the roofline; the fixed terms are what a batch-1 step costs beyond
+    streaming the bytes (kernel launches, norms, sampling, a recurrent state's update, expert
+    routing), which is why small and shallow models fall further below their roofline than big
+    ones. The band's slow end pairs the low efficiency with the high per-layer cost.
 
     A CPU build's model (``bandwidth: cpu_copy``) streams the bytes at
     min(threads x per_thread_gbs, efficiency x the CPU's copy bandwidth at those threads):
@@ -101,6 +102,11 @@ class DecodeModel(Strict):
     per_layer_ms: Range
     per_token_ms: float = Field(ge=0)
     source: str
+    # the model width per_layer_ms was fitted at: a layer of another width costs in proportion (None: one
+    # cost for every width)
+    per_layer_width: int | None = Field(default=None, gt=0)
+    per_linear_layer_ms: float = Field(default=0.0, ge=0)   # more per linear-attention / SSM layer
+    per_moe_layer_ms: float = Field(default=0.0, ge=0)      # more per layer with routed experts
     # what the efficiency is a share of: a GPU's datasheet bandwidth, or (CPU builds) the
     # rig's CPU bandwidth at the decode's thread count, which ``hardware`` measures with a
     # copy probe on this machine (GB/s read + written) or takes from the catalog class
@@ -136,9 +142,12 @@ class DecodeModel(Strict):
                 return (r.low, r.high)
         return (self.bandwidth_efficiency.low, self.bandwidth_efficiency.high)
 
-    def fixed_ms(self, n_layers: int, per_layer_ms: float) -> float:
-        """The fixed part of a token's time: per_token_ms + layers x per_layer_ms."""
-        return self.per_token_ms + n_layers * per_layer_ms
+    def fixed_ms(self, layers: int, per_layer_ms: float, *, width: int = 0, linear: int = 0, moe: int = 0) -> float:
+        """The fixed part of a token's time (ms) for ``layers`` layers ``width`` wide, ``linear`` of them linear
+        attention (or SSM) and ``moe`` of them with routed experts."""
+        scale = width / self.per_layer_width if self.per_layer_width and width else 1.0
+        return (self.per_token_ms + layers * per_layer_ms * scale + linear * self.per_linear_layer_ms
+                + moe * self.per_moe_layer_ms)
 
 
 class Concurrency(Strict):

@@ -22,11 +22,19 @@ from .candidates import quality_cmp, quality_value
 from .ranking import STATIC_METRICS
 from .reasons import COMPUTE_CAVEAT_SEQS
 from .request import LaunchRequest, Weights, drafter_miss, launch_miss, request_for
-from .speed import SPEED_DEPTH, SpeedBand, decode_rates, kv_bytes_per_token, weight_type_mix, weights_read_per_token
+from .speed import (
+    SPEED_DEPTH,
+    DecodeShape,
+    SpeedBand,
+    decode_rates,
+    kv_bytes_per_token,
+    weight_type_mix,
+    weights_read_per_token,
+)
 
 __all__ = [
     "COMPUTE_CAVEAT_SEQS", "Choice", "LaunchRequest", "NothingFits", "Plan", "ResolvedModel", "SPEED_DEPTH",
-    "STATIC_METRICS", "SpeedBand", "class_quality", "decode_rates", "fit_one",
+    "STATIC_METRICS", "DecodeShape", "SpeedBand", "class_quality", "decode_rates", "fit_one",
     "how_to_choose", "kv_bytes_per_token", "model_from_arch", "plan", "plans_as_rows", "quality_cmp",
     "quality_value", "request_for", "resolve_model", "Weights", "drafter_miss", "launch_miss",
     "weight_type_mix", "weights_read_per_token", "Calibration", "SpeedPoint", "UNCALIBRATED", "shape_class",

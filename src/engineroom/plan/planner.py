@@ -34,6 +34,7 @@ from .ranking import STATIC_METRICS, rank_candidates
 from .request import drafter_miss, launch_miss
 from .speed import (
     SPEED_DEPTH,
+    DecodeShape,
     SpeedBand,
     decode_rates,
     kv_bytes_per_token,
@@ -293,7 +294,7 @@ class Planner:
             c.decode = None
             c.aggregate = None
             return
-        e, dm, layers = c.engine, c.engine.decode, self.arch.n_layers
+        e, dm, layers = c.engine, c.engine.decode, DecodeShape.of(self.arch)
         w = weights_read_per_token(self.model, self.arch, c.quant)
         if c.held is not None:     # the weights as the CPU build holds them (float32: twice a 16-bit file)
             w = int(w * c.held.weight_bytes / max(1, c.quant.weight_bytes))
@@ -320,8 +321,8 @@ class Planner:
                              bytes_per_token=w + kv, bandwidth_gbs=bw,
                              efficiency=(dm.bandwidth_efficiency.low, dm.bandwidth_efficiency.high),
                              efficiency_source=dm.source,
-                             overhead_ms=(dm.fixed_ms(layers, dm.per_layer_ms.low),
-                                          dm.fixed_ms(layers, dm.per_layer_ms.high)),
+                             overhead_ms=(layers.fixed_ms(dm, dm.per_layer_ms.low),
+                                          layers.fixed_ms(dm, dm.per_layer_ms.high)),
                              tp_scale=scale, spec_multiplier=(m_lo, m_hi), spec_source=src,
                              threads=threads,
                              per_thread_gbs=mixed_per_thread(dm, threads, mix))

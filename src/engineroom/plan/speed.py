@@ -11,13 +11,37 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..arch import ModelArch
+from ..arch import LayerKind, ModelArch
 from ..catalog import Model, Quant
 from ..catalog.engine_schema import DecodeModel, KvDtype
 from ..fit import kv_bytes
 from ..units import GB
 
 SPEED_DEPTH = 4096          # decode speed is quoted at this KV depth (tokens already in context)
+
+
+@dataclass(frozen=True)
+class DecodeShape:
+    """What a decode step's fixed cost depends on (``DecodeModel.fixed_ms``): the layers, their width, how many
+    are linear attention or SSM (a recurrent state updated every token) and how many route to experts."""
+
+    layers: int
+    width: int = 0
+    linear: int = 0
+    moe: int = 0
+
+    @classmethod
+    def of(cls, arch: ModelArch) -> DecodeShape:
+        kinds = arch.kind_counts
+        moe = 0
+        if arch.moe is not None:
+            moe = arch.moe.n_moe_layers if arch.moe.n_moe_layers is not None else \
+                max(0, arch.n_layers - arch.moe.first_dense_layers)
+        return cls(layers=arch.n_layers, width=arch.hidden_size,
+                   linear=kinds.get(LayerKind.LINEAR, 0) + kinds.get(LayerKind.MAMBA, 0), moe=moe)
+
+    def fixed_ms(self, dm: DecodeModel, per_layer_ms: float) -> float:
+        return dm.fixed_ms(self.layers, per_layer_ms, width=self.width, linear=self.linear, moe=self.moe)
 
 
 @dataclass(frozen=True)
@@ -75,10 +99,10 @@ def weight_type_mix(arch: ModelArch | None, quant_id: str) -> tuple[tuple[str, f
     return ((m.group(1) if m else quant_id.lower(), 1.0),)
 
 
-def decode_rates(dm: DecodeModel, bytes_per_token: float, n_layers: int, bandwidth_gbs: float,
+def decode_rates(dm: DecodeModel, bytes_per_token: float, shape: DecodeShape, bandwidth_gbs: float,
                  threads: int | None = None, mix: tuple[tuple[str, float], ...] = ()) -> tuple[float, float, float]:
     """(slow, middle, fast) single-stream tokens/s on one device by the engine's decode model:
-    time per token = bytes / stream rate + per_token_ms + layers x per_layer_ms. Each ggml
+    time per token = bytes / stream rate + the fixed cost of ``shape``'s layers (DecodeModel.fixed_ms). Each ggml
     weight type's share of the bytes (``mix``) streams at min(threads x its per-thread rate,
     its efficiency x bandwidth) (per_thread_for / efficiency_for: a CPU kernel's compute roof
     and how it reads memory), and the shares' times add (a harmonic mean of the rates). None
@@ -96,7 +120,7 @@ def decode_rates(dm: DecodeModel, bytes_per_token: float, n_layers: int, bandwid
             if pt is not None and threads:      # (a per-thread rate is only looked up with threads)
                 stream = min(stream, threads * pick(pt))
             s_per_gb += share / tot / stream
-        return 1.0 / (bytes_per_token * s_per_gb / GB + dm.fixed_ms(n_layers, per_layer_ms) / 1000)
+        return 1.0 / (bytes_per_token * s_per_gb / GB + shape.fixed_ms(dm, per_layer_ms) / 1000)
     lay = dm.per_layer_ms
     return (rate(lambda r: r[0], lay.high),
             rate(lambda r: (r[0] + r[1]) / 2, (lay.low + lay.high) / 2),
