@@ -314,8 +314,10 @@ def test_the_folder_vllm_makes_random_weights_from_keeps_an_untied_head_untied(v
     dummy folder was tied, and vLLM would have made 2.5 GB less of weights (its 248,320 x 5,120 head) and read
     them less per token than the model it stands for. The file says whether the head is tied
     (synth.TIED_KEY), and the folder written in vLLM's own environment says it as the model does, with the pick's
-    packed quantization_config."""
-    from engineroom.arch.config import arch_from_config
+    packed quantization_config. A shape given by its config.json travels whole (synth.HF_CONFIG_KEY): the folder
+    is that config (its architecture class, the vision tower's config that vLLM 0.26's Qwen3.5 class reads even
+    text-only: the GGUF's reading, Qwen3_5ForCausalLM, failed on the H200 on 2026-12-05), at float16."""
+    from engineroom.arch.config import arch_from_config, read_config
     from engineroom.engines import hffolder
     from engineroom.synth import write_synthetic_gguf
 
@@ -324,10 +326,17 @@ def test_the_folder_vllm_makes_random_weights_from_keeps_an_untied_head_untied(v
     for name, fmt, tied in (("qwen3.6-27b.json", "gptq", False), ("smollm2-135m.json", "autoround", True)):
         arch = arch_from_config(root / name)
         assert arch.tie_embeddings is tied
-        gguf = write_synthetic_gguf(arch, "F16", tmp_path / f"{name}-F16-random.gguf", tensors=False)
-        folder = hffolder.folder_of(gguf, engine="vllm", python=lambda: vllm_python.path, weights_format=fmt)
-        config = json.loads((folder / "config.json").read_text())
-        assert config["tie_word_embeddings"] is tied, (name, config["tie_word_embeddings"])
-        assert config["vocab_size"] == arch.vocab_size and config["num_hidden_layers"] == arch.n_layers
-        assert config["quantization_config"]["quant_method"] == {"gptq": "gptq", "autoround": "auto-round"}[fmt]
-        assert hffolder.dummy_weights(folder) and hffolder.source_of(folder)["quant_format"] == fmt
+        for carried in (None, read_config(root / name)[0]):
+            gguf = write_synthetic_gguf(arch, "F16", tmp_path / f"{name}-{bool(carried)}-F16-random.gguf",
+                                        tensors=False, hf_config=carried)
+            folder = hffolder.folder_of(gguf, engine="vllm", python=lambda: vllm_python.path, weights_format=fmt)
+            config = json.loads((folder / "config.json").read_text())
+            text = config.get("text_config") or config
+            assert text["tie_word_embeddings"] is tied, (name, carried is not None)
+            assert text["vocab_size"] == arch.vocab_size and text["num_hidden_layers"] == arch.n_layers
+            assert config["quantization_config"]["quant_method"] == {"gptq": "gptq", "autoround": "auto-round"}[fmt]
+            assert hffolder.dummy_weights(folder) and hffolder.source_of(folder)["quant_format"] == fmt
+            if carried is not None:
+                assert config["architectures"] == carried["architectures"] and config["torch_dtype"] == "float16"
+                assert ("vision_config" in config) == ("vision_config" in carried)
+    assert "vision_config" in read_config(root / "qwen3.6-27b.json")[0]

@@ -2,9 +2,12 @@
 # On the lent GPU machine, after `device.sh install` in the same lease (issue 19): `engineroom try` of a
 # Qwen3.6-27B 4-bit vLLM pick on the weights vLLM makes itself (--load-format dummy, packed int4 from the
 # folder's quantization_config), one device call each:
-#   bash benchmarks/vllm_gpu/try_int4.sh autoround [SECONDS]   # the catalog's autoround-int4 (the H200's balanced pick)
-#   bash benchmarks/vllm_gpu/try_int4.sh gptq [SECONDS]        # gptq-int4 of the same layout, from its config.json
-#                                                              # (the catalog names no gptq repo: not launchable)
+#   bash benchmarks/vllm_gpu/try_int4.sh autoround [SECONDS]   # autoround-int4 (the quant of the H200's balanced pick)
+#   bash benchmarks/vllm_gpu/try_int4.sh gptq [SECONDS]        # gptq-int4
+# Both from the layout's config.json (tests/fixtures/configs/qwen3.6-27b.json), which the shape file carries whole
+# (synth.HF_CONFIG_KEY): the catalog id's folder would be transformers' reading of a GGUF, Qwen3_5ForCausalLM, which
+# vLLM 0.26 does not register (the first visit, 2026-12-05: "'Qwen3_5TextConfig' object has no attribute
+# 'vision_config'").
 # Steps: `plan` before, `try` (its own fit, launch, bench, memory rows and placement), `plan` after, vLLM's own
 # memory lines from the server log (models.py figures). The shape file's tokenizer is SmolLM2's, copied from
 # .ci-work/device/tiny-gpu.gguf (carried once; 5.5 MB) instead of the 93 MB GGUF.
@@ -19,6 +22,7 @@ STORE=${VLLM_GPU_STORE:-/root/vllm_gpu}
 OUT=${OUT:-/tmp/vllm-gpu-out}
 VENV=$STORE/venv
 R=$STORE/runs/try-$q
+rm -rf "$R"
 mkdir -p "$R" "$OUT" "$STORE/models"
 exec > >(tee -a "$R/run.log") 2>&1
 [ -f "$STORE/installed" ] || { echo "vLLM is not installed on this machine: run device.sh install first, in the same lease"; exit 2; }
@@ -28,7 +32,7 @@ export ENGINEROOM_HOME=$STORE/home-try ENGINEROOM_VLLM_PYTHON=$VENV/bin/python P
        VLLM_NO_USAGE_STATS=1 VLLM_USE_FLASHINFER_SAMPLER=0 ENGINEROOM_TOKENIZER_GGUF=$tok
 ER=$VENV/bin/engineroom
 case "$q" in
-  autoround) model=qwen3.6-27b; quant=autoround-int4 ;;
+  autoround) model=tests/fixtures/configs/qwen3.6-27b.json; quant=autoround-int4 ;;
   gptq) model=tests/fixtures/configs/qwen3.6-27b.json; quant=gptq-int4 ;;
   *) echo "unknown quant $q"; exit 2 ;;
 esac

@@ -13,6 +13,7 @@ blocks of the right byte size whose fp16 scales are small and finite.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -278,15 +279,20 @@ RANDOM_WEIGHTS_KEY = "engineroom.random_weights"   # in every file written here:
 # whether the output head is the embedding matrix: a GGUF says so by having no output.weight, which a file of the
 # metadata alone cannot (it has no tensors), so every file says it here (read by ``engines.hffolder``)
 TIED_KEY = "engineroom.tie_word_embeddings"
+# a file of the metadata alone made from a Hugging Face config.json carries that config whole, so the folder an engine
+# makes random weights from is the model's own (its architecture class, a vision tower's config) and not transformers'
+# reading of a GGUF (vLLM 0.26 has no text-only Qwen3.5 class: the GGUF's Qwen3_5ForCausalLM failed on the H200)
+HF_CONFIG_KEY = "engineroom.hf_config"
 
 
 def write_synthetic_gguf(arch: ModelArch, quant: str, path: str | os.PathLike, *, seed: int = 0,
                          tokenizer_gguf: Path | None = None, block_scale: float | None = None,
-                         tensors: bool = True) -> Path:
+                         tensors: bool = True, hf_config: dict | None = None) -> Path:
     """Write a random-weight GGUF of ``arch`` at ``quant`` to ``path`` and return the path
     (``block_scale``: one f16 scale for every quantized block instead of BLOCK_SCALES'). Every such file
     says so (``RANDOM_WEIGHTS_KEY``). ``tensors`` False: the metadata alone (the shape and the tokenizer),
-    for an engine that initialises random weights itself (vLLM's dummy loading)."""
+    for an engine that initialises random weights itself (vLLM's dummy loading); ``hf_config``: the config.json
+    the shape came from, kept in the file (HF_CONFIG_KEY)."""
     if gguf is None:
         raise BadInput("The gguf package is needed to write GGUF files (pip install gguf).")
     a = gguf_arch_name(arch)
@@ -301,6 +307,8 @@ def write_synthetic_gguf(arch: ModelArch, quant: str, path: str | os.PathLike, *
     w.add_quantization_version(2)
     w.add_bool(RANDOM_WEIGHTS_KEY, True)
     w.add_bool(TIED_KEY, bool(arch.tie_embeddings))
+    if hf_config is not None:
+        w.add_string(HF_CONFIG_KEY, json.dumps(hf_config))
     w.add_context_length(arch.max_position or 131072)
     w.add_embedding_length(arch.hidden_size)
     w.add_block_count(arch.n_layers)

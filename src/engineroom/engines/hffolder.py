@@ -2,7 +2,8 @@
 transformers in the engine's own environment.
 
 Two kinds: a real GGUF converted whole (its weights dequantized to float16 safetensors, with its tokenizer);
-and a random-weight GGUF engineroom wrote (``synth.RANDOM_WEIGHTS_KEY``) as its config and tokenizer alone,
+and a random-weight GGUF engineroom wrote (``synth.RANDOM_WEIGHTS_KEY``) as its config (the model's own config.json
+where the file carries it, ``synth.HF_CONFIG_KEY``, else transformers' reading of the GGUF) and tokenizer alone,
 which the engine serves with weights of its own making (``--load-format dummy``): at 16 bits, or packed at
 4 bits when the folder's config carries the pick's ``quantization_config`` (the checkpoint convention AWQ,
 GPTQ and AutoRound write, which both engines read), so the engine builds that method's layers and kernels.
@@ -144,15 +145,23 @@ import json, sys
 from pathlib import Path
 from transformers import AutoConfig, AutoTokenizer
 gguf, out, quant = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3] or "null")
-tied = json.loads(sys.argv[4] or "null")
+tied, source = json.loads(sys.argv[4] or "null"), json.loads(sys.argv[5] or "null")
 tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-cfg.torch_dtype = "float16"
-cfg.save_pretrained(str(out))
+if source is None:   # transformers' reading of the GGUF's metadata
+    cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    cfg.torch_dtype = "float16"
+    cfg.save_pretrained(str(out))
+    data = json.loads((out / "config.json").read_text())
+else:                # the model's own config.json, at float16
+    out.mkdir(parents=True, exist_ok=True)
+    data = source
+    for c in (data, data.get("text_config") or {}):
+        for key in ("torch_dtype", "dtype"):
+            if key in c or c is data:
+                c[key] = "float16"
 tok.save_pretrained(str(out))
-data = json.loads((out / "config.json").read_text())
 data.pop("quantization_config", None)
-if tied is not None:   # a GGUF of the metadata alone has no output.weight to say the head is untied
+if tied is not None and source is None:   # the metadata alone has no output.weight to say the head is untied
     for c in (data, data.get("text_config") or {}):
         c["tie_word_embeddings"] = tied
 if quant:      # every linear layer's input dim a multiple of the group: the largest of group, group/2 ... 32
@@ -188,13 +197,14 @@ def folder_of(path: Path, *, engine: str, python: Callable[[], Path], progress: 
     """The folder ``engine`` serves for the GGUF ``path``, written once in ``python`` (the engine's interpreter,
     asked for only when the folder must be written): a random-weight file's config and tokenizer (with
     ``weights_format``'s quantization_config where it is a 4-bit packed one), any other GGUF converted whole."""
-    from ..synth import TIED_KEY
+    from ..synth import HF_CONFIG_KEY, TIED_KEY
 
     path = Path(path)
     header = _random_weights_kv(path)
     dummy = header is not None
     quant = quantization_config(weights_format) if dummy else None
     tied = header.get(TIED_KEY) if header is not None else None
+    source = header.get(HF_CONFIG_KEY) if header is not None else None
     kind = (f"dummy-{weights_format.lower()}" if quant else "dummy") if dummy else DTYPE
     out = paths.cache_dir() / f"{engine}-models" / f"{path.stem}-{_key(path)}-{kind}"
     if (out / "config.json").is_file() and (dummy or any(out.glob("*.safetensors"))):
@@ -208,7 +218,7 @@ def folder_of(path: Path, *, engine: str, python: Callable[[], Path], progress: 
     tmp.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     script = [_CONFIG_ONLY, str(path.resolve()), str(tmp), json.dumps(quant) if quant else "",
-              json.dumps(bool(tied)) if tied is not None else ""] if dummy else \
+              json.dumps(bool(tied)) if tied is not None else "", str(source or "")] if dummy else \
         [_CONVERT, str(path.resolve()), str(tmp)]
     try:
         proc = subprocess.run([str(interpreter), "-c", *script], capture_output=True, text=True, timeout=1800, env=env)

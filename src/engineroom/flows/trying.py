@@ -106,6 +106,17 @@ def random_weights_pick(pick: Pick) -> tuple[Pick, list[str]]:
     return replace(pick, request=request, plan=plan, notes=notes), left
 
 
+def _local_config(model: str) -> dict[str, Any] | None:
+    """The config.json ``model`` names on this machine (a file or the folder holding one), whole; None for anything
+    else (a catalog id, a GGUF, a hub repo)."""
+    from ..arch.config import read_config
+
+    path = Path(model).expanduser()
+    if not (path.is_file() and path.suffix == ".json") and not (path / "config.json").is_file():
+        return None
+    return read_config(path)[0]
+
+
 @contextmanager
 def random_weights(model: str, pick: Pick, log: StageLog, *, folder: Path | None = None, keep: bool = False,
                    command: str = "try", tensors: bool = True) -> Iterator[tuple[Path, int]]:
@@ -138,7 +149,8 @@ def random_weights(model: str, pick: Pick, log: StageLog, *, folder: Path | None
     try:
         with log.stage("write", f"write {path.name}: random weights, {gib(size, 2)}" if tensors
                        else f"write {path.name}: the shape and tokenizer ({pick.engine} makes the weights)"):
-            write_synthetic_gguf(arch, quant, path, tensors=tensors)
+            source = None if tensors else _local_config(model)
+            write_synthetic_gguf(arch, quant, path, tensors=tensors, hf_config=source)
         yield path, path.stat().st_size if not tensors else size
     finally:
         if not keep:
