@@ -13,6 +13,8 @@
 # .ci-work/device/tiny-gpu.gguf (carried once; 5.5 MB) instead of the 93 MB GGUF.
 # `-- --gdn-prefill-backend triton`: FlashInfer is not carried (README.md), and vLLM's SM90 default for the
 # linear-attention prefill is FlashInfer's; the engine args make the run no calibration point (try says so).
+# VLLM_EXTRA: more vLLM arguments (--enforce-eager: no torch.compile and no CUDA graphs, a cold start of about a
+# minute instead of five; the decode is then not the pick's, which the engine args already say).
 # Everything lands in $OUT/vllm_try_<q>.tgz.
 set -uo pipefail
 q=${1:?autoround | gptq}
@@ -51,7 +53,7 @@ plan() { "$ER" plan "$model" --engine vllm --priority balanced --quant "$quant" 
 plan before
 t0=$(date +%s)
 timeout "$(( $(left) - 25 ))" "$ER" try "$model" --engine vllm --quant "$quant" --ctx 32768 --folder "$STORE/files" \
-    --json -- --gdn-prefill-backend triton > "$R/try.json" 2> "$R/try.err"
+    --json -- --gdn-prefill-backend triton ${VLLM_EXTRA:-} > "$R/try.json" 2> "$R/try.err"
 echo "try $model $quant: rc $? in $(( $(date +%s) - t0 )) s"; tail -25 "$R/try.err"
 plan after
 echo "== try-$q done in $(( $(date +%s) - start )) s"
