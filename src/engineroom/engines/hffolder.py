@@ -36,15 +36,27 @@ _INT4_CONFIGS: dict[str, dict[str, object]] = {
     "autoround": {"quant_method": "auto-round", "bits": 4, "sym": True, "data_type": "int",
                   "packing_format": "auto_round:auto_gptq"},
 }
+# what a published 4-bit checkpoint of a model with a vision tower says to leave the tower at 16 bits (each method
+# its own way; the engines read them): its dims need not divide the group (Qwen3.6's 4,304-wide vision MLP did not,
+# and vLLM 0.26 found no int4 kernel for it on the H100, 2026-12-05)
+_VISION = r".*(visual|vision_tower|vision_model|multi_modal_projector|mm_projector).*"
+_TEXT_ONLY: dict[str, dict[str, object]] = {
+    "awq": {"modules_to_not_convert": ["visual", "vision_tower", "vision_model", "multi_modal_projector"]},
+    "gptq": {"dynamic": {f"-:{_VISION}": {}}},
+    "auto-round": {"block_name_to_quantize": "model.language_model.layers"},
+}
 Progress = Callable[[float | None, str], None]
 
 
-def quantization_config(quant_format: str | None) -> dict[str, object] | None:
+def quantization_config(quant_format: str | None, *, vision: bool = False) -> dict[str, object] | None:
     """The quantization_config a folder of ``quant_format`` random weights carries (its group size: INT4_GROUP,
-    or the largest power of two down to 32 that divides the shape's dims, set when the folder is written);
-    None for a format that is not a 4-bit packed one."""
+    or the largest power of two down to 32 that divides the shape's dims, set when the folder is written; with
+    ``vision``, the vision tower left unquantized as published checkpoints leave it); None for a format that is not
+    a 4-bit packed one."""
     found = _INT4_CONFIGS.get((quant_format or "").lower())
-    return {**found, "group_size": INT4_GROUP} if found is not None else None
+    if found is None:
+        return None
+    return {**found, "group_size": INT4_GROUP, **(_TEXT_ONLY[str(found["quant_method"])] if vision else {})}
 
 
 def int4_quant(quant_format: str | None) -> str | None:
@@ -202,9 +214,10 @@ def folder_of(path: Path, *, engine: str, python: Callable[[], Path], progress: 
     path = Path(path)
     header = _random_weights_kv(path)
     dummy = header is not None
-    quant = quantization_config(weights_format) if dummy else None
     tied = header.get(TIED_KEY) if header is not None else None
     source = header.get(HF_CONFIG_KEY) if header is not None else None
+    vision = bool(source) and "vision_config" in json.loads(str(source))
+    quant = quantization_config(weights_format, vision=vision) if dummy else None
     kind = (f"dummy-{weights_format.lower()}" if quant else "dummy") if dummy else DTYPE
     out = paths.cache_dir() / f"{engine}-models" / f"{path.stem}-{_key(path)}-{kind}"
     if (out / "config.json").is_file() and (dummy or any(out.glob("*.safetensors"))):
