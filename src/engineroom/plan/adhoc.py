@@ -171,7 +171,7 @@ def model_from_arch(ref: str, arch: ModelArch, catalog: Catalog | None = None) -
 
     From a GGUF (``arch.source == "gguf"``): one quant, the file itself, at its exact tensor
     bytes, for the catalog engines that load GGUF. From a config.json: the published dtype
-    plus the usual quants (GGUF Q8_0 / Q4_K_M, fp8, AWQ int4), each an estimate, each for
+    plus the usual quants (GGUF Q8_0 / Q4_K_M, fp8, AWQ / GPTQ / AutoRound int4), each an estimate, each for
     the catalog engines whose quant_formats list its format.
     Quality is the quant's class tier; features are only what the arch proves (vision)."""
     cat = catalog or load_catalog()
