@@ -87,6 +87,10 @@ class MoESpec:
     first_dense_layers: int = 0   # leading layers with a dense MLP (DeepSeek first_k_dense_replace)
     n_moe_layers: int | None = None  # sparse-MLP layers when not all after first_dense_layers (Jamba)
 
+    def sparse_layers(self, n_layers: int) -> int:
+        """How many of a model's ``n_layers`` route to experts: n_moe_layers, else all after the dense ones."""
+        return self.n_moe_layers if self.n_moe_layers is not None else n_layers - self.first_dense_layers
+
     @property
     def shared_width(self) -> int:
         """Width of the fused shared-expert MLP (0 without shared experts); never multiply it

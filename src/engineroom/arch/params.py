@@ -47,8 +47,7 @@ class StackShapes:
         moe = arch.moe
         blocks: frozenset[int] = frozenset()
         if moe is not None:
-            n_moe = moe.n_moe_layers if moe.n_moe_layers is not None else arch.n_layers - moe.first_dense_layers
-            blocks = frozenset(range(moe.first_dense_layers, moe.first_dense_layers + n_moe))
+            blocks = frozenset(range(moe.first_dense_layers, moe.first_dense_layers + moe.sparse_layers(arch.n_layers)))
         return cls(model_type=arch.architecture, hidden=arch.hidden_size, vocab=arch.vocab_size,
                    n_heads=arch.n_heads, n_kv=arch.n_kv_heads, head_dim=arch.head_dim,
                    intermediate=arch.intermediate_size, tie=arch.tie_embeddings, attn_gate=arch.attn_output_gate,
@@ -173,6 +172,6 @@ def count_active_params(arch: ModelArch) -> int | None:
     m = arch.moe
     if m is None or not arch.param_count or not m.n_experts_active:
         return None
-    layers = m.n_moe_layers if m.n_moe_layers is not None else arch.n_layers - m.first_dense_layers
-    idle = layers * (m.n_experts - m.n_experts_active) * 3 * arch.hidden_size * m.expert_intermediate_size
+    idle = (m.sparse_layers(arch.n_layers) * (m.n_experts - m.n_experts_active) * 3 * arch.hidden_size
+            * m.expert_intermediate_size)
     return arch.param_count - idle if 0 < idle < arch.param_count else None

@@ -33,10 +33,7 @@ class DecodeShape:
     @classmethod
     def of(cls, arch: ModelArch) -> DecodeShape:
         kinds = arch.kind_counts
-        moe = 0
-        if arch.moe is not None:
-            moe = arch.moe.n_moe_layers if arch.moe.n_moe_layers is not None else \
-                max(0, arch.n_layers - arch.moe.first_dense_layers)
+        moe = max(0, arch.moe.sparse_layers(arch.n_layers)) if arch.moe is not None else 0
         return cls(layers=arch.n_layers, width=arch.hidden_size,
                    linear=kinds.get(LayerKind.LINEAR, 0) + kinds.get(LayerKind.MAMBA, 0), moe=moe)
 
