@@ -32,16 +32,8 @@ step() {   # step NAME NEED_S CMD...: run CMD (its stdout -> NAME.json) when NEE
   echo "$name: rc $rc in $(( $(date +%s) - t0 )) s"; tail -3 "$R/$name.err"
   return $rc
 }
-collect() {
-  log=$(ls -t "$ENGINEROOM_HOME"/state/*.log "$ENGINEROOM_HOME"/*/*.log 2>/dev/null | head -1)
-  [ -z "$log" ] && log=$(find "$ENGINEROOM_HOME" -name '*.log' -newer "$R/run.log" 2>/dev/null | head -1)
-  [ -n "$log" ] && cp "$log" "$R/server.log" && "$VENV/bin/python" benchmarks/vllm_gpu/models.py figures "$R/server.log" > "$R/vllm_figures.json"
-  nvidia-smi --query-gpu=memory.used,memory.total --format=csv > "$R/nvidia-smi.csv" 2>&1
-  [ -f "$ENGINEROOM_HOME/data/results.sqlite" ] && gzip -c "$ENGINEROOM_HOME/data/results.sqlite" > "$R/store.sqlite.gz"
-  "$ER" down --json > "$R/down.json" 2>&1
-  tar -czf "$OUT/vllm_gpu_$model.tgz" -C "$STORE/runs" "$model"
-}
-trap collect EXIT
+. benchmarks/vllm_gpu/collect.sh
+trap 'collect_run "$model" "vllm_gpu_$model.tgz"' EXIT
 bash benchmarks/vllm_gpu/device.sh engineroom > /dev/null || exit 3     # this call's engineroom
 tok=$STORE/models/smollm2-tokenizer
 case "$model" in

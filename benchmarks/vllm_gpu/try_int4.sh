@@ -39,15 +39,8 @@ case "$q" in
   *) echo "unknown quant $q"; exit 2 ;;
 esac
 left() { echo $(( start + budget - $(date +%s) )); }
-collect() {
-  log=$(ls -t "$ENGINEROOM_HOME"/state/*.log 2>/dev/null | head -1)
-  [ -n "$log" ] && cp "$log" "$R/server.log" && "$VENV/bin/python" benchmarks/vllm_gpu/models.py figures "$R/server.log" > "$R/vllm_figures.json"
-  nvidia-smi --query-gpu=memory.used,memory.total --format=csv > "$R/nvidia-smi.csv" 2>&1
-  [ -f "$ENGINEROOM_HOME/data/results.sqlite" ] && gzip -c "$ENGINEROOM_HOME/data/results.sqlite" > "$R/store.sqlite.gz"
-  "$ER" down --json > "$R/down.json" 2>&1
-  tar -czf "$OUT/vllm_try_$q.tgz" -C "$STORE/runs" "try-$q"
-}
-trap collect EXIT
+. benchmarks/vllm_gpu/collect.sh
+trap 'collect_run "try-$q" "vllm_try_$q.tgz"' EXIT
 bash benchmarks/vllm_gpu/device.sh engineroom > /dev/null || exit 3     # this call's engineroom
 plan() { "$ER" plan "$model" --engine vllm --priority balanced --quant "$quant" --ctx 32768 --json > "$R/plan-$1.json" 2> "$R/plan-$1.err"; echo "plan $1: rc $?"; }
 plan before
