@@ -318,8 +318,10 @@ def test_the_folder_vllm_makes_random_weights_from_keeps_an_untied_head_untied(v
     packed quantization_config. A shape given by its config.json travels whole (synth.HF_CONFIG_KEY): the folder
     is that config (its architecture class, the vision tower's config that vLLM 0.26's Qwen3.5 class reads even
     text-only: the GGUF's reading, Qwen3_5ForCausalLM, failed on the H200 on 2026-12-05), at float16."""
+    from engineroom.arch import arch_from_gguf
     from engineroom.arch.config import arch_from_config, read_config
     from engineroom.engines import hffolder
+    from engineroom.flows.serving import served_arch
     from engineroom.synth import write_synthetic_gguf
 
     monkeypatch.setenv("ENGINEROOM_CACHE_DIR", str(tmp_path / "cache"))
@@ -339,24 +341,35 @@ def test_the_folder_vllm_makes_random_weights_from_keeps_an_untied_head_untied(v
             assert config["quantization_config"]["quant_method"] == {"gptq": "gptq", "autoround": "auto-round"}[fmt]
             assert hffolder.dummy_weights(folder) and hffolder.source_of(folder)["quant_format"] == fmt
             if carried is not None:
+                # what fit sizes the launch by: the folder's config (the shape file has no tensors to tell the
+                # layer kinds or the head from: it sized the 27B's gptq pick as 23.1B parameters, H100 2026-12-05)
+                sized = served_arch(arch_from_gguf(gguf), folder)
+                assert sized is not None and (sized.param_count, sized.layer_kinds, sized.tie_embeddings) == (
+                    arch.param_count, arch.layer_kinds, tied), name
                 assert config["architectures"] == carried["architectures"] and config["torch_dtype"] == "float16"
                 assert ("vision_config" in config) == ("vision_config" in carried)
                 if "vision_config" in carried:
-                    vision_left_at_16_bits.append(config["quantization_config"])
+                    vision_left_at_16_bits.append({"folder": str(folder), "config": config["quantization_config"]})
     assert "vision_config" in read_config(root / "qwen3.6-27b.json")[0]
     # the vision tower stays at 16 bits, as published checkpoints leave it (its 4,304-wide MLP divides no group of
-    # 128: vLLM 0.26 found no int4 kernel for it on the H100), said the way vLLM's own GPTQ config reads it
+    # 128: vLLM 0.26 found no int4 kernel for it on the H100), said the way vLLM's own GPTQ config reads it; and the
+    # decoder blocks are quantized although the folder has no safetensors for vLLM to read the quantized modules
+    # from (without modules_in_block_to_quantize it quantized nothing: 50.2 GiB of 16-bit weights, H100 2026-12-05)
     (gptq,) = vision_left_at_16_bits
     check = ("import json, sys\n"
              "from vllm.model_executor.layers.quantization import get_quantization_config\n"
-             "from vllm.model_executor.layers.quantization.utils.gptq_utils import get_dynamic_override\n"
+             "from vllm.model_executor.layers.quantization.utils.gptq_utils import get_dynamic_override, "
+             "is_layer_gptq_quantized\n"
              "c = get_quantization_config('gptq').from_config(json.loads(sys.argv[1]))\n"
-             "print(json.dumps([get_dynamic_override(c, n) for n in ('visual.blocks.0.mlp.linear_fc1', "
-             "'language_model.model.layers.0.mlp.down_proj')]))\n")
-    proc = subprocess.run([str(vllm_python.path), "-c", check, json.dumps(gptq)], capture_output=True, text=True,
-                          timeout=300)
+             "c.maybe_update_config(sys.argv[2])\n"
+             "names = ('visual.blocks.0.mlp.linear_fc1', 'language_model.model.layers.0.mlp.down_proj')\n"
+             "print(json.dumps([get_dynamic_override(c, n) for n in names] + [is_layer_gptq_quantized(n, "
+             "c.modules_in_block_to_quantize) for n in names[1:] + ('language_model.lm_head',)]))\n")
+    proc = subprocess.run([str(vllm_python.path), "-c", check, json.dumps(gptq["config"]), gptq["folder"]],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False, None]      # skipped; quantized as configured
+    # the tower skipped; a block's layer as configured and quantized; the head not
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False, None, True, False]
 
 
 def test_a_4bit_folder_of_a_model_with_vision_leaves_the_tower_at_16_bits_by_each_methods_convention():

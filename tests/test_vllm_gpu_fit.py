@@ -42,7 +42,34 @@ def test_vllm_026s_gpu_log_gives_each_figure_of_its_profile():
     # "GPU KV cache size: 1,149,792 tokens" and, a line later, "Maximum concurrency for 32,768 tokens ..."
     placed = vllm.placement_report(text)
     assert placed is not None and (placed.device, placed.ctx_total, placed.ctx_per_slot) == ("gpu", 1_149_792, 32_768)
+    assert placed.gpu_weights_bytes == round(50.13 * GiB)                     # "Model loading took 50.13 GiB"
     assert vllm.kv_capacity(text) == {"tokens": 1_149_792, "max_model_len": 32_768, "max_concurrency": 35.09}
+
+
+def test_weights_loaded_at_another_precision_than_the_pick_are_a_placement_difference():
+    """Real vLLM 0.26 logs of a Qwen3.6-27B 4-bit try on the H100 (2026-12-05): the autoround-int4 pick loaded
+    16.89 GiB, packed as planned; the gptq-int4 pick's folder named no quantized modules, and vLLM, finding no
+    safetensors to read them from, loaded every layer at 16 bits (50.22 GiB) and decoded 47.6 tok/s under the plan's
+    band. fit's weights for either pick stand beside them: the first is as planned, the second is not."""
+    from engineroom import placement
+
+    arch = arch_from_config(CONFIGS / "qwen3.6-27b.json")
+    for quant, log, loaded, as_planned in (
+            ("autoround-int4", "gpu_0.26_h100_qwen36-27b_autoround.log", 16.89, True),
+            ("gptq-int4", "gpu_0.26_h100_qwen36-27b_gptq_unquantized.log", 50.22, False)):
+        req = FitRequest(engine="vllm", ctx=32_768, quant=quant)
+        planned_weights, _ = profiled_weights(arch, req, weight_split(arch, req))
+        actual = vllm.placement_report((LOG.parent / log).read_text())
+        assert actual is not None and actual.gpu_weights_bytes == round(loaded * GiB), log
+        assert abs(actual.gpu_weights_bytes / planned_weights - 1) < 0.1 if as_planned else True   # fit within 10%
+        plan = placement.Placement(device="gpu", gpu_weights_bytes=planned_weights, ctx_total=32_768,
+                                   ctx_per_slot=32_768, slots=1)
+        verdict = placement.check("vllm", plan, actual)
+        assert (verdict.status == "as_planned") is as_planned, verdict.detail
+        if not as_planned:
+            assert [d.what for d in verdict.diffs] == ["gpu_weights"]
+            assert "3.3x the planned" in verdict.detail and "quantization was not what loaded" in verdict.detail
+            assert placement.check_record(verdict.as_dict())[0] == "FAIL"
 
 
 def test_the_cpu_builds_one_line_capacity_still_reads():

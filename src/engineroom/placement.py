@@ -11,7 +11,10 @@ the verdict stored with the launch (``check_record``).
 Sizes are not compared here (``memory.compare`` does that, per component): a buffer counts as
 moved only when the host holds more weights than the plan put there by more than
 ``HOST_WEIGHTS_SLACK`` (fit's host-side estimate is within 0.3% on an H200; a moved layer is
-hundreds of MiB).
+hundreds of MiB). One size is a placement fact: GPU weights over ``WEIGHTS_OTHER_PRECISION`` x the
+plan's are the pick's weights at another precision (an int4 pick held at 16 bits is 3x and more,
+an fp8 one 1.9x; fit's bits-per-weight estimates of packed checkpoints are within 10% of what vLLM
+loaded), so the figures measured are not the pick's.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ from typing import Any
 from .units import GiB, gib, mib
 
 HOST_WEIGHTS_SLACK = (0.02, 64 * 1024 * 1024)   # 2% of the planned host weights, at least 64 MiB
+# vLLM 0.26 loaded a gptq-int4 pick of Qwen3.6-27B planned at 16.3 GiB as 50.2 GiB of 16-bit weights (H100,
+# 2026-12-05; the folder named no quantized modules), and decoded 47.6 tok/s under the plan's 66-101
+# (and by at least 256 MiB: a toy model's buffers are padded past the ratio)
+WEIGHTS_OTHER_PRECISION = (1.35, 256 * 1024 * 1024)
 
 
 def _size(n: int | None) -> str:
@@ -52,7 +59,7 @@ class Placement:
 
 @dataclass(frozen=True)
 class Difference:
-    what: str          # "layers", "host_weights", "host_kv", "ctx_total", "ctx_per_slot", "slots"
+    what: str          # "layers", "host_weights", "gpu_weights", "host_kv", "ctx_total", "ctx_per_slot", "slots"
     planned: Any
     actual: Any
     text: str          # the difference, in words
@@ -101,6 +108,14 @@ def differences(plan: Placement, actual: Placement) -> list[Difference]:
                                      if actual.gpu_weights_bytes is not None and plan.gpu_weights_bytes else ""),
                                   f"every token reads {_size(moved)} more from host memory than planned, "
                                   "several times slower than the GPU's"))
+        planned_gpu, got = plan.gpu_weights_bytes, actual.gpu_weights_bytes
+        if planned_gpu and got is not None and got > max(WEIGHTS_OTHER_PRECISION[0] * planned_gpu,
+                                                         planned_gpu + WEIGHTS_OTHER_PRECISION[1]):
+            out.append(Difference("gpu_weights", planned_gpu, got,
+                                  f"{_size(got)} of weights on the GPU, {got / planned_gpu:.1f}x the planned "
+                                  f"{_size(planned_gpu)}: the pick's quantization was not what loaded",
+                                  f"each token reads {_size(got - planned_gpu)} more weights than planned, and the "
+                                  "KV cache has that much less room"))
         if actual.host_kv_bytes:
             out.append(Difference("host_kv", 0, actual.host_kv_bytes,
                                   f"{_size(actual.host_kv_bytes)} of KV cache in host memory, not on the GPU",

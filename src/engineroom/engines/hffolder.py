@@ -30,9 +30,14 @@ DTYPE = "float16"                        # what a folder is saved as
 SOURCE_FILE = "engineroom-source.json"   # written into each folder: where it came from, its dtype, its weights
 SIXTEEN_BIT = ("bf16", "f16", "fp16")   # the formats a folder of random weights holds at DTYPE, as the pick would
 INT4_GROUP = 128                 # the group size of the int4 checkpoints the catalog names (AWQ, GPTQ, AutoRound)
+# GPTQ names the decoder blocks' modules it quantized: without the key, vLLM (0.26, auto_gptq) reads them from the
+# checkpoint's safetensors dtypes, and a dummy-weight folder has none, so it quantized nothing and loaded a
+# gptq-int4 pick of Qwen3.6-27B at 16 bits (50.2 GiB for 16.3 planned, H100, 2026-12-05); "layers." is a substring
+# of every decoder block's module names (model.layers.N, model.language_model.layers.N, backbone.layers.N)
 _INT4_CONFIGS: dict[str, dict[str, object]] = {
     "awq": {"quant_method": "awq", "bits": 4, "zero_point": True, "version": "gemm"},
-    "gptq": {"quant_method": "gptq", "bits": 4, "desc_act": False, "sym": True},
+    "gptq": {"quant_method": "gptq", "bits": 4, "desc_act": False, "sym": True,
+             "modules_in_block_to_quantize": [["layers."]]},
     "autoround": {"quant_method": "auto-round", "bits": 4, "sym": True, "data_type": "int",
                   "packing_format": "auto_round:auto_gptq"},
 }

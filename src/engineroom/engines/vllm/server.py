@@ -105,8 +105,9 @@ def kv_capacity(log_text: str) -> dict[str, float] | None:
 # 0.26 sums the profile up in one line (gpu_worker): "Actual usage is 50.13 GiB for weight, 2.58 GiB
 # for peak activation, 0.25 GiB for non-torch memory, and 0.07 GiB for CUDAGraph memory."; the
 # first pattern of a component that matches is read
+_MODEL_LOADING = re.compile(r"Model loading took ([\d.]+) ?GiB")
 _REPORTED: tuple[tuple[str, tuple[re.Pattern[str], ...], str], ...] = (
-    ("weights", (re.compile(r"Model loading took ([\d.]+) ?GiB"),), "'Model loading took X GiB' (per worker)"),
+    ("weights", (_MODEL_LOADING,), "'Model loading took X GiB' (per worker)"),
     ("activations", (re.compile(r"torch peak memory increase: ([\d.]+) ?GiB"),
                      re.compile(r"([\d.]+) GiB for peak activation")),
      "the profiling run's peak activation (per worker)"),
@@ -157,12 +158,18 @@ def _gib_sum(pattern: re.Pattern[str], text: str) -> tuple[int, int] | None:
 def placement_report(log_text: str) -> Placement | None:
     """vLLM's KV pool as a placement: the tokens its profiling left room for (``ctx_total``) and
     max_model_len per sequence (``ctx_per_slot``), from its own "KV cache size" line. A pool under
-    ctx x slots serves fewer sequences at full length than planned (vLLM queues the rest)."""
+    ctx x slots serves fewer sequences at full length than planned (vLLM queues the rest). On a GPU,
+    the weights it loaded (``gpu_weights_bytes``, every worker's "Model loading took X GiB"): the
+    pick's precision or not."""
     got = _kv_tokens(log_text)
     if got is None:
         return None
-    return Placement(device="cpu" if got[0].startswith("CPU") else "gpu", ctx_total=got[1], ctx_per_slot=got[2],
-                     source="vLLM log: 'KV cache size: N tokens', 'Maximum concurrency for C tokens per request'")
+    gpu = not got[0].startswith("CPU")
+    weights = _gib_sum(_MODEL_LOADING, _last_start(log_text)) if gpu else None
+    return Placement(device="gpu" if gpu else "cpu", ctx_total=got[1], ctx_per_slot=got[2],
+                     gpu_weights_bytes=weights[0] if weights else None,
+                     source="vLLM log: 'KV cache size: N tokens', 'Maximum concurrency for C tokens per request'"
+                     + (", 'Model loading took X GiB'" if weights else ""))
 
 
 def memory_report(log_text: str) -> MemoryReport | None:
