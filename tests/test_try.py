@@ -385,3 +385,34 @@ def test_a_4bit_folder_of_a_model_with_vision_leaves_the_tower_at_16_bits_by_eac
     assert seen["autoround"]["block_name_to_quantize"] == "model.language_model.layers"
     assert all(c["group_size"] == hffolder.INT4_GROUP and c["bits"] == 4 for c in seen.values())
     assert hffolder.quantization_config("fp8", vision=True) is None
+
+
+def test_a_catalog_model_tried_on_an_engine_that_builds_it_gets_its_own_config_from_the_hub_cache(tmp_path,
+                                                                                                  monkeypatch):
+    """vLLM and SGLang build the model from the folder's config.json; for a catalog id, try takes the model's own
+    (the catalog's hf_config repo, through huggingface_hub: its cached copy when the hub is unreachable, as here).
+    Without one it says so and falls back to transformers' reading of the shape file, which vLLM 0.26 does not
+    build for Qwen3.6-27B (Qwen3_5ForCausalLM: the H200 try by catalog id, 2026-12-05)."""
+    from huggingface_hub import constants
+
+    from engineroom.arch.config import read_config
+    from engineroom.flows.trying import model_config
+
+    said: list[str] = []
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert model_config("qwen3.6-27b", "Qwen/Qwen3.6-27B", said.append) is None
+    assert len(said) == 1 and "no cached copy exists" in said[0] and "Qwen/Qwen3.6-27B" in said[0], said
+    # huggingface_hub's cache layout: refs/main names the snapshot holding the file
+    repo = tmp_path / "hub" / "models--Qwen--Qwen3.6-27B"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    published = Path(__file__).parent / "fixtures" / "configs" / "qwen3.6-27b.json"
+    (repo / "snapshots" / commit / "config.json").write_text(published.read_text())
+    got = model_config("qwen3.6-27b", "Qwen/Qwen3.6-27B", said.append)
+    assert got == read_config(published)[0] and got["architectures"] == ["Qwen3_5ForConditionalGeneration"]
+    assert len(said) == 1
+    # a config.json given by path is read as it is, whatever the catalog says
+    assert model_config(str(published), None, said.append) == got

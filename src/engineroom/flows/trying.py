@@ -117,6 +117,26 @@ def _local_config(model: str) -> dict[str, Any] | None:
     return read_config(path)[0]
 
 
+def model_config(model: str, hf_config: str | None, say: Callable[[str], None]) -> dict[str, Any] | None:
+    """The model's own config.json, whole, for an engine that builds the model from it (vLLM, SGLang): the file
+    ``model`` names here, else the catalog's ``hf_config`` repo's (Hugging Face, or huggingface_hub's cached copy
+    when the hub is unreachable). None, said, when neither is at hand: the folder is then transformers' reading of
+    the shape file, a text-only class the engine may not register (vLLM 0.26 builds Qwen3.5 only as its VL class:
+    `try qwen3.6-27b --engine vllm` failed so on the H200, 2026-12-05)."""
+    from ..arch import fetch_hf_config
+    from ..errors import EngineroomError
+
+    local = _local_config(model)
+    if local is not None or not hf_config:
+        return local
+    try:
+        return fetch_hf_config(hf_config)
+    except EngineroomError as exc:
+        say(f"note: {str(exc).rstrip('.')}; the folder is transformers' reading of the shape file instead, which "
+            f"the engine may not build as the model: give the model's config.json (from {hf_config}) for its own")
+        return None
+
+
 @contextmanager
 def random_weights(model: str, pick: Pick, log: StageLog, *, folder: Path | None = None, keep: bool = False,
                    command: str = "try", tensors: bool = True) -> Iterator[tuple[Path, int]]:
@@ -149,7 +169,8 @@ def random_weights(model: str, pick: Pick, log: StageLog, *, folder: Path | None
     try:
         with log.stage("write", f"write {path.name}: random weights, {gib(size, 2)}" if tensors
                        else f"write {path.name}: the shape and tokenizer ({pick.engine} makes the weights)"):
-            source = None if tensors else _local_config(model)
+            source = None if tensors else model_config(model, getattr(subject.model, "hf_config", None),
+                                                           log.say or (lambda _m: None))
             write_synthetic_gguf(arch, quant, path, tensors=tensors, hf_config=source)
         yield path, path.stat().st_size if not tensors else size
     finally:
