@@ -80,8 +80,8 @@ def up(
     accept_placement: bool = typer.Option(
         False, "--accept-placement",
         help="Keep the server running when the engine places it otherwise than planned (layers or buffers on the "
-             "host, a smaller context, fewer slots); without it such a launch is stopped. The acceptance is "
-             "recorded with the launch."),
+             "host, weights at another precision than the pick's, a smaller context, fewer slots); without it such "
+             "a launch is stopped. The acceptance is recorded with the launch."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would run (command line, environment, fit's "
                                                           "prediction; with --docker or --compose the compose file) "
                                                           "and start nothing: the same as `engineroom recipe`."),
