@@ -343,7 +343,7 @@ def test_the_folder_vllm_makes_random_weights_from_keeps_an_untied_head_untied(v
             if carried is not None:
                 # what fit sizes the launch by: the folder's config (the shape file has no tensors to tell the
                 # layer kinds or the head from: it sized the 27B's gptq pick as 23.1B parameters, H100 2026-12-05)
-                sized = served_arch(arch_from_gguf(gguf), folder)
+                sized = served_arch(arch_from_gguf(gguf), gguf, folder)
                 assert sized is not None and (sized.param_count, sized.layer_kinds, sized.tie_embeddings) == (
                     arch.param_count, arch.layer_kinds, tied), name
                 assert config["architectures"] == carried["architectures"] and config["torch_dtype"] == "float16"

@@ -156,7 +156,7 @@ def prepare(
     # a recipe converts nothing)
     serve_path = (adapter.serving_model(path, (lambda _f, m: say(m)) if say else None,
                                         weights_format=request.weights.format) if download else path)
-    arch = served_arch(arch, Path(serve_path))
+    arch = served_arch(arch, Path(path), Path(serve_path))
     template = chat_template or (Path(request.chat_template) if request.chat_template else None)
     if tools_template:
         if template is not None:
@@ -271,12 +271,13 @@ def launch_prepared(prepared: Prepared, **kwargs: Any) -> launch.ServerState:
     return state
 
 
-def served_arch(arch: ModelArch | None, serve_path: Path) -> ModelArch | None:
-    """The architecture fit sizes a launch by: the model file's (a GGUF's tensor table is exact), unless the
-    file has no tensors (a random-weight file's shape alone, for an engine that makes the weights itself) and the
-    engine serves a folder made from it: then the folder's config.json, which is what the engine builds (its
-    layer kinds, tied head, vision tower and quantization_config, none of which a tensorless header tells)."""
-    if arch is not None and arch.tensor_bytes:
+def served_arch(arch: ModelArch | None, path: Path, serve_path: Path) -> ModelArch | None:
+    """The architecture fit sizes a launch by: that of the model file at ``path`` (a GGUF's tensor table is
+    exact), unless the file has no tensors (a random-weight file's shape alone, for an engine that makes the
+    weights itself) and the engine serves a folder made from it (``serve_path``): then the folder's config.json,
+    which is what the engine builds (its layer kinds, tied head, vision tower and quantization_config, none of
+    which a tensorless header tells). A folder served as itself was read already."""
+    if (arch is not None and arch.tensor_bytes) or serve_path == path:
         return arch
     if serve_path.is_dir() and (serve_path / "config.json").is_file():
         return _read_arch(serve_path) or arch
