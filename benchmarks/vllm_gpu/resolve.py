@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Which wheels vLLM's CUDA build needs beside what the lent H200 machine already has.
+"""Which wheels vLLM's (or SGLang's) CUDA build needs beside what the lent GPU machine already has.
 
-    .venv/bin/python benchmarks/vllm_gpu/resolve.py [--vllm 0.26.0] [--out benchmarks/vllm_gpu/wheels.json]
+    .venv/bin/python benchmarks/vllm_gpu/resolve.py [--engine vllm --version 0.26.0]   # -> wheels.json, wheels.txt
+    .venv/bin/python benchmarks/vllm_gpu/resolve.py --engine sglang                   # -> wheels-sglang.json, .txt
+
+SGLang 0.5.16 is the newest release that pins the device's PyTorch (2.11.0; 0.5.18 and later pin 2.13).
 
 Reads package metadata from PyPI's JSON API (one request per package, plus one per chosen
 version for its Requires-Dist; no wheel is downloaded: this workplace's index serves no PEP 658
@@ -106,8 +109,47 @@ SKIP: dict[str, str] = {
     "fastapi-cloud-cli": "fastapi[standard]'s cloud CLI",
     "email-validator": "fastapi[standard] extra; vLLM's models use no EmailStr",
 }
-# fastapi[standard]'s extras vLLM does use (uvicorn runs the server; forms need python-multipart)
-EXTRA_REQUIREMENTS = ("uvicorn>=0.30", "python-multipart>=0.0.9")
+# Left out of SGLang 0.5.16's requirements (why): each is imported lazily on its text-serving path (a
+# guarded import or a module loaded only for the feature named; checked in its source), or serves
+# another GPU generation; what a skip costs shows as an import error in device.sh's import check.
+SKIP_SGLANG: dict[str, str] = {
+    "flash-attn-4": "FlashAttention 4 (Blackwell); SM90 attention is FA3, from sglang-kernel",
+    "nvidia-cutlass-dsl": "CuTe DSL kernels (FA4, quack, Blackwell MoE): not on the SM90 path",
+    "nvidia-mathdx": "cuBLASDx/cuFFTDx headers for JIT kernels of other paths",
+    "quack-kernels": "CuTe DSL kernels (opt-in)",
+    "tilelang": "TileLang kernels (DeepSeek sparse attention)",
+    "tokenspeed-mla": "MLA kernels (DeepSeek-style models)",
+    "humming-kernels": "quantized GEMM kernels (opt-in backend)",
+    "helion": "Helion kernels (opt-in)",
+    "kernels": "Hugging Face's kernel hub (downloads kernels at run time; the device reaches no hub)",
+    "sgl-deep-gemm": "DeepGEMM (FP8 block GEMM; these picks are 16-bit or int4)",
+    "torchcodec": "video/audio decoding (multimodal inputs)",
+    "torchao": "torchao quantization (--torchao-config only)",
+    "datasets": "sglang.bench_serving's datasets only",
+    "modelscope": "ModelScope downloads (SGLANG_USE_MODELSCOPE only)",
+    "py-spy": "the watchdog's stack dumps",
+    "timm": "vision towers of other models",
+    "smg-grpc-servicer": "the gRPC server mode",
+    "outlines": "a grammar backend chosen only by name (the default is xgrammar)",
+    "mistral-common": "Mistral tokenizers (tokenizer_mode mistral)",
+    "flashinfer-cubin": "FlashInfer's prebuilt kernels",
+    "nvidia-cudnn-frontend": "cuDNN attention paths (FlashInfer imports it lazily)",
+    "uv": "engineroom's engine installer (engines install): not run on the device",
+}
+# the requirements of each engine's run beyond its own: the root, the skips, the extras
+# (vLLM: fastapi[standard]'s extras it does use: uvicorn runs the server; forms need python-multipart)
+ENGINES: dict[str, dict] = {
+    "vllm": {"version": "0.26.0", "skip": SKIP, "extra": ("uvicorn>=0.30", "python-multipart>=0.0.9"),
+             "out": "wheels.json"},
+    # own: packages the device has at a version the engine's pins refuse: the engine's own is carried and
+    # shadows the device's in its venv (SGLang 0.5.16 pins transformers 5.12.1; the device has 5.17.0)
+    # (SGLang: flashinfer-python is imported by its sampler on CUDA whatever the backend; IPython by sglang.utils,
+    # soundfile by the server's transcription routes, dill by custom logit processors: all at module level,
+    # found by importing sglang.launch_server, its http_server, scheduler and model runner on this machine)
+    "sglang": {"version": "0.5.16", "skip": SKIP_SGLANG, "extra": ("dill",), "out": "wheels-sglang.json",
+               "own": ("transformers", "tokenizers")},   # transformers 5.12.1: tokenizers<=0.23.0 (device: 0.23.2)
+}
+ENGINE = "vllm"
 # packages the image has whose version is not stated: no fallback wheel for these (too large, or
 # pinned by the image's torch build); every other such package gets the newest wheel that meets the
 # specifier, installed on the device only when its own version does not (device.sh install)
@@ -231,9 +273,13 @@ def _valid(v: str) -> bool:
         return False
 
 
-def resolve(vllm_version: str) -> dict:
+def resolve(version: str) -> dict:
     env = _env()
-    roots = [Requirement(f"vllm=={vllm_version}"), *(Requirement(r) for r in EXTRA_REQUIREMENTS)]
+    skip = ENGINES[ENGINE]["skip"]
+    for name in ENGINES[ENGINE].get("own", ()):
+        DEVICE.pop(name, None)
+        NO_FALLBACK.discard(name)
+    roots = [Requirement(f"{ENGINE}=={version}"), *(Requirement(r) for r in ENGINES[ENGINE]["extra"])]
     engineroom = [Requirement(r) for r in _engineroom_requirements()]
     specs: dict[str, SpecifierSet] = {}
     why: dict[str, list[str]] = {}
@@ -247,8 +293,8 @@ def resolve(vllm_version: str) -> dict:
         name = canonicalize_name(req.name)
         why.setdefault(name, []).append(f"{parent}: {req}")
         specs[name] = specs.get(name, SpecifierSet()) & req.specifier
-        if name in SKIP and name != "vllm":
-            decisions[name] = {"name": name, "decision": "skip", "why": SKIP[name], "required_by": why[name]}
+        if name in skip and name != ENGINE:
+            decisions[name] = {"name": name, "decision": "skip", "why": skip[name], "required_by": why[name]}
             continue
         if name in DEVICE:
             have = DEVICE[name]
@@ -290,7 +336,7 @@ def resolve(vllm_version: str) -> dict:
                 version, f = found
                 d["fallback"] = {"version": version, "filename": f["filename"], "size": f["size"],
                                  "sha256": f["digests"]["sha256"]}
-    return {"vllm": vllm_version, "python": "cp312", "released_before": CUTOFF,
+    return {ENGINE: version, "python": "cp312", "released_before": CUTOFF,
             "platform": "manylinux_2_17..2_34 x86_64",
             "packages": sorted(decisions.values(), key=lambda d: (d["decision"], d["name"]))}
 
@@ -305,22 +351,26 @@ def _engineroom_requirements() -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--vllm", default="0.26.0")
-    ap.add_argument("--out", type=Path, default=HERE / "wheels.json")
+    ap.add_argument("--engine", choices=sorted(ENGINES), default="vllm")
+    ap.add_argument("--version", default=None, help="the engine's release (default: vLLM 0.26.0, SGLang 0.5.16)")
+    ap.add_argument("--out", type=Path, default=None, help="default: wheels.json (vLLM), wheels-sglang.json")
     ap.add_argument("--as-of", default=None, help="ISO date: newest releases before it (default: 7 days after "
-                    "vLLM's own upload, the dependency set its release was tested against)")
+                    "the engine's own upload, the dependency set its release was tested against)")
     args = ap.parse_args()
     TAGS.update(_tags())
-    global CUTOFF
+    global CUTOFF, ENGINE
+    ENGINE = args.engine
+    args.version = args.version or ENGINES[ENGINE]["version"]
+    args.out = args.out or HERE / ENGINES[ENGINE]["out"]
     if args.as_of:
         CUTOFF = args.as_of
     else:
         import datetime
 
-        files = _get(f"{PYPI}/vllm/json")["releases"][args.vllm]
+        files = _get(f"{PYPI}/{ENGINE}/json")["releases"][args.version]
         uploaded = datetime.datetime.fromisoformat(min(f["upload_time"] for f in files))
         CUTOFF = (uploaded + datetime.timedelta(days=7)).isoformat()
-    result = resolve(args.vllm)
+    result = resolve(args.version)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     carry = [p for p in result["packages"] if p["decision"] == "carry"]
     lines = [f"{p['name']}=={p['version']} --hash=sha256:{p['sha256']}" for p in carry]
@@ -339,7 +389,7 @@ def main() -> int:
         print(f"  fallback {p['name']}=={p['fallback']['version']} ({p['fallback']['size'] / 2**20:.2f} MiB) "
               f"if the device's does not meet '{p['spec']}'")
     total = sum(p["size"] for p in carry) + sum(p["fallback"]["size"] for p in fallbacks)
-    print(f"carry total (before trimming vLLM): {total / 2**20:.1f} MiB in {len(carry) + len(fallbacks)} wheels")
+    print(f"carry total (before trimming): {total / 2**20:.1f} MiB in {len(carry) + len(fallbacks)} wheels")
     return 0
 
 

@@ -162,8 +162,8 @@ import json, sys
 from pathlib import Path
 from transformers import AutoConfig, AutoTokenizer
 gguf, out, quant = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3] or "null")
-tied, source = json.loads(sys.argv[4] or "null"), json.loads(sys.argv[5] or "null")
-tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+tied, source, vocab = json.loads(sys.argv[4] or "null"), json.loads(sys.argv[5] or "null"), Path(sys.argv[6])
+tok = AutoTokenizer.from_pretrained(str(vocab.parent), gguf_file=vocab.name)
 if source is None:   # transformers' reading of the GGUF's metadata
     cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     cfg.torch_dtype = "float16"
@@ -194,6 +194,33 @@ if quant:      # every linear layer's input dim a multiple of the group: the lar
 (out / "config.json").write_text(json.dumps(data, indent=2))
 print("OK", data.get("model_type"), len(tok), json.dumps(data.get("quantization_config")))
 """
+
+
+def _tokenizer_file(path: Path, dst: Path) -> Path:
+    """The tokenizer of the random-weight file ``path`` alone, as a GGUF of the architecture its vocabulary comes
+    from (SmolLM2's: "llama"), for the engine's transformers to read: transformers reads a GGUF's tokenizer only
+    for architectures it knows, and the shape file's may be newer than the engine's transformers (qwen35 in SGLang
+    0.5.16's transformers 5.12.1: "GGUF model with architecture qwen35 is not supported yet")."""
+    import gguf
+
+    from ..arch.gguf import GGUFArray, read_gguf_header_local
+
+    w = gguf.GGUFWriter(str(dst), "llama")
+    for key, value in read_gguf_header_local(path, keep_arrays=True).kv.items():
+        if not key.startswith("tokenizer."):
+            continue
+        if isinstance(value, GGUFArray):
+            w.add_array(key, list(value.values or ()))
+        elif isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, int):
+            w.add_uint32(key, value)
+        else:
+            w.add_string(key, str(value))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return dst
 
 
 def _key(path: Path) -> str:
@@ -235,15 +262,22 @@ def folder_of(path: Path, *, engine: str, python: Callable[[], Path], progress: 
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    vocab = tmp.with_name(tmp.name + "-tokenizer")
+    shutil.rmtree(vocab, ignore_errors=True)
+    if dummy:
+        vocab.mkdir()
+        _tokenizer_file(path, vocab / "tokenizer.gguf")
     script = [_CONFIG_ONLY, str(path.resolve()), str(tmp), json.dumps(quant) if quant else "",
-              json.dumps(bool(tied)) if tied is not None else "", str(source or "")] if dummy else \
-        [_CONVERT, str(path.resolve()), str(tmp)]
+              json.dumps(bool(tied)) if tied is not None else "", str(source or ""),
+              str(vocab / "tokenizer.gguf")] if dummy else [_CONVERT, str(path.resolve()), str(tmp)]
     try:
         proc = subprocess.run([str(interpreter), "-c", *script], capture_output=True, text=True, timeout=1800, env=env)
     except subprocess.TimeoutExpired:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(vocab, ignore_errors=True)
         raise EngineFailed(f"converting {path.name} for {engine} took over 30 minutes; stopped it.") from None
-    if proc.returncode != 0 or not proc.stdout.strip().splitlines()[-1:][0].startswith("OK"):
+    shutil.rmtree(vocab, ignore_errors=True)
+    if proc.returncode != 0 or not (proc.stdout.strip().splitlines() or [""])[-1].startswith("OK"):
         shutil.rmtree(tmp, ignore_errors=True)
         last = [line for line in proc.stderr.strip().splitlines() if line.strip()][-8:]
         raise EngineFailed(f"transformers could not convert {path.name} to a safetensors folder for {engine} "
