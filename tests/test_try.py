@@ -317,7 +317,11 @@ def test_the_folder_vllm_makes_random_weights_from_keeps_an_untied_head_untied(v
     (synth.TIED_KEY), and the folder written in vLLM's own environment says it as the model does, with the pick's
     packed quantization_config. A shape given by its config.json travels whole (synth.HF_CONFIG_KEY): the folder
     is that config (its architecture class, the vision tower's config that vLLM 0.26's Qwen3.5 class reads even
-    text-only: the GGUF's reading, Qwen3_5ForCausalLM, failed on the H200 on 2026-12-05), at float16."""
+    text-only: the GGUF's reading, Qwen3_5ForCausalLM, failed on the H200 on 2026-12-05), at float16.
+    Its tokenizer reads whatever architecture the shape file has: transformers reads a GGUF's tokenizer only for the
+    architectures its GGUF reader knows (SGLang 0.5.16's transformers 5.12.1 refused qwen35, vLLM's 5.19 refuses
+    DeepSeek-V3's deepseek2), so the folder's tokenizer comes from the shape file's vocabulary alone, filed under
+    the architecture that vocabulary comes from (SmolLM2's llama)."""
     from engineroom.arch import arch_from_gguf
     from engineroom.arch.config import arch_from_config, read_config
     from engineroom.engines import hffolder
@@ -351,6 +355,12 @@ def test_the_folder_vllm_makes_random_weights_from_keeps_an_untied_head_untied(v
                 if "vision_config" in carried:
                     vision_left_at_16_bits.append({"folder": str(folder), "config": config["quantization_config"]})
     assert "vision_config" in read_config(root / "qwen3.6-27b.json")[0]
+    deepseek = arch_from_config(root / "deepseek-v3.json")
+    gguf = write_synthetic_gguf(deepseek, "F16", tmp_path / "deepseek-v3-F16-random.gguf", tensors=False,
+                                hf_config=read_config(root / "deepseek-v3.json")[0])
+    mla = hffolder.folder_of(gguf, engine="vllm", python=lambda: vllm_python.path)
+    assert json.loads((mla / "config.json").read_text())["architectures"] == ["DeepseekV3ForCausalLM"]
+    assert not list(mla.parent.glob("*-tokenizer")), "the tokenizer file is removed after use"
     # the vision tower stays at 16 bits, as published checkpoints leave it (its 4,304-wide MLP divides no group of
     # 128: vLLM 0.26 found no int4 kernel for it on the H100), said the way vLLM's own GPTQ config reads it; and the
     # decoder blocks are quantized although the folder has no safetensors for vLLM to read the quantized modules
@@ -364,44 +374,19 @@ def test_the_folder_vllm_makes_random_weights_from_keeps_an_untied_head_untied(v
              "c.maybe_update_config(sys.argv[2])\n"
              "names = ('visual.blocks.0.mlp.linear_fc1', 'language_model.model.layers.0.mlp.down_proj')\n"
              "print(json.dumps([get_dynamic_override(c, n) for n in names] + [is_layer_gptq_quantized(n, "
-             "c.modules_in_block_to_quantize) for n in names[1:] + ('language_model.lm_head',)]))\n")
-    proc = subprocess.run([str(vllm_python.path), "-c", check, json.dumps(gptq["config"]), gptq["folder"]],
+             "c.modules_in_block_to_quantize) for n in names[1:] + ('language_model.lm_head',)]))\n"
+             "from transformers import AutoTokenizer\n"
+             "t = AutoTokenizer.from_pretrained(sys.argv[3])\n"
+             "ids = t('The capital of France is Paris.', add_special_tokens=False)['input_ids']\n"
+             "print(json.dumps([len(t), len(ids), t.decode(ids)]))\n")
+    proc = subprocess.run([str(vllm_python.path), "-c", check, json.dumps(gptq["config"]), gptq["folder"], str(mla)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     # the tower skipped; a block's layer as configured and quantized; the head not
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False, None, True, False]
-
-
-@pytest.mark.integration
-def test_the_folder_tokenizer_reads_where_the_engines_transformers_does_not_know_the_shapes_architecture(
-        vllm_python, tmp_path, monkeypatch):
-    """transformers reads a GGUF's tokenizer only for the architectures its GGUF reader knows: SGLang 0.5.16's
-    transformers 5.12.1 refused the Qwen3.6-27B shape file ("GGUF model with architecture qwen35 is not supported
-    yet"), vLLM's 5.19 refuses DeepSeek-V3's (deepseek2). The folder's tokenizer is read from the shape file's
-    tokenizer alone, filed under the architecture its vocabulary comes from (SmolLM2's llama), and encodes and
-    decodes as the shape file's vocabulary does, at the arch's vocabulary size."""
-    from engineroom.arch.config import arch_from_config, read_config
-    from engineroom.engines import hffolder
-    from engineroom.synth import write_synthetic_gguf
-
-    monkeypatch.setenv("ENGINEROOM_CACHE_DIR", str(tmp_path / "cache"))
-    root = Path(__file__).parent / "fixtures" / "configs"
-    arch = arch_from_config(root / "deepseek-v3.json")
-    gguf = write_synthetic_gguf(arch, "F16", tmp_path / "deepseek-v3-F16-random.gguf", tensors=False,
-                                hf_config=read_config(root / "deepseek-v3.json")[0])
-    folder = hffolder.folder_of(gguf, engine="vllm", python=lambda: vllm_python.path)
-    assert json.loads((folder / "config.json").read_text())["architectures"] == ["DeepseekV3ForCausalLM"]
-    assert not list(folder.parent.glob("*-tokenizer")), "the tokenizer file is removed after use"
-    check = ("import json, sys\n"
-             "from transformers import AutoTokenizer\n"
-             "t = AutoTokenizer.from_pretrained(sys.argv[1])\n"
-             "ids = t('The capital of France is Paris.', add_special_tokens=False)['input_ids']\n"
-             "print(json.dumps([len(t), ids, t.decode(ids)]))\n")
-    proc = subprocess.run([str(vllm_python.path), "-c", check, str(folder)], capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    size, ids, text = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert size == arch.vocab_size and text == "The capital of France is Paris." and len(ids) >= 6
+    assert json.loads(proc.stdout.strip().splitlines()[-2]) == [False, None, True, False]
+    # DeepSeek-V3's folder: the shape's vocabulary size, and text that encodes and decodes as itself
+    size, n_ids, text = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (size, text) == (deepseek.vocab_size, "The capital of France is Paris.") and n_ids >= 5
 
 
 def test_a_4bit_folder_of_a_model_with_vision_leaves_the_tower_at_16_bits_by_each_methods_convention():
