@@ -36,10 +36,13 @@ def _no_server_left(pid: int) -> bool:
 
 
 def _hanging_engine_stand_in(tmp_path: Path) -> Path:
-    """HangingEngineStandIn: accepts any llama-server argv, prints a line, never serves HTTP."""
+    """HangingEngineStandIn: accepts any llama-server argv, prints a line, never serves HTTP. Its --help is no
+    usage text (the launch goes on with the flags unchecked, as for any binary whose help lists none) and
+    answers at once: a hanging --help cost each launch the 20 s of the help's timeout."""
     script = tmp_path / "hanging-llama-server"
     script.write_text("#!/bin/sh\n"
                       "if [ \"$1\" = --version ]; then echo 'version: stand-in'; exit 0; fi\n"
+                      "if [ \"$1\" = --help ]; then echo 'stand-in: no usage text'; exit 0; fi\n"
                       "echo 'stand-in: loading forever'\nexec sleep 600\n")
     script.chmod(0o755)
     return script
