@@ -321,7 +321,7 @@ def test_the_folder_vllm_makes_random_weights_from_keeps_an_untied_head_untied(v
     Its tokenizer reads whatever architecture the shape file has: transformers reads a GGUF's tokenizer only for the
     architectures its GGUF reader knows (SGLang 0.5.16's transformers 5.12.1 refused qwen35, vLLM's 5.19 refuses
     DeepSeek-V3's deepseek2), so the folder's tokenizer comes from the shape file's vocabulary alone, filed under
-    the architecture that vocabulary comes from (SmolLM2's llama)."""
+    the architecture that vocabulary comes from (SmolLM2's llama), once per vocabulary and environment."""
     from engineroom.arch import arch_from_gguf
     from engineroom.arch.config import arch_from_config, read_config
     from engineroom.engines import hffolder
@@ -361,6 +361,10 @@ def test_the_folder_vllm_makes_random_weights_from_keeps_an_untied_head_untied(v
     mla = hffolder.folder_of(gguf, engine="vllm", python=lambda: vllm_python.path)
     assert json.loads((mla / "config.json").read_text())["architectures"] == ["DeepseekV3ForCausalLM"]
     assert not list(mla.parent.glob("*-tokenizer")), "the tokenizer file is removed after use"
+    # each vocabulary is read by the environment's transformers once (32 s for the 27B's 248,320 tokens here), then
+    # copied: the five folders of three vocabularies made three readings
+    saved = sorted(p.name for p in (tmp_path / "cache" / "vllm-models" / "tokenizers").iterdir())
+    assert len(saved) == 3 and not [n for n in saved if n.endswith(".partial")], saved
     # the vision tower stays at 16 bits, as published checkpoints leave it (its 4,304-wide MLP divides no group of
     # 128: vLLM 0.26 found no int4 kernel for it on the H100), said the way vLLM's own GPTQ config reads it; and the
     # decoder blocks are quantized although the folder has no safetensors for vLLM to read the quantized modules

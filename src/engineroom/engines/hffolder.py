@@ -162,8 +162,9 @@ import json, sys
 from pathlib import Path
 from transformers import AutoConfig, AutoTokenizer
 gguf, out, quant = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3] or "null")
-tied, source, vocab = json.loads(sys.argv[4] or "null"), json.loads(sys.argv[5] or "null"), Path(sys.argv[6])
-tok = AutoTokenizer.from_pretrained(str(vocab.parent), gguf_file=vocab.name)
+tied, source = json.loads(sys.argv[4] or "null"), json.loads(sys.argv[5] or "null")
+vocab = Path(sys.argv[6]) if sys.argv[6] else None     # None: this environment's reading of it is in out already
+tok = AutoTokenizer.from_pretrained(str(vocab.parent), gguf_file=vocab.name) if vocab else None
 if source is None:   # transformers' reading of the GGUF's metadata
     cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     cfg.torch_dtype = "float16"
@@ -176,7 +177,8 @@ else:                # the model's own config.json, at float16
         for key in ("torch_dtype", "dtype"):
             if key in c or c is data:
                 c[key] = "float16"
-tok.save_pretrained(str(out))
+if tok is not None:
+    tok.save_pretrained(str(out))
 data.pop("quantization_config", None)
 if tied is not None and source is None:   # the metadata alone has no output.weight to say the head is untied
     for c in (data, data.get("text_config") or {}):
@@ -192,7 +194,7 @@ if quant:      # every linear layer's input dim a multiple of the group: the lar
         g //= 2
     data["quantization_config"] = {**quant, "group_size": g}
 (out / "config.json").write_text(json.dumps(data, indent=2))
-print("OK", data.get("model_type"), len(tok), json.dumps(data.get("quantization_config")))
+print("OK", data.get("model_type"), len(tok) if tok is not None else "-", json.dumps(data.get("quantization_config")))
 """
 
 
@@ -221,6 +223,33 @@ def _tokenizer_file(path: Path, dst: Path) -> Path:
     w.write_kv_data_to_file()
     w.close()
     return dst
+
+
+_NOT_TOKENIZER = ("config.json", "generation_config.json", SOURCE_FILE)
+
+
+def _saved_tokenizer(vocab: Path, engine: str, interpreter: Path) -> Path:
+    """Where the engine environment's reading of the vocabulary ``vocab`` is kept: transformers converts a GGUF's
+    vocabulary in Python (32 s for the Qwen3.6 layout's 248,320 tokens here), and every folder of a model (each
+    quant, each context) has the same one. Keyed by the vocabulary's bytes and the environment's interpreter."""
+    h = hashlib.sha256(vocab.read_bytes())
+    h.update(str(Path(interpreter).resolve()).encode())
+    return paths.cache_dir() / f"{engine}-models" / "tokenizers" / h.hexdigest()[:16]
+
+
+def _save_tokenizer(folder: Path, saved: Path) -> None:
+    """Keep the tokenizer files of a folder just written (all but its config) for the next folder of that
+    vocabulary; written aside and renamed, so a reader never sees half of it."""
+    tmp = saved.with_name(saved.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for f in folder.iterdir():
+        if f.is_file() and f.name not in _NOT_TOKENIZER:
+            shutil.copy2(f, tmp / f.name)
+    try:
+        tmp.rename(saved)
+    except OSError:                 # another writer got there first: theirs is the same
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _key(path: Path) -> str:
@@ -264,12 +293,17 @@ def folder_of(path: Path, *, engine: str, python: Callable[[], Path], progress: 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     vocab = tmp.with_name(tmp.name + "-tokenizer")
     shutil.rmtree(vocab, ignore_errors=True)
+    saved: Path | None = None
     if dummy:
         vocab.mkdir()
         _tokenizer_file(path, vocab / "tokenizer.gguf")
+        saved = _saved_tokenizer(vocab / "tokenizer.gguf", engine, interpreter)
+        if saved.is_dir():
+            shutil.copytree(saved, tmp)
     script = [_CONFIG_ONLY, str(path.resolve()), str(tmp), json.dumps(quant) if quant else "",
               json.dumps(bool(tied)) if tied is not None else "", str(source or ""),
-              str(vocab / "tokenizer.gguf")] if dummy else [_CONVERT, str(path.resolve()), str(tmp)]
+              "" if saved.is_dir() else str(vocab / "tokenizer.gguf")] if saved is not None else \
+        [_CONVERT, str(path.resolve()), str(tmp)]
     try:
         proc = subprocess.run([str(interpreter), "-c", *script], capture_output=True, text=True, timeout=1800, env=env)
     except subprocess.TimeoutExpired:
@@ -282,6 +316,8 @@ def folder_of(path: Path, *, engine: str, python: Callable[[], Path], progress: 
         last = [line for line in proc.stderr.strip().splitlines() if line.strip()][-8:]
         raise EngineFailed(f"transformers could not convert {path.name} to a safetensors folder for {engine} "
                            f"({(last or ['no output'])[-1][:200]}).", detail="\n".join(last))
+    if saved is not None and not saved.is_dir():
+        _save_tokenizer(tmp, saved)
     (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(path), "size": path.stat().st_size, "dtype": DTYPE,
                                                "weights": "dummy" if dummy else "converted",
                                                **({"quant_format": weights_format.lower()} if quant else {})}))
