@@ -437,3 +437,40 @@ def test_a_catalog_model_tried_on_an_engine_that_builds_it_gets_its_own_config_f
     assert len(said) == 1
     # a config.json given by path is read as it is, whatever the catalog says
     assert model_config(str(published), None, said.append) == got
+
+
+def test_a_composite_config_giving_its_text_model_the_whole_models_type_is_refused_before_any_engine_starts(
+        tmp_path, monkeypatch):
+    """Intel's MLX re-upload of Qwen3.6-27B's config names the text model "qwen3_5", the whole model's type (Qwen's
+    own: "qwen3_5_text"): vLLM 0.26 picked the text class by it and failed 80 s into the launch on an H100
+    ("Invalid model_type qwen3_5"). vLLM and SGLang refuse such a folder with one sentence, and a random-weight
+    folder is not written from such a config; the published layout passes."""
+    from engineroom.arch.config import arch_from_config, read_config
+    from engineroom.engines import hffolder
+    from engineroom.engines.sglang import command as sglang_command
+    from engineroom.engines.vllm import command as vllm_command
+    from engineroom.synth import write_synthetic_gguf
+
+    monkeypatch.setenv("ENGINEROOM_CACHE_DIR", str(tmp_path / "cache"))
+    published = Path(__file__).parent / "fixtures" / "configs" / "qwen3.6-27b.json"
+    config = read_config(published)[0]
+    mlx = json.loads(json.dumps(config))
+    mlx["text_config"]["model_type"] = mlx["model_type"]
+    good, bad = tmp_path / "published", tmp_path / "mlx"
+    for folder, data in ((good, config), (bad, mlx)):
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(data))
+    for refusal, name in ((vllm_command.loads_refusal, "vLLM"), (sglang_command.loads_refusal, "SGLang")):
+        assert refusal(good) is None
+        why = refusal(bad)
+        assert why and "text model the whole model's type ('qwen3_5')" in why and f"{name} picks" in why, why
+        assert why.count(".") <= 3 and "\n" not in why
+    # the shape file carries the config whole: its folder is refused before the engine's Python is asked for
+    arch = arch_from_config(published)
+    gguf = write_synthetic_gguf(arch, "F16", tmp_path / "mlx-F16-random.gguf", tensors=False, hf_config=mlx)
+
+    def no_engine() -> Path:
+        raise AssertionError("the engine's environment was asked for")
+
+    with pytest.raises(BadInput, match="use the config.json of the model's own repository"):
+        hffolder.folder_of(gguf, engine="vllm", python=no_engine)

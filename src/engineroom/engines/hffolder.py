@@ -225,6 +225,29 @@ def _tokenizer_file(path: Path, dst: Path) -> Path:
     return dst
 
 
+def config_refusal(config: dict[str, Any], where: str, engine: str) -> str | None:
+    """Why ``engine`` cannot build the model ``config`` describes (one sentence), or None: a composite config whose
+    text model has the whole model's type, as MLX re-uploads write it (Qwen3.6-27B's text "qwen3_5" where Qwen's
+    own says "qwen3_5_text"); the engine picks the text model's class by that type and fails at load (vLLM 0.26:
+    "Invalid model_type qwen3_5", 80 s into the launch on an H100)."""
+    text = config.get("text_config")
+    kind = config.get("model_type")
+    if isinstance(text, dict) and kind and text.get("model_type") == kind:
+        return (f"{where} gives its text model the whole model's type ({kind!r}), as MLX re-uploads of a config "
+                f"do; {engine} picks the text model's class by that type and would fail at load: use the config.json "
+                "of the model's own repository.")
+    return None
+
+
+def folder_config_refusal(folder: Path, engine: str) -> str | None:
+    """``config_refusal`` of a model folder's config.json (None where it cannot be read: the engine says why)."""
+    try:
+        data = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config_refusal(data, str(Path(folder) / "config.json"), engine) if isinstance(data, dict) else None
+
+
 _NOT_TOKENIZER = ("config.json", "generation_config.json", SOURCE_FILE)
 
 
@@ -277,7 +300,11 @@ def folder_of(path: Path, *, engine: str, python: Callable[[], Path], progress: 
     dummy = header is not None
     tied = header.get(TIED_KEY) if header is not None else None
     source = header.get(HF_CONFIG_KEY) if header is not None else None
-    vision = bool(source) and "vision_config" in json.loads(str(source))
+    carried = json.loads(str(source)) if source else None
+    why = config_refusal(carried, f"the config.json {path.name} was written from", engine) if carried else None
+    if why:
+        raise BadInput(why)
+    vision = carried is not None and "vision_config" in carried
     quant = quantization_config(weights_format, vision=vision) if dummy else None
     kind = (f"dummy-{weights_format.lower()}" if quant else "dummy") if dummy else DTYPE
     out = paths.cache_dir() / f"{engine}-models" / f"{path.stem}-{_key(path)}-{kind}"
@@ -326,5 +353,6 @@ def folder_of(path: Path, *, engine: str, python: Callable[[], Path], progress: 
     return out
 
 
-__all__ = ["DTYPE", "INT4_GROUP", "SIXTEEN_BIT", "SOURCE_FILE", "converted_dtype", "dummy_loading", "dummy_weights",
-           "folder_of", "int4_quant", "is_gguf", "quantization_config", "random_weights_file", "source_of"]
+__all__ = ["DTYPE", "INT4_GROUP", "SIXTEEN_BIT", "SOURCE_FILE", "config_refusal", "converted_dtype", "dummy_loading",
+           "dummy_weights", "folder_config_refusal", "folder_of", "int4_quant", "is_gguf", "quantization_config",
+           "random_weights_file", "source_of"]

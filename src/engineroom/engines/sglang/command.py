@@ -19,7 +19,15 @@ from ... import apikey
 from ...errors import BadInput
 from ..argv import flag_value, has_flag, take_flags
 from ..base import LaunchOptions, LaunchSpec, Settled
-from ..hffolder import dummy_loading, dummy_weights, folder_of, int4_quant, is_gguf, random_weights_file
+from ..hffolder import (
+    dummy_loading,
+    dummy_weights,
+    folder_config_refusal,
+    folder_of,
+    int4_quant,
+    is_gguf,
+    random_weights_file,
+)
 from .discovery import ENGINE, MODULE, Binary, find_binary
 
 DEFAULT_PORT = 30000          # SGLang's own default; engineroom always passes --port
@@ -162,7 +170,7 @@ def loads_refusal(path: Path) -> str | None:
         return f"{path} is a single file; SGLang serves a Hugging Face model folder (config.json + safetensors)."
     if path.is_dir() and not (path / "config.json").is_file():
         return f"{path} has no config.json; SGLang serves a Hugging Face model folder (config.json + safetensors)."
-    return None
+    return folder_config_refusal(path, "SGLang") if path.is_dir() else None
 
 
 def random_weights_loading(quant_format: str) -> str | None:

@@ -13,7 +13,7 @@ from ...catalog import Engine, find_engine, load_catalog
 from ...errors import BadInput, NotFound
 from ..argv import flag_value, has_flag
 from ..base import LaunchOptions, LaunchSpec, Settled
-from ..hffolder import converted_dtype, dummy_weights, int4_quant, is_gguf
+from ..hffolder import converted_dtype, dummy_weights, folder_config_refusal, int4_quant, is_gguf
 from .discovery import ENGINE, SERVER_MODULE, Binary
 from .dtype import DTYPE_FLAG, cpu_changes, fit_kv, fit_quant, launched_dtype
 
@@ -152,8 +152,9 @@ def loads_refusal(path: Path) -> str | None:
     """vLLM serves a Hugging Face folder (config.json + safetensors); a GGUF is converted first
     (``serving_model``), so only a path that is neither is refused here."""
     if path.is_dir():
-        return None if (path / "config.json").is_file() else f"{path} has no config.json; vLLM serves a Hugging " \
-                                                            "Face model folder."
+        if not (path / "config.json").is_file():
+            return f"{path} has no config.json; vLLM serves a Hugging Face model folder."
+        return folder_config_refusal(path, "vLLM")
     if path.is_file():
         if is_gguf(path):
             return None          # converted to a folder before launch (serving_model)
