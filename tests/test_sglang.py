@@ -430,3 +430,37 @@ def test_sglang_serves_a_random_weight_file_as_a_folder_it_makes_the_weights_of(
     assert "--load-format dummy" in (sglang.random_weights_loading("awq") or "")
     assert sglang.random_weights_loading("fp8") is None
     assert sglang.launch_settings(LaunchOptions(model_path=folder, quant_format="awq")).quant == "awq-int4"
+
+
+def test_a_record_that_needs_an_accelerator_to_build_is_the_machines_limit_not_the_command_lines(tmp_path):
+    """SGLang 0.5.16's ServerArgs asks for an accelerator as it builds ("No accelerator (CUDA, ...) is
+    available"), and the check hides the GPUs: every command line would be REJECTED, and `up` and `try` refused on
+    the GPU machine itself. The parser's check stands and the record is said not checked; a flag the parser refuses
+    is still refused. SGLang 0.5.23 (CI's) builds its record without a GPU, so a stand-in plays 0.5.16's
+    ServerArgs here: StandInServerArgs0516, with its parser's two flags and its refusal to build."""
+    from engineroom.engines.sglang import validate
+    from engineroom.engines.sglang.discovery import Binary
+
+    pkg = tmp_path / "sglang" / "srt"
+    pkg.mkdir(parents=True)
+    (tmp_path / "sglang" / "__init__.py").write_text("__version__ = '0.5.16-stand-in'\n")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "server_args.py").write_text(
+        "class ServerArgs:  # StandInServerArgs0516\n"
+        "    @staticmethod\n"
+        "    def add_cli_args(parser):\n"
+        "        parser.add_argument('--model-path')\n"
+        "        parser.add_argument('--sampling-backend', choices=['pytorch', 'flashinfer'])\n"
+        "    @classmethod\n"
+        "    def from_cli_args(cls, ns):\n"
+        "        raise RuntimeError('No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) or platform plugin '\n"
+        "                           'is available.')\n")
+    binary = Binary(python=Path(sys.executable), origin="--engine-bin", env={"PYTHONPATH": str(tmp_path)})
+    head = ["python", "-m", "sglang.launch_server", "--model-path", "/m"]
+    ok, bad = validate.validation_reports(binary, [[*head, "--sampling-backend", "pytorch"],
+                                                    [*head, "--sampling-backend", "bogus"]])
+    assert ok["parsed"] and not ok["constructed"] and "construct_error" not in ok, ok
+    assert any("needs an accelerator" in n for n in ok["not_checked"]), ok
+    assert validate.validate_many(binary, [[*head, "--sampling-backend", "pytorch"]]) == [None]
+    (why,) = validate.validate_many(binary, [[*head, "--sampling-backend", "bogus"]])
+    assert not bad["parsed"] and why and "invalid choice: 'bogus'" in why, why
