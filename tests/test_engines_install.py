@@ -12,6 +12,7 @@ import hashlib
 import http.server
 import io
 import json
+import subprocess
 import sys
 import tarfile
 import threading
@@ -21,6 +22,7 @@ import pytest
 
 from engineroom import cpuprobe
 from engineroom.engines import build, llamacpp
+from engineroom.engines.llamacpp import discovery as llamacpp_build
 from engineroom.errors import BadInput, EngineFailed, NotFound
 
 from conftest import cli
@@ -54,6 +56,53 @@ def test_a_build_folder_configured_from_another_copy_of_the_source_is_configured
     assert build.configured_from(tmp_path / "nothing") is None
 
 
+def _unity_project(src: Path, *, clash: bool) -> None:
+    """A CMake project like llama.cpp's: a library of three sources (the third, "helper-gen", kept out of the
+    merge) defined in a subdirectory, and a program linking it. ``clash``: two sources define the same static
+    function, which compiles one file at a time and not merged (a release whose sources clash)."""
+    (src / "lib").mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.19)\nproject(t CXX)\n"
+                                        "add_subdirectory(lib)\nadd_executable(hello main.cpp)\n"
+                                        "target_link_libraries(hello PRIVATE parts)\n")
+    (src / "main.cpp").write_text("int a(); int b(); int gen();\nint main() { return a() + b() + gen() - 6; }\n")
+    (src / "lib" / "CMakeLists.txt").write_text("add_library(parts STATIC a.cpp b.cpp helper-gen.cpp)\n")
+    name = "helper" if clash else "helper_b"
+    (src / "lib" / "a.cpp").write_text("static int helper() { return 1; }\nint a() { return helper(); }\n")
+    (src / "lib" / "b.cpp").write_text(f"static int {name}() {{ return 2; }}\nint b() {{ return {name}(); }}\n")
+    (src / "lib" / "helper-gen.cpp").write_text("#ifdef HELPER_A\n#error merged\n#endif\nint gen() { return 3; }\n")
+    # helper-gen refuses to share a compile with a.cpp, as llama.cpp's mtmd-helper refuses mtmd's headers
+    (src / "lib" / "a.cpp").write_text("#define HELPER_A\n" + (src / "lib" / "a.cpp").read_text())
+
+
+def test_the_unity_targets_are_merged_and_a_merge_that_fails_builds_one_source_at_a_time(tmp_path):
+    """llama.cpp's common, server and mtmd code compiles in two thirds of the CPU time as unity builds
+    (benchmarks/unity_build.md). A real CMake project: its library merged, the source named by ``separate``
+    compiled on its own; then a project whose sources clash when merged: the build goes on without the merge,
+    says so, and reports no unity target."""
+    unity = build.Unity(targets=("parts", "no-such-target"), separate="helper-gen")
+    for clash in (False, True):
+        src, build_dir, said = tmp_path / f"src{clash}", tmp_path / f"build{clash}", []
+        _unity_project(src, clash=clash)
+        run = build.cmake_build(src, build_dir, ["-DCMAKE_BUILD_TYPE=Release"], ["hello"], jobs=1,
+                                log_path=tmp_path / f"log{clash}", progress=lambda _f, m, said=said: said.append(m),
+                                unity=unity)
+        assert subprocess.run([str(build_dir / "hello")]).returncode == 0
+        objects = {p.name for p in (build_dir / "lib").rglob("*.o")}
+        fell_back = [m for m in said if "unity build failed" in m]
+        if clash:
+            assert run.unity == () and len(fell_back) == 1, said
+            assert {"a.cpp.o", "b.cpp.o", "helper-gen.cpp.o"} <= objects, objects
+            assert "the unity build of parts, no-such-target failed" in (tmp_path / f"log{clash}").read_text()
+        else:
+            assert run.unity == unity.targets and not fell_back and run.seconds > 0
+            assert "helper-gen.cpp.o" in objects and "a.cpp.o" not in objects, objects
+            assert any(name.startswith("unity_") for name in objects), objects
+    # the same folder configured again without unity builds each source on its own
+    run = build.cmake_build(tmp_path / "srcFalse", tmp_path / "buildFalse", ["-DCMAKE_BUILD_TYPE=Release"], ["hello"],
+                            jobs=1, log_path=tmp_path / "again")
+    assert run.unity == () and (tmp_path / "buildFalse" / "lib" / "CMakeFiles" / "parts.dir" / "a.cpp.o").is_file()
+
+
 def test_the_build_makes_only_what_engineroom_runs():
     """llama-bench is for the benchmarks (they build it in the kept build folder): ~1 CPU-minute of
     every install, CI's included, went to a binary engineroom never runs."""
@@ -65,6 +114,8 @@ def test_the_real_build_records_what_it_built(installed_build):
     assert m["engine"] == "llama.cpp" and m["origin"]["package"] == llamacpp.SOURCE_PACKAGE
     assert len(m["origin"]["sha256"]) == 64 and m["build_seconds"] > 0 and m["jobs"] >= 1
     assert "-DGGML_NATIVE=ON" in m["cmake_options"] and "-DLLAMA_USE_PREBUILT_UI=OFF" in m["cmake_options"]
+    # common's, the server's and mtmd's sources merged (a merge that failed would have built each on its own)
+    assert m["unity_build"] == list(llamacpp_build.UNITY_TARGETS), m.get("unity_build")
     assert m["built_for_cpu"]["model"] == cpuprobe.probe_cpu().model
     bin_dir = Path(m["bin_dir"])
     assert "llama-server" in m["targets"] and (bin_dir / "llama-server").is_file()

@@ -141,11 +141,64 @@ def configured_from(build: Path) -> Path | None:
     return Path(found.group(1).strip()) if found else None
 
 
+@dataclass(frozen=True)
+class Unity:
+    """Targets compiled as unity builds: CMake merges up to 16 of a target's sources into one compile, so the
+    headers they share (nlohmann/json in llama.cpp's common and server code) are parsed once, not per file.
+    ``separate``: sources kept out of the merge (a regular expression on their names), such as llama.cpp's
+    mtmd-helper, which refuses to be compiled beside mtmd's internal headers. llama.cpp's own CMake does this
+    for its model sources already. Same compiler, same flags: the objects differ only in how they are grouped."""
+
+    targets: tuple[str, ...]
+    separate: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.targets)
+
+
+@dataclass(frozen=True)
+class BuildRun:
+    seconds: float
+    unity: tuple[str, ...]       # the targets built as unity builds; empty where none was asked or it failed
+
+
+# CMAKE_PROJECT_INCLUDE runs after each project() call; the first defers the properties to the end of the top
+# directory, when every target of the tree exists
+_UNITY_CMAKE = """# Written by engineroom: @TARGETS@ as unity builds (engines/build.py, Unity).
+get_property(_engineroom_deferred GLOBAL PROPERTY ENGINEROOM_UNITY_DEFERRED)
+if(NOT _engineroom_deferred)
+  set_property(GLOBAL PROPERTY ENGINEROOM_UNITY_DEFERRED TRUE)
+  function(_engineroom_unity)
+    foreach(t IN ITEMS @TARGETS@)
+      if(NOT TARGET ${t})
+        continue()
+      endif()
+      set_target_properties(${t} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 16)
+      get_target_property(_dir ${t} SOURCE_DIR)
+      get_target_property(_sources ${t} SOURCES)
+      foreach(f IN LISTS _sources)
+        if(NOT "@SEPARATE@" STREQUAL "" AND f MATCHES "@SEPARATE@")
+          if(NOT IS_ABSOLUTE "${f}")
+            set(f "${_dir}/${f}")
+          endif()
+          set_source_files_properties("${f}" TARGET_DIRECTORY ${t} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+        endif()
+      endforeach()
+    endforeach()
+  endfunction()
+  cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _engineroom_unity)
+endif()
+"""
+_NO_UNITY_CMAKE = "# Written by engineroom: the unity build failed here; every target builds one source per compile.\n"
+
+
 def cmake_build(src: Path, build: Path, options: Sequence[str], targets: Sequence[str], *, jobs: int,
-                log_path: Path, progress: Progress | None = None) -> float:
-    """Configure and build ``targets``; returns the seconds it took. A build folder configured from another
-    copy of the source (the sdist unpacked under another cache folder: CMake refuses such a folder, "does not
-    match the source used to generate cache") is configured afresh."""
+                log_path: Path, progress: Progress | None = None, unity: Unity | None = None) -> BuildRun:
+    """Configure and build ``targets``; returns the seconds it took and the targets built as unity builds. A build
+    folder configured from another copy of the source (the sdist unpacked under another cache folder: CMake refuses
+    such a folder, "does not match the source used to generate cache") is configured afresh. ``unity``: those
+    targets merged (``Unity``); where that configure or build fails (a release whose sources clash when merged, a
+    CMake older than 3.19), the build goes on without it, said in the progress and the log."""
     cmake = find_cmake()
     ninja = find_ninja()
     gen = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"] if ninja else []
@@ -156,16 +209,38 @@ def cmake_build(src: Path, build: Path, options: Sequence[str], targets: Sequenc
         shutil.rmtree(build / "CMakeFiles", ignore_errors=True)
         if progress:
             progress(0.0, f"the build folder was configured from another source copy ({before}): configuring afresh")
-    t0 = time.monotonic()
-    with open(log_path, "w") as log:
+    include = build / "engineroom-unity.cmake"
+    if unity:
+        include.write_text(_UNITY_CMAKE.replace("@TARGETS@", " ".join(unity.targets))
+                           .replace("@SEPARATE@", unity.separate))
+        options = [*options, f"-DCMAKE_PROJECT_INCLUDE={include}"]
+    elif include.is_file():        # a folder an earlier unity build configured
+        include.write_text(_NO_UNITY_CMAKE)
+
+    def configure_and_build(log: TextIO) -> None:
         if progress:
             progress(0.0, "configuring (cmake)")
         run_logged([cmake, "-S", str(src), "-B", str(build), *gen, *options], log, progress=progress,
                    phase="configure: ")
         run_logged([cmake, "--build", str(build), "--config", "Release", "-j", str(jobs),
                     "--target", *targets], log, progress=progress, phase="")
-    return time.monotonic() - t0
+
+    t0 = time.monotonic()
+    with open(log_path, "w") as log:
+        try:
+            configure_and_build(log)
+        except EngineFailed as failed:
+            if not unity:
+                raise
+            log.write(f"\n# engineroom: the unity build of {', '.join(unity.targets)} failed ({failed}); "
+                      "building without it\n")
+            if progress:
+                progress(None, "the unity build failed (its log is kept): building each source on its own")
+            include.write_text(_NO_UNITY_CMAKE)
+            configure_and_build(log)
+            return BuildRun(time.monotonic() - t0, ())
+    return BuildRun(time.monotonic() - t0, unity.targets if unity else ())
 
 
-__all__ = ["Progress", "Source", "cmake_build", "configured_from", "fetch_sdist", "fetch_source", "find_cmake",
-           "parse_progress", "unpack"]
+__all__ = ["BuildRun", "Progress", "Source", "Unity", "cmake_build", "configured_from", "fetch_sdist", "fetch_source",
+           "find_cmake", "parse_progress", "unpack"]

@@ -15,10 +15,14 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ... import paths
 from ...errors import BadInput, EngineFailed, NotFound
 from ..installs import MANIFEST, engine_root, given_program, manifests
+
+if TYPE_CHECKING:
+    from .. import build
 
 ENGINE = "llama.cpp"
 BINARY = "llama-server"
@@ -99,8 +103,13 @@ RELEASE = SOURCE_VERSION.split(".")[0]   # the build number: its flags are check
 # (`cmake --build BUILD --target llama-bench`, benchmarks/cpu_speed.py)
 BUILD_TARGETS = ("llama-server",)
 JOBS_ENV = "LLAMA_CPP_BUILD_JOBS"     # how many compile jobs a build runs (default: the CPU count)
-# shown while it builds; 297-303 s measured at -j2 (README)
-EXPECTED_BUILD = "about 5 minutes on 2 cores, less with more"
+# shown while it builds; 254 s measured at -j2 (benchmarks/unity_build.md)
+EXPECTED_BUILD = "about 4 minutes on 2 cores, less with more"
+# the server's own code, common's and mtmd's: each source parses nlohmann/json and the server's headers again,
+# so merged they compile in two thirds of the CPU time (benchmarks/unity_build.md); mtmd-helper is a public
+# library of its own that refuses mtmd's internal headers beside it
+UNITY_TARGETS = ("llama-common", "server-context", "llama-server-impl", "mtmd")
+UNITY_SEPARATE = "mtmd-helper"
 
 
 def install_root() -> Path:
@@ -149,14 +158,15 @@ def detect_cuda_arch() -> str | None:
 def build_server(tree: Path, dest: Path, *, engine: str, version: str, tag: str, origin: dict[str, object],
                  options_for: Callable[..., list[str]], cuda: bool | None, jobs: int | None,
                  progress: Callable[[float | None, str], None],
-                 guard: AbstractContextManager[object] | None = None) -> dict:
+                 guard: AbstractContextManager[object] | None = None, unity: build.Unity | None = None) -> dict:
     """Build llama-server (mainline's or the fork's: the same target, the same CMake) from ``tree`` in
     ``dest``/build, under ``guard`` when given; returns the manifest to record (not written here).
 
     CUDA for a detected GPU when nvcc is present (``cuda`` None), required (True) or off (False);
     ``options_for(cuda_arch=...)`` the engine's CMake options; ``jobs`` else $LLAMA_CPP_BUILD_JOBS
     else the CPU count. The manifest keeps the CPU the build was made for, so a copy on another
-    machine is caught before launch (``check_binary_cpu``).
+    machine is caught before launch (``check_binary_cpu``). ``unity``: targets built as unity builds
+    (``build.Unity``); the manifest says which were.
     """
     from ...cpuprobe import probe_cpu
     from .. import build
@@ -170,15 +180,16 @@ def build_server(tree: Path, dest: Path, *, engine: str, version: str, tag: str,
     build_dir = dest / "build"
     log_path = dest / "build.log"
     with guard or nullcontext():
-        seconds = build.cmake_build(tree, build_dir, opts, BUILD_TARGETS, jobs=jobs, log_path=log_path,
-                                    progress=progress)
+        run = build.cmake_build(tree, build_dir, opts, BUILD_TARGETS, jobs=jobs, log_path=log_path,
+                                progress=progress, unity=unity)
     bin_dir = build_dir / "bin"
     if not (bin_dir / BINARY).is_file():
         raise EngineFailed(f"the build finished but {bin_dir / BINARY} is missing; full log: {log_path}")
     probe = probe_cpu()
     return {
         "engine": engine, "version": version, "tag": tag, "origin": origin, "bin_dir": str(bin_dir),
-        "cmake_options": opts, "targets": list(BUILD_TARGETS), "jobs": jobs, "build_seconds": round(seconds, 1),
+        "cmake_options": opts, "targets": list(BUILD_TARGETS), "jobs": jobs,
+        "unity_build": list(run.unity), "build_seconds": round(run.seconds, 1),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "backend": "cuda" if cuda_arch else "cpu",
         "cuda_arch": cuda_arch, "built_for_cpu": {"model": probe.model, "usable_flags": sorted(probe.usable)},
         "build_log": str(log_path),
@@ -210,7 +221,8 @@ def install(*, version: str | None = None, source: Path | None = None, jobs: int
     if not (src / "CMakeLists.txt").is_file() or not (src / "tools" / "server").is_dir():
         raise BadInput(f"{tree} is not a llama.cpp source tree (no CMakeLists.txt with tools/server).")
     manifest = build_server(src, dest, engine=ENGINE, version=version, tag=tag, origin=origin,
-                            options_for=cmake_options, cuda=cuda, jobs=jobs, progress=say)
+                            options_for=cmake_options, cuda=cuda, jobs=jobs, progress=say,
+                            unity=build.Unity(UNITY_TARGETS, UNITY_SEPARATE))
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return manifest
 
