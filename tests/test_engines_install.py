@@ -75,7 +75,7 @@ def _unity_project(src: Path, *, clash: bool) -> None:
 
 
 def test_the_unity_targets_are_merged_and_a_merge_that_fails_builds_one_source_at_a_time(tmp_path):
-    """llama.cpp's common, server and mtmd code compiles in two thirds of the CPU time as unity builds
+    """With llama.cpp's common, server and mtmd code as unity builds the whole build takes 61% of the CPU time
     (benchmarks/unity_build.md). A real CMake project: its library merged, the source named by ``separate``
     compiled on its own; then a project whose sources clash when merged: the build goes on without the merge,
     says so, and reports no unity target."""

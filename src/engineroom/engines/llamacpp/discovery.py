@@ -106,7 +106,7 @@ JOBS_ENV = "LLAMA_CPP_BUILD_JOBS"     # how many compile jobs a build runs (defa
 # shown while it builds; 254 s measured at -j2 (benchmarks/unity_build.md)
 EXPECTED_BUILD = "about 4 minutes on 2 cores, less with more"
 # the server's own code, common's and mtmd's: each source parses nlohmann/json and the server's headers again,
-# so merged they compile in two thirds of the CPU time (benchmarks/unity_build.md); mtmd-helper is a public
+# so merged the whole build takes 61% of the CPU time (benchmarks/unity_build.md); mtmd-helper is a public
 # library of its own that refuses mtmd's internal headers beside it
 UNITY_TARGETS = ("llama-common", "server-context", "llama-server-impl", "mtmd")
 UNITY_SEPARATE = "mtmd-helper"
