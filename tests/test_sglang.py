@@ -464,3 +464,14 @@ def test_a_record_that_needs_an_accelerator_to_build_is_the_machines_limit_not_t
     assert validate.validate_many(binary, [[*head, "--sampling-backend", "pytorch"]]) == [None]
     (why,) = validate.validate_many(binary, [[*head, "--sampling-backend", "bogus"]])
     assert not bad["parsed"] and why and "invalid choice: 'bogus'" in why, why
+
+
+def test_a_missing_image_processor_is_the_model_folder_not_a_missing_package():
+    """SGLang 0.5.16 on the Qwen3.6-27B layout's random-weight folder (an H100, 2026-12-06: the log as it came back):
+    its notes on optional processors ("Ignore import error when loading ...: No module named 'helion'") made the
+    failure read "missing Python package"; the failure is transformers finding no preprocessor_config.json."""
+    log = (Path(__file__).parent / "fixtures" / "sglang" / "image_processor_missing.log").read_text()
+    assert "No module named 'helion'" in log
+    assert sglang.classify_failure(log) == "model could not be loaded"
+    assert sglang.classify_failure("[t] Ignore import error when loading a.b: No module named 'c'\n"
+                                   "ModuleNotFoundError: No module named 'sgl_kernel'\n") == "missing Python package"

@@ -32,10 +32,11 @@ FAILURE_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"no cuda gpus are available|found no nvidia driver|torch not compiled with cuda|"
      r"cuda driver initialization failed|nvidia-smi.*(?:not found|failed)|no accelerator", "no GPU"),
     (r"address already in use|errno 98", "port already in use"),
-    (r"modulenotfounderror|no module named|importerror", "missing Python package"),
+    # not SGLang's own notes on optional processors ("Ignore import error when loading ...: No module named ...")
+    (r"(?m)^(?!.*ignore import error).*(?:modulenotfounderror|no module named|importerror)", "missing Python package"),
     (r"(?:model architectures?|architecture) \[?'?[\w]+'?\]? (?:are|is) not supported|"
      r"unsupported (?:model )?architecture", "unsupported model"),
-    (r"does not appear to have a file named config\.json|can't load the configuration|"
+    (r"does not appear to have a file named config\.json|can't load the configuration|can't load image processor|"
      r"repository not found|we couldn't connect to 'https://huggingface\.co'|offlinemodeisenabled|"
      r"is not a local folder and is not a valid model identifier", "model could not be loaded"),
     (r"requires setting --speculative-draft-model-path|speculative .* (?:not supported|unsupported)",
