@@ -152,9 +152,6 @@ class Unity:
     targets: tuple[str, ...]
     separate: str = ""
 
-    def __bool__(self) -> bool:
-        return bool(self.targets)
-
 
 @dataclass(frozen=True)
 class BuildRun:
@@ -210,7 +207,7 @@ def cmake_build(src: Path, build: Path, options: Sequence[str], targets: Sequenc
         if progress:
             progress(0.0, f"the build folder was configured from another source copy ({before}): configuring afresh")
     include = build / "engineroom-unity.cmake"
-    if unity:
+    if unity is not None:
         include.write_text(_UNITY_CMAKE.replace("@TARGETS@", " ".join(unity.targets))
                            .replace("@SEPARATE@", unity.separate))
         options = [*options, f"-DCMAKE_PROJECT_INCLUDE={include}"]
@@ -230,7 +227,7 @@ def cmake_build(src: Path, build: Path, options: Sequence[str], targets: Sequenc
         try:
             configure_and_build(log)
         except EngineFailed as failed:
-            if not unity:
+            if unity is None:
                 raise
             log.write(f"\n# engineroom: the unity build of {', '.join(unity.targets)} failed ({failed}); "
                       "building without it\n")
@@ -239,7 +236,7 @@ def cmake_build(src: Path, build: Path, options: Sequence[str], targets: Sequenc
             include.write_text(_NO_UNITY_CMAKE)
             configure_and_build(log)
             return BuildRun(time.monotonic() - t0, ())
-    return BuildRun(time.monotonic() - t0, unity.targets if unity else ())
+    return BuildRun(time.monotonic() - t0, unity.targets if unity is not None else ())
 
 
 __all__ = ["BuildRun", "Progress", "Source", "Unity", "cmake_build", "configured_from", "fetch_sdist", "fetch_source",
