@@ -414,6 +414,29 @@ def test_vision_tower_counted_once():
     assert 0.5e9 < extra < 1.5e9       # a 27-layer, 1152-wide tower in f16: ~0.9 GB
 
 
+def test_a_tower_the_engine_builds_is_counted_at_16_bits_when_the_weights_come_from_the_parameters():
+    """A random-weight try sizes the weights from the parameters (the text model's: no checkpoint to weigh), and
+    SGLang builds Qwen3.6's vision tower whatever the pick's vision: fit adds the tower, at 16 bits at an int4 pick
+    too (published checkpoints leave it so, and the random folder's quantization_config does), on SGLang's pool
+    and vLLM's profiled one alike; a checkpoint's own size already holds it."""
+    from pathlib import Path
+
+    from engineroom.arch.config import arch_from_config
+
+    arch = arch_from_config(Path(__file__).parent / "fixtures" / "configs" / "qwen3.6-27b.json")
+    tower = arch.vision.param_count
+    assert tower == 460_732_400
+    for engine in ("sglang", "vllm"):
+        req = FitRequest(engine=engine, ctx=32_768, quant="awq-int4", mem_fraction=0.85)
+        text, vis = fit(arch, req, H200), fit(arch, replace(req, vision=True), H200)
+        weights = {f: next(c for c in r.per_gpu[0].components if c.name == "weights") for f, r in
+                   (("text", text), ("vision", vis))}
+        assert weights["vision"].bytes - weights["text"].bytes == 2 * tower, engine
+        assert weights["vision"].note.endswith("with the vision tower (16-bit)"), weights["vision"].note
+        sized = replace(req, vision=True, weight_bytes=int(19e9))     # the checkpoint's size: the tower is in it
+        assert next(c for c in fit(arch, sized, H200).per_gpu[0].components if c.name == "weights").bytes <= 19e9
+
+
 # ---- issue 6: llama-server as users launch it ------------------------------------------
 
 from engineroom.fit import (  # noqa: E402

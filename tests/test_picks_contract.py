@@ -139,6 +139,10 @@ def test_every_feature_a_priority_promises_is_on_in_argv():
             assert r.text_only and any(r.text_only in n for n in pick.notes), where   # said so
             if engine == "vllm":
                 assert "--language-model-only" in argv, (where, argv)
+            # SGLang has no text-only launch for it: the note says the tower is built, and fit sized it
+            assert ("served text-only" in r.text_only) is eng.text_only_launch, (where, r.text_only)
+            if not eng.text_only_launch:
+                assert "its vision tower is built, and sized" in r.text_only and p.fit.request.vision, where
         if p.spec:                              # counted in the speed band -> launched
             assert r.spec_method and any(f in argv for f in SPEC_FLAGS[engine]), (where, argv)
             # drafted tokens a step (SGLang's verify block is one more: the adapter's count)

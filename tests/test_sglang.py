@@ -153,6 +153,44 @@ def test_a_random_weight_folder_is_served_with_dummy_loading_and_a_real_gguf_sta
     assert "--load-format" not in sglang.render(PY, _opts(tmp_path / "real")).argv
 
 
+def test_sglang_builds_a_checkpoints_vision_tower_unless_its_architecture_is_served_text_only(tmp_path):
+    """SGLang has no text-only launch for Qwen3.5/3.6 (its --language-only is a worker of encoder disaggregation):
+    the tower is built whatever the pick's vision, and launch_settings says so, for fit to size it. The
+    architectures SGLang serves text-only unless asked (Gemma 3, Llama 4) get --enable-multimodal when the pick
+    serves images. A random-weight folder of a vision model skips SGLang's image warmup (its tokenizer, the shape
+    file's vocabulary, has no image tokens to place); a real one keeps it."""
+    from engineroom.engines.hffolder import SOURCE_FILE
+
+    def folder(name: str, arch: str, vision: bool, dummy: bool) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        config = {"architectures": [arch], "model_type": name, **({"vision_config": {"depth": 2}} if vision else {})}
+        (d / "config.json").write_text(json.dumps(config))
+        if dummy:
+            (d / SOURCE_FILE).write_text(json.dumps({"dtype": "float16", "weights": "dummy"}))
+        return d
+
+    qwen = folder("qwen3_5", "Qwen3_5ForConditionalGeneration", True, True)
+    for asked in (None, False, True):
+        opts = LaunchOptions(model_path=qwen, ctx=4096, vision=asked)
+        assert sglang.launch_settings(opts).vision is True
+        argv = sglang.render(PY, opts).argv
+        assert "--skip-server-warmup" in argv and "--enable-multimodal" not in argv
+    real = folder("qwen3_5_real", "Qwen3_5ForConditionalGeneration", True, False)
+    assert "--skip-server-warmup" not in sglang.render(PY, LaunchOptions(model_path=real)).argv
+    assert sglang.launch_settings(LaunchOptions(model_path=real, vision=False)).vision is True
+    gemma = folder("gemma3", "Gemma3ForConditionalGeneration", True, False)
+    assert sglang.launch_settings(LaunchOptions(model_path=gemma, vision=False)).vision is False
+    assert "--enable-multimodal" not in sglang.render(PY, LaunchOptions(model_path=gemma, vision=False)).argv
+    asked = LaunchOptions(model_path=gemma, vision=True)
+    assert sglang.launch_settings(asked).vision is True and "--enable-multimodal" in sglang.render(PY, asked).argv
+    text = folder("qwen3", "Qwen3ForCausalLM", False, True)
+    assert sglang.launch_settings(LaunchOptions(model_path=text)).vision is False
+    assert "--skip-server-warmup" not in sglang.render(PY, LaunchOptions(model_path=text)).argv
+    # a hub id (no config here): what the launch asks
+    assert sglang.launch_settings(LaunchOptions(model_path=tmp_path / "org" / "repo", vision=True)).vision is True
+
+
 def test_bad_host_mem_fraction_and_template_are_refused(tmp_path):
     with pytest.raises(BadInput, match="binds engines to 127.0.0.1, not 0.0.0.0"):
         sglang.render(PY, _opts(tmp_path / "a", host="0.0.0.0"))
@@ -330,6 +368,20 @@ def _random_folder(binary: sglang.Binary, tmp: Path) -> Path:
         return sglang.serving_model(shape, weights_format="awq")
 
 
+def _vision_folder(binary: sglang.Binary, tmp: Path) -> Path:
+    """The folder SGLang serves for a random-weight file of the Qwen3.6-27B layout (its own config.json carried, the
+    vision tower's config with it) at awq-int4, written in SGLang's own environment."""
+    from engineroom.arch.config import arch_from_config, read_config
+    from engineroom.synth import write_synthetic_gguf
+
+    config = Path(__file__).parent / "fixtures" / "configs" / "qwen3.6-27b.json"
+    shape = write_synthetic_gguf(arch_from_config(config), "F16", tmp / "shape" / "qwen3.6-27b-F16-random.gguf",
+                                 tensors=False, hf_config=read_config(config)[0])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(sglang.ENV_BINARY, str(binary.python))
+        return sglang.serving_model(shape, weights_format="awq")
+
+
 @pytest.fixture(scope="module")
 def parser_reports(sglang_binary, tmp_path_factory) -> dict[str, list[dict]]:
     """SGLang's own parser on every command line the tests below ask about, in ONE interpreter
@@ -355,6 +407,8 @@ def parser_reports(sglang_binary, tmp_path_factory) -> dict[str, list[dict]]:
         "cluster": [s.argv for specs in layouts for s in specs] + [broken],
         "random weights": [sglang.render(sglang_binary, LaunchOptions(
             model_path=_random_folder(sglang_binary, tmp), ctx=2048, quant_format="awq")).argv],
+        "random vision weights": [sglang.render(sglang_binary, LaunchOptions(
+            model_path=_vision_folder(sglang_binary, tmp), ctx=32768, quant_format="awq", vision=False)).argv],
     }
     t0 = time.monotonic()
     reports = _reports(sglang_binary, [argv for argvs in batches.values() for argv in argvs])
@@ -430,6 +484,36 @@ def test_sglang_serves_a_random_weight_file_as_a_folder_it_makes_the_weights_of(
     assert "--load-format dummy" in (sglang.random_weights_loading("awq") or "")
     assert sglang.random_weights_loading("fp8") is None
     assert sglang.launch_settings(LaunchOptions(model_path=folder, quant_format="awq")).quant == "awq-int4"
+
+
+def test_a_random_vision_folder_has_the_processor_sglang_loads_before_it_serves(parser_reports, sglang_binary):
+    """SGLang loads a multimodal model's processor before it serves (AutoProcessor, then the image processor from
+    the folder's preprocessor_config.json): the Qwen3.6-27B layout's random-weight folder had none and SGLang 0.5.16
+    stopped at start on the H100 ("Can't load image processor", 2026-12-06). The folder now has the processor of
+    the model's type, written by SGLang's own transformers at the tower's patch and merge sizes; SGLang's own
+    get_processor reads it, and the vocabulary's files stay the shape file's (the processor's are not kept with
+    them for another model of that vocabulary). The command line skips SGLang's image warmup, and its parser
+    takes it."""
+    [report] = parser_reports["random vision weights"]
+    assert report["parsed"] and report["constructed"], report
+    v = report["values"]
+    assert (v["load_format"], v["skip_server_warmup"], v["context_length"]) == ("dummy", True, 32768), v
+    folder = Path(v["model_path"])
+    assert (folder / "preprocessor_config.json").is_file()
+    check = ("import json, sys\n"
+             "from sglang.srt.utils.hf_transformers_utils import get_processor\n"
+             "p = get_processor(sys.argv[1])\n"
+             "i = p.image_processor\n"
+             "print(json.dumps([type(p).__name__, i.patch_size, i.merge_size, i.temporal_patch_size, "
+             "len(p.tokenizer)]))\n")
+    proc = subprocess.run([str(sglang_binary.python), "-c", check, str(folder)], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    name, patch, merge, temporal, vocab = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (name, patch, merge, temporal, vocab) == ("Qwen3VLProcessor", 16, 2, 2, 248_320)
+    kept = [p for d in (folder.parent / "tokenizers").iterdir() for p in d.iterdir()]
+    assert kept and not [p.name for p in kept if "processor" in p.name], kept
+    assert sglang.launch_settings(LaunchOptions(model_path=folder, quant_format="awq", vision=False)).vision
 
 
 def test_a_record_that_needs_an_accelerator_to_build_is_the_machines_limit_not_the_command_lines(tmp_path):

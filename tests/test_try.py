@@ -212,6 +212,22 @@ def test_the_random_files_name_is_the_models_last_path_part():
     assert random_file_name("C:\\models\\m.gguf", "Q4_0") == "m.gguf-Q4_0-random.gguf"
 
 
+def test_the_card_says_a_vision_tower_the_engine_built_anyway_was_sized_not_left_out():
+    """A pick with vision is tried text-only where the engine serves it so (llama.cpp: no projector; vLLM:
+    --language-model-only); SGLang builds Qwen3.6's tower whatever the pick's vision, and its launch's fit request
+    says so: the card then says the tower was sized and measured, and no longer that it was left out."""
+    from engineroom.flows.trying import vision_said
+
+    left = ["spec-decode (mtp): acceptance against random weights means nothing",
+            "vision: the random-weight file carries no projector; tried text-only"]
+    assert vision_said(left, "vllm", {"fit_request": {"vision": False}}) == left
+    assert vision_said(left, "llama.cpp", {}) == left
+    built = vision_said(left, "sglang", {"fit_request": {"vision": True}})
+    assert built[0] == left[0] and len(built) == 2
+    assert built[1].startswith("vision: sglang builds the model's vision tower") and "sized and measured" in built[1]
+    assert vision_said([], "sglang", {"fit_request": {"vision": True}})[0].startswith("vision: sglang builds")
+
+
 def test_the_speed_point_try_reports_carries_its_runs_id():
     from engineroom.flows.trying import _point_of
 
@@ -352,8 +368,15 @@ def test_the_folder_vllm_makes_random_weights_from_keeps_an_untied_head_untied(v
                     arch.param_count, arch.layer_kinds, tied), name
                 assert config["architectures"] == carried["architectures"] and config["torch_dtype"] == "float16"
                 assert ("vision_config" in config) == ("vision_config" in carried)
+                processor = hffolder.source_of(folder).get("processor")
                 if "vision_config" in carried:
                     vision_left_at_16_bits.append({"folder": str(folder), "config": config["quantization_config"]})
+                    # the processor's files where this environment can build it (vLLM's CPU one has no
+                    # torchvision: said, and vLLM serves text-only without one), the tower's geometry always
+                    assert processor == "written" or processor.startswith("not written: "), processor
+                    assert json.loads((folder / "preprocessor_config.json").read_text())["patch_size"] == 16
+                else:
+                    assert processor is None and not list(folder.glob("*processor_config.json"))
     assert "vision_config" in read_config(root / "qwen3.6-27b.json")[0]
     deepseek = arch_from_config(root / "deepseek-v3.json")
     gguf = write_synthetic_gguf(deepseek, "F16", tmp_path / "deepseek-v3-F16-random.gguf", tensors=False,

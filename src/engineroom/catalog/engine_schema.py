@@ -347,13 +347,13 @@ class Engine(Strict):
     spec_methods: tuple[str, ...] = ()
     tool_parsers: tuple[str, ...] = ()
     reasoning_parsers: tuple[str, ...] = ()
-    # model family -> the parsers a launch of that family gets (engines that parse tool calls and
-    # reasoning server-side: vLLM, SGLang; the llama.cpp family reads them from the chat template)
+    # model family -> its launches' parsers (parsed server-side: vLLM, SGLang; llama.cpp reads the template)
     parsers: dict[str, FamilyParsers] = Field(default_factory=dict)
     # ids of options the adapter defines that every planned launch gets (the adapter's ENGINE_OPTIONS)
     plan_options: tuple[str, ...] = ()
     tools: bool = True
     vision: bool = False
+    text_only_launch: bool = True    # a text-only pick leaves a checkpoint's vision tower unbuilt; else sized
     api_parity: Literal["full", "partial"] = "partial"
     api_parity_source: str = ""
     vendors: tuple[Vendor, ...]

@@ -7,9 +7,12 @@ where the file carries it, ``synth.HF_CONFIG_KEY``, else transformers' reading o
 which the engine serves with weights of its own making (``--load-format dummy``): at 16 bits, or packed at
 4 bits when the folder's config carries the pick's ``quantization_config`` (the checkpoint convention AWQ,
 GPTQ and AutoRound write, which both engines read), so the engine builds that method's layers and kernels.
-Which formats an engine makes random weights of is its adapter's to say. Each folder says where it came
-from (``SOURCE_FILE``) and is cached under engineroom's cache, per engine, keyed by the file's name, size and
-the sha256 of its first and last MiB, so a second launch reuses it.
+A multimodal config's folder also has its processor's files, as the model's repo has (SGLang loads the processor
+before it serves), written by the environment's transformers where it can build one (``SOURCE_FILE`` says whether:
+vLLM's CPU environment has no torchvision, and serves text-only without one). Which formats an engine makes
+random weights of is its adapter's to say. Each folder says where it came from (``SOURCE_FILE``) and is cached
+under engineroom's cache, per engine, keyed by the file's name, size and the sha256 of its first and last MiB, so
+a second launch reuses it.
 """
 
 from __future__ import annotations
@@ -194,6 +197,23 @@ if quant:      # every linear layer's input dim a multiple of the group: the lar
         g //= 2
     data["quantization_config"] = {**quant, "group_size": g}
 (out / "config.json").write_text(json.dumps(data, indent=2))
+vision = data.get("vision_config")
+if isinstance(vision, dict):   # a multimodal model's repo has its processor's files beside the config: this one's
+    # class (for the model's type) with its defaults, at the tower's patch and merge sizes, saved as it saves them
+    sizes = {"patch_size": "patch_size", "temporal_patch_size": "temporal_patch_size",
+             "merge_size": "spatial_merge_size"}
+    (out / "preprocessor_config.json").write_text(json.dumps({k: vision[v] for k, v in sizes.items() if v in vision}))
+    import tempfile
+    from transformers import AutoProcessor
+    try:
+        with tempfile.TemporaryDirectory() as saved:   # its files alone: the vocabulary's stay as they were written
+            AutoProcessor.from_pretrained(str(out)).save_pretrained(saved)
+            for f in Path(saved).iterdir():
+                if f.name.endswith("processor_config.json"):
+                    f.replace(out / f.name)
+        print("PROCESSOR", json.dumps("written"))
+    except Exception as exc:   # this environment cannot build it (no torchvision): an engine that needs it says so
+        print("PROCESSOR", json.dumps(f"not written: {type(exc).__name__}: {str(exc).strip()[:300]}"))
 print("OK", data.get("model_type"), len(tok) if tok is not None else "-", json.dumps(data.get("quantization_config")))
 """
 
@@ -239,16 +259,25 @@ def config_refusal(config: dict[str, Any], where: str, engine: str) -> str | Non
     return None
 
 
-def folder_config_refusal(folder: Path, engine: str) -> str | None:
-    """``config_refusal`` of a model folder's config.json (None where it cannot be read: the engine says why)."""
+def folder_config(folder: Path) -> dict[str, Any] | None:
+    """The model folder's config.json, or None where there is none to read (a hub id, no folder, not JSON)."""
     try:
         data = json.loads((Path(folder) / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    return config_refusal(data, str(Path(folder) / "config.json"), engine) if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else None
 
 
-_NOT_TOKENIZER = ("config.json", "generation_config.json", SOURCE_FILE)
+def folder_config_refusal(folder: Path, engine: str) -> str | None:
+    """``config_refusal`` of a model folder's config.json (None where it cannot be read: the engine says why)."""
+    data = folder_config(folder)
+    return config_refusal(data, str(Path(folder) / "config.json"), engine) if data is not None else None
+
+
+# a folder's files that are not its vocabulary's: the config, and a multimodal model's processor (another model of
+# the same vocabulary may have none)
+_NOT_TOKENIZER = ("config.json", "generation_config.json", SOURCE_FILE, "preprocessor_config.json",
+                  "video_preprocessor_config.json", "processor_config.json")
 
 
 def _saved_tokenizer(vocab: Path, engine: str, interpreter: Path) -> Path:
@@ -346,14 +375,17 @@ def folder_of(path: Path, *, engine: str, python: Callable[[], Path], progress: 
                            f"({(last or ['no output'])[-1][:200]}).", detail="\n".join(last))
     if saved is not None and not saved.is_dir():
         _save_tokenizer(tmp, saved)
+    processor = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines()
+                 if line.startswith("PROCESSOR ")]
     (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": str(path), "size": path.stat().st_size, "dtype": DTYPE,
                                                "weights": "dummy" if dummy else "converted",
-                                               **({"quant_format": weights_format.lower()} if quant else {})}))
+                                               **({"quant_format": weights_format.lower()} if quant else {}),
+                                               **({"processor": processor[-1]} if processor else {})}))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
 
 
 __all__ = ["DTYPE", "INT4_GROUP", "SIXTEEN_BIT", "SOURCE_FILE", "config_refusal", "converted_dtype", "dummy_loading",
-           "dummy_weights", "folder_config_refusal", "folder_of", "int4_quant", "is_gguf", "quantization_config",
-           "random_weights_file", "source_of"]
+           "dummy_weights", "folder_config", "folder_config_refusal", "folder_of", "int4_quant", "is_gguf",
+           "quantization_config", "random_weights_file", "source_of"]

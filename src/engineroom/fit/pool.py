@@ -19,6 +19,8 @@ from .request import Component, FitRequest, GpuFit
 from .space import fit_space
 from .weights import WeightSplit, weight_split
 
+TOWER_BYTES_PER_PARAM = 2      # a vision tower's weights: 16 bits in every checkpoint format fit sizes
+
 
 def valid_tp(arch: ModelArch, max_tp: int = 8) -> list[int]:
     """TP sizes that divide the attention heads (and the linear-attention key/value heads,
@@ -55,7 +57,8 @@ def fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
     frac = req.mem_fraction if req.mem_fraction is not None else eng.default_mem_fraction
     assert frac is not None      # the catalog schema requires it of every kv_pool engine and build
     split = weight_split(arch, req, catalog)
-    w = split.total // tp
+    total, source = with_vision_tower(arch, req, split)
+    w = total // tp
     kv_need, kv_note = pool_kv_grow_per_card(arch, req, catalog=catalog)
     r, s = recurrent_state_bytes(arch, req.parallel)
     kv_fixed = (r + s) // tp
@@ -75,7 +78,7 @@ def fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
         return _fit_stages(arch, req, rig, frac, split, act + scratch, coef, b, scratch, overhead, kv_need, kv_note,
                            r + s, draft)
     if ks is not None:
-        return fit_space(arch, req, rig, eng, ks, frac, w, split.source, act + scratch, coef, kv_need, kv_note,
+        return fit_space(arch, req, rig, eng, ks, frac, w, source, act + scratch, coef, kv_need, kv_note,
                          kv_fixed, draft, catalog)
     if eng.pool_profile is not None and gpus:
         return _fit_profiled(arch, req, eng.pool_profile, gpus, frac, split, kv_need, kv_note, kv_fixed, draft, eng.id,
@@ -84,7 +87,7 @@ def fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
     info = {}
     for gi in range(tp):
         cap = (gpus[gi].free_bytes or gpus[gi].vram_bytes) if gpus else (rig.cpu_ram_bytes or 0)
-        fixed = [Component("weights", w, split.source + (f" / TP {tp}" if tp > 1 else "")),
+        fixed = [Component("weights", w, source + (f" / TP {tp}" if tp > 1 else "")),
                  Component("activations", act + scratch,
                            f"{coef:g} x 48 x ctx / TP" + (f" + GDN prefill scratch (b={b})" if scratch else "")),
                  Component("cuda_graphs", overhead, f"(0.5 + {frac} + 0.3 x (TP-1)) GB")]
@@ -192,6 +195,17 @@ def moe_workspace(arch: ModelArch, tokens: int, tp: int = 1) -> int:
     return int(tokens * m.n_experts_active * (3 * inter + arch.hidden_size) * 2)
 
 
+def with_vision_tower(arch: ModelArch, req: FitRequest, split: WeightSplit) -> tuple[int, str]:
+    """The weights counted from the parameters (``split``: the text model's alone), with the vision tower when the
+    launch builds it, at 16 bits whatever the text model's quant: published checkpoints leave the tower so (and a
+    random-weight folder's quantization_config does: ``engines.hffolder``). A checkpoint's own size, or a GGUF's
+    tensors, as they are."""
+    vision = arch.vision.param_count if arch.vision and arch.vision.param_count else 0
+    if not (vision and req.vision) or req.weight_bytes is not None or split.source == "GGUF tensor bytes":
+        return split.total, split.source
+    return split.total + vision * TOWER_BYTES_PER_PARAM, split.source + ", with the vision tower (16-bit)"
+
+
 def profiled_weights(arch: ModelArch, req: FitRequest, split: WeightSplit) -> tuple[int, str]:
     """The weights a profiling engine loads: the text model, with the vision tower only when the
     launch serves images and the MTP layers only when MTP drafts. A given checkpoint size holds
@@ -211,9 +225,7 @@ def profiled_weights(arch: ModelArch, req: FitRequest, split: WeightSplit) -> tu
             how += ", less the MTP layers (not drafting with MTP)"
     elif split.source != "GGUF tensor bytes":
         per_param = total / max(arch.param_count or params or 1, 1)
-        if vision and req.vision:
-            total += int(vision * per_param)
-            how += ", with the vision tower"
+        total, how = with_vision_tower(arch, req, split)
         if mtp and mtp_loaded:
             total += int(mtp * per_param)
             how += ", with the MTP layers"

@@ -10,7 +10,8 @@ whose conditions carry ``try``: `engineroom report RUN` shows it).
 
 What random weights make meaningless is said, not measured: the answers, a drafter's acceptance
 (spec-decode is left off), a MoE router's balance (random routers spread tokens near evenly). The
-file carries no projector, so a pick with vision is tried text-only. An engine that makes random
+file carries no projector, so a pick with vision is tried text-only where the engine serves it so (one that
+builds the tower anyway, SGLang, is sized and measured with it, and the card says so). An engine that makes random
 weights itself (vLLM's and SGLang's dummy loading, for 16-bit picks and the 4-bit AWQ, GPTQ and AutoRound
 ones: ``engines.hffolder``) gets a file of the shape and tokenizer alone and serves weights of its own making.
 """
@@ -36,7 +37,8 @@ from .picks import SPEC_NOTE, Pick, pick_from_plan
 from .runs import HostGuard, bench
 from .stages import STAGES_KEY, StageLog, open_run, served
 
-__all__ = ["NOT_MEANINGFUL", "TryOutcome", "random_file_name", "random_weights", "random_weights_pick", "try_model"]
+__all__ = ["NOT_MEANINGFUL", "TryOutcome", "random_file_name", "random_weights", "random_weights_pick", "try_model",
+           "vision_said"]
 
 GGUF_FORMAT = "gguf"
 NOT_MEANINGFUL = (
@@ -104,6 +106,17 @@ def random_weights_pick(pick: Pick) -> tuple[Pick, list[str]]:
             left.append("calibration: none from this run (the plan's band counts the spec-decode speed-up)")
     notes = tuple(n for n in pick.notes if not (r.spec_method and n.startswith(SPEC_NOTE)))   # not launched so
     return replace(pick, request=request, plan=plan, notes=notes), left
+
+
+def vision_said(left_out: list[str], engine: str, memory: dict[str, Any]) -> list[str]:
+    """``left_out`` as the launch made it true: where the engine built the model's vision tower anyway (the
+    launch's fit request says so: SGLang has no text-only launch for Qwen3.6), the tower was sized and measured,
+    not left out."""
+    if not (memory.get("fit_request") or {}).get("vision"):
+        return list(left_out)
+    return [*(n for n in left_out if not n.startswith("vision:")),
+            f"vision: {engine} builds the model's vision tower whatever the pick's vision: sized and measured with "
+            "it (random weights); no image was sent"]
 
 
 def _local_config(model: str) -> dict[str, Any] | None:
@@ -218,6 +231,7 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
         what = f"launch {r.engine} {quant} KV {r.kv_dtype} at {r.ctx} tokens x {r.parallel}"
         with served(str(path), LaunchArgs(port=0, threads=threads, extra_args=engine_args), log, pick=pick,
                     on_wait=on_wait, what=what) as s:
+            left_out[:] = vision_said(left_out, r.engine, s.state.memory or {})
             tried = {"model": model, "quant": quant, "file_bytes": size, "source": pick.source,
                      "left_out": left_out, "not_meaningful": list(NOT_MEANINGFUL),
                      **({"engine_args": list(engine_args)} if engine_args else {})}

@@ -65,6 +65,9 @@ class Candidate:
         return self.held.kv if self.held else self.kv
 
     def request(self, arch: ModelArch, ctx: int, parallel: int, vision: bool) -> FitRequest:
+        """fit's request at ``ctx`` x ``parallel``; ``vision``: the priority promises images (an engine without a
+        text-only launch builds a checkpoint's tower anyway, and it is sized so)."""
+        vision = vision or (arch.vision is not None and not self.engine.text_only_launch)
         base = self.base_requests.get(vision)
         if base is None:
             d, held = self.drafter, self.held

@@ -57,7 +57,7 @@ class LaunchRequest:
     reasoning_parser: str | None = None
     vision: bool = False              # the vision tower is served (llama.cpp family: with ``projector``)
     projector: str | None = None      # the multimodal projector file (hf:ORG/REPO/FILE), llama.cpp family
-    text_only: str = ""               # why a model with vision is served without it ("" when not traded)
+    text_only: str = ""               # why a model with vision is served without images ("" when not traded)
     chat_template: str | None = None  # a chat template file
     engine_options: tuple[str, ...] = ()   # ids of options the adapter defines (engine YAML plan_options)
     threads: int | None = None        # CPU threads (None: the engine's default); `engineroom tune` may set it
@@ -163,9 +163,12 @@ def request_for(model: Model, engine: Engine, quant: Quant, kv_dtype: str, draft
     parsers = engine.parsers.get(model.family or "") if model.family else None
     vision = "vision" in features and "vision" in model.features
     text_only = ""
-    if "vision" in model.features and not vision:
+    if "vision" in model.features and not vision and engine.text_only_launch:
         text_only = (f"priority {priority or 'this one'} does not promise vision: the model is sized and served "
                      "text-only")
+    elif "vision" in model.features and not vision:
+        text_only = (f"priority {priority or 'this one'} does not promise vision, but {engine.id} has no text-only "
+                     "launch for the model: its vision tower is built, and sized")
     projector = None
     if vision and quant.format == "gguf" and quant.projector:
         # a file of the quant's own repo, or a whole hf: reference (a projector published beside

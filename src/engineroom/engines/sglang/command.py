@@ -22,6 +22,7 @@ from ..base import LaunchOptions, LaunchSpec, Settled
 from ..hffolder import (
     dummy_loading,
     dummy_weights,
+    folder_config,
     folder_config_refusal,
     folder_of,
     int4_quant,
@@ -68,6 +69,13 @@ NNODES_FLAG = "--nnodes"
 NODE_RANK_FLAG = "--node-rank"
 DIST_ADDR_FLAG = "--dist-init-addr"
 LOAD_FORMAT_FLAG = "--load-format"
+SKIP_WARMUP_FLAG = "--skip-server-warmup"
+MULTIMODAL_FLAG = "--enable-multimodal"
+# the architectures SGLang serves text-only unless --enable-multimodal (ModelConfig's mm_disabled_models, 0.5.16 to
+# 0.5.23); it builds every other checkpoint's vision tower: it has no text-only launch for them (--language-only is
+# a worker of encoder disaggregation; 0.5.23's --language-model-only takes a few architectures, not Qwen3.5/3.6's)
+MULTIMODAL_OFF = frozenset({"Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration",
+                            "Step3VLForConditionalGeneration", "InklingForConditionalGeneration"})
 API_KEY_FLAG = "--api-key"
 # not SGLang's: the launcher shim takes it off the command line and reads the file
 API_KEY_FILE_FLAG = apikey.SHIM_KEY_FLAG
@@ -191,6 +199,19 @@ def serving_model(path: Path, progress: Callable[[float | None, str], None] | No
                      weights_format=weights_format)
 
 
+def builds_vision_tower(folder: Path, extra: Sequence[str] = (), *, asked: bool | None = None) -> bool:
+    """Whether SGLang builds the vision tower of the model in ``folder``: its config.json has one, and SGLang serves
+    that architecture with it, or the launch asks (``asked``, the pick's vision: ``--enable-multimodal``). Without a
+    config to read (a hub id), what the launch asks."""
+    config = folder_config(folder)
+    if config is None:
+        return bool(asked)
+    if not isinstance(config.get("vision_config"), dict):
+        return False
+    return (str((config.get("architectures") or [""])[0]) not in MULTIMODAL_OFF or bool(asked)
+            or _has_flag(extra, MULTIMODAL_FLAG))
+
+
 def _check_host(host: str) -> None:
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise BadInput(f"engineroom binds engines to 127.0.0.1, not {host}; reach the server through an SSH "
@@ -224,6 +245,12 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
 
     if dummy_weights(model_path):
         add(LOAD_FORMAT_FLAG, "dummy")             # a random-weight file's folder: SGLang makes the weights
+        if builds_vision_tower(model_path, extra, asked=o.vision) and not _has_flag(extra, SKIP_WARMUP_FLAG):
+            # SGLang warms a vision model up with an image through its chat template, which the folder's
+            # tokenizer (the shape file's vocabulary: no image tokens) cannot place; engineroom's own checks follow
+            args.append(SKIP_WARMUP_FLAG)
+    if o.vision and not builds_vision_tower(model_path, extra):
+        add(MULTIMODAL_FLAG)                   # an architecture SGLang serves text-only unless asked
     if o.model_name:
         add(NAME_FLAG, o.model_name)           # /v1/models id = the user's name, not a home path
     if o.ctx:
@@ -298,7 +325,8 @@ def api_key_file_in(argv: Sequence[str]) -> str | None:
 
 def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> Settled:
     """What SGLang will run with, in fit's words: one paged KV pool shared by all sequences,
-    the context per request (the model's trained context when none is given)."""
+    the context per request (the model's trained context when none is given), and the vision tower where SGLang
+    builds one (``builds_vision_tower``), whatever the pick's vision."""
     extra = options.extra_args
     ctx_arg = _flag_value(extra, CONTEXT_FLAG)
     seqs_arg = _flag_value(extra, SEQS_FLAG)
@@ -311,7 +339,8 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> S
                    kv_unified=True, kv_dtype="auto" if kv == "f16" else kv,
                    tp=int(tp_arg) if tp_arg and tp_arg.isdigit() else max(1, options.tp),
                    mem_fraction=float(mem_arg) if mem_arg else options.mem_fraction,
-                   quant=int4_quant(options.quant_format))
+                   quant=int4_quant(options.quant_format),
+                   vision=builds_vision_tower(Path(options.model_path), extra, asked=options.vision))
 
 
 # --------------------------------------------------------------------------- multi-node
