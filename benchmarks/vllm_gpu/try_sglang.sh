@@ -39,8 +39,10 @@ ENGINE=sglang bash benchmarks/vllm_gpu/device.sh engineroom > /dev/null || exit 
 plan() { "$ER" plan "$model" --engine sglang --priority balanced --quant "$quant" --ctx "$ctx" --json > "$R/plan-$1.json" 2> "$R/plan-$1.err"; echo "plan $1: rc $?"; }
 plan before
 t0=$(date +%s)
+# the launch may wait until 90 s before the call's end (a 27B layout's start outlasted SGLang's old 300 s), leaving
+# the bench and the collection their time
 timeout "$(( $(left) - 25 ))" "$ER" try "$model" --engine sglang --quant "$quant" --ctx "$ctx" --folder "$STORE/files" \
-    --json -- --sampling-backend pytorch ${SGLANG_EXTRA:-} > "$R/try.json" 2> "$R/try.err"
+    --timeout "$(( $(left) - 90 ))" --json -- --sampling-backend pytorch ${SGLANG_EXTRA:-} > "$R/try.json" 2> "$R/try.err"
 echo "try $model $quant: rc $? in $(( $(date +%s) - t0 )) s"; tail -25 "$R/try.err"
 plan after
 echo "== try-$name done in $(( $(date +%s) - start )) s"

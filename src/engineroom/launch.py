@@ -15,7 +15,6 @@ really listen on (psutil), beside the one engineroom asked for.
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import socket
@@ -34,7 +33,7 @@ from . import paths, serverproc
 from .engines import Engine, adapter
 from .engines.base import UNKNOWN_FAILURE, LaunchSpec
 from .errors import BadInput, EngineFailed, NotFound
-from .launchargs import LaunchArgs
+from .launchargs import LaunchArgs, check_timeout
 
 STATE_FILE = "server.json"
 DAMAGED_SUFFIX = ".damaged-"
@@ -261,8 +260,7 @@ def up(
     process's environment the engine must not inherit (the one ``--api-key-env`` names: the engine
     reads its key from a file, so the key never shows in ``/proc/PID/environ``).
     """
-    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-        raise BadInput(f"--timeout must be a positive number of seconds; got {timeout}.")
+    check_timeout(timeout)
     current = read_state()
     if current and _ours(current):
         raise BadInput(

@@ -10,6 +10,7 @@ is never part of it: only the variable's name or the private file's path.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -78,3 +79,10 @@ class LaunchArgs:
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LaunchArgs))
+
+
+def check_timeout(timeout: float | None) -> None:
+    """A ``--timeout`` the user gave: a positive, finite number of seconds, or one sentence (checked before any
+    work: a command that writes a file or plans first would otherwise refuse only at the launch)."""
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise BadInput(f"--timeout must be a positive number of seconds, not {timeout}.")

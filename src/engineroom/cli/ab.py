@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..output import err_console, print_json, print_text
-from .base import JsonOpt, app, check_at_least
+from .base import JsonOpt, TimeoutOpt, app, check_at_least
 
 
 @app.command("ab")
@@ -30,6 +30,7 @@ def ab_cmd(
                                        help="CPU threads for both arms (an arm may override)."),
     engine: str | None = typer.Option(None, "--engine", "-e", help="Engine of both arms (default: llama.cpp, or "
                                                                    "the plan's pick)."),
+    timeout: float | None = TimeoutOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     """Boot two launch settings in turn (A B B A ...), bench each boot, and say per metric whether
@@ -42,9 +43,10 @@ def ab_cmd(
     check_at_least(("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", runs, 1),
                    ("--boots", boots, 1), ("--retries", retries, 0), ("--max-boots", max_boots, boots))
     a, b = parse_arm(arm_a, "A"), parse_arm(arm_b, "B")
-    from ..launchargs import LaunchArgs
+    from ..launchargs import LaunchArgs, check_timeout
 
-    base = LaunchArgs(port=0, ctx=ctx, threads=threads, engine=engine)
+    check_timeout(timeout)
+    base = LaunchArgs(port=0, ctx=ctx, threads=threads, engine=engine, timeout=timeout)
     plan = BenchPlan(workloads=default_workloads(max_tokens)[:1], warmup=warmup, measured=runs, full_length=True)
     def say(line: str) -> None:          # progress goes to stderr, with --json too
         err_console.print(line)

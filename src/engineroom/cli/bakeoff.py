@@ -10,7 +10,7 @@ import typer
 
 from ..errors import BadInput
 from ..output import err_console, print_json, print_text
-from .base import BusyOkOpt, JsonOpt, QuietWaitOpt, app
+from .base import BusyOkOpt, JsonOpt, QuietWaitOpt, TimeoutOpt, app
 
 _SUITES_HELP = ("Comma-separated suites, run on each cell in this order: verify-smoke, verify-full, stress, soak, "
                 "bench-quick, bench-standard, depth, concurrency, sweep, spec (default: verify-full, "
@@ -67,6 +67,7 @@ def bakeoff_cmd(
                                                             "(and those of the --engines it lacks)."),
     quiet_wait: float = QuietWaitOpt,
     busy_ok: bool = BusyOkOpt,
+    timeout: float | None = TimeoutOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     """Run the plan's pick of every engine on MODEL through the same verify and bench suites, one engine at a
@@ -87,7 +88,7 @@ def bakeoff_cmd(
                           suites=_split(suites) or DEFAULT_SUITES, short=short, ctx=ctx,
                           budget_s=None if budget_min is None else budget_min * 60.0, resume=resume,
                           engine_args=_engine_args(engine_args), random=random_weights, folder=folder, quant=quant,
-                          quiet_wait=quiet_wait, busy_ok=busy_ok,
+                          quiet_wait=quiet_wait, busy_ok=busy_ok, timeout=timeout,
                           say=err_console.print)
         _show_page(store, outcome.run_id, None, None, json_out, None)
     if outcome.left:

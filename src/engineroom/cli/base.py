@@ -23,7 +23,7 @@ from pathlib import Path
 import typer
 
 from .. import __version__, views
-from ..launchargs import LaunchArgs
+from ..launchargs import LaunchArgs, check_timeout
 from ..output import console, err_console, print_json, to_jsonable
 from ..progress import WaitProgress
 from ..redaction import redact_data
@@ -70,12 +70,7 @@ def launch_args(ctx: int | None, port: int | None, threads: int | None, parallel
                  api_key_env: str | None = None, api_key_file: Path | None = None) -> LaunchArgs:
     """The launch's arguments as typed (a key typed with --api-key is not one of them: it goes to
     ``flows.prepare`` alone, which writes it to a private file and keeps the file's path)."""
-    import math
-
-    from ..errors import BadInput
-
-    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-        raise BadInput(f"--timeout must be a positive number of seconds, not {timeout}.")
+    check_timeout(timeout)
     return LaunchArgs(engine=engine, ctx=ctx, parallel=parallel, kv_unified=kv_unified, kv_dtype=kv_dtype, tp=tp,
                       port=port, threads=threads, engine_bin=str(engine_bin) if engine_bin else None,
                       chat_template=str(chat_template) if chat_template else None,

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from ..output import err_console, print_json, print_text
-from .base import BusyOkOpt, JsonOpt, QuietWaitOpt, app
+from .base import BusyOkOpt, JsonOpt, QuietWaitOpt, TimeoutOpt, app
 
 _FOLDER = typer.Option(None, "--folder", help="Where to write the file (default: the temp folder).")
 _QUANT = typer.Option(None, "--quant", help="Only this quant of the model (default: the plan's choice).")
@@ -35,6 +35,7 @@ def try_cmd(
     runs: int = typer.Option(3, "--runs", help="Measured requests."),
     quiet_wait: float = QuietWaitOpt,
     busy_ok: bool = BusyOkOpt,
+    timeout: float | None = TimeoutOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     """Plan MODEL for this machine, write a random-weight file of its exact architecture and quant,
@@ -59,7 +60,7 @@ def try_cmd(
         outcome = try_model(
             store, model, priority=priority, engine=engine, quant=quant, ctx=ctx, parallel=parallel, threads=threads,
             keep=keep, folder=folder, engine_args=tuple(ctx_.args), max_tokens=max_tokens, warmup=warmup, measured=runs,
-            quiet_wait=quiet_wait, busy_ok=busy_ok, say=err_console.print, on_wait=on_wait,
+            quiet_wait=quiet_wait, busy_ok=busy_ok, timeout=timeout, say=err_console.print, on_wait=on_wait,
             progress=lambda done, total, label: err_console.print(f"bench {done}/{total}: {label}"))
     result = asdict(outcome)
     if json_out:
@@ -91,6 +92,7 @@ def tune_cmd(
     runs: int = typer.Option(3, "--runs", help="Measured requests (or rounds) per boot."),
     quiet_wait: float = QuietWaitOpt,
     busy_ok: bool = BusyOkOpt,
+    timeout: float | None = TimeoutOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     """Search the launch settings that matter for a priority (threads, KV type, slots, GPU sampling, flash
@@ -106,7 +108,7 @@ def tune_cmd(
         outcome = tune(store, model, priority=priority, engine=engine, quant=quant, ctx=ctx, parallel=parallel,
                        budget_s=budget_min * 60.0, boots=boots, knobs=tuple(knob or ()), random=random_weights,
                        folder=folder, out=out, max_tokens=max_tokens, warmup=warmup, measured=runs,
-                       quiet_wait=quiet_wait, busy_ok=busy_ok, say=err_console.print)
+                       quiet_wait=quiet_wait, busy_ok=busy_ok, timeout=timeout, say=err_console.print)
     result = asdict(outcome)
     if json_out:
         print_json(result)

@@ -29,7 +29,7 @@ import psutil
 
 from .. import engines, launch, models
 from ..errors import BadInput, EngineroomError, NotFound
-from ..launchargs import LaunchArgs
+from ..launchargs import LaunchArgs, check_timeout
 from ..report.bakeoff import BAKEOFF_KIND, CELL_KIND
 from ..store import Store
 from .picks import Pick, pick_from_plan
@@ -214,14 +214,16 @@ def bakeoff(store: Store, model: str, *, engine_names: Sequence[str] = (), prior
             suites: Sequence[str] = DEFAULT_SUITES, short: bool = False, ctx: int | None = None,
             budget_s: float | None = None, resume: int | None = None,
             engine_args: Mapping[str, Sequence[str]] | None = None, random: bool = False, folder: Path | None = None,
-            quant: str | None = None, quiet_wait: float = 60.0, busy_ok: bool = False,
+            quant: str | None = None, quiet_wait: float = 60.0, busy_ok: bool = False, timeout: float | None = None,
             say: Callable[[str], None] | None = None) -> BakeoffOutcome:
     """Run (or ``resume``) the bakeoff of ``model``: every engine (default: every adapter) x priority (default:
     balanced), each through ``suites``. ``budget_s``: no cell is started past it (the rest: ``left``). ``random``:
     every engine serves one random-weight file of the model's exact shape (``try``'s), written in ``folder`` at
     the first pick's quant, and every later pick is planned at that quant (one file, one contract). ``quant``:
-    every engine's pick at this quant (an engine that cannot load it gets a row that says so)."""
+    every engine's pick at this quant (an engine that cannot load it gets a row that says so). ``timeout``: seconds
+    each launch may take to become healthy (None: each engine's own wait)."""
     say = say or (lambda _m: None)
+    check_timeout(timeout)
     if budget_s is not None and budget_s <= 0:
         raise BadInput(f"--budget-min must be above 0, not {budget_s / 60:g}.")
     wanted = [_engine(e) for e in engine_names] or list(engines.names())
@@ -255,7 +257,8 @@ def bakeoff(store: Store, model: str, *, engine_names: Sequence[str] = (), prior
             eta = (f", about {sum(spent) / len(spent) * (len(todo) - i + 1) / 60:.0f} min left" if spent else "")
             say(f"cell {i}/{len(todo)}: {key}{eta}")
             started = time.monotonic()
-            grid.ended(_cell(store, grid, model, engine, priority, conditions, files, quiet_wait, busy_ok, say))
+            grid.ended(_cell(store, grid, model, engine, priority, conditions, files, quiet_wait, busy_ok, say,
+                             timeout))
             spent.append(time.monotonic() - started)
     except KeyboardInterrupt:
         store.finish_run(run_id, "INTERRUPTED", {"cells": len(grid.done), "left": len(todo) - len(grid.done)})
@@ -271,7 +274,8 @@ def bakeoff(store: Store, model: str, *, engine_names: Sequence[str] = (), prior
 
 
 def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, conditions: Mapping[str, Any],
-          files: _RandomFile | None, quiet_wait: float, busy_ok: bool, say: Callable[[str], None]) -> dict[str, Any]:
+          files: _RandomFile | None, quiet_wait: float, busy_ok: bool, say: Callable[[str], None],
+          timeout: float | None = None) -> dict[str, Any]:
     """One cell, run to its end: its record (done, failed at a stage, or not run here and why)."""
     cell: dict[str, Any] = {"engine": engine, "priority": priority, "runs": {}, "suites": {},
                             "machine_key": machine_key()}
@@ -321,7 +325,7 @@ def _cell(store: Store, grid: _Grid, model: str, engine: str, priority: str, con
         tools = files is None and models.resolve(model).tool_template is not None
     except EngineroomError:
         tools = False
-    args = LaunchArgs(port=0, tools_template=tools,
+    args = LaunchArgs(port=0, tools_template=tools, timeout=timeout,
                       extra_args=tuple(conditions.get("engine_args", {}).get(engine, ())))
     host = HostGuard(wait_s=quiet_wait, busy_ok=busy_ok, say=say)
 

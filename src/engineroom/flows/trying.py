@@ -29,7 +29,7 @@ from typing import Any
 
 from .. import engines
 from ..errors import BadInput, NotFound
-from ..launchargs import LaunchArgs
+from ..launchargs import LaunchArgs, check_timeout
 from ..speedpoints import POINT_KEY, decode_mean
 from ..store import Store
 from ..units import gib
@@ -195,11 +195,12 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
               quant: str | None = None, ctx: int | None = None, parallel: int | None = None, threads: int | None = None,
               keep: bool = False, folder: Path | None = None, engine_args: tuple[str, ...] = (),
               max_tokens: int = 128, warmup: int = 1,
-              measured: int = 3, quiet_wait: float = 60.0, busy_ok: bool = False,
+              measured: int = 3, quiet_wait: float = 60.0, busy_ok: bool = False, timeout: float | None = None,
               say: Callable[[str], None] | None = None, on_wait: Callable[[str, float], None] | None = None,
               progress: Callable[[int, int, str], None] | None = None) -> TryOutcome:
     """Plan ``model`` here, write its random-weight file, launch the pick on it, bench, compare, clean up.
-    ``engine_args``: the engine's own arguments, after the pick's (a user's override, recorded with the run)."""
+    ``engine_args``: the engine's own arguments, after the pick's (a user's override, recorded with the run);
+    ``timeout``: seconds the launch may take to become healthy (None: the engine's own wait)."""
     from ..bench import BenchPlan, default_workloads
     from ..bench.guards import failed_checks
 
@@ -207,6 +208,7 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
     for flag, value, least in (("--max-tokens", max_tokens, 1), ("--warmup", warmup, 0), ("--runs", measured, 1)):
         if value < least:
             raise BadInput(f"{flag} must be at least {least}, not {value}.")
+    check_timeout(timeout)
     log = StageLog(say)
     with log.stage("plan", f"plan {model} for this machine"):
         pick = pick_from_plan(model, priority=priority, engine=engine, ctx=ctx, parallel=parallel, quant=quant)
@@ -229,8 +231,8 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
         plan = BenchPlan(workloads=default_workloads(max_tokens)[:1], warmup=warmup, measured=measured,
                          full_length=True)
         what = f"launch {r.engine} {quant} KV {r.kv_dtype} at {r.ctx} tokens x {r.parallel}"
-        with served(str(path), LaunchArgs(port=0, threads=threads, extra_args=engine_args), log, pick=pick,
-                    on_wait=on_wait, what=what) as s:
+        launch = LaunchArgs(port=0, threads=threads, extra_args=engine_args, timeout=timeout)
+        with served(str(path), launch, log, pick=pick, on_wait=on_wait, what=what) as s:
             left_out[:] = vision_said(left_out, r.engine, s.state.memory or {})
             tried = {"model": model, "quant": quant, "file_bytes": size, "source": pick.source,
                      "left_out": left_out, "not_meaningful": list(NOT_MEANINGFUL),

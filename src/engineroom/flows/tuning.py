@@ -32,7 +32,7 @@ from typing import Any
 from .. import engines
 from ..engines.base import Knob
 from ..errors import BadInput, EngineroomError, NotFound
-from ..launchargs import LaunchArgs
+from ..launchargs import LaunchArgs, check_timeout
 from ..store import Store
 from .ab import boot_order, describe_settings, jsonable_settings
 from .picks import Pick, pick_from_plan
@@ -183,10 +183,11 @@ def tune(store: Store, model: str, *, priority: str, engine: str | None = None, 
          parallel: int | None = None, budget_s: float = 900.0, boots: int = 2, knobs: tuple[str, ...] = (),
          random: bool = False, folder: Path | None = None, out: Path | None = None, max_tokens: int = 64,
          warmup: int = 1, measured: int = 3, quiet_wait: float = 60.0, busy_ok: bool = False,
-         say: Callable[[str], None] | None = None) -> TuneOutcome:
+         timeout: float | None = None, say: Callable[[str], None] | None = None) -> TuneOutcome:
     """Search the engine's knobs for ``priority`` on this machine from the plan's pick (see the module's
     docstring); ``knobs``: only these fields (kv_dtype, parallel, threads, engine_args); ``random``: on a
-    random-weight file of the pick's quant (written and deleted here), else on the model itself."""
+    random-weight file of the pick's quant (written and deleted here), else on the model itself; ``timeout``: seconds
+    each boot may take to become healthy (None: the engine's own wait)."""
     from ..hardware import detect_rig
     from .trying import random_weights, random_weights_pick
 
@@ -197,6 +198,7 @@ def tune(store: Store, model: str, *, priority: str, engine: str | None = None, 
             raise BadInput(f"{flag} must be at least {least} for tune, not {value}.")
     if budget_s <= 0:
         raise BadInput(f"--budget-min must be positive, not {budget_s / 60:g}.")
+    check_timeout(timeout)
     objective, guarded = objective_of(priority)
     t0 = time.monotonic()
     log = StageLog(say)
@@ -239,7 +241,7 @@ def tune(store: Store, model: str, *, priority: str, engine: str | None = None, 
                 path, _size = files.enter_context(random_weights(model, pick, log, folder=folder, command="tune"))
                 served_ref = str(path)
             ab = _Trials(store, served_ref, objective, boots, max_tokens, warmup, measured,
-                         HostGuard(wait_s=quiet_wait, busy_ok=busy_ok, say=say), say)
+                         HostGuard(wait_s=quiet_wait, busy_ok=busy_ok, say=say), say, timeout)
             incumbent: dict[str, Any] = {}
             per_trial: float | None = None
             for knob in chosen:
@@ -298,9 +300,10 @@ class _Trials:
     """The A/B of two settings of the pick over interleaved boots, measured for the objective."""
 
     def __init__(self, store: Store, model: str, objective: str, boots: int, max_tokens: int, warmup: int,
-                 measured: int, host: HostGuard, say: Callable[[str], None]) -> None:
+                 measured: int, host: HostGuard, say: Callable[[str], None], timeout: float | None = None) -> None:
         self.store, self.model, self.objective, self.boots = store, model, objective, boots
         self.max_tokens, self.warmup, self.measured, self.host, self.say = max_tokens, warmup, measured, host, say
+        self.timeout = timeout
         self.retries = 1
 
     def run(self, pick: Pick, a: Mapping[str, Any], b: Mapping[str, Any], knob: str, value: Any) -> Trial:
@@ -372,7 +375,7 @@ class _Trials:
                 shown[0] = time.monotonic()
                 self.say(f"    bench {done}/{total}: {what}")
 
-        with served(self.model, LaunchArgs(port=0), log, pick=pick) as s:
+        with served(self.model, LaunchArgs(port=0, timeout=self.timeout), log, pick=pick) as s:
             if self.objective == "decode_tps":
                 plan = BenchPlan(workloads=default_workloads(self.max_tokens)[:1], warmup=self.warmup,
                                  measured=self.measured, full_length=True)

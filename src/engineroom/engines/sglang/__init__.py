@@ -59,12 +59,14 @@ from .server import (
                       METRIC_NAMES,
                       MODEL_INFO_PATH,
                       SERVER_INFO_PATH,
+                      START_TIMEOUT_S,
                       classify_failure,
                       health_state,
                       memory_report,
                       normalise_metrics,
                       probe,
                       server_info,
+                      wait_hint,
 )
 from .validate import validate_argv, validate_many, validation_report, validation_reports
 
@@ -90,12 +92,13 @@ __all__ = ["RELEASE",
            "EXPECTED_BUILD", "FAILURE_PATTERNS", "FULL_LENGTH_BODY", "KEY_SHIM", "KV_CACHE_DTYPES", "METRIC_MEANS",
            "METRIC_NAMES",
            "MODEL_INFO_PATH", "MODULE", "OWN_NAMES", "PACKAGE", "SERVER_INFO_PATH", "SGLANG_KV_DTYPES",
-           "SPEC_ALGORITHMS", "VERSION", "Binary", "api_key_file_in", "binary_version", "classify_failure",
+           "SPEC_ALGORITHMS", "START_TIMEOUT_S", "VERSION", "Binary", "api_key_file_in", "binary_version",
+           "classify_failure",
            "find_binary", "health_state", "install", "installed", "kv_cache_dtype", "launch_settings",
            "loads_refusal", "memory_report", "random_weights_loading", "serving_model",
            "normalise_metrics", "placeholder_binary", "probe", "render", "render_cluster",
            "server_args", "server_info", "spec_algorithm", "spec_args", "split_api_key", "validate_argv",
-           "validate_many", "validation_report", "validation_reports"]
+           "validate_many", "validation_report", "validation_reports", "wait_hint"]
 
 
 if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and every optional hook it implements
@@ -108,7 +111,7 @@ if TYPE_CHECKING:   # mypy checks this package against the adapter protocol and 
                       _base.SettlesLaunch, _base.NormalisesMetrics, _base.ListsInstalls, _base.Installs,
                       _base.HasPlaceholderBinary[Binary], _base.TellsBinaryVersion[Binary],
                       _base.ValidatesArgv[Binary], _base.RendersCluster[Binary], _base.ReportsMemory,
-                      _base.ConvertsModel, _base.MakesRandomWeights, Protocol):
+                      _base.ConvertsModel, _base.MakesRandomWeights, _base.HintsWhileWaiting, Protocol):
         """The protocol and the hooks this adapter implements (engines/base.py)."""
 
     _conforms: _Implements = _self

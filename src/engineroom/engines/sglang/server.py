@@ -161,38 +161,67 @@ def normalise_metrics(text: str) -> dict[str, float]:
     return {**sums, **{k: sum(v) / len(v) for k, v in means.items() if v}}
 
 
+# --------------------------------------------------------------------------- what it logs while starting
+# SGLang 0.5.16 on an H100 (tests/fixtures/sglang/h100_*.log): SmolLM2-135M ready 100 s after its first line (64 s
+# of them capturing 58 prefill CUDA graphs); the Qwen3.6-27B layout at awq-int4 still in its first capture after
+# 270 s, three times (2026-12-06). The default wait of 300 s is too short for a 27B start: 900 s, as vLLM's.
+START_TIMEOUT_S = 900.0
+_SKIP = re.compile(r"Warning|warnings\.warn|resource_tracker|Ignore import error|^\s*$")
+_STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*")
+
+
+def wait_hint(log_text: str) -> str | None:
+    """The last meaningful log line (shown while the long start runs: loading, pools, CUDA-graph captures with
+    their progress bars), without its time stamp, trimmed."""
+    for line in reversed(log_text.splitlines()[-40:]):
+        if _SKIP.search(line):
+            continue
+        text = _STAMP.sub("", line.strip())
+        if text:
+            return text[:90]
+    return None
+
+
 # --------------------------------------------------------------------------- memory it reports
 # SGLang's scheduler logs (sglang/srt/model_executor/model_runner.py, mem_cache/memory_pool.py), each
-# TP rank its own line, GB = 2**30 there:
-#   "Load weight end. type=..., dtype=..., avail mem=32.02 GB, mem usage=28.79 GB."       -> weights
-#   "KV Cache is allocated. #tokens: 383872, K size: 9.68 GB, V size: 9.68 GB"             -> kv_pool
-#   "KV Cache is allocated. #tokens: 383872, KV size: 19.36 GB"                            -> kv_pool (MLA)
-#   "Capture cuda graph end. Time elapsed: 8.04 s. mem usage=0.80 GB. avail mem=10.30 GB." -> cuda_graphs
+# TP rank its own line, GB = 2**30 there; as 0.5.16 writes them (an H100, 2026-12-06:
+# tests/fixtures/sglang/h100_*.log), and the older spellings:
+#   "Load weight end. elapsed=9.21 s, type=..., avail mem=60.82 GB, mem usage=17.68 GB."             -> weights
+#   "KV Cache is allocated. dtype: torch.float16, #tokens: 368379, K size: 11.24 GB, V size: 11.24 GB" -> kv_pool
+#   "KV Cache is allocated. #tokens: 383872, KV size: 19.36 GB"                              -> kv_pool (MLA)
+#   "Mamba Cache is allocated. max_mamba_cache_size: 140, conv_state size: 0.39GB, ssm_state size: 19.83GB"
+#                                          -> kv_pool (a hybrid model's recurrent state: in SGLang's pool, as fit's)
+#   "Capture target decode CUDA graph end. elapsed=2.64 s, mem usage=0.04 GB, avail mem=12.69 GB." -> cuda_graphs
+#   "Capture cuda graph end. Time elapsed: 8.04 s. mem usage=0.80 GB. avail mem=10.30 GB."  -> cuda_graphs
 GB = 1 << 30
-_SG_WEIGHTS = re.compile(r"Load weight end\..*?mem usage=([\d.]+) GB")
-_SG_KV = re.compile(r"KV Cache is allocated\. #tokens: [\d,]+, (?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|"
-                    r"KV size: ([\d.]+) GB)")
-_SG_GRAPHS = re.compile(r"Capture cuda graph end\..*?mem usage=([\d.]+) GB")
+_SG_WEIGHTS = re.compile(r"Load weight end\..*?mem usage=([\d.]+) ?GB")
+_SG_KV = re.compile(r"KV Cache is allocated\.(?: dtype: [^,]+,)? #tokens: [\d,]+, (?:K size: ([\d.]+) ?GB, "
+                    r"V size: ([\d.]+) ?GB|KV size: ([\d.]+) ?GB)")
+_SG_STATE = re.compile(r"Mamba Cache is allocated\..*?conv_state size: ([\d.]+) ?GB, ssm_state size: ([\d.]+) ?GB")
+_SG_GRAPHS = re.compile(r"Capture (?:cuda graph|target \w+ CUDA graph) end\..*?mem usage=([\d.]+) ?GB")
 
 
 def memory_report(log_text: str) -> MemoryReport | None:
     """What SGLang logged allocating, keyed as fit names it: ``weights`` (each rank's ``Load weight
-    end ... mem usage``), ``kv_pool`` (the KV cache it allocated: fit's ``kv_cache`` +
-    ``kv_pool_spare``, which ``memory.compare`` sums for it) and ``cuda_graphs``, summed over the
-    TP ranks; GB to two decimals as SGLang prints them. None when it logged none of them."""
+    end ... mem usage``), ``kv_pool`` (the KV cache it allocated, and a hybrid model's recurrent state
+    beside it: fit's ``kv_cache`` + ``recurrent_state`` + ``kv_pool_spare``, which ``memory.compare``
+    sums for it) and ``cuda_graphs`` (every capture: prefill and decode), summed over the TP ranks; GB
+    to two decimals as SGLang prints them. None when it logged none of them."""
     comps: list[MeasuredComponent] = []
     weights = [float(m.group(1)) for m in _SG_WEIGHTS.finditer(log_text)]
     if weights:
         comps.append(MeasuredComponent("weights", int(round(sum(weights) * GB)),
                                        f"log: 'Load weight end ... mem usage' ({len(weights)} rank(s))"))
     kv = [sum(float(g) for g in m.groups() if g) for m in _SG_KV.finditer(log_text)]
-    if kv:
-        comps.append(MeasuredComponent("kv_pool", int(round(sum(kv) * GB)),
-                                       f"log: 'KV Cache is allocated' K + V sizes ({len(kv)} rank(s))"))
+    state = [float(m.group(1)) + float(m.group(2)) for m in _SG_STATE.finditer(log_text)]
+    if kv or state:
+        how = f"log: 'KV Cache is allocated' K + V sizes ({len(kv)} rank(s))"
+        how += f" + 'Mamba Cache is allocated' conv + ssm state ({len(state)} rank(s))" if state else ""
+        comps.append(MeasuredComponent("kv_pool", int(round((sum(kv) + sum(state)) * GB)), how))
     graphs = [float(m.group(1)) for m in _SG_GRAPHS.finditer(log_text)]
     if graphs:
         comps.append(MeasuredComponent("cuda_graphs", int(round(sum(graphs) * GB)),
-                                       f"log: 'Capture cuda graph end ... mem usage' ({len(graphs)} rank(s))"))
+                                       f"log: 'Capture ... CUDA graph end ... mem usage' ({len(graphs)} capture(s))"))
     if not comps:
         return None
     return MemoryReport(components=tuple(comps), source="SGLang's log: weights, KV cache, CUDA graphs per rank",
