@@ -78,7 +78,7 @@ from .validate import validate_argv, validate_many, validation_report, validatio
 OWN_NAMES = ("sglang.launch_server", "--model-path", "--context-length", "--max-running-requests", "--tp-size",
              "--pp-size", "--mem-fraction-static", "--enable-metrics", "--speculative-algorithm",
              "--speculative-draft-model-path", "--speculative-num-steps", "--speculative-eagle-topk",
-             "--speculative-num-draft-tokens", "--dist-init-addr",
+             "--speculative-num-draft-tokens", "--dist-init-addr", "--skip-server-warmup", "--enable-multimodal",
              "get_model_info", "get_server_info", "is_generation", "has_image_understanding",
              *METRIC_NAMES, *METRIC_MEANS)
 
