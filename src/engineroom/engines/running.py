@@ -1,8 +1,9 @@
 """A running engine server, as every adapter reads it: what one health answer means, why a start failed,
-the bearer header a probe sends, the model id ``/v1/models`` lists, the errors that make a probe say
-"not this engine's", and the samples of a Prometheus ``/metrics`` page.
+the last meaningful line of its log while it starts, the bearer header a probe sends, the model id
+``/v1/models`` lists, the errors that make a probe say "not this engine's", and the samples of a Prometheus
+``/metrics`` page.
 
-Engine-neutral: each adapter keeps its own facts (its health codes, failure patterns, endpoints and
+Engine-neutral: each adapter keeps its own facts (its health codes, failure patterns, log noise, endpoints and
 metric names) and hands them to these.
 """
 
@@ -37,6 +38,18 @@ def failure_reason(log_text: str, patterns: Sequence[tuple[str, str]]) -> str:
     return UNKNOWN_FAILURE
 
 
+def last_log_line(log_text: str, skip: re.Pattern[str], prefix: re.Pattern[str], width: int = 90) -> str | None:
+    """The last of the log's last 40 lines that ``skip`` (an engine's noise: warnings, blank lines) does not
+    match, without what ``prefix`` matches at its start (the engine's stamp), trimmed to ``width``; None if none."""
+    for line in reversed(log_text.splitlines()[-40:]):
+        if skip.search(line):
+            continue
+        text = prefix.sub("", line.strip())
+        if text:
+            return text[:width]
+    return None
+
+
 def bearer(api_key: str | None) -> dict[str, str]:
     """The header that hands a server its API key (none without a key)."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -64,4 +77,5 @@ def prometheus_samples(text: str) -> list[tuple[str, str, float]] | None:
         return None
 
 
-__all__ = ["PROBE_ERRORS", "bearer", "failure_reason", "health_from", "prometheus_samples", "served_model_id"]
+__all__ = ["PROBE_ERRORS", "bearer", "failure_reason", "health_from", "last_log_line", "prometheus_samples",
+           "served_model_id"]

@@ -9,7 +9,15 @@ from __future__ import annotations
 import re
 
 from ..base import Capabilities, HealthState, MeasuredComponent, MemoryReport, ServerInfo
-from ..running import PROBE_ERRORS, bearer, failure_reason, health_from, prometheus_samples, served_model_id
+from ..running import (
+    PROBE_ERRORS,
+    bearer,
+    failure_reason,
+    health_from,
+    last_log_line,
+    prometheus_samples,
+    served_model_id,
+)
 from .discovery import ENGINE
 
 MODEL_INFO_PATH = "/get_model_info"
@@ -173,13 +181,7 @@ _STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s*")
 def wait_hint(log_text: str) -> str | None:
     """The last meaningful log line (shown while the long start runs: loading, pools, CUDA-graph captures with
     their progress bars), without its time stamp, trimmed."""
-    for line in reversed(log_text.splitlines()[-40:]):
-        if _SKIP.search(line):
-            continue
-        text = _STAMP.sub("", line.strip())
-        if text:
-            return text[:90]
-    return None
+    return last_log_line(log_text, _SKIP, _STAMP)
 
 
 # --------------------------------------------------------------------------- memory it reports

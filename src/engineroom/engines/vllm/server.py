@@ -8,7 +8,7 @@ import httpx
 
 from ...placement import Placement
 from ..base import Capabilities, HealthState, MeasuredComponent, MemoryReport, ServerInfo
-from ..running import PROBE_ERRORS, bearer, failure_reason, health_from, prometheus_samples
+from ..running import PROBE_ERRORS, bearer, failure_reason, health_from, last_log_line, prometheus_samples
 from .discovery import ENGINE
 
 GiB = 1 << 30
@@ -48,13 +48,7 @@ _PREFIX = re.compile(r"^(?:\([^)]*\)\s*)?(?:INFO|WARNING|DEBUG|ERROR)\s+\S+\s+\S
 
 def wait_hint(log_text: str) -> str | None:
     """The last meaningful log line (shown while the long cold start runs), trimmed."""
-    for line in reversed(log_text.splitlines()[-40:]):
-        if _SKIP.search(line):
-            continue
-        text = _PREFIX.sub("", line.strip())
-        if text:
-            return text[:90]
-    return None
+    return last_log_line(log_text, _SKIP, _PREFIX)
 
 
 # --------------------------------------------------------------------------- memory it reports
