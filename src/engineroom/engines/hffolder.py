@@ -274,10 +274,10 @@ def folder_config_refusal(folder: Path, engine: str) -> str | None:
     return config_refusal(data, str(Path(folder) / "config.json"), engine) if data is not None else None
 
 
-# a folder's files that are not its vocabulary's: the config, and a multimodal model's processor (another model of
-# the same vocabulary may have none)
-_NOT_TOKENIZER = ("config.json", "generation_config.json", SOURCE_FILE, "preprocessor_config.json",
-                  "video_preprocessor_config.json", "processor_config.json")
+# a folder's files that are not its vocabulary's: the config, and a multimodal model's processor (its files end so,
+# as _CONFIG_ONLY keeps them; another model of the same vocabulary may have none)
+_NOT_TOKENIZER = ("config.json", "generation_config.json", SOURCE_FILE)
+_PROCESSOR_SUFFIX = "processor_config.json"
 
 
 def _saved_tokenizer(vocab: Path, engine: str, interpreter: Path) -> Path:
@@ -297,7 +297,7 @@ def _save_tokenizer(folder: Path, saved: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     for f in folder.iterdir():
-        if f.is_file() and f.name not in _NOT_TOKENIZER:
+        if f.is_file() and f.name not in _NOT_TOKENIZER and not f.name.endswith(_PROCESSOR_SUFFIX):
             shutil.copy2(f, tmp / f.name)
     try:
         tmp.rename(saved)

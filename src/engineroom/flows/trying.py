@@ -233,7 +233,7 @@ def try_model(store: Store, model: str, *, priority: str | None = None, engine: 
         what = f"launch {r.engine} {quant} KV {r.kv_dtype} at {r.ctx} tokens x {r.parallel}"
         launch = LaunchArgs(port=0, threads=threads, extra_args=engine_args, timeout=timeout)
         with served(str(path), launch, log, pick=pick, on_wait=on_wait, what=what) as s:
-            left_out[:] = vision_said(left_out, r.engine, s.state.memory or {})
+            left_out = vision_said(left_out, r.engine, s.state.memory or {})
             tried = {"model": model, "quant": quant, "file_bytes": size, "source": pick.source,
                      "left_out": left_out, "not_meaningful": list(NOT_MEANINGFUL),
                      **({"engine_args": list(engine_args)} if engine_args else {})}

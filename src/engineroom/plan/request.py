@@ -163,12 +163,10 @@ def request_for(model: Model, engine: Engine, quant: Quant, kv_dtype: str, draft
     parsers = engine.parsers.get(model.family or "") if model.family else None
     vision = "vision" in features and "vision" in model.features
     text_only = ""
-    if "vision" in model.features and not vision and engine.text_only_launch:
-        text_only = (f"priority {priority or 'this one'} does not promise vision: the model is sized and served "
-                     "text-only")
-    elif "vision" in model.features and not vision:
-        text_only = (f"priority {priority or 'this one'} does not promise vision, but {engine.id} has no text-only "
-                     "launch for the model: its vision tower is built, and sized")
+    if "vision" in model.features and not vision:
+        text_only = f"priority {priority or 'this one'} does not promise vision" + (
+            ": the model is sized and served text-only" if engine.text_only_launch else
+            f", but {engine.id} has no text-only launch for the model: its vision tower is built, and sized")
     projector = None
     if vision and quant.format == "gguf" and quant.projector:
         # a file of the quant's own repo, or a whole hf: reference (a projector published beside
