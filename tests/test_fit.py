@@ -437,6 +437,45 @@ def test_a_tower_the_engine_builds_is_counted_at_16_bits_when_the_weights_come_f
         assert next(c for c in fit(arch, sized, H200).per_gpu[0].components if c.name == "weights").bytes <= 19e9
 
 
+def test_sglangs_share_of_the_gpu_is_its_own_rule_for_that_gpu():
+    """SGLang takes a share of the GPU for weights and its KV pool by its own rule when a launch gives none: the rest
+    reserved for activations and CUDA graphs grows with the chunked-prefill size of the GPU's class, so a 3090
+    keeps a far smaller share than an H200. fit sizes the pool at that share (the plan's pick then passes it). The
+    rule reproduces what SGLang 0.5.16 chose on the H100 for the Qwen3.6-27B layout's launch (its log:
+    mem_fraction_static=0.7675554687499999, with the tower it reads as 24 layers of 1152), to its 3 places."""
+    import re
+    from pathlib import Path
+
+    from engineroom.arch.config import arch_from_config
+    from engineroom.fit.engine import engine_spec
+    from engineroom.fit.pool import pool_fraction, static_share
+
+    root = Path(__file__).parent / "fixtures"
+    logged = float(re.search(r"mem_fraction_static=([0-9.]+)",
+                             (root / "sglang" / "h100_qwen36_27b_awq_start.log").read_text()).group(1))
+    arch = arch_from_config(root / "configs" / "qwen3.6-27b.json")
+    rule = engine_spec("sglang").static_share
+    assert rule is not None and arch.vision is not None
+    h100 = 81_559 * MiB                    # NVML's total, which SGLang reads
+    read_as_sglang_does = replace(arch.vision, depth=24)
+    assert static_share(rule, h100, vision=read_as_sglang_does) == round(logged, 3) == 0.768
+    assert static_share(rule, h100) == 0.83
+    assert static_share(rule, h100, vision=arch.vision) == 0.755     # the tower's own 27 layers: a little less
+    shares = {gib: static_share(rule, gib << 30) for gib in (16, 24, 48, 80, 141)}
+    assert shares == {16: 0.752, 24: 0.704, 48: 0.853, 80: 0.83, 141: 0.904}, shares
+    assert static_share(rule, 24 << 30, tp=4) < shares[24] and static_share(rule, h100, mla=True) < 0.83
+    sglang = engine_spec("sglang")
+    assert pool_fraction(sglang, None, arch) == sglang.default_mem_fraction == 0.85   # no GPU known
+    assert pool_fraction(engine_spec("vllm"), H200.gpus[0], arch) == 0.92             # no rule: the default
+    req = FitRequest(engine="sglang", ctx=32_768, quant="awq-int4")
+    for rig in (H200, ONE_3090):
+        share = static_share(rule, rig.gpus[0].vram_bytes)    # a text-only request: no tower
+        assert f"sglang sizes its KV pool from {share} x VRAM" in fit(arch, req, rig).notes, (rig.label, share)
+    assert static_share(rule, ONE_3090.gpus[0].vram_bytes) < 0.7 < 0.85 < static_share(rule, H200.gpus[0].vram_bytes)
+    assert any("sizes its KV pool from 0.85 x VRAM" in n for n in fit(arch, replace(req, mem_fraction=0.85),
+                                                                       ONE_3090).notes)
+
+
 # ---- issue 6: llama-server as users launch it ------------------------------------------
 
 from engineroom.fit import (  # noqa: E402

@@ -184,6 +184,36 @@ def test_soname_links_made_outside_site_packages(tmp_path):
         "_symlinks.json", "libllama.so.0.6.0"]
 
 
+def test_a_start_that_compiles_kernels_says_so(tmp_path):
+    """An engine's first start on a machine builds kernels (SGLang 0.5.16's Marlin GEMM: one nvcc, then one ptxas,
+    over 6 minutes on the lent H100, while its log stood at "Capturing batches ... 0%"). The wait line names the
+    compiler the engine's process tree runs and for how long. The compiler here is `sleep` under ptxas's name,
+    two levels below the process asked about: a stand-in (no CUDA toolkit here), named as such."""
+    from engineroom import serverproc
+
+    ptxas = tmp_path / "ptxas"
+    ptxas.symlink_to(Path(subprocess.run(["sh", "-c", "command -v sleep"], capture_output=True,
+                                         text=True).stdout.strip()))
+    quiet = subprocess.Popen(["sh", "-c", "sleep 30"])
+    busy = subprocess.Popen(["sh", "-c", f"sh -c '{ptxas} 30; true' ; true"])
+    try:
+        deadline = time.monotonic() + 10
+        while serverproc.compiling(busy.pid) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        found = serverproc.compiling(busy.pid)
+        assert found is not None and found[0] == "ptxas" and 0 <= found[1] < 15, found
+        assert serverproc.compiling(quiet.pid) is None
+    finally:
+        for p in (busy, quiet):
+            launch.kill_tree(p.pid)
+    assert serverproc.compiling(busy.pid) is None            # gone: nothing to say
+    assert launch.wait_line("starting", "Capturing batches (bs=1) 0%", ("ptxas", 96.4)) == \
+        "starting: compiling kernels (ptxas, 96 s); last logged: Capturing batches (bs=1) 0%"
+    assert launch.wait_line("starting", "Load weight end", None) == "starting: Load weight end"
+    assert launch.wait_line("starting", "", ("nvcc", 3)) == "starting: compiling kernels (nvcc, 3 s)"
+    assert launch.wait_line("loading", "", None) == "loading"
+
+
 def test_classify_failure_patterns():
     assert llamacpp.classify_failure("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000 MiB: "
                                      "cudaMalloc failed: out of memory") == "out of memory"

@@ -154,6 +154,31 @@ def test_every_feature_a_priority_promises_is_on_in_argv():
             assert not any(f in argv for f in SPEC_FLAGS[engine]), (where, argv)
 
 
+# each pool engine's flag for the share of the GPU it takes (test code may name them; src/ may not)
+SHARE_FLAGS = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
+
+
+def test_the_share_of_the_gpu_fit_sized_is_the_share_argv_gives():
+    """A pool engine's KV pool is what its share of the GPU leaves: the plan sizes it at one share and the launch
+    must ask for that share, not the engine's own default (SGLang 0.5.16 chose 0.768 on the H100 where the plan
+    had sized 0.85, a pool 17% smaller than planned, 2026-12-06). SGLang's share follows its own rule for the GPU
+    (on a 3090 far less than on an H100); vLLM's is its catalog default; the CPU build sizes its KV otherwise."""
+    seen: dict[str, set[float]] = {"vllm": set(), "sglang": set()}
+    for (model_id, rig, prio, engine, p, pick), prepared in _rendered():
+        if engine not in SHARE_FLAGS:
+            continue
+        where = f"{model_id} {rig} {prio} {engine}"
+        r, argv = pick.request, list(prepared.spec.argv)
+        assert r.mem_fraction == p.fit.request.mem_fraction and r.mem_fraction is not None, where
+        if not parse_rig(rig).gpus:
+            assert SHARE_FLAGS[engine] not in argv, (where, argv)
+            continue
+        assert argv[argv.index(SHARE_FLAGS[engine]) + 1] == f"{r.mem_fraction:g}", (where, argv)
+        seen[engine].add(r.mem_fraction)
+    assert seen["vllm"] == {0.92}, seen
+    assert len(seen["sglang"]) > 1 and max(seen["sglang"]) < 0.95 and min(seen["sglang"]) > 0.5, seen
+
+
 def test_the_fork_gets_its_tested_flags_and_its_own_help_knows_every_flag():
     known = parse_help(IK_HELP.read_text())
     seen = 0

@@ -477,8 +477,12 @@ def test_sglang_serves_a_random_weight_file_as_a_folder_it_makes_the_weights_of(
     v = report["values"]
     assert v["load_format"] == "dummy", v
     folder = Path(v["model_path"])
-    config = json.loads((folder / "config.json").read_text())["quantization_config"]
+    whole = json.loads((folder / "config.json").read_text())
+    config = whole["quantization_config"]
     assert (config["quant_method"], config["bits"], config["group_size"]) == ("awq", 4, 64), config
+    # the class a checkpoint's config names (transformers' reading of GGUF metadata leaves it out; SGLang 0.5.23's
+    # ModelConfig indexes it: "'NoneType' object is not subscriptable" without)
+    assert whole["architectures"] == ["LlamaForCausalLM"], whole.get("architectures")
     assert json.loads((folder / SOURCE_FILE).read_text())["weights"] == "dummy"
     assert (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
     assert "--load-format dummy" in (sglang.random_weights_loading("awq") or "")
@@ -514,6 +518,99 @@ def test_a_random_vision_folder_has_the_processor_sglang_loads_before_it_serves(
     kept = [p for d in (folder.parent / "tokenizers").iterdir() for p in d.iterdir()]
     assert kept and not [p.name for p in kept if "processor" in p.name], kept
     assert sglang.launch_settings(LaunchOptions(model_path=folder, quant_format="awq", vision=False)).vision
+
+
+def test_a_float16_hybrid_keeps_its_conv_state_at_float16_by_sglangs_own_reading(parser_reports, sglang_binary):
+    """The Qwen3.6-27B layout's random-weight folder runs at float16 (as most AWQ checkpoints do), and SGLang keeps a
+    linear-attention layer's conv state at bfloat16 unless told: on the H100 (2026-12-06, SGLang 0.5.16) its Triton
+    conv kernel then failed to compile ("Mismatched type for col0 ... bf16 ... fp16") at the first request, after a
+    430 s start. The rendered launch sets SGLANG_MAMBA_CONV_DTYPE=float16 and says why; SGLang's own ModelConfig and
+    mamba2_state_dtype read the folder at float16 activations and, under the launch's environment, a float16 state
+    (bfloat16 without it: the crash's precondition). A bfloat16 launch, or a user's own setting, is left alone."""
+    [report] = parser_reports["random vision weights"]
+    folder = Path(report["values"]["model_path"])
+    spec = sglang.render(sglang_binary, LaunchOptions(model_path=folder, ctx=32768, quant_format="awq"))
+    assert spec.env.get(sglang.CONV_DTYPE_ENV) == "float16", spec.env
+    assert any(n.startswith(f"{sglang.CONV_DTYPE_ENV}=float16") and "48 linear-attention" in n for n in spec.notes)
+    check = ("import sys\n"
+             "from sglang.srt.configs.model_config import ModelConfig\n"
+             "from sglang.srt.configs.mamba_utils import mamba2_state_dtype\n"
+             "m = ModelConfig(sys.argv[1])\n"
+             "print(m.dtype, mamba2_state_dtype(m.hf_config).conv)\n")
+    seen = {}
+    for name, env in (("launch", spec.env), ("unset", {})):
+        base = {k: v for k, v in os.environ.items() if k != sglang.CONV_DTYPE_ENV}
+        proc = subprocess.run([str(sglang_binary.python), "-c", check, str(folder)], capture_output=True, text=True,
+                              timeout=600, env={**base, **env, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        seen[name] = proc.stdout.strip().splitlines()[-1]
+    assert seen == {"launch": "torch.float16 torch.float16", "unset": "torch.float16 torch.bfloat16"}, seen
+    bf16 = sglang.render(sglang_binary, LaunchOptions(model_path=folder, quant_format="awq",
+                                                      extra_args=("--dtype", "bfloat16")))
+    assert sglang.CONV_DTYPE_ENV not in bf16.env and not bf16.notes
+
+
+def test_the_share_engineroom_passes_never_exceeds_the_one_sglang_would_take(parser_reports, sglang_binary):
+    """engineroom passes --mem-fraction-static at the share fit sized (``StaticShare``, SGLang's own rule as 0.5.16
+    applies it); SGLang 0.5.23, asked for a launch without one, takes by its rule at each GPU size (its
+    ServerArgs resolved with the device's capacity given, the GPU size being all the rule reads of the machine):
+    engineroom's share is never larger, so the activations and graphs keep at least the reserve SGLang itself
+    keeps, and at most 0.03 smaller (0.5.23 caps the decode graphs by --max-running-requests: a smaller reserve)."""
+    from engineroom.fit.engine import engine_spec
+    from engineroom.fit.pool import static_share
+
+    [report] = parser_reports["random weights"]
+    folder = report["values"]["model_path"]
+    sizes = (16_384, 24_576, 40_960, 49_152, 81_559, 144_384, 196_608)      # MiB, as SGLang reads them
+    check = ("import json, sys\n"
+             "import sglang.srt.arg_groups.memory_hook as hook\n"
+             "from sglang.srt.server_args import ServerArgs\n"
+             "out = {}\n"
+             "for mib in json.loads(sys.argv[2]):\n"
+             "    hook.get_device_memory_capacity = lambda device=None, mib=mib: mib\n"
+             "    args = ServerArgs(model_path=sys.argv[1], device='cuda', load_format='dummy', context_length=4096,\n"
+             "                      max_running_requests=1)\n"
+             "    args.resolve_once()\n"
+             "    out[mib] = args.resolved_dict()['mem_fraction_static']\n"
+             "print(json.dumps(out))\n")
+    proc = subprocess.run([str(sglang_binary.python), "-c", check, folder, json.dumps(sizes)], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    own = {int(k): v for k, v in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
+    rule = engine_spec("sglang").static_share
+    assert rule is not None
+    ours = {mib: static_share(rule, mib << 20) for mib in sizes}
+    assert all(own[m] - 0.03 <= ours[m] <= own[m] for m in sizes), (ours, own)
+
+
+def test_only_a_float16_model_with_linear_attention_gets_the_conv_state_setting(tmp_path, monkeypatch):
+    """Which launches carry SGLANG_MAMBA_CONV_DTYPE: the activations' dtype is SGLang's reading of the text config
+    (a float32 or unnamed one runs at float16, Gemma's at bfloat16; --dtype wins), and only a model with recurrent
+    layers has a conv state. The user's own environment setting is theirs."""
+    qwen36 = json.loads((Path(__file__).parent / "fixtures" / "configs" / "qwen3.6-27b.json").read_text())
+    assert sglang.activation_dtype(qwen36) == "bfloat16"
+    assert sglang.activation_dtype(qwen36, ["--dtype", "half"]) == "float16"
+    assert sglang.activation_dtype({"model_type": "llama"}) == "float16"
+    assert sglang.activation_dtype({"model_type": "gemma3", "torch_dtype": "float32"}) == "bfloat16"
+
+    def folder(name: str, config: dict) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(config))
+        return d
+
+    fp16 = folder("fp16", {**qwen36, "text_config": {**qwen36["text_config"], "dtype": "float16"}})
+    dense = folder("dense", {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "torch_dtype": "float16",
+                             "hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+                             "num_key_value_heads": 4, "intermediate_size": 2048, "vocab_size": 1000})
+    monkeypatch.delenv(sglang.CONV_DTYPE_ENV, raising=False)
+    assert sglang.conv_state_env(fp16)[0] == {sglang.CONV_DTYPE_ENV: "float16"}
+    assert sglang.conv_state_env(fp16, ["--dtype", "bfloat16"]) == ({}, ())
+    assert sglang.conv_state_env(folder("bf16", qwen36)) == ({}, ())
+    assert sglang.conv_state_env(dense) == ({}, ())
+    assert sglang.conv_state_env(tmp_path / "no-such-folder") == ({}, ())
+    monkeypatch.setenv(sglang.CONV_DTYPE_ENV, "bfloat16")
+    assert sglang.conv_state_env(fp16) == ({}, ())
 
 
 def test_a_record_that_needs_an_accelerator_to_build_is_the_machines_limit_not_the_command_lines(tmp_path):

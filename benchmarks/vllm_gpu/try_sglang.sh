@@ -38,11 +38,21 @@ trap 'collect_run "try-$name" "sglang_try_$name.tgz"' EXIT
 ENGINE=sglang bash benchmarks/vllm_gpu/device.sh engineroom > /dev/null || exit 3     # this call's engineroom
 plan() { "$ER" plan "$model" --engine sglang --priority balanced --quant "$quant" --ctx "$ctx" --json > "$R/plan-$1.json" 2> "$R/plan-$1.err"; echo "plan $1: rc $?"; }
 plan before
+# what SGLang compiles while it starts (its JIT kernels build with nvcc into ~/.cache/tvm-ffi, Triton's into
+# ~/.triton): every 15 s the compilers running and the caches' sizes, to compile-watch.log
+( while sleep 15; do
+    echo "== $(date +%H:%M:%S)"; ps -eo etimes,pcpu,args --sort=-pcpu | grep -E 'nvcc|cicc|ptxas|ninja|g\+\+|c\+\+|sglang' \
+      | grep -v grep | cut -c1-220 | head -8
+    du -s ~/.cache/tvm-ffi ~/.triton ~/.cache/flashinfer 2>/dev/null
+  done ) > "$R/compile-watch.log" 2>&1 &
+watch=$!
 t0=$(date +%s)
 # the launch may wait until 90 s before the call's end (a 27B layout's start outlasted SGLang's old 300 s), leaving
 # the bench and the collection their time
 timeout "$(( $(left) - 25 ))" "$ER" try "$model" --engine sglang --quant "$quant" --ctx "$ctx" --folder "$STORE/files" \
     --timeout "$(( $(left) - 90 ))" --json -- --sampling-backend pytorch ${SGLANG_EXTRA:-} > "$R/try.json" 2> "$R/try.err"
 echo "try $model $quant: rc $? in $(( $(date +%s) - t0 )) s"; tail -25 "$R/try.err"
+kill "$watch" 2>/dev/null
+ls ~/.cache/tvm-ffi > "$R/tvm-ffi-cache.txt" 2>&1
 plan after
 echo "== try-$name done in $(( $(date +%s) - start )) s"

@@ -329,7 +329,8 @@ def _up_once(spec: LaunchSpec, engine: Engine, *, timeout: float, on_wait: Calla
         _write_state(state)
         if on_spawn:
             on_spawn(proc.pid)
-        hinted, last_hint = -2.0, ""      # the engine's last log line, re-read every 2 s (adapters with wait_hint)
+        # the engine's last log line (adapters with wait_hint) and the compiler it runs, if any, every 2 s
+        hinted, last_hint, building = -2.0, "", None
         while True:
             code = proc.poll()
             if code is not None:
@@ -354,7 +355,8 @@ def _up_once(spec: LaunchSpec, engine: Engine, *, timeout: float, on_wait: Calla
                 if elapsed - hinted >= 2:
                     hinted = elapsed
                     last_hint = engine.wait_hint("\n".join(tail(log_path, 40))) or last_hint
-                on_wait(f"{phase}: {last_hint}" if last_hint else phase, elapsed)
+                    building = serverproc.compiling(proc.pid)
+                on_wait(wait_line(phase, last_hint, building), elapsed)
             if elapsed > timeout:
                 kill_tree(proc.pid)
                 _clear_state()
@@ -370,6 +372,15 @@ def _up_once(spec: LaunchSpec, engine: Engine, *, timeout: float, on_wait: Calla
             kill_tree(proc.pid)
         _clear_state()
         raise
+
+
+def wait_line(phase: str, hint: str, building: tuple[str, float] | None) -> str:
+    """The progress line of a start: the phase, the compiler the engine runs (an engine's first start builds
+    kernels for minutes while its log stands still), and the engine's last log line."""
+    line = phase
+    if building:
+        line += f": compiling kernels ({building[0]}, {building[1]:.0f} s)"
+    return f"{line}; last logged: {hint}" if hint and building else (f"{line}: {hint}" if hint else line)
 
 
 def measured_memory(engine: Engine, log_path: Path, pid: int) -> dict:
@@ -475,5 +486,5 @@ def follow(path: Path, poll: float = 0.5) -> Iterator[str]:
 
 __all__ = [
     "ServerState", "Status", "down", "follow", "free_port", "kill_tree", "managed_url",
-    "port_in_use", "read_state", "recover_state", "status", "tail", "up",
+    "port_in_use", "read_state", "recover_state", "status", "tail", "up", "wait_line",
 ]

@@ -5,19 +5,23 @@ Every engine ``launch.up`` starts runs in a session of its own with ``MARK_ENV``
 environment: JSON naming engineroom's state folder, the engine, the model, the port and the log
 (nothing secret). When the state file cannot be read, ``find_marked`` finds the server again,
 so ``status`` and ``down`` still reach it; ``bound_addresses`` is what ``status`` shows of where
-the engine listens, whatever its arguments asked for.
+the engine listens, whatever its arguments asked for; ``compiling`` what it builds while it starts.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 MARK_ENV = "ENGINEROOM_MANAGED"
+# the programs that build kernels: CUDA's compiler and its stages, the host compiler's, ninja (an engine's first
+# start on a machine JIT-builds some: SGLang's with nvcc for minutes, Triton's with ptxas)
+COMPILERS = frozenset({"nvcc", "cicc", "ptxas", "fatbinary", "nvlink", "ninja", "cc1plus", "cc1"})
 
 
 def mark(state_dir: Path, **fields: Any) -> str:
@@ -72,4 +76,25 @@ def bound_addresses(pid: int) -> list[str]:
     return sorted(found)
 
 
-__all__ = ["MARK_ENV", "bound_addresses", "find_marked", "mark"]
+def compiling(pid: int) -> tuple[str, float] | None:
+    """The compiler (``COMPILERS``) that has run longest among ``pid``'s descendants, and for how many seconds;
+    None when none runs (or the process is gone)."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return None
+    now, found = time.time(), []
+    for child in children:
+        try:
+            name, created = child.name(), child.create_time()
+        except psutil.Error:
+            continue
+        if name in COMPILERS:
+            found.append((now - created, name))
+    if not found:
+        return None
+    age, name = max(found)
+    return name, max(age, 0.0)
+
+
+__all__ = ["COMPILERS", "MARK_ENV", "bound_addresses", "compiling", "find_marked", "mark"]

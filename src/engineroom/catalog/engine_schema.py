@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from .base import QuantFormat, Strict, Vendor
+from .pool_schema import KvCacheSpace, PoolActivation, PoolProfile, StaticShare
 
 
 class KvDtype(Strict):
@@ -172,72 +173,6 @@ class MultiGpu(Strict):
 MemoryModel = Literal["llama_buffers", "kv_pool"]
 
 
-class PoolActivation(Strict):
-    """kv_pool engines: the activation memory fit reserves beside weights and KV, as
-    ``coef x 48 x ctx / TP`` bytes, ``coef`` chosen by the KV type's bytes per element."""
-
-    coef_by_kv_bytes: dict[float, float]     # KV bytes per element -> coef
-    coef_below_half_byte: float = Field(gt=0)   # a KV type under 0.5 bytes per element not listed
-    coef_default: float = Field(gt=0)        # any other KV type not listed
-    source: str
-
-    def coef(self, kv_bytes_per_elem: float) -> float:
-        found = self.coef_by_kv_bytes.get(kv_bytes_per_elem)
-        if found is not None:
-            return found
-        return self.coef_below_half_byte if kv_bytes_per_elem < 0.5 else self.coef_default
-
-
-class PoolProfile(Strict):
-    """A kv_pool engine that sizes its pool by profiling on a GPU (vLLM's CUDA build): it asks
-    for ``mem_fraction`` x the device's total as CUDA reports it, loads the weights, runs one
-    forward pass of max_num_batched_tokens tokens, and gives the KV pool what the weights, that
-    pass's peak, the memory outside torch and its CUDA-graph estimate leave of the request.
-
-    ``fit`` models each term: the CUDA total is the device's (NVML's) total less
-    ``device_reserved`` of it; the peak is the batched tokens x ``activation_per_hidden`` x the
-    hidden size, plus the Gated-DeltaNet prefill scratch and the fused-MoE workspace of that
-    many tokens; CUDA graphs grow from ``cuda_graphs_gib`` at the smallest capture sizes to
-    ``cuda_graphs_full_gib`` at 512 (vLLM captures up to 2 x max-num-seqs, at most 512).
-    The loaded weights are the text model's: no vision tower for a text-only launch, no MTP
-    layers unless MTP drafts. The recurrent state of hybrid models is in the pool."""
-
-    batched_tokens: int = Field(gt=0)             # max_num_batched_tokens of the profiling pass (large GPUs)
-    batched_tokens_small: int = Field(gt=0)       # ... on GPUs under large_gpu_gib, and on those named below
-    large_gpu_gib: float = Field(gt=0)            # a GPU this large (and not named below) gets batched_tokens
-    small_gpu_names: tuple[str, ...] = ()         # lower-case name parts kept at the small default (a100)
-    activation_per_hidden: float = Field(gt=0)    # bytes per token per hidden unit of the peak
-    non_torch_gib: float = Field(ge=0)            # CUDA context and kernels' memory outside torch
-    cuda_graphs_gib: float = Field(ge=0)          # graph pool at the smallest capture sizes (<= 8 tokens)
-    cuda_graphs_full_gib: float = Field(ge=0)     # graph pool at captures up to 512 tokens
-    device_reserved: float = Field(ge=0, lt=1)    # the share of NVML's total CUDA does not report as its total
-    source: str
-
-    def default_batched_tokens(self, vram_bytes: int, name: str) -> int:
-        """The engine's max_num_batched_tokens on a GPU of ``vram_bytes`` named ``name``."""
-        small = any(part in name.lower() for part in self.small_gpu_names)
-        return self.batched_tokens if vram_bytes >= self.large_gpu_gib * (1 << 30) and not small \
-            else self.batched_tokens_small
-
-
-class KvCacheSpace(Strict):
-    """A kv_pool build whose KV cache is a fixed space the user sets (vLLM's CPU backend:
-    ``VLLM_CPU_KVCACHE_SPACE`` GiB) instead of what ``mem_fraction x device memory`` leaves.
-
-    ``fit`` then sizes RAM as weights + ``runtime_gib`` (the process beside its weights; no
-    CUDA graphs) + activations, and a KV pool of exactly the space: tokens = whole blocks of
-    ``block_size`` tokens that fit in it. ``default_gib`` is the space when ``env`` is unset;
-    None: the build then sizes the pool itself (``default_mem_fraction`` x RAM less what the
-    process holds), which ``fit`` models as the kv_pool budget without the CUDA-graph term."""
-
-    env: str                                 # the variable users set (VLLM_CPU_KVCACHE_SPACE)
-    unit_bytes: int = Field(default=1 << 30, gt=0)   # what one unit of ``env`` is (GiB)
-    default_gib: float | None = Field(default=None, gt=0)
-    block_size: int = Field(default=16, ge=1)        # tokens per KV block (the build's default)
-    runtime_gib: float = Field(default=0.0, ge=0)    # process memory beside the weights
-    source: str
-
-
 class DockerImage(Strict):
     """The engine's official container image, pinned by tag (``recipe --compose``, ``up --docker``).
 
@@ -369,6 +304,7 @@ class Engine(Strict):
     default_mem_fraction: float | None = Field(default=None, gt=0, le=1)  # kv_pool engines only
     pool_activation: PoolActivation | None = None   # kv_pool engines only (required there)
     pool_profile: PoolProfile | None = None         # kv_pool engines that profile on a GPU (vLLM)
+    static_share: StaticShare | None = None         # kv_pool engines whose share follows the GPU (SGLang)
     # the engine's launch defaults when no slot flag is given (llama-server: no -np = 4 slots,
     # unified KV); fit/plan/up use these for a "default launch", explicit flags otherwise
     default_parallel: int = Field(default=1, ge=1)
@@ -462,6 +398,7 @@ class Engine(Strict):
             "memory_model": mm,
             "default_mem_fraction": frac if mm == "kv_pool" else None,
             "kv_cache_space": b.kv_cache_space if mm == "kv_pool" else None,
+            "static_share": self.static_share if mm == "kv_pool" else None,
             "compute_dtype": b.compute_dtype,
             "backend": b.id,
         })
@@ -472,6 +409,8 @@ class Engine(Strict):
             raise ValueError("a kv_pool engine needs default_mem_fraction (the share of VRAM it reserves)")
         if self.memory_model != "kv_pool" and self.default_mem_fraction is not None:
             raise ValueError(f"default_mem_fraction applies to kv_pool engines only, not {self.memory_model}")
+        if self.memory_model != "kv_pool" and self.static_share is not None:
+            raise ValueError(f"static_share applies to kv_pool engines only, not {self.memory_model}")
         if self.memory_model == "kv_pool" and self.pool_activation is None:
             raise ValueError("a kv_pool engine needs pool_activation (its activation coefficients)")
         names = [n.lower() for k in self.kv_dtypes for n in (k.id, *k.aliases)]

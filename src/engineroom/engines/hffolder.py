@@ -182,6 +182,10 @@ else:                # the model's own config.json, at float16
                 c[key] = "float16"
 if tok is not None:
     tok.save_pretrained(str(out))
+if source is None and not data.get("architectures"):   # a checkpoint's config names its class; engines read it
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    if data.get("model_type") in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        data["architectures"] = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[data["model_type"]]]
 data.pop("quantization_config", None)
 if tied is not None and source is None:   # the metadata alone has no output.weight to say the head is untied
     for c in (data, data.get("text_config") or {}):
@@ -307,9 +311,11 @@ def _save_tokenizer(folder: Path, saved: Path) -> None:
 
 def _key(path: Path) -> str:
     """Size + name + sha256 of the first and last MiB: a different file gets another folder,
-    without hashing gigabytes on every launch."""
+    without hashing gigabytes on every launch; and the scripts that write folders: a folder an older
+    engineroom wrote otherwise is written again."""
     size = path.stat().st_size
     h = hashlib.sha256(f"{path.name}:{size}".encode())
+    h.update((_CONFIG_ONLY + _CONVERT).encode())
     with open(path, "rb") as fh:
         h.update(fh.read(1 << 20))
         if size > 1 << 20:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 
-from ..arch import LayerKind, ModelArch
-from ..catalog import Catalog
-from ..catalog.engine_schema import PoolProfile
+from ..arch import LayerKind, ModelArch, VisionSpec
+from ..catalog import Catalog, Engine
+from ..catalog.pool_schema import PoolProfile, StaticShare
 from ..errors import BadInput
 from ..hardware import GpuSpec, Rig
 from ..units import GB
@@ -38,6 +38,38 @@ def _tp_divides(arch: ModelArch, tp: int) -> bool:
     return True
 
 
+def static_share(rule: StaticShare, vram_bytes: int, *, tp: int = 1, pp: int = 1, vision: VisionSpec | None = None,
+                 mla: bool = False) -> float:
+    """The share of a GPU of ``vram_bytes`` the engine's weights and pool take by its own ``rule``
+    (``StaticShare``); ``vision``: the tower the launch builds."""
+    c = rule.gpu_class(vram_bytes)
+    mib = vram_bytes / (1 << 20)
+    reserve = (rule.base_mib + rule.mib_per_prefill_token * max(c.prefill_tokens, rule.min_prefill_tokens)
+               + rule.mib_per_decode_graph * (c.decode_graphs if tp < 4 else c.decode_graphs_tp4)
+               + (rule.mla_prefill_graphs_mib if mla else rule.mib_per_prefill_graph * c.prefill_graphs)
+               + rule.gib_per_eight_ranks * 1024 * tp * pp / 8)
+    if mib > rule.floor_above_gib * 1024:
+        reserve = max(reserve, rule.floor_gib * 1024)
+    share = round((mib - reserve) / mib, rule.round_to)
+    if vision is not None:
+        ratio = (vision.depth * vision.hidden_size ** 2
+                 / (rule.vision_baseline_layers * rule.vision_baseline_hidden ** 2))
+        size = min(rule.vision_high, max(rule.vision_low, 1 - rule.vision_per_doubling * (ratio - 1)))
+        share = round(share * rule.vision_factor * size, rule.round_to)
+    return share
+
+
+def pool_fraction(engine: Engine, gpu: GpuSpec | None, arch: ModelArch, *, tp: int = 1, pp: int = 1,
+                  vision: bool = False) -> float | None:
+    """The share of ``gpu`` a kv_pool ``engine`` is sized and launched at: its own rule for that GPU where the
+    catalog gives one (``static_share``; ``vision``: the launch builds the model's tower), else its default."""
+    rule = engine.static_share
+    if rule is None or gpu is None:
+        return engine.default_mem_fraction
+    return static_share(rule, gpu.vram_bytes, tp=tp, pp=pp, vision=arch.vision if vision else None,
+                        mla=arch.mla is not None)
+
+
 def fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
              catalog: Catalog | None) -> tuple[list[GpuFit], list[Component], list[str], dict]:
     eng = engine_spec(req.engine, catalog)
@@ -54,7 +86,8 @@ def fit_pool(arch: ModelArch, req: FitRequest, rig: Rig,
                        f"{len(rig.gpus) * rig.nodes}.")
     if pp > arch.n_layers:
         raise BadInput(f"PP={pp} is more pipeline stages than {arch.name} has layers.")
-    frac = req.mem_fraction if req.mem_fraction is not None else eng.default_mem_fraction
+    frac = req.mem_fraction if req.mem_fraction is not None else pool_fraction(
+        eng, rig.gpus[0] if rig.gpus else None, arch, tp=tp, pp=pp, vision=req.vision)
     assert frac is not None      # the catalog schema requires it of every kv_pool engine and build
     split = weight_split(arch, req, catalog)
     total, source = with_vision_tower(arch, req, split)

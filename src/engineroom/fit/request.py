@@ -67,7 +67,7 @@ class FitRequest:
     draft_bytes: int = 0
     vision: bool = False
     mem_fraction: float | None = None  # vLLM gpu_memory_utilization / SGLang mem_fraction_static
-                                       # (None: the catalog's default_mem_fraction)
+                                       # (None: the engine's rule for the GPU, else its default)
     # kv_pool builds with a fixed KV space (catalog backend kv_cache_space: vLLM's CPU build,
     # VLLM_CPU_KVCACHE_SPACE): the KV pool's bytes; None = the build's default (its default_gib,
     # or, when that is unset, the pool the build sizes itself from mem_fraction x RAM)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..arch import ModelArch
 from ..catalog import Catalog, Engine
-from ..catalog.engine_schema import KvCacheSpace
+from ..catalog.pool_schema import KvCacheSpace
 from ..hardware import Rig
 from ..units import gib  # memory in GiB, the one convention (units.py)
 from .kv import pool_bytes_per_token

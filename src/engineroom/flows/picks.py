@@ -237,4 +237,4 @@ def launch_options(request: LaunchRequest, *, model_path: Path, projector: Path 
         spec_method=r.spec_method, spec_tokens=r.spec_tokens, draft_model=r.draft_model,
         tool_parser=r.tool_parser, reasoning_parser=r.reasoning_parser, quant_format=r.weights.format or None,
         vision=True if r.vision else (False if r.text_only else None), projector=projector,
-        engine_options=r.engine_options, threads=r.threads, extra_args=extra, **process)
+        engine_options=r.engine_options, threads=r.threads, mem_fraction=r.mem_fraction, extra_args=extra, **process)

@@ -168,7 +168,8 @@ def plan(model_ref: str | ResolvedModel, rig: Rig, priority: str | None = None, 
             request=request_for(model, c.engine, c.quant, c.kv.id, c.drafter, ctx=c.ctx, parallel=c.parallel,
                                 kv_unified=f.request.kv_unified, tp=c.tp, pp=c.pp,
                                 nodes=c.groups[0].nodes if c.pp > 1 else 1, gpus_per_node=c.groups[0].n_gpus,
-                                features=prio.constraints.features, priority=prio.id, source=subject.source),
+                                features=prio.constraints.features, priority=prio.id, source=subject.source,
+                                mem_fraction=f.request.mem_fraction),
         ))
     return out
 
@@ -242,7 +243,7 @@ def fit_one(model_ref: str | ResolvedModel, rig: Rig, engine: str, quant: str, k
     req = FitRequest(engine=e.id, ctx=ctx, quant=held.quant if held else q.id,
                      weight_bytes=held.weight_bytes if held else q.weight_bytes,
                      kv_dtype=held.kv.id if held else kv_dtype,
-                     parallel=parallel, tp=tp, pp=pp, mem_fraction=mem_fraction or e.default_mem_fraction,
+                     parallel=parallel, tp=tp, pp=pp, mem_fraction=mem_fraction,
                      kv_unified=bool(kv_unified),
                      rope_scaling=rope_scaling, cpu_features=cpu_features, repack=repack, swa_full=swa_full)
     if ubatch is not None:

@@ -13,6 +13,7 @@ from ..arch import ModelArch
 from ..catalog import Drafter, Engine, Quant
 from ..catalog.engine_schema import KvDtype
 from ..fit import Fit, FitRequest, usable_ram
+from ..fit.pool import pool_fraction
 from ..hardware import Rig
 from ..units import GB
 from .speed import SpeedBand
@@ -77,7 +78,9 @@ class Candidate:
                 kv_dtype=self.held_kv.id, parallel=parallel, tp=self.tp, pp=self.pp,
                 spec_method=d.method if d else None, spec_tokens=d.spec_tokens if d else 0,
                 draft_bytes=int(d.size_gb * GB) if d else 0, vision=vision,
-                mem_fraction=self.engine.default_mem_fraction, rope_scaling=self.rope_scaling,
+                mem_fraction=pool_fraction(self.engine, gpus[0] if (gpus := self.groups[0].gpus) else None, arch,
+                                           tp=self.tp, pp=self.pp, vision=vision),
+                rope_scaling=self.rope_scaling,
             )
         return base if (base.ctx, base.parallel) == (ctx, parallel) else base.evolve(ctx=ctx, parallel=parallel)
 

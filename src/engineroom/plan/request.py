@@ -61,6 +61,7 @@ class LaunchRequest:
     chat_template: str | None = None  # a chat template file
     engine_options: tuple[str, ...] = ()   # ids of options the adapter defines (engine YAML plan_options)
     threads: int | None = None        # CPU threads (None: the engine's default); `engineroom tune` may set it
+    mem_fraction: float | None = None  # the share of each GPU a pool engine takes, as fit sized it (None: its own)
     engine_args: tuple[str, ...] = ()  # the engine's own arguments `engineroom tune` found better ("-ub", "1024")
     given: tuple[str, ...] = ()       # the fields the user typed (they won over the plan's)
 
@@ -155,7 +156,7 @@ def drafter_miss(drafter: Drafter, engine: Engine) -> str | None:
 def request_for(model: Model, engine: Engine, quant: Quant, kv_dtype: str, drafter: Drafter | None, *,
                 ctx: int, parallel: int, kv_unified: bool, tp: int, pp: int = 1, nodes: int = 1,
                 gpus_per_node: int = 0, features: tuple[str, ...] = (), priority: str = "",
-                source: str = "catalog") -> LaunchRequest:
+                source: str = "catalog", mem_fraction: float | None = None) -> LaunchRequest:
     """The launch request of one planned configuration. The parsers are the engine's for the model's
     family whenever the model has the feature (they cost no memory, and without one vLLM refuses
     ``tool_choice: auto``); vision is served only where the priority promises it (``features``), else
@@ -180,4 +181,5 @@ def request_for(model: Model, engine: Engine, quant: Quant, kv_dtype: str, draft
         draft_model=None if drafter is None or drafter.builtin else drafter.hf_repo,
         tool_parser=parsers.tool if parsers and "tools" in model.features else None,
         reasoning_parser=parsers.reasoning if parsers and "reasoning" in model.features else None,
-        vision=vision, projector=projector, text_only=text_only, engine_options=engine.plan_options)
+        vision=vision, projector=projector, text_only=text_only, engine_options=engine.plan_options,
+        mem_fraction=mem_fraction)

@@ -11,11 +11,13 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from ... import apikey
+from ...arch import arch_from_config
 from ...errors import BadInput
 from ..argv import flag_value, has_flag, take_flags
 from ..base import LaunchOptions, LaunchSpec, Settled
@@ -76,6 +78,14 @@ MULTIMODAL_FLAG = "--enable-multimodal"
 # a worker of encoder disaggregation; 0.5.23's --language-model-only takes a few architectures, not Qwen3.5/3.6's)
 MULTIMODAL_OFF = frozenset({"Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration",
                             "Step3VLForConditionalGeneration", "InklingForConditionalGeneration"})
+DTYPE_FLAG = "--dtype"
+# SGLang keeps a linear-attention or Mamba layer's conv state at bfloat16 whatever the model's dtype unless this says
+# otherwise (configs/mamba_utils.py, 0.5.16 to 0.5.23). Beside float16 activations (a float16 checkpoint, most AWQ and
+# GPTQ ones, and engineroom's random-weight folders) 0.5.16's Triton conv kernel does not compile: its branches load
+# the columns at the two types (seen on the H100, 2026-12-06; sgl-project/sglang#19406; 0.5.23 casts the loads)
+CONV_DTYPE_ENV = "SGLANG_MAMBA_CONV_DTYPE"
+# SGLang's --dtype names -> torch's (ModelConfig's _STR_DTYPE_TO_TORCH_DTYPE)
+_DTYPES = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32", "float32": "float32"}
 API_KEY_FLAG = "--api-key"
 # not SGLang's: the launcher shim takes it off the command line and reads the file
 API_KEY_FILE_FLAG = apikey.SHIM_KEY_FLAG
@@ -212,6 +222,42 @@ def builds_vision_tower(folder: Path, extra: Sequence[str] = (), *, asked: bool 
             or _has_flag(extra, MULTIMODAL_FLAG))
 
 
+def activation_dtype(config: dict, extra: Sequence[str] = ()) -> str:
+    """The dtype SGLang runs the model of ``config`` at: ``--dtype`` when given, else the text config's
+    (``ModelConfig._get_and_verify_dtype``: a float32 or unnamed one runs at float16, Gemma's at bfloat16)."""
+    asked = (_flag_value(extra, DTYPE_FLAG) or "auto").lower()
+    if asked != "auto":
+        return _DTYPES.get(asked, asked)
+    inner = config.get("text_config")
+    text: dict = inner if isinstance(inner, dict) else config
+    named = str(text.get("dtype") or text.get("torch_dtype") or config.get("dtype") or config.get("torch_dtype")
+                or "float32")
+    if _DTYPES.get(named, named) == "float32":
+        return "bfloat16" if str(text.get("model_type") or config.get("model_type") or "").startswith("gemma") \
+            else "float16"
+    return _DTYPES.get(named, named)
+
+
+def conv_state_env(folder: Path, extra: Sequence[str] = ()) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The environment that keeps the conv state of the model in ``folder`` at its activations' dtype
+    (``CONV_DTYPE_ENV``), and the note saying why: only a model with linear-attention or Mamba layers run at float16,
+    and not where the user's environment names the state's dtype itself. Without a config to read (a hub id),
+    nothing."""
+    config = folder_config(folder)
+    if CONV_DTYPE_ENV in os.environ or config is None or activation_dtype(config, extra) != "float16":
+        return {}, ()
+    try:
+        recurrent = arch_from_config(config).recurrent_layers
+    except BadInput:
+        return {}, ()
+    if not recurrent:
+        return {}, ()
+    return {CONV_DTYPE_ENV: "float16"}, (
+        f"{CONV_DTYPE_ENV}=float16: the model runs at float16 and SGLang keeps the conv state of its "
+        f"{len(recurrent)} linear-attention/Mamba layers at bfloat16 unless told, a mix its conv kernel does not "
+        "compile before 0.5.23 (sgl-project/sglang#19406); the state is as large at either type",)
+
+
 def _check_host(host: str) -> None:
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise BadInput(f"engineroom binds engines to 127.0.0.1, not {host}; reach the server through an SSH "
@@ -289,11 +335,12 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         head = [str(binary.python), "-c", KEY_SHIM, API_KEY_FILE_FLAG, str(o.api_key_file)]
     else:
         head = [str(binary.python), "-m", MODULE]
+    conv_env, notes = conv_state_env(model_path, extra)
     return LaunchSpec(
-        engine=ENGINE, argv=tuple(head + args), port=o.port, host=o.host, env=dict(binary.env),
+        engine=ENGINE, argv=tuple(head + args), port=o.port, host=o.host, env={**binary.env, **conv_env},
         log_path=o.log_path, model=o.model_name or str(model_path), model_path=str(model_path),
         health_path="/health", engine_version=binary.version,
-        changes=tuple(c.as_dict() for c in o.changes),
+        changes=tuple(c.as_dict() for c in o.changes), notes=notes,
     )
 
 

@@ -196,6 +196,11 @@ def render(binary: Binary, options: LaunchOptions) -> LaunchSpec:
         argv += ["--max-num-seqs", str(o.parallel)]
     if o.tp > 1 and not has_flag(extra, "--tensor-parallel-size", "-tp"):
         argv += ["--tensor-parallel-size", str(o.tp)]
+    if o.mem_fraction is not None and not cpu and not has_flag(extra, UTILIZATION_FLAG):
+        if not 0.0 < o.mem_fraction <= 1.0:
+            raise BadInput(f"the memory fraction must be above 0 and at most 1, not {o.mem_fraction}.")
+        argv += [UTILIZATION_FLAG, f"{o.mem_fraction:g}"]     # the share fit sized the pool from (the CPU build
+                                                              # sizes its KV by VLLM_CPU_KVCACHE_SPACE instead)
     # the dtype vLLM computes at (dtype.py): the user's after `--`, else this CPU's (cpu_adjustments,
     # one of the changes added below; the CPU build only), else a converted folder's own
     # (not for 4-bit packed weights: vLLM computes those at float16 or bfloat16 only, "torch.float32 is not
@@ -256,7 +261,7 @@ def launch_settings(options: LaunchOptions, trained_ctx: int | None = None) -> S
     quant = int4_quant(options.quant_format) or fit_quant(launched_dtype(options))
     util = flag_value(options.extra_args, UTILIZATION_FLAG, last=True)
     try:
-        mem_fraction = float(util) if util is not None else None
+        mem_fraction = float(util) if util is not None else options.mem_fraction
     except ValueError:
         raise BadInput(f"{UTILIZATION_FLAG} must be a number between 0 and 1; got {util!r}.") from None
     text_only = options.vision is False or has_flag(options.extra_args, "--language-model-only")
