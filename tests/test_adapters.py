@@ -464,6 +464,16 @@ def test_recipe_prints_the_launch_without_running_it(tmp_path, own_state):
     elsewhere = cli("recipe", "qwen3.6-27b", "--priority", "non-nvidia", "--rig", "2xH200", "--json")
     assert elsewhere.returncode == 0, elsewhere.stderr
     assert json.loads(elsewhere.stdout)["model_present"] is False
+    # a model folder on this machine is present: no "not downloaded yet" line for it
+    folder = tmp_path / "SmolLM2-135M"
+    folder.mkdir()
+    config = Path(__file__).parent / "fixtures" / "configs" / "smollm2-135m.json"
+    (folder / "config.json").write_text(config.read_text())
+    local = cli("recipe", str(folder), "--engine", "sglang", "--rig", "1xH100", "--ctx", "4096", "--json")
+    assert local.returncode == 0, local.stderr
+    assert json.loads(local.stdout)["model_present"] is True
+    assert "not downloaded" not in cli("recipe", str(folder), "--engine", "sglang", "--rig", "1xH100",
+                                       "--ctx", "4096").stdout
 
 
 @pytest.mark.parametrize("args, sentence", [

@@ -180,7 +180,8 @@ def _print_recipe(model: str, args: LaunchArgs, chosen: Pick | None, *, head_add
             raise typer.Exit(1)
         return
     argv = redact_argv(list(spec.argv))
-    model_present = Path(spec.model_path).is_file()
+    served = Path(spec.model_path)       # a file (GGUF) or a model folder (vLLM, SGLang)
+    model_present = served.is_file() or (served / "config.json").is_file()
     out = {"engine": spec.engine, "argv": argv, "env": spec.env, "url": spec.url, "model": spec.model,
            "model_path": spec.model_path, "model_present": model_present,
            "engine_installed": checked.installed, "validation": checked.as_dict(), "changes": list(spec.changes),
