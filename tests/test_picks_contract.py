@@ -213,8 +213,8 @@ def test_a_pick_is_launchable_or_a_closest_miss_with_the_fix():
     for p in picks:
         assert p.request is not None and p.request.weights.file and p.request.weights.ref.endswith(
             p.request.weights.file), p.request
-    # SGLang's checkpoints that fit one 3090 for many tenants (fp8 / awq / gptq) name no repo: the closest
-    # miss says what to add (on 2x3090 the AutoRound repo is SGLang's pick: the seed's re-test recipe)
+    # SGLang's fp8 / awq / gptq checkpoints name no repo: the closest miss on one 3090 says what to add (on
+    # 2x3090 the AutoRound repo is SGLang's pick: the seed's re-test recipe)
     with pytest.raises(NothingFits, match=r"not launchable: the catalog names no repo holding the \S+ checkpoint.*"
                                           r"`engineroom up ORG/REPO --engine sglang`"):
         plan("qwen3.6-27b", parse_rig("1x3090"), "multi-tenant", engine="sglang")
