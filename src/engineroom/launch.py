@@ -377,10 +377,10 @@ def _up_once(spec: LaunchSpec, engine: Engine, *, timeout: float, on_wait: Calla
 def wait_line(phase: str, hint: str, building: tuple[str, float] | None) -> str:
     """The progress line of a start: the phase, the compiler the engine runs (an engine's first start builds
     kernels for minutes while its log stands still), and the engine's last log line."""
-    line = phase
     if building:
-        line += f": compiling kernels ({building[0]}, {building[1]:.0f} s)"
-    return f"{line}; last logged: {hint}" if hint and building else (f"{line}: {hint}" if hint else line)
+        line = f"{phase}: compiling kernels ({building[0]}, {building[1]:.0f} s)"
+        return f"{line}; last logged: {hint}" if hint else line
+    return f"{phase}: {hint}" if hint else phase
 
 
 def measured_memory(engine: Engine, log_path: Path, pid: int) -> dict:

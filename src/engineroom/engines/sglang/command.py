@@ -232,10 +232,11 @@ def activation_dtype(config: dict, extra: Sequence[str] = ()) -> str:
     text: dict = inner if isinstance(inner, dict) else config
     named = str(text.get("dtype") or text.get("torch_dtype") or config.get("dtype") or config.get("torch_dtype")
                 or "float32")
-    if _DTYPES.get(named, named) == "float32":
+    dtype = _DTYPES.get(named, named)
+    if dtype == "float32":
         return "bfloat16" if str(text.get("model_type") or config.get("model_type") or "").startswith("gemma") \
             else "float16"
-    return _DTYPES.get(named, named)
+    return dtype
 
 
 def conv_state_env(folder: Path, extra: Sequence[str] = ()) -> tuple[dict[str, str], tuple[str, ...]]:
